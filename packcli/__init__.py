@@ -1,0 +1,2 @@
+"""packcli: tokenize a corpus and pack whole documents into fixed-length sequences."""
+__version__ = "0.1.0"

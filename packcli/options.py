@@ -1,0 +1,75 @@
+"""The whole option set of ``packcli pack``, frozen: it goes into the manifest and, in part, the fingerprint."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from packcli.errors import UsageError
+
+DEFAULT_MAX_LEN = 4096
+DEFAULT_SHARD_SIZE = 512 * 2**20
+
+
+class Overflow(str, Enum):
+    """What happens to a document longer than ``max_len``."""
+
+    split = "split"
+    truncate = "truncate"
+    drop = "drop"
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Options of one ``pack`` run; field names match the CLI flags (``max_len`` is ``--max-len``)."""
+
+    max_len: int = DEFAULT_MAX_LEN
+    tokenizer: str | None = None
+    strategy: str = "bfd"
+    text_field: str = "text"
+    overflow: Overflow = Overflow.split
+    shard_size: int = DEFAULT_SHARD_SIZE
+    workers: int | None = None
+    seed: int = 0
+    window: int | None = None
+    eos: bool = True
+    bos: bool = False
+    eos_token: str | None = None
+    skip_bad_records: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_len < 1:
+            raise UsageError(f"--max-len must be at least 1, got {self.max_len}")
+        if self.shard_size < 1:
+            raise UsageError(f"--shard-size must be positive, got {self.shard_size}")
+        if self.window is not None and self.window < 1:
+            raise UsageError(f"--window must be at least 1, got {self.window}")
+        if self.workers is not None and self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+
+    def to_json(self) -> dict[str, Any]:
+        """All options as plain JSON values, for the manifest."""
+        out = dataclasses.asdict(self)
+        out["overflow"] = self.overflow.value
+        return out
+
+    def output_relevant(self) -> dict[str, Any]:
+        """The options that change the output bytes (not ``workers``): these enter the fingerprint."""
+        out = self.to_json()
+        del out["workers"]
+        return out
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """Parse a byte size such as ``512MiB``, ``64MB`` or ``1000000`` into bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise UsageError(f"cannot read size {text!r}: use bytes or a unit such as 256MiB, 1GB")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])

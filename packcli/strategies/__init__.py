@@ -1,0 +1,97 @@
+"""The registry of packing strategies: built-ins, ``register_strategy``, and the ``packcli.strategies`` entry points.
+
+A strategy maps a length array to a :class:`Packing`; see ``docs/strategies.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+import numpy as np
+
+from packcli.errors import PackcliError, UsageError
+from packcli.strategies._packing import Packing, Strategy, check_packing, empty_packing
+from packcli.strategies.bfd import bfd
+from packcli.strategies.ffd import ffd
+from packcli.strategies.greedy import greedy
+
+__all__ = [
+    "Packing",
+    "Strategy",
+    "available_strategies",
+    "check_packing",
+    "empty_packing",
+    "get_strategy",
+    "register_strategy",
+    "run_strategy",
+]
+
+ENTRY_POINT_GROUP = "packcli.strategies"
+_REGISTRY: dict[str, Strategy] = {"bfd": bfd, "ffd": ffd, "greedy": greedy}
+_entry_points_loaded = False
+
+
+def register_strategy(name: str, strategy: Strategy) -> None:
+    """Make ``strategy`` available as ``--strategy name``; a built-in name cannot be replaced."""
+    if name in ("bfd", "ffd", "greedy") and _REGISTRY.get(name) is not strategy:
+        raise UsageError(f"strategy name {name!r} is built in; register under another name")
+    _REGISTRY[name] = strategy
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in _REGISTRY:
+            continue
+        try:
+            _REGISTRY[point.name] = point.load()
+        except Exception as exc:
+            raise PackcliError(f"cannot load strategy {point.name!r} from entry point {point.value}: {exc}") from exc
+
+
+def get_strategy(name: str) -> Strategy:
+    """The strategy registered as ``name``; a usage error listing the available ones otherwise."""
+    _load_entry_points()
+    if name not in _REGISTRY:
+        raise UsageError(f"unknown strategy {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def available_strategies() -> dict[str, str]:
+    """Registered strategy names, sorted, with the first line of each one's docstring."""
+    _load_entry_points()
+    return {name: (inspect.getdoc(_REGISTRY[name]) or "").split("\n")[0] for name in sorted(_REGISTRY)}
+
+
+def run_strategy(name: str, lengths: np.ndarray, max_len: int, seed: int = 0, window: int | None = None) -> Packing:
+    """Pack ``lengths`` with strategy ``name``, window by window if ``window`` is set, and check the result.
+
+    ``seed`` is passed to strategies that take a ``seed`` keyword. Windows of ``window`` consecutive documents are
+    packed on their own and their sequences concatenated in window order.
+    """
+    strategy = get_strategy(name)
+    call: Callable[[np.ndarray], Packing] = (
+        (lambda part: strategy(part, max_len, seed=seed))  # type: ignore[call-arg]
+        if "seed" in inspect.signature(strategy).parameters
+        else (lambda part: strategy(part, max_len))
+    )
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if window is None or window >= len(lengths):
+        packing = call(lengths)
+    else:
+        packing = _concat([call(lengths[i : i + window]) for i in range(0, len(lengths), window)], window)
+    check_packing(packing, lengths, max_len, name)
+    return packing
+
+
+def _concat(parts: list[Packing], window: int) -> Packing:
+    """Join per-window packings; window w's document indices shift by w * window."""
+    orders = [np.asarray(part.order, dtype=np.int64) + w * window for w, part in enumerate(parts)]
+    shifts = np.cumsum([0] + [len(order) for order in orders[:-1]])
+    offsets = [np.asarray(part.offsets[1:], dtype=np.int64) + shift for part, shift in zip(parts, shifts)]
+    return Packing(order=np.concatenate(orders), offsets=np.concatenate([[0], *offsets]).astype(np.int64))

@@ -1,0 +1,168 @@
+"""Load a tokenizer (bundled default, file, directory or cached hub name) and encode text batches to flat arrays.
+
+Document text is encoded as text: special-token strings inside it (``<|endoftext|>``, ``</s>``) stay text, and
+EOS/BOS are added by id. Truncation and padding configured in a ``tokenizer.json`` are switched off.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from packcli.errors import PackcliError, UsageError
+
+BUNDLED_NAME = "gpt2 (bundled)"
+_EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
+_BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A ready tokenizer with what the manifest records about it."""
+
+    tokenizer: Tokenizer
+    name: str
+    sha256: str
+    vocab_size: int
+    eos_id: int | None
+    bos_id: int | None
+
+    def describe(self) -> dict[str, object]:
+        """The manifest's ``tokenizer`` entry."""
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "bos_id": self.bos_id,
+        }
+
+
+def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> LoadedTokenizer:
+    """Load the tokenizer named by ``--tokenizer``.
+
+    Args:
+        spec: None for the bundled GPT-2 tokenizer, a ``tokenizer.json`` path, a directory holding one, or a hub
+            name already in the local Hugging Face cache (nothing is downloaded).
+        eos_token: the EOS token's text when the tokenizer's own cannot be found.
+    """
+    config: dict[str, object] = {}
+    if spec is None:
+        raw = gzip.decompress(resources.files("packcli").joinpath("assets/gpt2/tokenizer.json.gz").read_bytes())
+        name = BUNDLED_NAME
+    else:
+        path = _locate(spec)
+        name = spec
+        raw = path.read_bytes()
+        config = _read_config(path.parent)
+    try:
+        tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+    except Exception as exc:  # tokenizers raises a bare Exception on a corrupt file
+        raise PackcliError(f"not a valid tokenizer.json: {exc}", spec) from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    tokenizer.encode_special_tokens = True
+    eos = _token_id(tokenizer, eos_token or _configured(config, "eos_token"), _EOS_NAMES, spec, "EOS")
+    bos = _token_id(tokenizer, _configured(config, "bos_token"), _BOS_NAMES, spec, "BOS")
+    return LoadedTokenizer(
+        tokenizer=tokenizer,
+        name=name,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        eos_id=eos,
+        bos_id=bos,
+    )
+
+
+def _locate(spec: str) -> Path:
+    """Resolve ``--tokenizer`` to a ``tokenizer.json`` on disk, looking in the hub cache only, never online."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        if (path / "tokenizer.json").is_file():
+            return path / "tokenizer.json"
+        raise PackcliError("directory holds no tokenizer.json", path)
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = None
+    if spec.count("/") <= 1 and not spec.startswith((".", "/")):
+        cached = try_to_load_from_cache(spec, "tokenizer.json")
+    if isinstance(cached, str):
+        return Path(cached)
+    raise PackcliError(
+        "no such tokenizer file or directory, and no hub model of that name in the local cache; "
+        "packcli does not download: pass a tokenizer.json path, or fetch the model into the cache first",
+        spec,
+    )
+
+
+def _read_config(directory: Path) -> dict[str, object]:
+    config_path = directory / "tokenizer_config.json"
+    if not config_path.is_file():
+        return {}
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PackcliError(f"cannot read: {exc}", config_path) from None
+    return config if isinstance(config, dict) else {}
+
+
+def _configured(config: dict[str, object], key: str) -> str | None:
+    value = config.get(key)
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _token_id(
+    tokenizer: Tokenizer, wanted: str | None, known: tuple[str, ...], spec: str | None, what: str
+) -> int | None:
+    if wanted is not None:
+        token_id = tokenizer.token_to_id(wanted)
+        if token_id is None:
+            raise UsageError(f"{what} token {wanted!r} is not in the vocabulary of tokenizer {spec}")
+        return int(token_id)
+    # Only special (added) tokens qualify: "<s>" can also be an ordinary BPE token, as in Qwen's vocabulary.
+    specials = {token.content: token_id for token_id, token in tokenizer.get_added_tokens_decoder().items()}
+    for candidate in known:
+        if candidate in specials:
+            return int(specials[candidate])
+    return None
+
+
+def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | None, int | None]:
+    """The EOS and BOS ids to add to every document, or a usage error when one is asked for and missing."""
+    if eos and loaded.eos_id is None:
+        raise UsageError(f"tokenizer {loaded.name} has no EOS token that packcli can find; use --eos-token or --no-eos")
+    if bos and loaded.bos_id is None:
+        raise UsageError(f"tokenizer {loaded.name} has no BOS token; drop --bos")
+    return (loaded.eos_id if eos else None), (loaded.bos_id if bos else None)
+
+
+def encode_batch(
+    tokenizer: Tokenizer, texts: list[str], eos_id: int | None, bos_id: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Encode texts on all cores into one flat int32 token array and an int64 length per document.
+
+    ``eos_id`` is appended and ``bos_id`` prepended to every document unless None.
+    """
+    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    ids = [encoding.ids for encoding in encodings]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    if eos_id is not None:
+        flat = np.insert(flat, np.cumsum(lengths), eos_id)
+        lengths += 1
+    if bos_id is not None:
+        flat = np.insert(flat, np.cumsum(lengths) - lengths, bos_id)
+        lengths += 1
+    return flat, lengths
