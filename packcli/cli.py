@@ -1,0 +1,190 @@
+"""The ``packcli`` command line: typer wiring only. Heavy modules are imported inside commands so ``--help`` is
+instant. Errors become one ``error: ...`` line on stderr with exit 1 (data) or 2 (usage); ``--debug`` shows the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from packcli.options import DEFAULT_MAX_LEN, Overflow
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Tokenize a corpus and pack whole documents into fixed-length training sequences (Arrow shards).",
+)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")]
+DebugOption = Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")]
+MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per packed sequence.")]
+TokenizerOption = Annotated[
+    str | None,
+    typer.Option(help="A tokenizer.json, a directory holding one, or a cached hub name. Default: bundled GPT-2."),
+]
+OutputPath = Annotated[Path, typer.Argument(help="A packed output directory.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+MAX_WARNINGS = 20
+
+
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def reports_errors(command: F) -> F:
+    """Map packcli errors to one stderr line and their exit code; unexpected errors to exit 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from packcli.errors import EXIT_DATA, PackcliError
+
+        if kwargs.get("debug"):
+            return command(*args, **kwargs)
+        try:
+            return command(*args, **kwargs)
+        except PackcliError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(EXIT_DATA) from None
+        except KeyboardInterrupt:
+            print("error: interrupted; no output was written", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _Warnings:
+    """Prints the first warnings to stderr and counts the rest."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.count = 0
+
+    def __call__(self, message: str) -> None:
+        self.count += 1
+        if not self.quiet and self.count <= MAX_WARNINGS:
+            print(f"warning: {message}", file=sys.stderr)
+
+    def close(self) -> None:
+        if not self.quiet and self.count > MAX_WARNINGS:
+            print(f"warning: {self.count - MAX_WARNINGS} more warnings not shown", file=sys.stderr)
+
+
+@app.command()
+@reports_errors
+def pack(
+    inputs: Annotated[list[str], typer.Argument(help="Files (.jsonl, .json, .jsonl.gz, .jsonl.zst, .parquet, .arrow), directories or globs.")],
+    max_len: MaxLenOption = DEFAULT_MAX_LEN,
+    tokenizer: TokenizerOption = None,
+    strategy: Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")] = "bfd",
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
+    text_field: Annotated[str, typer.Option(help="The record field holding the text.")] = "text",
+    overflow: Annotated[Overflow, typer.Option(help="What to do with documents longer than --max-len.")] = Overflow.split,
+    shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB.")] = "512MiB",
+    workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads (default: all cores).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for strategies that take one.")] = 0,
+    window: Annotated[int | None, typer.Option(min=1, help="Pack each window of N consecutive documents on its own.")] = None,
+    no_eos: Annotated[bool, typer.Option("--no-eos", help="Do not append EOS to each document.")] = False,
+    bos: Annotated[bool, typer.Option("--bos", help="Prepend BOS to each document.")] = False,
+    eos_token: Annotated[str | None, typer.Option(help="EOS token text, when the tokenizer's cannot be found.")] = None,
+    skip_bad_records: Annotated[bool, typer.Option("--skip-bad-records", help="Count and skip bad records instead of failing.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
+    json_output: JsonOption = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no warnings on stderr.")] = False,
+    debug: DebugOption = False,
+) -> None:
+    """Tokenize INPUTS and pack whole documents into sequences of at most --max-len tokens.
+
+    Examples:
+
+      packcli pack corpus.jsonl --max-len 4096
+
+      packcli pack data/ --tokenizer tokenizer.json --strategy ffd --out packed-ffd
+
+      packcli pack 'shards/*.parquet' --overflow drop --json
+    """
+    from packcli.options import PackOptions, parse_size
+    from packcli.pipeline import pack_corpus
+    from packcli.progress import RichReporter, SilentReporter
+
+    if workers is not None:
+        os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    options = PackOptions(
+        max_len=max_len,
+        tokenizer=tokenizer,
+        strategy=strategy,
+        text_field=text_field,
+        overflow=overflow,
+        shard_size=parse_size(shard_size),
+        workers=workers,
+        seed=seed,
+        window=window,
+        eos=not no_eos,
+        bos=bos,
+        eos_token=eos_token,
+        skip_bad_records=skip_bad_records,
+    )
+    console = _stderr()
+    show_progress = console.is_terminal and not quiet
+    reporter = RichReporter(console) if show_progress else SilentReporter()
+    warnings = _Warnings(quiet)
+    try:
+        result = pack_corpus(inputs, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)
+    finally:
+        reporter.close()
+        warnings.close()
+    summary = result.summary()
+    if json_output:
+        print(json.dumps(summary, sort_keys=True))
+    elif result.status == "up-to-date":
+        print(f"{out} is up to date (same inputs, tokenizer and options); nothing to do")
+    else:
+        capacity = summary["sequences"] * summary["max_len"]
+        print(
+            f"packed {summary['documents']:,} documents ({summary['tokens']:,} tokens) into "
+            f"{summary['sequences']:,} sequences of max_len {summary['max_len']:,} "
+            f"({summary['tokens'] / capacity:.2%} full), {summary['shards']} shard(s) in {out}"
+        )
+        for key in ("split_documents", "truncated_tokens", "dropped_documents", "bad_records", "empty_documents"):
+            if summary[key]:
+                print(f"  {key.replace('_', ' ')}: {summary[key]:,}")
+
+
+@app.command()
+@reports_errors
+def strategies(json_output: JsonOption = False, debug: DebugOption = False) -> None:
+    """List the registered packing strategies, one line each.
+
+    Example:
+
+      packcli strategies
+    """
+    from packcli.strategies import available_strategies
+
+    listing = available_strategies()
+    if json_output:
+        print(json.dumps(listing, sort_keys=True))
+        return
+    width = max(map(len, listing))
+    for name, line in listing.items():
+        print(f"{name:<{width}}  {line}")
+
+
+def main() -> None:
+    """Console entry point."""
+    app()

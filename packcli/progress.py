@@ -1,0 +1,79 @@
+"""Progress reporting for long runs: a protocol the pipeline calls, a silent default, and a rich bar on stderr."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class Reporter(Protocol):
+    """What the pipeline tells about its progress."""
+
+    def start(self, total_bytes: int) -> None: ...
+
+    def advance(self, bytes_done: int, documents: int, tokens: int) -> None: ...
+
+    def stage(self, description: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SilentReporter:
+    """Reports nothing: without a TTY, with --quiet, and in library use."""
+
+    def start(self, total_bytes: int) -> None:
+        pass
+
+    def advance(self, bytes_done: int, documents: int, tokens: int) -> None:
+        pass
+
+    def stage(self, description: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RichReporter:
+    """A progress bar on stderr: input bytes read, documents, tokens per second, time left."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TextColumn("{task.fields[documents]:,} docs  {task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: TaskID | None = None
+
+    def start(self, total_bytes: int) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task("tokenizing", total=total_bytes, documents=0, rate="")
+
+    def advance(self, bytes_done: int, documents: int, tokens: int) -> None:
+        if self._task is None:
+            return
+        elapsed = self._progress.tasks[0].elapsed or 0.0
+        rate = f"{tokens / elapsed / 1e6:.2f}M tok/s" if elapsed > 0 else ""
+        self._progress.update(self._task, completed=bytes_done, documents=documents, rate=rate)
+
+    def stage(self, description: str) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, description=description)
+
+    def close(self) -> None:
+        self._progress.stop()

@@ -1,0 +1,145 @@
+"""Shard files: Arrow IPC stream format, uncompressed (memory-mappable), written atomically and hashed as written.
+
+Each shard is written as ``shard-NNNNN.arrow.tmp``, fsynced, then renamed; on any error the writer removes what it
+wrote and the error propagates. A shard rolls over before a batch would take it past ``shard_size`` bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import pyarrow as pa
+
+TOKEN_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")
+LABELS_COLUMN = "labels"
+IGNORE_INDEX = -100
+
+
+def shard_name(index: int, prefix: str = "shard") -> str:
+    """``shard-00007.arrow``; a prefix lets partitions of a distributed run name their own shards."""
+    return f"{prefix}-{index:05d}.arrow"
+
+
+def shard_schema(metadata: dict[str, str], labels: bool = False) -> pa.Schema:
+    """The shard schema: int32 list columns; the metadata repeats format version, max_len, tokenizer hash."""
+    names = [*TOKEN_COLUMNS, LABELS_COLUMN] if labels else list(TOKEN_COLUMNS)
+    return pa.schema([(name, pa.list_(pa.int32())) for name in names], metadata=metadata)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard's manifest entry."""
+
+    file: str
+    rows: int
+    documents: int
+    tokens: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class _HashingFile:
+    """A binary sink that hashes every byte on its way to disk (so no second read is needed)."""
+
+    def __init__(self, path: Path) -> None:
+        self.file: IO[bytes] = open(path, "wb")
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+
+
+class ShardWriter:
+    """Write record batches into rolling shards in ``directory``; use as a context manager.
+
+    Args:
+        directory: where shards go (it exists).
+        schema: the shard schema (see :func:`shard_schema`).
+        shard_size: the byte budget of one shard.
+        prefix: the shard name prefix.
+    """
+
+    def __init__(self, directory: Path, schema: pa.Schema, shard_size: int, prefix: str = "shard") -> None:
+        self.directory = directory
+        self.schema = schema
+        self.shard_size = shard_size
+        self.prefix = prefix
+        self.shards: list[ShardInfo] = []
+        self._sink: _HashingFile | None = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._counts = [0, 0, 0]  # rows, documents, tokens of the open shard
+        self._bytes = 0
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self._close_shard()
+        else:
+            self.abort()
+
+    def _tmp_path(self) -> Path:
+        return self.directory / (shard_name(len(self.shards), self.prefix) + ".tmp")
+
+    def write(self, batch: pa.RecordBatch, documents: int, tokens: int, nbytes: int) -> None:
+        """Append one batch of rows; ``nbytes`` is its payload estimate used for roll-over."""
+        if self._writer is not None and self._bytes + nbytes > self.shard_size:
+            self._close_shard()
+        if self._writer is None:
+            self._sink = _HashingFile(self._tmp_path())
+            self._writer = pa.ipc.new_stream(pa.PythonFile(self._sink, mode="w"), self.schema)
+            self._counts, self._bytes = [0, 0, 0], 0
+        self._writer.write_batch(batch)
+        self._bytes += nbytes
+        self._counts = [self._counts[0] + batch.num_rows, self._counts[1] + documents, self._counts[2] + tokens]
+
+    def _close_shard(self) -> None:
+        if self._writer is None or self._sink is None:
+            return
+        self._writer.close()
+        self._sink.close()
+        tmp = self._tmp_path()
+        final = tmp.with_suffix("")
+        os.replace(tmp, final)
+        rows, documents, tokens = self._counts
+        self.shards.append(ShardInfo(final.name, rows, documents, tokens, self._sink.size, self._sink.hash.hexdigest()))
+        self._writer, self._sink = None, None
+
+    def abort(self) -> None:
+        """Remove the open temporary shard and every shard this writer finished."""
+        if self._sink is not None:
+            self._sink.file.close()
+            self._tmp_path().unlink(missing_ok=True)
+        for info in self.shards:
+            (self.directory / info.file).unlink(missing_ok=True)
+        self._writer, self._sink = None, None
+
+
+def read_shard(path: Path) -> pa.Table:
+    """Memory-map one shard as a table (zero-copy)."""
+    return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()

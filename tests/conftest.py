@@ -1,0 +1,53 @@
+"""Shared fixtures: no network, the real corpora and tokenizers in ../shared (skipped, saying why, without them)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("PACKCLI_SHARED", REPO.parent / "shared"))
+SAMPLE = REPO / "examples" / "sample.jsonl.gz"
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Any attempt to reach the network fails loudly."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("network access attempted in a test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    yield
+
+
+def shared_path(relative: str) -> Path:
+    """A file under ../shared, or skip the test saying what is missing."""
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"needs {path} (the shared developer corpora and tokenizers, present in CI, not in a clone)")
+    return path
+
+
+def write_jsonl(path: Path, records: list[Any], compress: bool = False) -> Path:
+    """Write records as JSON Lines (gzipped when ``compress``)."""
+    data = "".join(json.dumps(record) + "\n" for record in records).encode()
+    path.write_bytes(gzip.compress(data, mtime=0) if compress else data)
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read (possibly gzipped) JSON Lines."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

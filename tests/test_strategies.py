@@ -1,0 +1,134 @@
+"""Strategies: invariants under hypothesis, equality with tiny textbook references, the published golden example."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packcli.errors import PackcliError, UsageError
+from packcli.strategies import (
+    Packing,
+    available_strategies,
+    check_packing,
+    get_strategy,
+    register_strategy,
+    run_strategy,
+)
+
+
+def rows_of(packing: Packing) -> list[list[int]]:
+    return [packing.order[packing.offsets[k] : packing.offsets[k + 1]].tolist() for k in range(len(packing))]
+
+
+def reference_fit(lengths: list[int], max_len: int, best: bool) -> list[list[int]]:
+    """Textbook BFD/FFD in O(n x rows): longest first (stable), ties to the lowest-numbered sequence."""
+    rooms: list[int] = []
+    rows: list[list[int]] = []
+    for doc in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        fits = [k for k, room in enumerate(rooms) if room >= lengths[doc]]
+        if not fits:
+            rooms.append(max_len)
+            rows.append([])
+            fits = [len(rooms) - 1]
+        pick = min(fits, key=lambda k: (rooms[k], k)) if best else fits[0]
+        rooms[pick] -= lengths[doc]
+        rows[pick].append(doc)
+    return rows
+
+
+@st.composite
+def length_arrays(draw: st.DrawFn, max_max_len: int = 64) -> tuple[np.ndarray, int]:
+    max_len = draw(st.integers(1, max_max_len))
+    lengths = draw(st.lists(st.integers(1, max_len), max_size=120))
+    return np.array(lengths, dtype=np.int64), max_len
+
+
+@pytest.mark.parametrize("name", ["bfd", "ffd", "greedy"])
+@given(case=length_arrays())
+@settings(max_examples=150, deadline=None)
+def test_every_strategy_keeps_the_invariants(name: str, case: tuple[np.ndarray, int]) -> None:
+    lengths, max_len = case
+    packing = get_strategy(name)(lengths, max_len)
+    check_packing(packing, lengths, max_len, name)
+    assert sorted(packing.order.tolist()) == list(range(len(lengths)))
+    fill = [int(lengths[row].sum()) for row in rows_of(packing)]
+    assert all(f <= max_len for f in fill)
+    assert len(packing) >= -(-int(lengths.sum()) // max_len)
+    again = get_strategy(name)(lengths.copy(), max_len)
+    assert np.array_equal(packing.order, again.order) and np.array_equal(packing.offsets, again.offsets)
+    if name == "greedy":
+        assert packing.order.tolist() == list(range(len(lengths)))
+    else:  # a fit-decreasing packing never leaves two sequences both at most half full
+        assert sum(2 * f <= max_len for f in fill) <= 1
+
+
+@pytest.mark.parametrize("name,best", [("bfd", True), ("ffd", False)])
+@given(case=length_arrays())
+@settings(max_examples=300, deadline=None)
+def test_fit_decreasing_equals_the_textbook_reference(name: str, best: bool, case: tuple[np.ndarray, int]) -> None:
+    lengths, max_len = case
+    assert rows_of(get_strategy(name)(lengths, max_len)) == reference_fit(lengths.tolist(), max_len, best)
+
+
+@pytest.mark.parametrize("name,best", [("bfd", True), ("ffd", False)])
+def test_fit_decreasing_on_larger_random_inputs(name: str, best: bool) -> None:
+    rng = np.random.default_rng(7)
+    for max_len in (16, 100, 1000):
+        lengths = np.clip(rng.lognormal(np.log(max_len / 8), 1.0, size=800).round(), 1, max_len).astype(np.int64)
+        assert rows_of(get_strategy(name)(lengths, max_len)) == reference_fit(lengths.tolist(), max_len, best)
+
+
+def test_golden_example_of_best_fit_packing_paper() -> None:
+    # arXiv 2404.10830, Appendix B: capacity 8, documents of 8, 6, 6, 4, 3 tokens -> [8] [6] [6] [4 3];
+    # extended with 2 and 3: the 2 joins the first 6 (least room that fits, lowest index), the 3 opens a new one.
+    lengths = np.array([8, 6, 6, 4, 3, 2, 3])
+    assert rows_of(get_strategy("bfd")(lengths[:5], 8)) == [[0], [1], [2], [3, 4]]
+    assert rows_of(get_strategy("bfd")(lengths, 8)) == [[0], [1, 5], [2], [3, 4], [6]]
+
+
+def test_greedy_next_fit_in_order() -> None:
+    assert rows_of(get_strategy("greedy")(np.array([3, 2, 4, 1, 1, 5]), 5)) == [[0, 1], [2, 3], [4], [5]]
+
+
+def test_unknown_strategy_lists_the_available_ones() -> None:
+    with pytest.raises(UsageError, match="available: bfd, ffd, greedy"):
+        get_strategy("nope")
+
+
+def test_registered_strategy_is_listed_checked_and_windowed() -> None:
+    def one_per_row(lengths: np.ndarray, max_len: int) -> Packing:
+        """One document per sequence (for tests)."""
+        return Packing(np.arange(len(lengths)), np.arange(len(lengths) + 1))
+
+    register_strategy("one-per-row", one_per_row)
+    assert available_strategies()["one-per-row"] == "One document per sequence (for tests)."
+    packing = run_strategy("one-per-row", np.array([1, 2, 3]), 3, window=2)
+    assert rows_of(packing) == [[0], [1], [2]]
+
+    def broken(lengths: np.ndarray, max_len: int) -> Packing:
+        """Puts everything in one sequence."""
+        return Packing(np.arange(len(lengths)), np.array([0, len(lengths)]))
+
+    register_strategy("broken", broken)
+    with pytest.raises(PackcliError, match="'broken' is invalid: sequence 0 holds 6 tokens > max_len 3"):
+        run_strategy("broken", np.array([1, 2, 3]), 3)
+    with pytest.raises(UsageError, match="built in"):
+        register_strategy("bfd", broken)
+
+
+@given(case=length_arrays(), window=st.integers(1, 50))
+@settings(max_examples=100, deadline=None)
+def test_windows_pack_each_window_on_its_own(case: tuple[np.ndarray, int], window: int) -> None:
+    lengths, max_len = case
+    packing = run_strategy("bfd", lengths, max_len, window=window)
+    for row in rows_of(packing):  # no sequence mixes windows
+        assert len({doc // window for doc in row}) == 1
+    expected = sum(len(get_strategy("bfd")(lengths[i : i + window], max_len)) for i in range(0, len(lengths), window))
+    assert len(packing) == expected
+
+
+def test_check_packing_rejects_a_lost_document() -> None:
+    with pytest.raises(PackcliError, match="not a permutation"):
+        check_packing(Packing(np.array([0]), np.array([0, 1])), np.array([1, 1]), 4)
