@@ -14,10 +14,37 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from packcli.options import DEFAULT_MAX_LEN, Overflow
 
+
+# click's exceptions, whether typer uses click itself or its vendored copy.
+click_exceptions = sys.modules[typer.BadParameter.__module__]
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors as one ``error: ...`` line on stderr with exit code 2, as for every other packcli error."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click_exceptions.NoArgsIsHelpError as exc:
+            print(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            sys.exit(2)
+        except click_exceptions.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else "packcli"
+            print(f"error: {exc.format_message()} (see '{command} --help')", file=sys.stderr)
+            sys.exit(2)
+        except click_exceptions.Abort:
+            print("error: aborted", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

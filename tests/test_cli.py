@@ -1,0 +1,98 @@
+"""The command line through typer's CliRunner: exit codes, one-line errors, --json, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import SAMPLE, write_jsonl
+from packcli.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+def test_pack_json_prints_one_object(tmp_path: Path) -> None:
+    result = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "packed" and summary["sequences"] > 0 and summary["max_len"] == 1024
+    again = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
+    assert json.loads(again.stdout)["status"] == "up-to-date"
+    human = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"))
+    assert "up to date" in human.stdout
+
+
+def test_pack_human_summary(tmp_path: Path) -> None:
+    result = invoke("pack", str(SAMPLE), "--max-len", "256", "--out", str(tmp_path / "o"), "--quiet")
+    assert result.exit_code == 0
+    assert "sequences of max_len 256" in result.stdout and "split documents:" in result.stdout
+
+
+def test_strategies_lists_each_with_one_line() -> None:
+    result = invoke("strategies")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines][:3] == ["bfd", "ffd", "greedy"]
+    assert "Best-fit decreasing" in lines[0]
+
+
+def bad_inputs(tmp: Path) -> list[tuple[list[str], int, str]]:
+    (tmp / "badjson.jsonl").write_text('{"text": "a"}\n{"text": "b"\n')
+    (tmp / "nofield.jsonl").write_text('{"text": "a"}\n{"body": "b"}\n')
+    (tmp / "nonstr.jsonl").write_text('{"text": "a"}\n{"text": ["b"]}\n')
+    (tmp / "utf8.jsonl").write_bytes(b'{"text": "a"}\n{"text": "\xc3\x28"}\n')
+    (tmp / "empty.jsonl").write_text("")
+    (tmp / "tok.json").write_text('{"model": 1}')
+    good = str(write_jsonl(tmp / "good.jsonl", [{"text": "fine"}]))
+    return [
+        (["badjson.jsonl"], 1, "badjson.jsonl:2: invalid JSON"),
+        (["nofield.jsonl"], 1, "nofield.jsonl:2: record has no field 'text'"),
+        (["nonstr.jsonl"], 1, "nonstr.jsonl:2: field 'text' is list, not a string"),
+        (["utf8.jsonl"], 1, "utf8.jsonl:2: invalid UTF-8"),
+        (["empty.jsonl"], 1, "empty.jsonl: no documents"),
+        (["missing.jsonl"], 1, "missing.jsonl: no such file or directory"),
+        ([good, "--tokenizer", "tok.json"], 1, "tok.json: not a valid tokenizer.json"),
+        ([good, "--tokenizer", "absent/tokenizer"], 1, "no hub model of that name in the local cache"),
+        ([good, "--max-len", "0"], 2, "--max-len"),
+        ([good, "--strategy", "magic"], 2, "unknown strategy 'magic'; available: bfd, ffd, greedy"),
+        ([good, "--overflow", "fold"], 2, "'split', 'truncate', 'drop'"),
+        ([good, "--shard-size", "lots"], 2, "cannot read size 'lots'"),
+    ]
+
+
+def test_every_bad_input_gets_one_line_and_its_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for args, code, message in bad_inputs(tmp_path):
+        result = invoke("pack", *args, "--out", "out")
+        assert result.exit_code == code, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+        assert not (tmp_path / "out").exists()
+        assert not list(tmp_path.glob(".out.packcli-*"))
+
+
+def test_skip_bad_records_counts_and_warns(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"text": "a"}\n{"text": 1}\nnot json\n{"text": "b"}\n')
+    result = invoke("pack", str(path), "--skip-bad-records", "--out", str(tmp_path / "o"), "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["bad_records"] == 2
+    assert result.stderr.count("warning: skipped bad record") == 2
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    result = invoke("pack", str(tmp_path / "missing.jsonl"), "--debug")
+    assert result.exit_code != 0 and result.exception is not None
+
+
+def test_help_answers() -> None:
+    result = invoke("pack", "--help")
+    assert result.exit_code == 0 and "--max-len" in result.stdout and "Examples" in result.stdout

@@ -1,0 +1,75 @@
+"""Shard writing: the format invariants on real Arrow files, roll-over, atomicity under failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from packcli.options import Overflow
+from packcli.overflow import apply_overflow
+from packcli.pipeline import write_shards
+from packcli.shards import ShardWriter, read_shard, shard_schema
+from packcli.strategies import run_strategy
+
+
+def write_case(directory: Path, lengths: np.ndarray, max_len: int, shard_size: int, strategy: str = "bfd") -> list[pa.Table]:
+    """Pack lengths whose store holds tokens 0, 1, 2, ...: each token's value is its own store position."""
+    tokens = np.arange(int(lengths.sum()), dtype=np.int32)
+    pieces, _ = apply_overflow(lengths, max_len, Overflow.split)
+    packing = run_strategy(strategy, pieces.length, max_len)
+    shards = write_shards(directory, tokens, pieces, packing, shard_schema({"k": "v"}), shard_size)
+    return [read_shard(directory / shard.file) for shard in shards]
+
+
+@given(
+    lengths=st.lists(st.integers(1, 60), min_size=1, max_size=80),
+    max_len=st.integers(1, 32),
+    shard_size=st.sampled_from([64, 1000, 1 << 20]),
+    strategy=st.sampled_from(["bfd", "ffd", "greedy"]),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_format_invariants(tmp_path: Path, lengths: list[int], max_len: int, shard_size: int, strategy: str) -> None:
+    directory = tmp_path / f"case-{abs(hash((tuple(lengths), max_len, shard_size, strategy)))}"
+    directory.mkdir()
+    tables = write_case(directory, np.array(lengths), max_len, shard_size, strategy)
+    seen = []
+    for table in tables:
+        for ids, positions, cu in zip(*(table.column(name).to_pylist() for name in ("input_ids", "position_ids", "cu_seqlens"))):
+            assert 1 <= len(ids) <= max_len
+            assert cu[0] == 0 and cu[-1] == len(ids) and all(a < b for a, b in zip(cu, cu[1:]))
+            for start, end in zip(cu, cu[1:]):
+                assert positions[start:end] == list(range(end - start))  # restart exactly at each document
+                assert ids[start:end] == list(range(ids[start], ids[start] + end - start))  # one contiguous piece
+            seen.extend(ids)
+    assert sorted(seen) == list(range(sum(lengths)))  # every token exactly once
+
+
+def test_shards_roll_over_and_are_readable_by_datasets(tmp_path: Path) -> None:
+    from datasets import Dataset
+
+    tables = write_case(tmp_path, np.full(400, 50), 128, shard_size=20_000)
+    assert len(tables) > 3
+    files = sorted(tmp_path.glob("shard-*.arrow"))
+    assert [f.name for f in files] == [f"shard-{i:05d}.arrow" for i in range(len(tables))]
+    assert all(f.stat().st_size < 2 * 20_000 for f in files)
+    dataset = Dataset.from_file(str(files[0]))
+    assert dataset.column_names == ["input_ids", "position_ids", "cu_seqlens"]
+    assert dataset[0]["input_ids"] == tables[0].column("input_ids")[0].as_py()
+    assert read_shard(files[0]).schema.metadata == {b"k": b"v"}
+
+
+def test_failed_write_removes_every_shard_and_propagates(tmp_path: Path) -> None:
+    schema = shard_schema({})
+    batch = pa.RecordBatch.from_pylist([{"input_ids": [1], "position_ids": [0], "cu_seqlens": [0, 1]}], schema=schema)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        with ShardWriter(tmp_path, schema, shard_size=1) as writer:
+            writer.write(batch, 1, 1, 10)
+            writer.write(batch, 1, 1, 10)  # rolls over: shard 0 is final now
+            assert (tmp_path / "shard-00000.arrow").exists()
+            raise RuntimeError("disk on fire")
+    assert list(tmp_path.iterdir()) == []
