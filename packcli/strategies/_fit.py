@@ -1,15 +1,17 @@
-"""The engine behind best-fit and first-fit decreasing: textbook results, work that grows with max_len, not n.
+"""The engine behind best-fit and first-fit decreasing: textbook results, Python work that grows with the number of
+distinct lengths and sequence shapes, not with the number of documents.
 
 Documents are placed longest first (stable: equal lengths keep input order), all documents of one length in one
-vectorized step. The open sequences are kept as *groups*: runs of consecutive sequence ids with the same remaining
-room and the same number of documents so far. Sequences in one group are interchangeable, and one step changes at
-most a few groups' shapes, so there are O(distinct lengths) groups, not O(sequences).
+step. Open sequences are kept as *groups*: runs of consecutive sequence ids with the same remaining room and the
+same number of documents so far, bucketed by room, each bucket in id order. Sequences in a group are
+interchangeable, and a step reshapes at most a few groups, so groups stay few (about 2,000 for a million
+documents at max_len 4096) however many sequences there are.
 
-Within a step for length L, the textbook rule (put the document in the sequence with the least sufficient room,
-best fit, or the lowest-numbered one with enough room, first fit; ties to the lowest-numbered sequence) makes the
-visited sequence take ``room // L`` documents in a row before the next is visited, because its new room is still
-the best (or first) fit. So a visited group takes ``count * (room // L)`` documents, the last visited group may be
-cut in two, and what is left opens new sequences of ``max_len // L`` documents each.
+Within a step for length L, the textbook rule (best fit: the sequence with the least room that fits; first fit: the
+lowest-numbered sequence that fits; ties to the lowest-numbered) makes a visited sequence take ``room // L``
+documents in a row, because its remaining room is still the best (or first) fit until it is below L. So a visited
+group takes ``count * (room // L)`` documents, the last visited group may be cut in two, and what is left opens new
+sequences of ``max_len // L`` documents each.
 
 Each step logs events (first sequence, sequence count, documents each, position in the row); the final order is
 rebuilt from the log with a few vectorized passes over n.
@@ -17,170 +19,146 @@ rebuilt from the log with a few vectorized passes over n.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left, insort
 
 import numpy as np
 
 from packcli.strategies._packing import Packing, empty_packing
 
-# A group's sort key for best fit packs (room, first sequence id) into one int64.
-_ID_BITS = 40
-
-KeyFunction = Callable[[np.ndarray, np.ndarray], np.ndarray]
+_NO_SEQUENCE = np.iinfo(np.int64).max
 
 
-def best_fit_key(room: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Visit groups by least remaining room, then lowest sequence id."""
-    return (room << _ID_BITS) | start
+class _OpenSequences:
+    """Groups ``[start, count, fill]`` of open sequences, bucketed by remaining room, each bucket in start order."""
+
+    def __init__(self, max_len: int, first_fit: bool) -> None:
+        self.first_fit = first_fit
+        self.buckets: list[list[list[int]]] = [[] for _ in range(max_len + 1)]
+        self.rooms: list[int] = []  # sorted rooms whose bucket is not empty (best fit searches these)
+        self.heads = np.full(max_len + 1, _NO_SEQUENCE, dtype=np.int64)  # lowest start per room (first fit)
+        self.full: list[tuple[int, int, int]] = []  # groups with no room left
+
+    def pick(self, length: int) -> int:
+        """The room of the bucket whose head group takes the next document of ``length``; 0 when none fits."""
+        if self.first_fit:
+            room = length + int(np.argmin(self.heads[length:]))
+            return room if self.heads[room] != _NO_SEQUENCE else 0
+        at = bisect_left(self.rooms, length)
+        return self.rooms[at] if at < len(self.rooms) else 0
+
+    def pop_head(self, room: int) -> list[int]:
+        bucket = self.buckets[room]
+        group = bucket.pop(0)
+        if bucket:
+            self.heads[room] = bucket[0][0]
+        else:
+            self.heads[room] = _NO_SEQUENCE
+            del self.rooms[bisect_left(self.rooms, room)]
+        return group
+
+    def put(self, room: int, start: int, count: int, fill: int) -> None:
+        if count == 0:
+            return
+        if room == 0:
+            self.full.append((start, count, fill))
+            return
+        bucket = self.buckets[room]
+        if not bucket:
+            insort(self.rooms, room)
+        insort(bucket, [start, count, fill])
+        self.heads[room] = bucket[0][0]
+
+    def all_groups(self) -> np.ndarray:
+        """Every group, open or full, as rows (start, count, fill) sorted by start."""
+        rows = [*self.full, *(tuple(group) for bucket in self.buckets for group in bucket)]
+        groups = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        return groups[np.argsort(groups[:, 0], kind="stable")]
 
 
-def first_fit_key(room: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Visit groups by lowest sequence id."""
-    return start
-
-
-class _Groups:
-    """Open sequences as groups, kept sorted by the strategy's visit key (parallel int64 arrays).
-
-    Groups with no room left move to ``full`` (start, count, fill) and out of every later search.
-    """
-
-    def __init__(self, key_of: KeyFunction) -> None:
-        self.key_of = key_of
-        empty = np.zeros(0, dtype=np.int64)
-        self.key, self.start, self.count, self.room, self.fill = empty, empty, empty, empty, empty
-        self.full: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def replace(self, drop: np.ndarray, start: np.ndarray, count: np.ndarray, room: np.ndarray, fill: np.ndarray) -> None:
-        """Remove the groups at indices ``drop`` and merge in new ones, keeping the key order."""
-        keep = np.ones(len(self.key), dtype=bool)
-        keep[drop] = False
-        done = (count > 0) & (room == 0)
-        self.full.append((start[done], count[done], fill[done]))
-        open_ = (count > 0) & (room > 0)
-        start, count, room, fill = start[open_], count[open_], room[open_], fill[open_]
-        key = self.key_of(room, start)
-        by_key = np.argsort(key, kind="stable")
-        key, start, count, room, fill = key[by_key], start[by_key], count[by_key], room[by_key], fill[by_key]
-        kept_key = self.key[keep]
-        at = np.searchsorted(kept_key, key)
-        self.key = np.insert(kept_key, at, key)
-        self.start = np.insert(self.start[keep], at, start)
-        self.count = np.insert(self.count[keep], at, count)
-        self.room = np.insert(self.room[keep], at, room)
-        self.fill = np.insert(self.fill[keep], at, fill)
-
-    def all_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every group, open or full, sorted by first sequence id: (start, count, fill)."""
-        parts = [*self.full, (self.start, self.count, self.fill)]
-        start, count, fill = (np.concatenate([part[i] for part in parts]) for i in range(3))
-        by_start = np.argsort(start, kind="stable")
-        return start[by_start], count[by_start], fill[by_start]
-
-
-class _EventLog:
-    """Events in placement order: sequences [start, start + count) each take ``take`` documents at row ``fill``."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[np.ndarray, ...]] = []
-
-    def add(self, start: np.ndarray, count: np.ndarray, take: np.ndarray, fill: np.ndarray) -> None:
-        self.parts.append((start, count, take, fill))
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return tuple(np.concatenate([part[i] for part in self.parts]).astype(np.int64) for i in range(4))
-
-
-def fit_decreasing(lengths: np.ndarray, max_len: int, key_of: KeyFunction) -> Packing:
-    """Pack by a fit-decreasing rule whose visit order is given by ``key_of`` (best_fit_key or first_fit_key)."""
+def fit_decreasing(lengths: np.ndarray, max_len: int, first_fit: bool) -> Packing:
+    """Pack by best-fit decreasing, or first-fit decreasing when ``first_fit``."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(lengths)
-    if n == 0:
+    if len(lengths) == 0:
         return empty_packing()
     sort_key = (max_len - lengths).astype(np.uint16 if max_len < 2**16 else np.int64)
-    by_length = np.argsort(sort_key, kind="stable")  # radix sort for 16-bit keys
-    per_length = np.bincount(lengths, minlength=max_len + 1)
-    events = _EventLog()
-    groups = _Groups(key_of)
-
-    # A document longer than max_len / 2 never fits beside another of at least its length: one sequence each.
-    long_lengths = np.nonzero(per_length[max_len // 2 + 1 :])[0][::-1] + max_len // 2 + 1
-    long_counts = per_length[long_lengths]
-    long_starts = np.cumsum(long_counts) - long_counts
-    events.add(long_starts, long_counts, np.ones_like(long_counts), np.zeros_like(long_counts))
-    groups.replace(np.zeros(0, dtype=np.int64), long_starts, long_counts, max_len - long_lengths, np.ones_like(long_counts))
-    next_id = int(long_counts.sum())
-
-    for length in range(max_len // 2, 0, -1):
-        pending = int(per_length[length])
+    by_length = np.argsort(sort_key, kind="stable")  # a radix sort for 16-bit keys
+    per_length = np.bincount(lengths, minlength=max_len + 1).tolist()
+    sequences = _OpenSequences(max_len, first_fit)
+    events: list[tuple[int, int, int, int]] = []  # (first sequence, sequences, documents each, row position)
+    next_id = 0
+    for length in range(max_len, 0, -1):
+        pending = per_length[length]
         if pending:
-            next_id = _place_length(groups, events, length, pending, max_len, next_id)
+            next_id = _place(sequences, events, length, pending, max_len, next_id)
+    return _rebuild(events, sequences.all_groups(), by_length, next_id)
 
-    return _rebuild(events, groups, by_length, next_id)
 
-
-def _place_length(groups: _Groups, events: _EventLog, length: int, pending: int, max_len: int, next_id: int) -> int:
+def _place(
+    sequences: _OpenSequences,
+    events: list[tuple[int, int, int, int]],
+    length: int,
+    pending: int,
+    max_len: int,
+    next_id: int,
+) -> int:
     """Place ``pending`` documents of one length; returns the next unused sequence id."""
-    candidates = np.nonzero(groups.room >= length)[0]
-    room = groups.room[candidates]
-    each = room // length
-    cumulative = np.cumsum(groups.count[candidates] * each)
-    full = int(np.searchsorted(cumulative, pending))  # groups before `full` take all they can
-    visited = candidates[:full]
-    events.add(groups.start[visited], groups.count[visited], each[:full], groups.fill[visited])
-    new = [
-        (groups.start[visited], groups.count[visited], room[:full] % length, groups.fill[visited] + each[:full])
-    ]
-    left = pending - (int(cumulative[full - 1]) if full else 0)
-    drop = visited
-    if full < len(candidates):  # the last visited group may be cut: some take all, one takes part, rest wait
-        index = candidates[full]
-        start, count, fill, per = int(groups.start[index]), int(groups.count[index]), int(groups.fill[index]), int(each[full])
-        room_now = int(room[full])
-        whole, part = divmod(left, per)
-        cut = _cut(events, start, whole, part, per, fill, room_now, length)
-        rest = count - whole - (part > 0)
-        new.append(cut)
-        new.append(_row([start + count - rest], [rest], [room_now], [fill]))
-        drop = candidates[: full + 1]
-        left = 0
-    if left:
-        per = max_len // length
-        whole, part = divmod(left, per)
-        new.append(_cut(events, next_id, whole, part, per, 0, max_len, length))
-        next_id += whole + (part > 0)
-    groups.replace(drop, *(np.concatenate(column) for column in zip(*new)))
+    while pending:
+        room = sequences.pick(length)
+        if room == 0:  # nothing fits: open sequences of `each` documents, the last one perhaps fewer
+            each = max_len // length
+            whole, part = divmod(pending, each)
+            _visit(sequences, events, [next_id, whole + (part > 0), 0], max_len, length, whole, part)
+            return next_id + whole + (part > 0)
+        group = sequences.pop_head(room)
+        each = room // length
+        whole, part = divmod(min(pending, group[1] * each), each)
+        _visit(sequences, events, group, room, length, whole, part)
+        pending -= whole * each + part
     return next_id
 
 
-def _cut(events: _EventLog, start: int, whole: int, part: int, per: int, fill: int, room: int, length: int) -> tuple[np.ndarray, ...]:
-    """``whole`` sequences from ``start`` take ``per`` documents each, the next takes ``part``; log and return them."""
-    start_, count, take = np.array([start, start + whole]), np.array([whole, int(part > 0)]), np.array([per, part])
-    fill_ = np.array([fill, fill])
-    events.add(start_[count > 0], count[count > 0], take[count > 0], fill_[count > 0])
-    return start_, count, room - take * length, fill_ + take
+def _visit(
+    sequences: _OpenSequences,
+    events: list[tuple[int, int, int, int]],
+    group: list[int],
+    room: int,
+    length: int,
+    whole: int,
+    part: int,
+) -> None:
+    """The first ``whole`` sequences of ``group`` take ``room // length`` documents each, the next takes ``part``."""
+    start, count, fill = group
+    each = room // length
+    if whole:
+        events.append((start, whole, each, fill))
+        sequences.put(room - each * length, start, whole, fill + each)
+    if part:
+        events.append((start + whole, 1, part, fill))
+        sequences.put(room - part * length, start + whole, 1, fill + part)
+    rest = whole + (part > 0)
+    sequences.put(room, start + rest, count - rest, fill)
 
 
-def _row(*columns: list[int]) -> tuple[np.ndarray, ...]:
-    return tuple(np.array(column, dtype=np.int64) for column in columns)
-
-
-def _rebuild(events: _EventLog, groups: _Groups, by_length: np.ndarray, n_sequences: int) -> Packing:
+def _rebuild(events: list[tuple[int, int, int, int]], groups: np.ndarray, by_length: np.ndarray, n_sequences: int) -> Packing:
     """Turn the event log into order/offsets: documents in placement order land at row start + fill + i."""
-    start, count, take, fill = events.arrays()
+    n = len(by_length)
+    index = np.int32 if n < 2**31 else np.int64  # halves the memory traffic of the n-sized passes below
+    start, count, take, fill = np.array(events, dtype=index).reshape(-1, 4).T
     # Documents per sequence: every sequence id lies in exactly one final group.
-    _, group_count, group_fill = groups.all_groups()
-    per_sequence = np.repeat(group_fill, group_count)
     offsets = np.zeros(n_sequences + 1, dtype=np.int64)
-    np.cumsum(per_sequence, out=offsets[1:])
+    np.cumsum(np.repeat(groups[:, 2], groups[:, 1]), out=offsets[1:])
     # One entry per (event, sequence): its sequence id, documents taken, row position of its first document.
-    first_entry = np.cumsum(count) - count
-    sequence = np.repeat(start - first_entry, count) + np.arange(int(count.sum()))
+    first_entry = np.cumsum(count, dtype=index) - count
+    sequence = np.repeat(start - first_entry, count)
+    sequence += np.arange(len(sequence), dtype=index)
     entry_take = np.repeat(take, count)
-    entry_row_position = offsets[sequence] + np.repeat(fill, count)
-    # Placement consumes documents in by_length order, entry by entry.
-    first_document = np.cumsum(entry_take) - entry_take
-    position = np.arange(len(by_length)) + np.repeat(entry_row_position - first_document, entry_take)
-    order = np.empty_like(by_length)
+    # Placement consumes documents in by_length order, entry by entry: shift = row position - placement index.
+    shift = offsets[sequence].astype(index)
+    shift += np.repeat(fill, count)
+    shift -= np.cumsum(entry_take, dtype=index)
+    shift += entry_take
+    position = np.repeat(shift, entry_take)
+    position += np.arange(n, dtype=index)
+    order = np.empty(n, dtype=np.int64)
     order[position] = by_length
     return Packing(order=order, offsets=offsets)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcli.strategies._fit import best_fit_key, fit_decreasing
+from packcli.strategies._fit import fit_decreasing
 from packcli.strategies._packing import Packing
 
 
 def bfd(lengths: np.ndarray, max_len: int) -> Packing:
     """Best-fit decreasing (the default): the tightest packing, deterministic, O(n) plus O(max_len^2)."""
-    return fit_decreasing(lengths, max_len, best_fit_key)
+    return fit_decreasing(lengths, max_len, first_fit=False)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcli.strategies._fit import first_fit_key, fit_decreasing
+from packcli.strategies._fit import fit_decreasing
 from packcli.strategies._packing import Packing
 
 
 def ffd(lengths: np.ndarray, max_len: int) -> Packing:
     """First-fit decreasing: textbook FFD sequence count, deterministic, O(n) plus O(max_len^2)."""
-    return fit_decreasing(lengths, max_len, first_fit_key)
+    return fit_decreasing(lengths, max_len, first_fit=True)
