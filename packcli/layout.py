@@ -19,16 +19,19 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def position_ids(lengths: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... restarting at 0 at each piece, int32 (a row is far below 2^31 tokens)."""
+    bounds = exclusive_cumsum(lengths).astype(np.int32)
+    positions = np.arange(int(bounds[-1]), dtype=np.int32)
+    positions -= np.repeat(bounds[:-1], lengths)
+    return positions
+
+
 def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Indices of every token of pieces (start, length), concatenated in order."""
-    bounds = exclusive_cumsum(lengths)
-    return np.arange(int(bounds[-1]), dtype=np.int64) + np.repeat(starts - bounds[:-1], lengths)
-
-
-def position_ids(lengths: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... restarting at 0 at each piece, int32."""
-    bounds = exclusive_cumsum(lengths)
-    return (np.arange(int(bounds[-1]), dtype=np.int64) - np.repeat(bounds[:-1], lengths)).astype(np.int32)
+    index = np.repeat(np.asarray(starts, dtype=np.int64), lengths)
+    index += position_ids(lengths)
+    return index
 
 
 def row_token_offsets(lengths: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:

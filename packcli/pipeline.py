@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,19 +20,20 @@ import pyarrow as pa
 
 from packcli import __version__
 from packcli.errors import PackcliError
-from packcli.layout import cu_seqlens, exclusive_cumsum, gather_index, position_ids
+from packcli.layout import cu_seqlens, exclusive_cumsum, position_ids
 from packcli.manifest import FORMAT_VERSION, fingerprint, read_manifest, shard_path, write_manifest
 from packcli.options import PackOptions
 from packcli.overflow import OverflowCounts, Pieces, apply_overflow
 from packcli.progress import Reporter, SilentReporter
-from packcli.shards import ShardInfo, ShardWriter, shard_schema
+from packcli.shards import ShardInfo, ShardWriter, list_array, shard_schema
 from packcli.sources import ReadCounts, find_inputs, read_texts
 from packcli.store import TokenStore
 from packcli.strategies import Packing, get_strategy, run_strategy
-from packcli.tokenize import LoadedTokenizer, encode_batch, load_tokenizer, special_ids
+from packcli.tokenize import LoadedTokenizer, encode_texts, flatten, load_tokenizer, special_ids
 
 # Rows are written in record batches of at most this many payload bytes (keeps int32 list offsets far from 2^31).
-BATCH_BYTES = 32 << 20
+# Small enough that numpy's temporaries are recycled by the allocator instead of faulted in afresh.
+BATCH_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -140,28 +142,53 @@ def tokenize_corpus(
     reporter: Reporter,
     warn: Callable[[str], None],
 ) -> Tokenized:
-    """Tokenize every non-empty text of ``files`` into a token store, in input order."""
+    """Tokenize every non-empty text of ``files`` into a token store, in input order.
+
+    One batch is encoded in a helper thread (the tokenizer releases the GIL) while this thread reads the next
+    and stores the previous, so reading and storing hide behind tokenization.
+    """
     eos_id, bos_id = special_ids(tokenizer, options.eos, options.bos)
     store = TokenStore(store_path)
     lengths: list[np.ndarray] = []
     counts = ReadCounts()
     reporter.start(sum(path.stat().st_size for path in files))
-    bytes_before = documents = 0
+    documents = 0
+
+    def store_batch(encoded: Future[list[list[int]]], bytes_done: int) -> None:
+        nonlocal documents
+        tokens, batch_lengths = flatten(encoded.result(), eos_id, bos_id)
+        store.append(tokens)
+        lengths.append(batch_lengths)
+        documents += len(batch_lengths)
+        reporter.advance(bytes_done, documents, store.count)
+
     try:
-        for path in files:
-            for batch in read_texts(path, options.text_field, counts, options.skip_bad_records, warn):
-                if batch.texts:
-                    tokens, batch_lengths = encode_batch(tokenizer.tokenizer, batch.texts, eos_id, bos_id)
-                    store.append(tokens)
-                    lengths.append(batch_lengths)
-                    documents += len(batch_lengths)
-                reporter.advance(bytes_before + batch.position, documents, store.count)
-            bytes_before += path.stat().st_size
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-encode") as encoder:
+            in_flight: tuple[Future[list[list[int]]], int] | None = None
+            for texts, bytes_done in _text_batches(files, options, counts, warn):
+                encoded = encoder.submit(encode_texts, tokenizer.tokenizer, texts)
+                if in_flight is not None:
+                    store_batch(*in_flight)
+                in_flight = (encoded, bytes_done)
+            if in_flight is not None:
+                store_batch(*in_flight)
     except BaseException:
         store.remove()
         raise
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     return Tokenized(store, all_lengths, counts)
+
+
+def _text_batches(
+    files: list[Path], options: PackOptions, counts: ReadCounts, warn: Callable[[str], None]
+) -> Iterator[tuple[list[str], int]]:
+    """Non-empty text batches of every file in order, with the input bytes read so far."""
+    bytes_before = 0
+    for path in files:
+        for batch in read_texts(path, options.text_field, counts, options.skip_bad_records, warn):
+            if batch.texts:
+                yield batch.texts, bytes_before + batch.position
+        bytes_before += path.stat().st_size
 
 
 def _build(
@@ -192,9 +219,8 @@ def _build(
             "packcli.max_len": str(options.max_len),
             "packcli.tokenizer_sha256": tokenizer.sha256,
         }
-        tokens = tokenized.store.finish()
-        shards = write_shards(staging, tokens, pieces, packing, shard_schema(metadata), options.shard_size)
-        del tokens
+        tokenized.store.finish()
+        shards = write_shards(staging, tokenized.store, pieces, packing, shard_schema(metadata), options.shard_size)
     finally:
         tokenized.store.remove()
     reporter.close()
@@ -204,7 +230,7 @@ def _build(
 
 
 def write_shards(
-    directory: Path, tokens: np.ndarray, pieces: Pieces, packing: Packing, schema: pa.Schema, shard_size: int
+    directory: Path, store: TokenStore, pieces: Pieces, packing: Packing, schema: pa.Schema, shard_size: int
 ) -> list[ShardInfo]:
     """Gather each row's tokens from the store and write the rows, in packing order, as rolling shards."""
     lengths = pieces.length[packing.order]
@@ -220,21 +246,21 @@ def write_shards(
         for first, last in zip(cuts[:-1], cuts[1:]):
             row_offsets = packing.offsets[first : last + 1] - packing.offsets[first]
             docs = slice(packing.offsets[first], packing.offsets[last])
-            batch = _row_batch(tokens, starts[docs], lengths[docs], row_offsets, schema)
+            batch = _row_batch(store, starts[docs], lengths[docs], row_offsets, schema)
             writer.write(batch, int(row_offsets[-1]), int(row_tokens[first:last].sum()), int(row_bytes[first:last].sum()))
     return writer.shards
 
 
 def _row_batch(
-    tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray, schema: pa.Schema
+    store: TokenStore, starts: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray, schema: pa.Schema
 ) -> pa.RecordBatch:
     """One record batch of rows whose pieces (start, length) are listed in row order."""
-    token_offsets = pa.array(exclusive_cumsum(lengths)[row_offsets].astype(np.int32))
+    token_offsets = exclusive_cumsum(lengths)[row_offsets]
     cu_values, cu_offsets = cu_seqlens(lengths, row_offsets)
     columns = [
-        pa.ListArray.from_arrays(token_offsets, pa.array(tokens[gather_index(starts, lengths)])),
-        pa.ListArray.from_arrays(token_offsets, pa.array(position_ids(lengths))),
-        pa.ListArray.from_arrays(pa.array(cu_offsets.astype(np.int32)), pa.array(cu_values.astype(np.int32))),
+        list_array(token_offsets, store.gather(starts, lengths)),
+        list_array(token_offsets, position_ids(lengths)),
+        list_array(cu_offsets, cu_values),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 

@@ -13,11 +13,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+import numpy as np
 import pyarrow as pa
 
 TOKEN_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")
 LABELS_COLUMN = "labels"
 IGNORE_INDEX = -100
+
+
+def int32_array(values: np.ndarray) -> pa.Array:
+    """A zero-copy Arrow int32 array over a numpy array (``pa.array`` would first import pandas: 0.2 s)."""
+    values = np.ascontiguousarray(values, dtype=np.int32)
+    return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
+
+
+def list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
+    """An Arrow ``list<int32>`` column from int32 values and row offsets."""
+    return pa.ListArray.from_arrays(int32_array(offsets), int32_array(values))
 
 
 def shard_name(index: int, prefix: str = "shard") -> str:

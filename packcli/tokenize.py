@@ -155,8 +155,16 @@ def encode_batch(
 
     ``eos_id`` is appended and ``bos_id`` prepended to every document unless None.
     """
-    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-    ids = [encoding.ids for encoding in encodings]
+    return flatten(encode_texts(tokenizer, texts), eos_id, bos_id)
+
+
+def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, encoded as text on all cores (the tokenizer releases the GIL meanwhile)."""
+    return [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+def flatten(ids: list[list[int]], eos_id: int | None, bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate per-document ids into one int32 array with EOS/BOS added; also return the int64 lengths."""
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
     if eos_id is not None:

@@ -14,15 +14,19 @@ from packcli.options import Overflow
 from packcli.overflow import apply_overflow
 from packcli.pipeline import write_shards
 from packcli.shards import ShardWriter, read_shard, shard_schema
+from packcli.store import TokenStore
 from packcli.strategies import run_strategy
 
 
 def write_case(directory: Path, lengths: np.ndarray, max_len: int, shard_size: int, strategy: str = "bfd") -> list[pa.Table]:
     """Pack lengths whose store holds tokens 0, 1, 2, ...: each token's value is its own store position."""
-    tokens = np.arange(int(lengths.sum()), dtype=np.int32)
+    store = TokenStore(directory / "tokens.tmp")
+    store.append(np.arange(int(lengths.sum()), dtype=np.int32))
+    store.finish()
     pieces, _ = apply_overflow(lengths, max_len, Overflow.split)
     packing = run_strategy(strategy, pieces.length, max_len)
-    shards = write_shards(directory, tokens, pieces, packing, shard_schema({"k": "v"}), shard_size)
+    shards = write_shards(directory, store, pieces, packing, shard_schema({"k": "v"}), shard_size)
+    store.remove()
     return [read_shard(directory / shard.file) for shard in shards]
 
 

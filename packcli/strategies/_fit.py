@@ -82,6 +82,9 @@ def fit_decreasing(lengths: np.ndarray, max_len: int, first_fit: bool) -> Packin
         return empty_packing()
     sort_key = (max_len - lengths).astype(np.uint16 if max_len < 2**16 else np.int64)
     by_length = np.argsort(sort_key, kind="stable")  # a radix sort for 16-bit keys
+    del sort_key
+    if len(lengths) < 2**31:
+        by_length = by_length.astype(np.int32)  # held to the end: half the memory
     per_length = np.bincount(lengths, minlength=max_len + 1).tolist()
     sequences = _OpenSequences(max_len, first_fit)
     events: list[tuple[int, int, int, int]] = []  # (first sequence, sequences, documents each, row position)
@@ -140,25 +143,30 @@ def _visit(
 
 
 def _rebuild(events: list[tuple[int, int, int, int]], groups: np.ndarray, by_length: np.ndarray, n_sequences: int) -> Packing:
-    """Turn the event log into order/offsets: documents in placement order land at row start + fill + i."""
+    """Turn the event log into order/offsets: documents in placement order land at row start + fill + i.
+
+    Memory: besides ``by_length`` and the result, one n-sized int32 array at a time (temporaries freed early).
+    """
     n = len(by_length)
-    index = np.int32 if n < 2**31 else np.int64  # halves the memory traffic of the n-sized passes below
+    index = np.int32 if n < 2**31 else np.int64
     start, count, take, fill = np.array(events, dtype=index).reshape(-1, 4).T
     # Documents per sequence: every sequence id lies in exactly one final group.
     offsets = np.zeros(n_sequences + 1, dtype=np.int64)
     np.cumsum(np.repeat(groups[:, 2], groups[:, 1]), out=offsets[1:])
-    # One entry per (event, sequence): its sequence id, documents taken, row position of its first document.
-    first_entry = np.cumsum(count, dtype=index) - count
-    sequence = np.repeat(start - first_entry, count)
+    # One entry per (event, sequence): the row position of its first document minus its placement index.
+    sequence = np.repeat(start - (np.cumsum(count, dtype=index) - count), count)
     sequence += np.arange(len(sequence), dtype=index)
-    entry_take = np.repeat(take, count)
-    # Placement consumes documents in by_length order, entry by entry: shift = row position - placement index.
-    shift = offsets[sequence].astype(index)
+    shift = offsets.astype(index)[sequence]
+    del sequence
     shift += np.repeat(fill, count)
+    entry_take = np.repeat(take, count)
     shift -= np.cumsum(entry_take, dtype=index)
     shift += entry_take
     position = np.repeat(shift, entry_take)
-    position += np.arange(n, dtype=index)
+    del shift, entry_take
+    chunk = 1 << 20
+    for first in range(0, n, chunk):  # position += arange(n), without an n-sized temporary
+        position[first : first + chunk] += np.arange(first, min(n, first + chunk), dtype=index)
     order = np.empty(n, dtype=np.int64)
     order[position] = by_length
     return Packing(order=order, offsets=offsets)

@@ -1,0 +1,20 @@
+"""`make bench`: every benchmark, each in its own process, printing its figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHES = ["bench_strategies.py", "bench_pack.py"]
+
+
+def main() -> None:
+    here = Path(__file__).parent
+    for name in BENCHES:
+        print(f"\n== {name}", flush=True)
+        subprocess.run([sys.executable, str(here / name)], check=True, cwd=here)
+
+
+if __name__ == "__main__":
+    main()
