@@ -212,6 +212,85 @@ def strategies(json_output: JsonOption = False, debug: DebugOption = False) -> N
         print(f"{name:<{width}}  {line}")
 
 
+@app.command()
+@reports_errors
+def stats(
+    paths: Annotated[list[str] | None, typer.Argument(help="A packed output (default ./packed), or raw corpus files.")] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Documents per pad-to-longest batch; sequences per step.")] = 8,
+    max_len: MaxLenOption = DEFAULT_MAX_LEN,
+    tokenizer: TokenizerOption = None,
+    text_field: Annotated[str, typer.Option(help="Raw corpus: the record field holding the text.")] = "text",
+    overflow: Annotated[Overflow, typer.Option(help="Raw corpus: overflow policy.")] = Overflow.split,
+    json_output: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Report what packing bought: efficiency against padding, the lower bound, steps per epoch, overflow.
+
+    On a raw corpus, tokenize it once and compare every registered strategy without writing shards.
+
+    Examples:
+
+      packcli stats packed/
+
+      packcli stats packed/ --batch-size 32 --json
+
+      packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
+    """
+    from packcli.manifest import MANIFEST_NAME
+    from packcli.report import print_stats, print_strategy_comparison
+    from packcli.stats import corpus_stats, packed_stats
+
+    targets = paths or ["packed"]
+    if len(targets) == 1 and (Path(targets[0]) / MANIFEST_NAME).is_file():
+        figures = packed_stats(Path(targets[0]), batch_size)
+        raw = False
+    else:
+        from packcli.options import PackOptions
+
+        options = PackOptions(max_len=max_len, tokenizer=tokenizer, text_field=text_field, overflow=overflow)
+        figures = corpus_stats(targets, options, batch_size)
+        raw = True
+    if json_output:
+        print(json.dumps(figures, sort_keys=True))
+        return
+    print_stats(figures, " ".join(targets))
+    if raw:
+        print_strategy_comparison(figures)
+
+
+@app.command()
+@reports_errors
+def verify(
+    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    json_output: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Re-read a packed output and check every invariant and checksum; exit 0 only if all hold, else 1.
+
+    Examples:
+
+      packcli verify packed/
+
+      packcli verify packed/ --json
+    """
+    from packcli.errors import EXIT_DATA
+    from packcli.verify import MAX_LISTED, verify_output
+
+    report = verify_output(path)
+    if json_output:
+        print(json.dumps(report.to_json(), sort_keys=True))
+    elif report.ok:
+        print(f"{path}: OK ({report.shards} shards, {report.rows:,} sequences, {report.tokens:,} tokens checked)")
+    else:
+        for problem in report.problems:
+            print(f"problem: {problem}", file=sys.stderr)
+        if report.count > MAX_LISTED:
+            print(f"... and {report.count - MAX_LISTED} more problems", file=sys.stderr)
+        print(f"error: {path}: {report.count} problem(s) found", file=sys.stderr)
+    if not report.ok:
+        raise typer.Exit(EXIT_DATA)
+
+
 def main() -> None:
     """Console entry point."""
     app()

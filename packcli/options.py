@@ -41,6 +41,11 @@ class PackOptions:
     skip_bad_records: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.overflow, Overflow):  # library callers may pass the policy's name
+            choices = ", ".join(policy.value for policy in Overflow)
+            if self.overflow not in {policy.value for policy in Overflow}:
+                raise UsageError(f"unknown overflow policy {self.overflow!r}; choose one of {choices}")
+            object.__setattr__(self, "overflow", Overflow(self.overflow))
         if self.max_len < 1:
             raise UsageError(f"--max-len must be at least 1, got {self.max_len}")
         if self.shard_size < 1:

@@ -152,6 +152,15 @@ class ShardWriter:
         self._writer, self._sink = None, None
 
 
-def read_shard(path: Path) -> pa.Table:
-    """Memory-map one shard as a table (zero-copy)."""
-    return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """Memory-map one shard as a table (zero-copy); only the listed columns' pages are ever read."""
+    table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+    return table.select(columns) if columns is not None else table
+
+
+def flat_list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``list<int32>`` column as (values, int64 row offsets) numpy arrays; zero-copy for one chunk."""
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    values = array.values.to_numpy(zero_copy_only=False)
+    return values[offsets[0] : offsets[-1]], offsets - offsets[0]

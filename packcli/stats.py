@@ -1,0 +1,147 @@
+"""What packing bought: efficiency against padding baselines, the lower bound, steps per epoch, histograms.
+
+``sequence_stats`` is pure (lengths in, figures out). ``packed_stats`` reads a packed output's manifest and only
+its memory-mapped ``cu_seqlens`` column; ``corpus_stats`` tokenizes a raw corpus once and compares every strategy.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.errors import PackcliError
+from packcli.manifest import read_manifest, shard_path
+from packcli.options import PackOptions
+from packcli.shards import flat_list_column, read_shard
+
+DEFAULT_BATCH_SIZE = 8
+OVERFLOW_TOTALS = (
+    "dropped_documents",
+    "dropped_tokens",
+    "truncated_documents",
+    "truncated_tokens",
+    "split_documents",
+    "bad_records",
+    "empty_documents",
+)
+_HISTOGRAM_BINS = 16
+
+
+def _padding(tokens: int, slots: int) -> dict[str, Any]:
+    return {"efficiency": tokens / slots if slots else 1.0, "padding_tokens": slots - tokens}
+
+
+def _histogram(values: np.ndarray, top: float) -> dict[str, list[float]]:
+    counts, edges = np.histogram(values, bins=_HISTOGRAM_BINS, range=(0, top))
+    return {"edges": [round(float(edge), 4) for edge in edges], "counts": counts.tolist()}
+
+
+def sequence_stats(lengths: np.ndarray, documents_per_row: np.ndarray, max_len: int, batch_size: int) -> dict[str, Any]:
+    """Figures of one packing.
+
+    Args:
+        lengths: token count of every packed document, in output order.
+        documents_per_row: documents in each sequence (sums to ``len(lengths)``).
+        max_len: the sequence capacity.
+        batch_size: documents per batch for the pad-to-longest baseline, and sequences per optimizer step.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    documents_per_row = np.asarray(documents_per_row, dtype=np.int64)
+    tokens, documents, sequences = int(lengths.sum()), len(lengths), len(documents_per_row)
+    longest_first = np.sort(lengths)[::-1]
+    batch_longest = longest_first[::batch_size]  # each batch of the sorted lengths is padded to its first
+    batch_rows = np.minimum(batch_size, documents - np.arange(len(batch_longest)) * batch_size)
+    lower_bound = -(-tokens // max_len)
+    row_tokens = np.add.reduceat(lengths, np.cumsum(documents_per_row) - documents_per_row) if sequences else lengths[:0]
+    packed_slots = sequences * max_len
+    return {
+        "documents": documents,
+        "tokens": tokens,
+        "sequences": sequences,
+        "max_len": max_len,
+        "lower_bound_sequences": lower_bound,
+        "gap_to_lower_bound": sequences - lower_bound,
+        "packing": _padding(tokens, packed_slots),
+        "pad_to_max_len": _padding(tokens, documents * max_len),
+        "pad_to_longest": {"batch_size": batch_size, **_padding(tokens, int((batch_longest * batch_rows).sum()))},
+        "compute_saved": {
+            "vs_pad_to_max_len": documents * max_len / packed_slots if packed_slots else 1.0,
+            "vs_pad_to_longest": float((batch_longest * batch_rows).sum()) / packed_slots if packed_slots else 1.0,
+        },
+        "documents_per_sequence": {
+            "mean": documents / sequences if sequences else 0.0,
+            "max": int(documents_per_row.max(initial=0)),
+        },
+        "steps_per_epoch": {
+            "batch_size": batch_size,
+            "steps": -(-sequences // batch_size),
+            "steps_drop_last": sequences // batch_size,
+        },
+        "histograms": {
+            "document_length": _histogram(lengths, max_len),
+            "sequence_fill": _histogram(row_tokens / max_len, 1.0),
+        },
+    }
+
+
+def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, Any]:
+    """Stats of a packed output, from its manifest and its ``cu_seqlens`` column alone."""
+    manifest = read_manifest(out)
+    lengths, per_row = [], []
+    for shard in manifest["shards"]:
+        cu, offsets = flat_list_column(read_shard(shard_path(out, shard["file"]), ["cu_seqlens"]).column(0))
+        boundaries = np.diff(cu)
+        keep = np.ones(len(boundaries), dtype=bool)
+        keep[offsets[1:-1] - 1] = False  # the step from one row's end to the next row's 0
+        lengths.append(boundaries[keep])
+        per_row.append(np.diff(offsets) - 1)
+    stats = sequence_stats(
+        np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
+        np.concatenate(per_row) if per_row else np.zeros(0, dtype=np.int64),
+        int(manifest["max_len"]),
+        batch_size,
+    )
+    totals = manifest["totals"]
+    stats.update({key: int(totals.get(key, 0)) for key in OVERFLOW_TOTALS})
+    stats["strategy"] = manifest["strategy"]
+    return stats
+
+
+def corpus_stats(inputs: list[str], options: PackOptions, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, Any]:
+    """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
+
+    The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one.
+    """
+    from packcli.overflow import apply_overflow
+    from packcli.pipeline import tokenize_corpus
+    from packcli.progress import SilentReporter
+    from packcli.sources import find_inputs
+    from packcli.strategies import available_strategies, get_strategy, run_strategy
+    from packcli.tokenize import load_tokenizer
+
+    files = find_inputs(inputs)
+    get_strategy(options.strategy)
+    tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
+    with tempfile.TemporaryDirectory(prefix="packcli-stats-") as tmp:
+        tokenized = tokenize_corpus(files, options, tokenizer, Path(tmp) / "tokens", SilentReporter(), lambda _: None)
+        tokenized.store.remove()
+    if len(tokenized.lengths) == 0:
+        raise PackcliError(f"no documents: the input holds no non-empty {options.text_field!r} text")
+    pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow)
+    extra = {
+        **overflow.to_json(),
+        "bad_records": tokenized.counts.bad_records,
+        "empty_documents": tokenized.counts.empty_documents,
+    }
+    compared = {}
+    for name in available_strategies():
+        packing = run_strategy(name, pieces.length, options.max_len, options.seed, options.window)
+        compared[name] = {
+            **sequence_stats(pieces.length[packing.order], np.diff(packing.offsets), options.max_len, batch_size),
+            **extra,
+            "strategy": name,
+        }
+    return {**compared[options.strategy], "strategies": compared}
