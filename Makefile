@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(VENV)/bin/packcli pack packcli/assets/sample.jsonl.gz --max-len 1024 --out $(DEMO_OUT) --overwrite
+	$(VENV)/bin/packcli pack examples/sample.jsonl.gz --max-len 1024 --out $(DEMO_OUT) --overwrite
 	$(VENV)/bin/packcli stats $(DEMO_OUT)
 
 test: install

@@ -22,7 +22,8 @@ def _histogram(console: Console, title: str, histogram: dict[str, list[float]], 
 def print_stats(stats: dict[str, Any], title: str) -> None:
     """The totals, packing against the padding baselines, overflow counts and the two histograms."""
     console = Console(highlight=False)
-    console.print(f"[bold]{title}[/bold]  strategy {stats['strategy']}, max_len {stats['max_len']:,}")
+    window = f", windows of {stats['window']:,} documents" if stats.get("window") else ""
+    console.print(f"[bold]{title}[/bold]  strategy {stats['strategy']}{window}, max_len {stats['max_len']:,}")
     console.print(
         f"  {stats['documents']:,} documents, {stats['tokens']:,} tokens, {stats['sequences']:,} sequences "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"

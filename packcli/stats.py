@@ -107,6 +107,7 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
     totals = manifest["totals"]
     stats.update({key: int(totals.get(key, 0)) for key in OVERFLOW_TOTALS})
     stats["strategy"] = manifest["strategy"]
+    stats["window"] = manifest["options"].get("window")
     return stats
 
 

@@ -23,10 +23,17 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
 
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise RuntimeError(f"network access attempted in a test: {address}")
+        real_connect(self, address)  # local (Unix) sockets: DataLoader workers share tensors through them
+
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("network access attempted in a test")
 
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket, "create_connection", refuse)
     yield
 

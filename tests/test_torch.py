@@ -1,0 +1,205 @@
+"""The loader: packed batches give the same logits and losses as documents run alone; ranks, workers, resume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
+import torch.nn.functional as F  # noqa: E402
+
+from conftest import SAMPLE  # noqa: E402
+from packcli.options import PackOptions  # noqa: E402
+from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.torch import (  # noqa: E402
+    PackedDataset,
+    block_causal_mask,
+    collate_padded,
+    collate_varlen,
+    loader,
+)
+
+MAX_LEN = 96
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("loader") / "packed"
+    pack_corpus([str(SAMPLE)], PackOptions(max_len=MAX_LEN, shard_size=300_000), out)
+    return out
+
+
+class TinyCausalLM(torch.nn.Module):
+    """One attention block with RoPE from position_ids and SDPA with an explicit boolean mask."""
+
+    def __init__(self, vocab: int = 50257, width: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.heads = heads
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 64), torch.nn.GELU(), torch.nn.Linear(64, width))
+        self.head = torch.nn.Linear(width, vocab)
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        frequencies = 10000 ** (-torch.arange(half, dtype=torch.float32) / half)
+        angles = positions[:, None, :, None].float() * frequencies  # [B, 1, T, half]
+        first, second = x[..., :half], x[..., half:]
+        return torch.cat([first * angles.cos() - second * angles.sin(), first * angles.sin() + second * angles.cos()], -1)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        batch, length = input_ids.shape
+        hidden = self.embed(input_ids)
+        q, k, v = self.qkv(hidden).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(self.rope(q, position_ids), self.rope(k, position_ids), v, attn_mask=mask)
+        hidden = hidden + self.out(attended.transpose(1, 2).reshape(batch, length, -1))
+        return self.head(hidden + self.mlp(hidden))
+
+
+def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token loss with the HF shift, over the tokens whose label is not -100."""
+    shifted = labels[:, 1:].reshape(-1)
+    losses = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), shifted, ignore_index=-100, reduction="none")
+    return losses[shifted != -100]
+
+
+def alone(model: TinyCausalLM, document: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.from_numpy(document.astype(np.int64))[None]
+    positions = torch.arange(len(document))[None]
+    causal = torch.ones(len(document), len(document), dtype=torch.bool).tril()[None, None]
+    logits = model(ids, positions, causal)
+    labels = ids.clone()
+    labels[0, 0] = -100
+    return logits[0], token_losses(logits, labels)
+
+
+def rows_with_most_documents(dataset: PackedDataset, count: int) -> list[dict]:  # type: ignore[type-arg]
+    rows = [dataset.row(i) for i in range(dataset.num_rows)]
+    rows.sort(key=lambda row: -len(row["cu_seqlens"]))
+    return rows[:count]
+
+
+@torch.no_grad()
+def test_packed_batches_equal_documents_run_alone(packed: Path) -> None:
+    model = TinyCausalLM().eval()
+    dataset = PackedDataset(packed, shuffle=False)
+    rows = rows_with_most_documents(dataset, 6)
+    documents = [row["input_ids"][a:b] for row in rows for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])]
+    assert len(documents) > len(rows)  # the rows really hold several documents
+    expected = [alone(model, document) for document in documents]
+
+    varlen = collate_varlen(rows)
+    logits = model(varlen["input_ids"], varlen["position_ids"], block_causal_mask(varlen["document_ids"]))[0]
+    cu = varlen["cu_seqlens"].tolist()
+    for (want, _), a, b in zip(expected, cu[:-1], cu[1:]):
+        torch.testing.assert_close(logits[a:b], want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(token_losses(logits[None], varlen["labels"]), torch.cat([loss for _, loss in expected]), atol=1e-5, rtol=0)
+
+    padded = collate_padded(rows, max_len=MAX_LEN)
+    logits = model(padded["input_ids"], padded["position_ids"], block_causal_mask(padded["document_ids"]))
+    assert not torch.isnan(logits).any()
+    got = [logits[k, a:b] for k, row in enumerate(rows) for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])]
+    for (want, _), have in zip(expected, got):
+        torch.testing.assert_close(have, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(token_losses(logits, padded["labels"]), torch.cat([loss for _, loss in expected]), atol=1e-5, rtol=0)
+
+
+def test_labels_and_positions_against_a_plain_loop(packed: Path) -> None:
+    dataset = PackedDataset(packed, shuffle=False)
+    rows = rows_with_most_documents(dataset, 4)
+    batch = collate_varlen(rows, pad_to_multiple_of=1000, pad_id=7)
+    ids, labels, positions = [], [], []
+    for row in rows:
+        cu = row["cu_seqlens"].tolist()
+        for d, (a, b) in enumerate(zip(cu[:-1], cu[1:])):
+            for t in range(a, b):
+                ids.append(int(row["input_ids"][t]))
+                labels.append(-100 if t == a else int(row["input_ids"][t]))
+                positions.append(t - a)
+    pad = -len(ids) % 1000
+    assert pad > 0
+    assert batch["input_ids"][0].tolist() == ids + [7] * pad
+    assert batch["labels"][0].tolist() == labels + [-100] * pad
+    assert batch["position_ids"][0].tolist() == positions + list(range(pad))
+    assert batch["input_ids"].dtype == torch.int64 and batch["cu_seqlens"].dtype == torch.int32
+    lengths = np.diff(batch["cu_seqlens"].numpy())
+    assert batch["max_seqlen"] == int(lengths.max()) and lengths[-1] == pad
+    assert batch["document_ids"][0].tolist() == np.repeat(np.arange(len(lengths)), lengths).tolist()
+    fixed = collate_varlen(rows, cu_seqlens_length=200)
+    assert fixed["cu_seqlens"].shape == (200,) and fixed["cu_seqlens"][-1] == fixed["input_ids"].shape[1]
+
+
+def test_block_causal_mask_is_vectorized_and_exact() -> None:
+    documents = torch.tensor([[0, 0, 1, 1, 1, -1]])
+    mask = block_causal_mask(documents)[0, 0]
+    expected = [[i >= j and documents[0, i] == documents[0, j] for j in range(6)] for i in range(6)]
+    assert mask.tolist() == expected
+
+
+def test_ranks_and_workers_are_disjoint_and_equal(packed: Path) -> None:
+    total = PackedDataset(packed).num_rows
+    seen = []
+    for rank in range(3):
+        batches = list(loader(packed, batch_size=40, num_workers=2, rank=rank, world_size=3, seed=5))
+        rows = [i for batch in batches for i in batch["row_index"].tolist()]
+        assert len(batches) == math.ceil((total // 3) / 40)  # every rank: the same number of batches
+        assert len(rows) == total // 3
+        seen.append(rows)
+    flat = [i for rows in seen for i in rows]
+    assert len(set(flat)) == len(flat) == total - total % 3
+    assert PackedDataset(packed, rank=0, world_size=3).dropped_rows == total % 3
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_equals_an_uninterrupted_epoch(packed: Path, workers: int) -> None:
+    full = loader(packed, batch_size=30, num_workers=workers, seed=1)
+    full.set_epoch(2)
+    expected = [batch["row_index"].tolist() for batch in full]
+    first = loader(packed, batch_size=30, num_workers=workers, seed=1)
+    first.set_epoch(2)
+    taken = []
+    for k, batch in enumerate(first):
+        taken.append(batch["row_index"].tolist())
+        if k == 4:
+            break
+    state = first.state_dict()
+    assert state["consumed"] == 150
+    resumed = loader(packed, batch_size=30, num_workers=workers, seed=1)
+    resumed.load_state_dict(state)
+    taken += [batch["row_index"].tolist() for batch in resumed]
+    assert taken == expected
+
+
+def test_set_epoch_reshuffles_the_same_rows(packed: Path) -> None:
+    dataset = PackedDataset(packed, seed=3)
+    first = [row["row_index"] for row in dataset]
+    dataset.set_epoch(1)
+    second = [row["row_index"] for row in dataset]
+    assert first != second and sorted(first) == sorted(second) == list(range(dataset.num_rows))
+    dataset.set_epoch(0)
+    assert [row["row_index"] for row in dataset] == first
+
+
+def test_padded_loader_batches(packed: Path) -> None:
+    batch = next(iter(loader(packed, batch_size=2, layout="padded")))
+    assert batch["input_ids"].shape == (2, MAX_LEN)
+    assert ((batch["document_ids"] == -1) == (batch["attention_mask"] == 0)).all()
+    assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
+
+
+@pytest.mark.gpu
+def test_cuda_batches_match_cpu(packed: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    model = TinyCausalLM().eval()
+    batch = next(iter(loader(packed, batch_size=4, device="cuda", shuffle=False)))
+    with torch.no_grad():
+        on_gpu = model.cuda()(batch["input_ids"], batch["position_ids"], block_causal_mask(batch["document_ids"])).cpu()
+        cpu = {k: v.cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        on_cpu = model.cpu()(cpu["input_ids"], cpu["position_ids"], block_causal_mask(cpu["document_ids"]))
+    torch.testing.assert_close(on_gpu, on_cpu, atol=1e-4, rtol=1e-4)
