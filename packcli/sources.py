@@ -27,6 +27,9 @@ _BLOCK_BYTES = 4 << 20
 _SLOW_BATCH_RECORDS = 4096
 
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
 @dataclass
 class ReadCounts:
     """Records that did not become documents, by reason (these go to the manifest)."""
@@ -36,8 +39,29 @@ class ReadCounts:
 
 
 @dataclass(frozen=True)
+class Field:
+    """One record field to read: ``kind`` is "string" or "messages" (a list of ``{role, content}``)."""
+
+    name: str
+    kind: str = "string"
+    flag: str = "--text-field"  # the option that names it, for error messages
+
+
+@dataclass(frozen=True)
+class RecordBatch:
+    """Valid records read from one file, as one list of values per field, and how far into the file (in bytes
+    on disk) reading has come."""
+
+    columns: list[list[Any]]
+    position: int
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+
+@dataclass(frozen=True)
 class TextBatch:
-    """Texts read from one file, and how far into that file (in bytes on disk) reading has come."""
+    """Non-empty texts read from one file, and how far into the file reading has come."""
 
     texts: list[str]
     position: int
@@ -84,12 +108,22 @@ def find_inputs(specs: Sequence[str]) -> list[Path]:
 def read_texts(
     path: Path, text_field: str, counts: ReadCounts, skip_bad_records: bool, warn: Warn
 ) -> Iterator[TextBatch]:
-    """Yield the non-empty texts of one input file in batches.
+    """Yield the non-empty texts of one input file in batches; empty texts are counted in ``counts``."""
+    for batch in read_records(path, [Field(text_field)], counts, skip_bad_records, warn):
+        texts = [text for text in batch.columns[0] if text]
+        counts.empty_documents += len(batch) - len(texts)
+        yield TextBatch(texts, batch.position)
+
+
+def read_records(
+    path: Path, fields: Sequence[Field], counts: ReadCounts, skip_bad_records: bool, warn: Warn
+) -> Iterator[RecordBatch]:
+    """Yield the valid records of one input file in batches.
 
     Args:
         path: an input file of a supported format.
-        text_field: the field (column) holding the text.
-        counts: updated with bad and empty records as they are met.
+        fields: the fields to read; a record missing one, or with a value of the wrong kind, is bad.
+        counts: updated with bad records as they are met.
         skip_bad_records: count and warn about a bad record instead of raising.
         warn: called with a one-line message for each skipped record.
     """
@@ -102,17 +136,13 @@ def read_texts(
 
     name = path.name
     if name.endswith(".parquet"):
-        batches = _read_parquet(path, text_field, reject)
+        yield from _read_parquet(path, fields, reject)
     elif name.endswith(".arrow"):
-        batches = _read_arrow(path, text_field, reject)
+        yield from _read_arrow(path, fields, reject)
     elif _starts_with_bracket(path):
-        batches = _read_json_array(path, text_field, reject)
+        yield from _read_json_array(path, fields, reject)
     else:
-        batches = _read_jsonl(path, text_field, reject)
-    for batch in batches:
-        texts = [text for text in batch.texts if text]
-        counts.empty_documents += len(batch.texts) - len(texts)
-        yield TextBatch(texts, batch.position)
+        yield from _read_jsonl(path, fields, reject)
 
 
 def _codec(path: Path) -> str | None:
@@ -143,6 +173,56 @@ def _starts_with_bracket(path: Path) -> bool:
     return head.startswith(b"[")
 
 
+def _check_value(value: Any, field: Field) -> Any:
+    """``value`` if it is of the field's kind; else BadRecordError saying what is wrong."""
+    if value is None:
+        raise BadRecordError(f"field {field.name!r} is null")
+    if field.kind == "string":
+        if not isinstance(value, str):
+            raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a string")
+        return value
+    if not isinstance(value, list):
+        raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of messages")
+    for number, message in enumerate(value, start=1):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRecordError(f"message {number} of {field.name!r} has no role")
+        if message["role"] not in ROLES:
+            raise BadRecordError(f"message {number} has unknown role {message['role']!r} (known: {', '.join(ROLES)})")
+        if not isinstance(message.get("content"), str):
+            raise BadRecordError(f"message {number} of {field.name!r} has no string content")
+    return value
+
+
+def _values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
+    if not isinstance(record, dict):
+        raise BadRecordError(f"record is a JSON {type(record).__name__}, not an object")
+    values = []
+    for field in fields:
+        if field.name not in record:
+            raise BadRecordError(f"record has no field {field.name!r} (use {field.flag} to pick another)")
+        values.append(_check_value(record[field.name], field))
+    return values
+
+
+class _Columns:
+    """Accumulates valid records column by column."""
+
+    def __init__(self, width: int) -> None:
+        self.columns: list[list[Any]] = [[] for _ in range(width)]
+
+    def add(self, values: list[Any]) -> None:
+        for column, value in zip(self.columns, values):
+            column.append(value)
+
+    def take(self, position: int) -> RecordBatch:
+        batch = RecordBatch(self.columns, position)
+        self.columns = [[] for _ in self.columns]
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+
 class _SlowPathNeeded(Exception):
     """pyarrow could not take the file past ``records_done`` records; re-read from there line by line."""
 
@@ -151,16 +231,18 @@ class _SlowPathNeeded(Exception):
         self.records_done = records_done
 
 
-def _read_jsonl(path: Path, text_field: str, reject: Reject) -> Iterator[TextBatch]:
+def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
     try:
-        yield from _read_jsonl_fast(path, text_field)
+        if any(field.kind != "string" for field in fields):
+            raise _SlowPathNeeded(0)  # nested values: the line parser checks them record by record
+        yield from _read_jsonl_fast(path, fields)
     except _SlowPathNeeded as slow:
-        yield from _read_jsonl_lines(path, text_field, slow.records_done, reject)
+        yield from _read_jsonl_lines(path, fields, slow.records_done, reject)
 
 
-def _read_jsonl_fast(path: Path, text_field: str) -> Iterator[TextBatch]:
+def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[RecordBatch]:
     """pyarrow's streaming JSON reader; raises _SlowPathNeeded at the first block it cannot take whole."""
-    schema = pa.schema([(text_field, pa.string())])
+    schema = pa.schema([(field.name, pa.string()) for field in fields])
     parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     read = pa_json.ReadOptions(block_size=_BLOCK_BYTES, use_threads=True)
     records = 0
@@ -174,19 +256,20 @@ def _read_jsonl_fast(path: Path, text_field: str) -> Iterator[TextBatch]:
         try:
             reader = pa_json.open_json(stream, read_options=read, parse_options=parse)
             for batch in reader:
-                column = batch.column(0)
-                if column.null_count:
+                if any(column.null_count for column in batch.columns):
                     raise _SlowPathNeeded(records)
-                texts = column.to_pylist()
-                records += len(texts)
-                yield TextBatch(texts, raw.tell())
+                columns = [batch.column(field.name).to_pylist() for field in fields]
+                records += batch.num_rows
+                yield RecordBatch(columns, raw.tell())
         except (pa.ArrowInvalid, UnicodeDecodeError, OSError) as exc:
             raise _SlowPathNeeded(records) from exc
 
 
-def _read_jsonl_lines(path: Path, text_field: str, records_done: int, reject: Reject) -> Iterator[TextBatch]:
+def _read_jsonl_lines(
+    path: Path, fields: Sequence[Field], records_done: int, reject: Reject
+) -> Iterator[RecordBatch]:
     """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
-    texts: list[str] = []
+    batch = _Columns(len(fields))
     records = 0
     position = 0
     with _open_binary(path) as stream:
@@ -198,40 +281,27 @@ def _read_jsonl_lines(path: Path, text_field: str, records_done: int, reject: Re
             if records <= records_done:
                 continue
             try:
-                texts.append(_parse_line(raw_line, text_field))
+                batch.add(_values_of(_parse_line(raw_line), fields))
             except BadRecordError as exc:
                 exc.path, exc.line = str(path), line_number
                 reject(exc)
-            if len(texts) >= _SLOW_BATCH_RECORDS:
-                yield TextBatch(texts, position)
-                texts = []
-    yield TextBatch(texts, path.stat().st_size)
+            if len(batch) >= _SLOW_BATCH_RECORDS:
+                yield batch.take(position)
+    yield batch.take(path.stat().st_size)
 
 
-def _parse_line(raw_line: bytes, text_field: str) -> str:
+def _parse_line(raw_line: bytes) -> Any:
     try:
         line = raw_line.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadRecordError(f"invalid UTF-8 at byte {exc.start} of the line") from None
     try:
-        record = json.loads(line)
+        return json.loads(line)
     except json.JSONDecodeError as exc:
         raise BadRecordError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
-    return _text_of(record, text_field)
 
 
-def _text_of(record: Any, text_field: str) -> str:
-    if not isinstance(record, dict):
-        raise BadRecordError(f"record is a JSON {type(record).__name__}, not an object")
-    if text_field not in record:
-        raise BadRecordError(f"record has no field {text_field!r} (use --text-field to pick another)")
-    text = record[text_field]
-    if not isinstance(text, str):
-        raise BadRecordError(f"field {text_field!r} is {type(text).__name__}, not a string")
-    return text
-
-
-def _read_json_array(path: Path, text_field: str, reject: Reject) -> Iterator[TextBatch]:
+def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
     """A ``.json`` file holding one array of records; errors name the 1-based record number."""
     try:
         with _open_binary(path) as stream:
@@ -242,57 +312,63 @@ def _read_json_array(path: Path, text_field: str, reject: Reject) -> Iterator[Te
         raise PackcliError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
-    texts: list[str] = []
+    batch = _Columns(len(fields))
     for number, record in enumerate(records, start=1):
         try:
-            texts.append(_text_of(record, text_field))
+            batch.add(_values_of(record, fields))
         except BadRecordError as exc:
             exc.path, exc.message = str(path), f"record {number}: {exc.message}"
             reject(exc)
-    yield TextBatch(texts, path.stat().st_size)
+    yield batch.take(path.stat().st_size)
 
 
-def _text_column(path: Path, schema: pa.Schema, text_field: str) -> None:
-    """Check that ``text_field`` is a string column of ``schema``."""
-    if text_field not in schema.names:
-        raise PackcliError(f"no column {text_field!r} (columns: {', '.join(schema.names)}); use --text-field", path)
-    kind = schema.field(text_field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise PackcliError(f"column {text_field!r} is {kind}, not a string", path)
+def _check_columns(path: Path, schema: pa.Schema, fields: Sequence[Field]) -> list[int]:
+    """The column index of each field; string fields must be string columns."""
+    indices = []
+    for field in fields:
+        if field.name not in schema.names:
+            raise PackcliError(f"no column {field.name!r} (columns: {', '.join(schema.names)}); use {field.flag}", path)
+        kind = schema.field(field.name).type
+        if field.kind == "string" and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise PackcliError(f"column {field.name!r} is {kind}, not a string", path)
+        indices.append(schema.get_field_index(field.name))
+    return indices
 
 
-def _column_texts(path: Path, column: pa.Array, first_row: int, reject: Reject) -> list[str]:
-    """The column's values as Python strings; a null is a bad record named by its 1-based row."""
-    texts: list[str | None] = column.to_pylist()
-    if not column.null_count:
-        return texts  # type: ignore[return-value]
-    kept: list[str] = []
-    for row, text in enumerate(texts, start=first_row + 1):
-        if text is None:
-            reject(BadRecordError("text is null", path, row))
-        else:
-            kept.append(text)
-    return kept
+def _table_records(
+    path: Path, columns: list[pa.Array], fields: Sequence[Field], first_row: int, reject: Reject
+) -> list[list[Any]]:
+    """Column values as Python objects; a null or mistyped value is a bad record named by its 1-based row."""
+    values = [column.to_pylist() for column in columns]
+    if all(field.kind == "string" for field in fields) and not any(column.null_count for column in columns):
+        return values
+    batch = _Columns(len(fields))
+    for row, record in enumerate(zip(*values), start=first_row + 1):
+        try:
+            batch.add([_check_value(value, field) for value, field in zip(record, fields)])
+        except BadRecordError as exc:
+            exc.path, exc.line = str(path), row
+            reject(exc)
+    return batch.columns
 
 
-def _read_parquet(path: Path, text_field: str, reject: Reject) -> Iterator[TextBatch]:
+def _read_parquet(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise PackcliError(f"cannot read as Parquet: {exc}", path) from exc
-    _text_column(path, parquet.schema_arrow, text_field)
+    _check_columns(path, parquet.schema_arrow, fields)
     rows = 0
     size = path.stat().st_size
     groups = parquet.metadata.num_row_groups
     for group in range(groups):
-        table = parquet.read_row_group(group, columns=[text_field])
-        column = table.column(0).combine_chunks()
-        texts = _column_texts(path, column, rows, reject)
-        rows += len(column)
-        yield TextBatch(texts, size * (group + 1) // groups)
+        table = parquet.read_row_group(group, columns=[field.name for field in fields])
+        columns = [table.column(field.name).combine_chunks() for field in fields]
+        yield RecordBatch(_table_records(path, columns, fields, rows, reject), size * (group + 1) // groups)
+        rows += table.num_rows
 
 
-def _read_arrow(path: Path, text_field: str, reject: Reject) -> Iterator[TextBatch]:
+def _read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
     """Arrow IPC, stream format (as ``datasets`` writes it) or file format."""
     source = pa.memory_map(str(path))
     try:
@@ -302,14 +378,13 @@ def _read_arrow(path: Path, text_field: str, reject: Reject) -> Iterator[TextBat
             reader = pa.ipc.open_file(source)
         except pa.ArrowInvalid as exc:
             raise PackcliError(f"cannot read as Arrow IPC: {exc}", path) from exc
-    _text_column(path, reader.schema, text_field)
-    index = reader.schema.get_field_index(text_field)
+    indices = _check_columns(path, reader.schema, fields)
     batches = reader if isinstance(reader, pa.ipc.RecordBatchStreamReader) else (
         reader.get_batch(i) for i in range(reader.num_record_batches)
     )
     rows = 0
     size = path.stat().st_size
     for batch in batches:
-        texts = _column_texts(path, batch.column(index), rows, reject)
+        columns = [batch.column(index) for index in indices]
+        yield RecordBatch(_table_records(path, columns, fields, rows, reject), min(size, source.tell()))
         rows += batch.num_rows
-        yield TextBatch(texts, min(size, source.tell()))

@@ -65,7 +65,7 @@ BAD_LINES = [
     (b'{"text": "ok"}\n\n{"text": "broken"\n', 3, "invalid JSON"),
     (b'{"text": "ok"}\n{"body": "x"}\n', 2, "no field 'text'"),
     (b'{"text": "ok"}\n{"text": 5}\n', 2, "is int, not a string"),
-    (b'{"text": "ok"}\n{"text": null}\n', 2, "is NoneType, not a string"),
+    (b'{"text": "ok"}\n{"text": null}\n', 2, "field 'text' is null"),
     (b'{"text": "ok"}\n{"text": "a\xffb"}\n', 2, "invalid UTF-8"),
     (b'{"text": "ok"}\n[1, 2]\n', 2, "not an object"),
 ]
@@ -103,7 +103,7 @@ def test_parquet_without_the_field_and_with_nulls(tmp_path: Path) -> None:
     with pytest.raises(PackcliError, match="no column 'text' .columns: body.; use --text-field"):
         texts_of(tmp_path / "a.parquet")
     pq.write_table(pa.table({"text": ["x", None, "z"]}), tmp_path / "b.parquet")
-    with pytest.raises(BadRecordError, match="b.parquet:2: text is null"):
+    with pytest.raises(BadRecordError, match="b.parquet:2: field 'text' is null"):
         texts_of(tmp_path / "b.parquet")
     assert texts_of(tmp_path / "b.parquet", skip=True)[0] == ["x", "z"]
     assert texts_of(tmp_path / "a.parquet", field="body")[0] == ["x"]
