@@ -58,7 +58,21 @@ TokenizerOption = Annotated[
     str | None,
     typer.Option(help="A tokenizer.json, a directory holding one, or a cached hub name. Default: bundled GPT-2."),
 ]
-OutputPath = Annotated[Path, typer.Argument(help="A packed output directory.")]
+TextFieldOption = Annotated[str, typer.Option(help="The record field holding the text.")]
+OverflowOption = Annotated[
+    Overflow | None,
+    typer.Option(help="What to do with documents longer than --max-len [default: split; drop for fine-tuning records]."),
+]
+PromptFieldOption = Annotated[str | None, typer.Option(help="Fine-tuning: the prompt field (no loss taken on it).")]
+ResponseFieldOption = Annotated[str | None, typer.Option(help="Fine-tuning: the response field (loss taken on it).")]
+MessagesFieldOption = Annotated[
+    str | None, typer.Option(help="Fine-tuning: the field holding a chat, a list of {role, content}.")
+]
+ChatTemplateOption = Annotated[
+    str | None,
+    typer.Option(help="A Jinja chat template file [default: the tokenizer directory's, else built-in ChatML]."),
+]
+LossOnOption = Annotated[str, typer.Option(help="Chats: 'assistant' turns only, or 'all' tokens.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_WARNINGS = 20
@@ -119,8 +133,13 @@ def pack(
     tokenizer: TokenizerOption = None,
     strategy: Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")] = "bfd",
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
-    text_field: Annotated[str, typer.Option(help="The record field holding the text.")] = "text",
-    overflow: Annotated[Overflow, typer.Option(help="What to do with documents longer than --max-len.")] = Overflow.split,
+    text_field: TextFieldOption = "text",
+    overflow: OverflowOption = None,
+    prompt_field: PromptFieldOption = None,
+    response_field: ResponseFieldOption = None,
+    messages_field: MessagesFieldOption = None,
+    chat_template: ChatTemplateOption = None,
+    loss_on: LossOnOption = "assistant",
     shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB.")] = "512MiB",
     workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads (default: all cores).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for strategies that take one.")] = 0,
@@ -143,6 +162,8 @@ def pack(
       packcli pack data/ --tokenizer tokenizer.json --strategy ffd --out packed-ffd
 
       packcli pack 'shards/*.parquet' --overflow drop --json
+
+      packcli pack sft.jsonl --prompt-field prompt --response-field response --max-len 2048
     """
     from packcli.options import PackOptions, parse_size
     from packcli.pipeline import pack_corpus
@@ -157,6 +178,11 @@ def pack(
         strategy=strategy,
         text_field=text_field,
         overflow=overflow,
+        prompt_field=prompt_field,
+        response_field=response_field,
+        messages_field=messages_field,
+        chat_template=chat_template,
+        loss_on=loss_on,
         shard_size=parse_size(shard_size),
         workers=workers,
         seed=seed,
@@ -187,8 +213,10 @@ def pack(
             f"{summary['sequences']:,} sequences of max_len {summary['max_len']:,} "
             f"({summary['tokens'] / capacity:.2%} full), {summary['shards']} shard(s) in {out}"
         )
-        for key in ("split_documents", "truncated_tokens", "dropped_documents", "bad_records", "empty_documents"):
-            if summary[key]:
+        keys = ("split_documents", "truncated_tokens", "dropped_documents", "bad_records", "empty_documents",
+                "supervised_tokens", "unsupervised_sequences")
+        for key in keys:
+            if summary.get(key):
                 print(f"  {key.replace('_', ' ')}: {summary[key]:,}")
 
 
@@ -219,8 +247,13 @@ def stats(
     batch_size: Annotated[int, typer.Option(min=1, help="Documents per pad-to-longest batch; sequences per step.")] = 8,
     max_len: MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: TokenizerOption = None,
-    text_field: Annotated[str, typer.Option(help="Raw corpus: the record field holding the text.")] = "text",
-    overflow: Annotated[Overflow, typer.Option(help="Raw corpus: overflow policy.")] = Overflow.split,
+    text_field: TextFieldOption = "text",
+    overflow: OverflowOption = None,
+    prompt_field: PromptFieldOption = None,
+    response_field: ResponseFieldOption = None,
+    messages_field: MessagesFieldOption = None,
+    chat_template: ChatTemplateOption = None,
+    loss_on: LossOnOption = "assistant",
     json_output: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
@@ -247,7 +280,17 @@ def stats(
     else:
         from packcli.options import PackOptions
 
-        options = PackOptions(max_len=max_len, tokenizer=tokenizer, text_field=text_field, overflow=overflow)
+        options = PackOptions(
+            max_len=max_len,
+            tokenizer=tokenizer,
+            text_field=text_field,
+            overflow=overflow,
+            prompt_field=prompt_field,
+            response_field=response_field,
+            messages_field=messages_field,
+            chat_template=chat_template,
+            loss_on=loss_on,
+        )
         figures = corpus_stats(targets, options, batch_size)
         raw = True
     if json_output:

@@ -30,7 +30,12 @@ class PackOptions:
     tokenizer: str | None = None
     strategy: str = "bfd"
     text_field: str = "text"
-    overflow: Overflow = Overflow.split
+    overflow: Overflow | None = None  # None: split for text, drop for fine-tuning records
+    prompt_field: str | None = None
+    response_field: str | None = None
+    messages_field: str | None = None
+    chat_template: str | None = None
+    loss_on: str = "assistant"
     shard_size: int = DEFAULT_SHARD_SIZE
     workers: int | None = None
     seed: int = 0
@@ -40,7 +45,27 @@ class PackOptions:
     eos_token: str | None = None
     skip_bad_records: bool = False
 
+    @property
+    def overflow_policy(self) -> Overflow:
+        """The overflow policy, resolved (``overflow`` is None only before initialisation)."""
+        return Overflow(self.overflow)
+
+    @property
+    def fine_tuning(self) -> bool:
+        """Records are prompt/response pairs or chats: documents carry labels."""
+        return self.prompt_field is not None or self.messages_field is not None
+
     def __post_init__(self) -> None:
+        if (self.prompt_field is None) != (self.response_field is None):
+            raise UsageError("--prompt-field and --response-field go together")
+        if self.messages_field is not None and self.prompt_field is not None:
+            raise UsageError("use either --messages-field or --prompt-field/--response-field, not both")
+        if self.chat_template is not None and self.messages_field is None:
+            raise UsageError("--chat-template needs --messages-field")
+        if self.loss_on not in ("assistant", "all"):
+            raise UsageError(f"--loss-on must be 'assistant' or 'all', got {self.loss_on!r}")
+        if self.overflow is None:  # a conversation is not cut in pieces unless asked: drop and count it
+            object.__setattr__(self, "overflow", Overflow.drop if self.fine_tuning else Overflow.split)
         if not isinstance(self.overflow, Overflow):  # library callers may pass the policy's name
             choices = ", ".join(policy.value for policy in Overflow)
             if self.overflow not in {policy.value for policy in Overflow}:
@@ -58,7 +83,7 @@ class PackOptions:
     def to_json(self) -> dict[str, Any]:
         """All options as plain JSON values, for the manifest."""
         out = dataclasses.asdict(self)
-        out["overflow"] = self.overflow.value
+        out["overflow"] = Overflow(self.overflow).value
         return out
 
     def output_relevant(self) -> dict[str, Any]:

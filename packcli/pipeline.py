@@ -9,31 +9,25 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from packcli import __version__
 from packcli.errors import PackcliError
-from packcli.layout import cu_seqlens, exclusive_cumsum, position_ids
 from packcli.manifest import FORMAT_VERSION, fingerprint, read_manifest, shard_path, write_manifest
 from packcli.options import PackOptions
 from packcli.overflow import OverflowCounts, Pieces, apply_overflow
 from packcli.progress import Reporter, SilentReporter
-from packcli.shards import ShardInfo, ShardWriter, list_array, shard_schema
-from packcli.sources import ReadCounts, find_inputs, read_texts
-from packcli.store import TokenStore
+from packcli.documents import Encoder, make_encoder
+from packcli.ingest import Tokenized, tokenize_corpus
+from packcli.rows import Supervision, write_rows
+from packcli.shards import ShardInfo, shard_schema
+from packcli.sources import find_inputs
 from packcli.strategies import Packing, get_strategy, run_strategy
-from packcli.tokenize import LoadedTokenizer, encode_texts, flatten, load_tokenizer, special_ids
+from packcli.tokenize import LoadedTokenizer, load_tokenizer
 
-# Rows are written in record batches of at most this many payload bytes (keeps int32 list offsets far from 2^31).
-# Small enough that numpy's temporaries are recycled by the allocator instead of faulted in afresh.
-BATCH_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -57,15 +51,6 @@ class PackResult:
         }
 
 
-@dataclass(frozen=True)
-class Tokenized:
-    """Every document's tokens in a store, plus per-document lengths and the read counts."""
-
-    store: TokenStore
-    lengths: np.ndarray
-    counts: ReadCounts
-
-
 def pack_corpus(
     inputs: list[str],
     options: PackOptions,
@@ -83,8 +68,8 @@ def pack_corpus(
     files = find_inputs(inputs)
     get_strategy(options.strategy)  # an unknown strategy is a usage error before any work
     tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
-    special_ids(tokenizer, options.eos, options.bos)
-    print_ = fingerprint(files, tokenizer.sha256, options.output_relevant())
+    encoder = make_encoder(options, tokenizer)
+    print_ = fingerprint(files, tokenizer.sha256, {**options.output_relevant(), **encoder.fingerprint})
     existing = _existing_output(out, print_)
     if existing == "same":
         return PackResult(out, "up-to-date", read_manifest(out))
@@ -94,7 +79,7 @@ def pack_corpus(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        manifest = _build(files, options, tokenizer, staging, print_, reporter, warn)
+        manifest = _build(files, options, tokenizer, encoder, staging, print_, reporter, warn)
         _move_into_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -134,81 +119,26 @@ def _move_into_place(staging: Path, out: Path) -> None:
         os.replace(staging, out)
 
 
-def tokenize_corpus(
-    files: list[Path],
-    options: PackOptions,
-    tokenizer: LoadedTokenizer,
-    store_path: Path,
-    reporter: Reporter,
-    warn: Callable[[str], None],
-) -> Tokenized:
-    """Tokenize every non-empty text of ``files`` into a token store, in input order.
-
-    One batch is encoded in a helper thread (the tokenizer releases the GIL) while this thread reads the next
-    and stores the previous, so reading and storing hide behind tokenization.
-    """
-    eos_id, bos_id = special_ids(tokenizer, options.eos, options.bos)
-    store = TokenStore(store_path)
-    lengths: list[np.ndarray] = []
-    counts = ReadCounts()
-    reporter.start(sum(path.stat().st_size for path in files))
-    documents = 0
-
-    def store_batch(encoded: Future[list[list[int]]], bytes_done: int) -> None:
-        nonlocal documents
-        tokens, batch_lengths = flatten(encoded.result(), eos_id, bos_id)
-        store.append(tokens)
-        lengths.append(batch_lengths)
-        documents += len(batch_lengths)
-        reporter.advance(bytes_done, documents, store.count)
-
-    try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-encode") as encoder:
-            in_flight: tuple[Future[list[list[int]]], int] | None = None
-            for texts, bytes_done in _text_batches(files, options, counts, warn):
-                encoded = encoder.submit(encode_texts, tokenizer.tokenizer, texts)
-                if in_flight is not None:
-                    store_batch(*in_flight)
-                in_flight = (encoded, bytes_done)
-            if in_flight is not None:
-                store_batch(*in_flight)
-    except BaseException:
-        store.remove()
-        raise
-    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    return Tokenized(store, all_lengths, counts)
-
-
-def _text_batches(
-    files: list[Path], options: PackOptions, counts: ReadCounts, warn: Callable[[str], None]
-) -> Iterator[tuple[list[str], int]]:
-    """Non-empty text batches of every file in order, with the input bytes read so far."""
-    bytes_before = 0
-    for path in files:
-        for batch in read_texts(path, options.text_field, counts, options.skip_bad_records, warn):
-            if batch.texts:
-                yield batch.texts, bytes_before + batch.position
-        bytes_before += path.stat().st_size
-
-
 def _build(
     files: list[Path],
     options: PackOptions,
     tokenizer: LoadedTokenizer,
+    encoder: Encoder,
     staging: Path,
     print_: str,
     reporter: Reporter,
     warn: Callable[[str], None],
 ) -> dict[str, Any]:
-    tokenized = tokenize_corpus(files, options, tokenizer, staging / "tokens.tmp", reporter, warn)
+    tokenized = tokenize_corpus(files, encoder, options.skip_bad_records, staging / "tokens.tmp", reporter, warn)
+    supervision = Supervision() if encoder.supervised else None
     try:
         if len(tokenized.lengths) == 0:
             raise PackcliError(
-                f"no documents: the input holds no non-empty {options.text_field!r} text "
-                f"({tokenized.counts.empty_documents} empty, {tokenized.counts.bad_records} bad records)",
+                f"no documents: the input holds no usable record ({tokenized.counts.empty_documents} empty, "
+                f"{tokenized.counts.bad_records} bad records)",
                 files[0] if len(files) == 1 else None,
             )
-        pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow)
+        pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
         if len(pieces.length) == 0:
             raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
         reporter.stage("packing")
@@ -220,49 +150,17 @@ def _build(
             "packcli.tokenizer_sha256": tokenizer.sha256,
         }
         tokenized.store.finish()
-        shards = write_shards(staging, tokenized.store, pieces, packing, shard_schema(metadata), options.shard_size)
+        schema = shard_schema(metadata, labels=encoder.supervised)
+        shards = write_rows(staging, tokenized.store, pieces, packing, schema, options.shard_size, supervision)
     finally:
         tokenized.store.remove()
     reporter.close()
     manifest = _manifest(files, options, tokenizer, print_, tokenized, pieces, overflow, packing, shards)
+    if supervision is not None:
+        manifest["totals"].update(asdict(supervision))
+        manifest["columns"] = list(shard_schema({}, labels=True).names)
     write_manifest(staging, manifest)
     return manifest
-
-
-def write_shards(
-    directory: Path, store: TokenStore, pieces: Pieces, packing: Packing, schema: pa.Schema, shard_size: int
-) -> list[ShardInfo]:
-    """Gather each row's tokens from the store and write the rows, in packing order, as rolling shards."""
-    lengths = pieces.length[packing.order]
-    starts = pieces.start[packing.order]
-    row_tokens = np.diff(exclusive_cumsum(lengths)[packing.offsets])
-    row_documents = np.diff(packing.offsets)
-    row_bytes = 8 * row_tokens + 4 * (row_documents + 1) + 12
-    # Batch k holds the rows whose bytes start in [k * budget, (k + 1) * budget): deterministic and vectorized.
-    budget = min(shard_size, BATCH_BYTES)
-    batch_of_row = (np.cumsum(row_bytes) - row_bytes) // budget
-    cuts = np.concatenate(([0], np.nonzero(np.diff(batch_of_row))[0] + 1, [len(row_bytes)]))
-    with ShardWriter(directory, schema, shard_size) as writer:
-        for first, last in zip(cuts[:-1], cuts[1:]):
-            row_offsets = packing.offsets[first : last + 1] - packing.offsets[first]
-            docs = slice(packing.offsets[first], packing.offsets[last])
-            batch = _row_batch(store, starts[docs], lengths[docs], row_offsets, schema)
-            writer.write(batch, int(row_offsets[-1]), int(row_tokens[first:last].sum()), int(row_bytes[first:last].sum()))
-    return writer.shards
-
-
-def _row_batch(
-    store: TokenStore, starts: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray, schema: pa.Schema
-) -> pa.RecordBatch:
-    """One record batch of rows whose pieces (start, length) are listed in row order."""
-    token_offsets = exclusive_cumsum(lengths)[row_offsets]
-    cu_values, cu_offsets = cu_seqlens(lengths, row_offsets)
-    columns = [
-        list_array(token_offsets, store.gather(starts, lengths)),
-        list_array(token_offsets, position_ids(lengths)),
-        list_array(cu_offsets, cu_values),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _manifest(

@@ -52,6 +52,11 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         f"{stats['dropped_documents']:,} documents dropped; {stats['bad_records']:,} bad records skipped, "
         f"{stats['empty_documents']:,} empty texts skipped"
     )
+    if "supervised_tokens" in stats:
+        console.print(
+            f"  fine-tuning: {stats['supervised_tokens']:,} supervised tokens ({stats['supervised_fraction']:.2%}), "
+            f"{stats['unsupervised_sequences']:,} sequences without any supervised token"
+        )
     _histogram(console, "document lengths (tokens)", stats["histograms"]["document_length"], percent=False)
     _histogram(console, "sequence fill", stats["histograms"]["sequence_fill"], percent=True)
 

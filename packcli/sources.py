@@ -69,6 +69,7 @@ class TextBatch:
 
 Warn = Callable[[str], None]
 Reject = Callable[[BadRecordError], None]
+Convert = Callable[[list[Any]], Any]
 
 
 def _is_supported(path: Path) -> bool:
@@ -116,7 +117,12 @@ def read_texts(
 
 
 def read_records(
-    path: Path, fields: Sequence[Field], counts: ReadCounts, skip_bad_records: bool, warn: Warn
+    path: Path,
+    fields: Sequence[Field],
+    counts: ReadCounts,
+    skip_bad_records: bool,
+    warn: Warn,
+    convert: Convert | None = None,
 ) -> Iterator[RecordBatch]:
     """Yield the valid records of one input file in batches.
 
@@ -126,6 +132,8 @@ def read_records(
         counts: updated with bad records as they are met.
         skip_bad_records: count and warn about a bad record instead of raising.
         warn: called with a one-line message for each skipped record.
+        convert: applied to each record's values while reading (so its errors name the line); the batch then
+            has one column of its results.
     """
 
     def reject(exc: BadRecordError) -> None:
@@ -133,6 +141,9 @@ def read_records(
             raise exc
         counts.bad_records += 1
         warn(f"skipped bad record: {exc}")
+
+    if convert is not None:
+        fields = [_Converted(field.name, field.kind, field.flag, convert) for field in fields]
 
     name = path.name
     if name.endswith(".parquet"):
@@ -193,15 +204,34 @@ def _check_value(value: Any, field: Field) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class _Converted(Field):
+    """A field whose record is converted after checking (see ``read_records``' ``convert``)."""
+
+    convert: Convert | None = None
+
+
+def _checked(values: list[Any], fields: Sequence[Field]) -> list[Any]:
+    """Check each value against its field, then convert the record when the fields ask for it."""
+    values = [_check_value(value, field) for value, field in zip(values, fields)]
+    first = fields[0]
+    if isinstance(first, _Converted) and first.convert is not None:
+        return [first.convert(values)]
+    return values
+
+
 def _values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
     if not isinstance(record, dict):
         raise BadRecordError(f"record is a JSON {type(record).__name__}, not an object")
-    values = []
     for field in fields:
         if field.name not in record:
             raise BadRecordError(f"record has no field {field.name!r} (use {field.flag} to pick another)")
-        values.append(_check_value(record[field.name], field))
-    return values
+    return _checked([record[field.name] for field in fields], fields)
+
+
+def _width(fields: Sequence[Field]) -> int:
+    """Columns per batch: one per field, or one for converted records."""
+    return 1 if fields and isinstance(fields[0], _Converted) else len(fields)
 
 
 class _Columns:
@@ -233,7 +263,7 @@ class _SlowPathNeeded(Exception):
 
 def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
     try:
-        if any(field.kind != "string" for field in fields):
+        if any(field.kind != "string" or isinstance(field, _Converted) for field in fields):
             raise _SlowPathNeeded(0)  # nested values: the line parser checks them record by record
         yield from _read_jsonl_fast(path, fields)
     except _SlowPathNeeded as slow:
@@ -269,7 +299,7 @@ def _read_jsonl_lines(
     path: Path, fields: Sequence[Field], records_done: int, reject: Reject
 ) -> Iterator[RecordBatch]:
     """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
-    batch = _Columns(len(fields))
+    batch = _Columns(_width(fields))
     records = 0
     position = 0
     with _open_binary(path) as stream:
@@ -312,7 +342,7 @@ def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Ite
         raise PackcliError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
-    batch = _Columns(len(fields))
+    batch = _Columns(_width(fields))
     for number, record in enumerate(records, start=1):
         try:
             batch.add(_values_of(record, fields))
@@ -340,12 +370,13 @@ def _table_records(
 ) -> list[list[Any]]:
     """Column values as Python objects; a null or mistyped value is a bad record named by its 1-based row."""
     values = [column.to_pylist() for column in columns]
-    if all(field.kind == "string" for field in fields) and not any(column.null_count for column in columns):
+    plain = all(field.kind == "string" and not isinstance(field, _Converted) for field in fields)
+    if plain and not any(column.null_count for column in columns):
         return values
-    batch = _Columns(len(fields))
+    batch = _Columns(_width(fields))
     for row, record in enumerate(zip(*values), start=first_row + 1):
         try:
-            batch.add([_check_value(value, field) for value, field in zip(record, fields)])
+            batch.add(_checked(list(record), fields))
         except BadRecordError as exc:
             exc.path, exc.line = str(path), row
             reject(exc)

@@ -15,7 +15,7 @@ import numpy as np
 from packcli.errors import PackcliError
 from packcli.manifest import read_manifest, shard_path
 from packcli.options import PackOptions
-from packcli.shards import flat_list_column, read_shard
+from packcli.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
 
 DEFAULT_BATCH_SIZE = 8
 OVERFLOW_TOTALS = (
@@ -91,8 +91,17 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
     """Stats of a packed output, from its manifest and its ``cu_seqlens`` column alone."""
     manifest = read_manifest(out)
     lengths, per_row = [], []
+    supervised = LABELS_COLUMN in manifest.get("columns", [])
+    supervised_tokens = unsupervised_sequences = 0
     for shard in manifest["shards"]:
-        cu, offsets = flat_list_column(read_shard(shard_path(out, shard["file"]), ["cu_seqlens"]).column(0))
+        table = read_shard(shard_path(out, shard["file"]), ["cu_seqlens", *([LABELS_COLUMN] if supervised else [])])
+        if supervised:
+            labels, label_offsets = flat_list_column(table.column(LABELS_COLUMN))
+            taken = (labels != IGNORE_INDEX).astype(np.int64)
+            per_sequence = np.add.reduceat(taken, label_offsets[:-1]) if len(taken) else taken
+            supervised_tokens += int(taken.sum())
+            unsupervised_sequences += int(np.count_nonzero(per_sequence == 0))
+        cu, offsets = flat_list_column(table.column("cu_seqlens"))
         boundaries = np.diff(cu)
         keep = np.ones(len(boundaries), dtype=bool)
         keep[offsets[1:-1] - 1] = False  # the step from one row's end to the next row's 0
@@ -108,6 +117,10 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
     stats.update({key: int(totals.get(key, 0)) for key in OVERFLOW_TOTALS})
     stats["strategy"] = manifest["strategy"]
     stats["window"] = manifest["options"].get("window")
+    if supervised:
+        stats["supervised_tokens"] = supervised_tokens
+        stats["supervised_fraction"] = supervised_tokens / stats["tokens"] if stats["tokens"] else 0.0
+        stats["unsupervised_sequences"] = unsupervised_sequences
     return stats
 
 
@@ -116,8 +129,9 @@ def corpus_stats(inputs: list[str], options: PackOptions, batch_size: int = DEFA
 
     The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one.
     """
+    from packcli.documents import make_encoder
+    from packcli.ingest import tokenize_corpus
     from packcli.overflow import apply_overflow
-    from packcli.pipeline import tokenize_corpus
     from packcli.progress import SilentReporter
     from packcli.sources import find_inputs
     from packcli.strategies import available_strategies, get_strategy, run_strategy
@@ -127,11 +141,14 @@ def corpus_stats(inputs: list[str], options: PackOptions, batch_size: int = DEFA
     get_strategy(options.strategy)
     tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
     with tempfile.TemporaryDirectory(prefix="packcli-stats-") as tmp:
-        tokenized = tokenize_corpus(files, options, tokenizer, Path(tmp) / "tokens", SilentReporter(), lambda _: None)
+        encoder = make_encoder(options, tokenizer)
+        tokenized = tokenize_corpus(
+            files, encoder, options.skip_bad_records, Path(tmp) / "tokens", SilentReporter(), lambda _: None
+        )
         tokenized.store.remove()
     if len(tokenized.lengths) == 0:
         raise PackcliError(f"no documents: the input holds no non-empty {options.text_field!r} text")
-    pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow)
+    pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
     extra = {
         **overflow.to_json(),
         "bad_records": tokenized.counts.bad_records,

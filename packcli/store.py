@@ -5,56 +5,83 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from packcli.layout import exclusive_cumsum
 
 TOKEN_DTYPE = np.int32
-_TOKEN_BYTES = np.dtype(TOKEN_DTYPE).itemsize
 
 
 class TokenStore:
-    """Append-only int32 token file; after :meth:`finish`, :meth:`gather` reads pieces of it back."""
+    """Append-only int32 token file (and, with ``with_mask``, a parallel byte per token: supervised or not);
+    after :meth:`finish`, :meth:`gather` reads pieces of it back."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, with_mask: bool = False) -> None:
         self.path = path
         self.count = 0
         self._file = open(path, "w+b")
+        self.mask_path = path.with_name(path.name + ".mask") if with_mask else None
+        self._mask = open(self.mask_path, "w+b") if self.mask_path else None
 
-    def append(self, tokens: np.ndarray) -> int:
-        """Append tokens; returns the store offset of the first one."""
+    @property
+    def has_mask(self) -> bool:
+        return self._mask is not None
+
+    def append(self, tokens: np.ndarray, mask: np.ndarray | None = None) -> int:
+        """Append tokens (and their mask, when the store has one); returns the offset of the first."""
         offset = self.count
         self._file.write(np.ascontiguousarray(tokens, dtype=TOKEN_DTYPE).tobytes())
+        if self._mask is not None:
+            assert mask is not None and len(mask) == len(tokens)
+            self._mask.write(np.ascontiguousarray(mask, dtype=np.uint8).tobytes())
         self.count += len(tokens)
         return offset
 
     def finish(self) -> None:
-        """Stop appending; the file is complete for reading."""
+        """Stop appending; the files are complete for reading."""
         self._file.flush()
+        if self._mask is not None:
+            self._mask.flush()
 
     def gather(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """The tokens of pieces (start, length), concatenated.
+        """The tokens of pieces (start, length), concatenated."""
+        return _read_pieces(self._file, TOKEN_DTYPE, starts, lengths)
 
-        Read with one ``preadv`` per run of pieces that are adjacent both in the store and in the result, straight
-        into the result. (A memory map would make much of the store resident: each page fault maps a whole large
-        folio, up to 2 MiB, around the document it reads.)
-        """
-        starts = np.asarray(starts, dtype=np.int64)
-        bounds = exclusive_cumsum(lengths)
-        tokens = np.empty(int(bounds[-1]), dtype=TOKEN_DTYPE)
-        if len(starts) == 0:
-            return tokens
-        run = np.flatnonzero(np.concatenate(([True], starts[1:] != starts[:-1] + lengths[:-1])))
-        run_bounds = np.append(bounds[run], bounds[-1]) * _TOKEN_BYTES
-        view = memoryview(tokens).cast("B")
-        descriptor = self._file.fileno()
-        for offset, first, last in zip((starts[run] * _TOKEN_BYTES).tolist(), run_bounds[:-1].tolist(), run_bounds[1:].tolist()):
-            if os.preadv(descriptor, [view[first:last]], offset) != last - first:
-                raise OSError(f"token store {self.path} is shorter than expected")
-        return tokens
+    def gather_mask(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The supervision mask (bool) of pieces (start, length), concatenated."""
+        assert self._mask is not None
+        return _read_pieces(self._mask, np.uint8, starts, lengths).view(bool)
 
     def remove(self) -> None:
-        """Close and delete the file."""
-        self._file.close()
+        """Close and delete the files."""
+        for handle in (self._file, self._mask):
+            if handle is not None:
+                handle.close()
         self.path.unlink(missing_ok=True)
+        if self.mask_path is not None:
+            self.mask_path.unlink(missing_ok=True)
+
+
+def _read_pieces(handle: BinaryIO, dtype: type, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Read pieces (start, length) of a flat array file, concatenated.
+
+    One ``preadv`` per run of pieces that are adjacent both in the file and in the result, straight into the
+    result. (A memory map would make much of the file resident: each page fault maps a whole large folio, up to
+    2 MiB, around the document it reads.)
+    """
+    item = np.dtype(dtype).itemsize
+    starts = np.asarray(starts, dtype=np.int64)
+    bounds = exclusive_cumsum(lengths)
+    values = np.empty(int(bounds[-1]), dtype=dtype)
+    if len(starts) == 0:
+        return values
+    run = np.flatnonzero(np.concatenate(([True], starts[1:] != starts[:-1] + lengths[:-1])))
+    run_bounds = np.append(bounds[run], bounds[-1]) * item
+    view = memoryview(values).cast("B")
+    descriptor = handle.fileno()
+    for offset, first, last in zip((starts[run] * item).tolist(), run_bounds[:-1].tolist(), run_bounds[1:].tolist()):
+        if os.preadv(descriptor, [view[first:last]], offset) != last - first:
+            raise OSError(f"{handle.name} is shorter than expected")
+    return values

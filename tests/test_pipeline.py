@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
-from packcli import pipeline
+from packcli import rows
 from packcli.errors import PackcliError
 from packcli.options import Overflow, PackOptions
 from packcli.pipeline import pack_corpus
@@ -131,7 +131,7 @@ def test_failure_mid_write_leaves_no_output_and_propagates(
     if existing:
         pack_corpus([str(SAMPLE)], PackOptions(max_len=128), out)
         before = shard_digests(out)
-    real = pipeline._row_batch
+    real = rows.row_batch
     calls = []
 
     def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -140,7 +140,7 @@ def test_failure_mid_write_leaves_no_output_and_propagates(
             raise OSError("No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "_row_batch", failing)
+    monkeypatch.setattr(rows, "row_batch", failing)
     with pytest.raises(OSError, match="No space left"):
         pack_corpus([str(SAMPLE)], PackOptions(max_len=256, shard_size=100_000), out, overwrite=True)
     assert len(calls) == 3

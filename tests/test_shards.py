@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from packcli.options import Overflow
 from packcli.overflow import apply_overflow
-from packcli.pipeline import write_shards
+from packcli.rows import write_rows
 from packcli.shards import ShardWriter, read_shard, shard_schema
 from packcli.store import TokenStore
 from packcli.strategies import run_strategy
@@ -25,7 +25,7 @@ def write_case(directory: Path, lengths: np.ndarray, max_len: int, shard_size: i
     store.finish()
     pieces, _ = apply_overflow(lengths, max_len, Overflow.split)
     packing = run_strategy(strategy, pieces.length, max_len)
-    shards = write_shards(directory, store, pieces, packing, shard_schema({"k": "v"}), shard_size)
+    shards = write_rows(directory, store, pieces, packing, shard_schema({"k": "v"}), shard_size)
     store.remove()
     return [read_shard(directory / shard.file) for shard in shards]
 

@@ -1,0 +1,118 @@
+"""Chat records -> segments of text, each marked supervised (loss taken) or not, and markup or content.
+
+Segments are tokenized separately, so no token merges across a prompt/response boundary. Content is tokenized
+as text (a literal ``<|im_end|>`` typed by a user stays text); markup is tokenized with special tokens recognized.
+
+The built-in ChatML renders ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message; an assistant turn's
+content and its ``<|im_end|>\\n`` are supervised, and so is the document's EOS when the chat ends with an assistant
+turn. A Jinja template (``--chat-template`` or a tokenizer directory's ``tokenizer_config.json``) is rendered
+prefix by prefix: an assistant message's segment is what rendering it adds
+after the generation prompt, so exactly the assistant's words and end marker are supervised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packcli.errors import BadRecordError, PackcliError, UsageError
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of a document's text: ``supervised`` takes loss; ``markup`` is template text, not user content."""
+
+    text: str
+    supervised: bool
+    markup: bool = False
+
+
+Messages = list[dict[str, Any]]
+
+
+class ChatML:
+    """The built-in template."""
+
+    name = "chatml"
+    sha256 = hashlib.sha256(b"packcli chatml v1").hexdigest()
+
+    def segments(self, messages: Messages, loss_on_all: bool) -> list[Segment]:
+        out = []
+        for message in messages:
+            supervised = loss_on_all or message["role"] == "assistant"
+            out += [
+                Segment(f"<|im_start|>{message['role']}\n", loss_on_all, markup=True),
+                Segment(message["content"], supervised),
+                Segment("<|im_end|>\n", supervised, markup=True),
+            ]
+        return out
+
+
+class JinjaTemplate:
+    """A Hugging Face style Jinja chat template, rendered in a sandbox."""
+
+    def __init__(self, source: str, name: str, bos_token: str = "", eos_token: str = "") -> None:
+        from jinja2.exceptions import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        self.name = name
+        self.sha256 = hashlib.sha256(source.encode()).hexdigest()
+        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        environment.globals["raise_exception"] = _raise_exception
+        try:
+            self.template = environment.from_string(source)
+        except TemplateError as exc:
+            raise PackcliError(f"chat template does not compile: {exc}", name) from None
+        self.specials = {"bos_token": bos_token, "eos_token": eos_token}
+
+    def render(self, messages: Messages, add_generation_prompt: bool) -> str:
+        try:
+            return str(self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.specials))
+        except BadRecordError:
+            raise
+        except Exception as exc:  # a template can raise anything; the record is what is bad
+            raise BadRecordError(f"chat template failed to render: {exc}") from None
+
+    def segments(self, messages: Messages, loss_on_all: bool) -> list[Segment]:
+        out: list[Segment] = []
+        done = ""
+        for end, message in enumerate(messages, start=1):
+            supervised = loss_on_all or message["role"] == "assistant"
+            if message["role"] == "assistant":
+                prompt = self.render(messages[: end - 1], add_generation_prompt=True)
+                _check_prefix(done, prompt)
+                out.append(Segment(prompt[len(done) :], loss_on_all, markup=True))
+                done = prompt
+            rendered = self.render(messages[:end], add_generation_prompt=False)
+            _check_prefix(done, rendered)
+            out.append(Segment(rendered[len(done) :], supervised, markup=True))
+            done = rendered
+        return out
+
+
+def _check_prefix(done: str, rendered: str) -> None:
+    if not rendered.startswith(done):
+        raise BadRecordError("chat template output changes earlier turns as turns are added; cannot mark turns")
+
+
+def _raise_exception(message: str) -> None:
+    raise BadRecordError(f"chat template raised: {message}")
+
+
+def load_template(path: str | None, tokenizer_spec: str | None, bos_token: str, eos_token: str) -> ChatML | JinjaTemplate:
+    """The template for chat records: ``--chat-template`` file, else the tokenizer directory's, else ChatML."""
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise UsageError(f"--chat-template {path}: no such file")
+        return JinjaTemplate(file.read_text(encoding="utf-8"), str(file), bos_token, eos_token)
+    config = Path(tokenizer_spec) / "tokenizer_config.json" if tokenizer_spec else None
+    if config is not None and config.is_file():
+        import json
+
+        source = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(source, str):
+            return JinjaTemplate(source, str(config), bos_token, eos_token)
+    return ChatML()

@@ -1,0 +1,79 @@
+"""Read and tokenize a corpus into a token store: every document's tokens in input order, its length, and (for
+fine-tuning records) which tokens are supervised. Memory: O(documents) plus two batches in flight."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.documents import Encoder
+from packcli.progress import Reporter
+from packcli.sources import ReadCounts, read_records
+from packcli.store import TokenStore
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """Every document's tokens in a store, plus per-document lengths and the read counts."""
+
+    store: TokenStore
+    lengths: np.ndarray
+    counts: ReadCounts
+
+
+def tokenize_corpus(
+    files: list[Path],
+    encoder: Encoder,
+    skip_bad_records: bool,
+    store_path: Path,
+    reporter: Reporter,
+    warn: Callable[[str], None],
+) -> Tokenized:
+    """Tokenize every record of ``files`` into a token store, in input order.
+
+    One batch is encoded in a helper thread (the tokenizer releases the GIL) while this thread reads the next
+    and stores the previous, so reading and storing hide behind tokenization.
+    """
+    store = TokenStore(store_path, with_mask=encoder.supervised)
+    lengths: list[np.ndarray] = []
+    counts = ReadCounts()
+    reporter.start(sum(path.stat().st_size for path in files))
+    documents = 0
+
+    def store_batch(encoded: Future[Any], bytes_done: int) -> None:
+        nonlocal documents
+        tokens, batch_lengths, mask = encoder.flatten(encoded.result())
+        store.append(tokens, mask)
+        lengths.append(batch_lengths)
+        documents += len(batch_lengths)
+        reporter.advance(bytes_done, documents, store.count)
+
+    def batches() -> Iterator[tuple[Any, int]]:
+        bytes_before = 0
+        for path in files:
+            for batch in read_records(path, encoder.fields, counts, skip_bad_records, warn, encoder.convert):
+                prepared = encoder.prepare(batch.columns, counts)
+                if prepared:
+                    yield prepared, bytes_before + batch.position
+            bytes_before += path.stat().st_size
+
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-encode") as pool:
+            in_flight: tuple[Future[Any], int] | None = None
+            for prepared, bytes_done in batches():
+                encoded = pool.submit(encoder.encode, prepared)
+                if in_flight is not None:
+                    store_batch(*in_flight)
+                in_flight = (encoded, bytes_done)
+            if in_flight is not None:
+                store_batch(*in_flight)
+    except BaseException:
+        store.remove()
+        raise
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    return Tokenized(store, all_lengths, counts)

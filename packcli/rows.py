@@ -1,0 +1,84 @@
+"""Write packed rows: gather each row's documents from the token store, lay out its columns, write the shards.
+
+Rows go out in packing order, in record batches of about BATCH_BYTES, rolling shards at the shard size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from packcli.layout import cu_seqlens, exclusive_cumsum, position_ids
+from packcli.overflow import Pieces
+from packcli.shards import IGNORE_INDEX, ShardInfo, ShardWriter, list_array
+from packcli.store import TokenStore
+from packcli.strategies import Packing
+
+# Small enough that numpy's temporaries are recycled by the allocator instead of faulted in afresh.
+BATCH_BYTES = 8 << 20
+
+
+@dataclass
+class Supervision:
+    """Fine-tuning totals gathered while writing: supervised tokens, and rows with none at all."""
+
+    supervised_tokens: int = 0
+    unsupervised_sequences: int = 0
+
+
+def write_rows(
+    directory: Path,
+    store: TokenStore,
+    pieces: Pieces,
+    packing: Packing,
+    schema: pa.Schema,
+    shard_size: int,
+    supervision: Supervision | None = None,
+) -> list[ShardInfo]:
+    """Gather each row's tokens (and labels, when the store has a mask) and write the rows as rolling shards."""
+    lengths = pieces.length[packing.order]
+    starts = pieces.start[packing.order]
+    row_tokens = np.diff(exclusive_cumsum(lengths)[packing.offsets])
+    row_documents = np.diff(packing.offsets)
+    row_bytes = (12 if store.has_mask else 8) * row_tokens + 4 * (row_documents + 1) + 16
+    # Batch k holds the rows whose bytes start in [k * budget, (k + 1) * budget): deterministic and vectorized.
+    budget = min(shard_size, BATCH_BYTES)
+    batch_of_row = (np.cumsum(row_bytes) - row_bytes) // budget
+    cuts = np.concatenate(([0], np.nonzero(np.diff(batch_of_row))[0] + 1, [len(row_bytes)]))
+    with ShardWriter(directory, schema, shard_size) as writer:
+        for first, last in zip(cuts[:-1], cuts[1:]):
+            row_offsets = packing.offsets[first : last + 1] - packing.offsets[first]
+            docs = slice(packing.offsets[first], packing.offsets[last])
+            batch = row_batch(store, starts[docs], lengths[docs], row_offsets, schema, supervision)
+            writer.write(batch, int(row_offsets[-1]), int(row_tokens[first:last].sum()), int(row_bytes[first:last].sum()))
+    return writer.shards
+
+
+def row_batch(
+    store: TokenStore,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    row_offsets: np.ndarray,
+    schema: pa.Schema,
+    supervision: Supervision | None = None,
+) -> pa.RecordBatch:
+    """One record batch of rows whose pieces (start, length) are listed in row order."""
+    token_offsets = exclusive_cumsum(lengths)[row_offsets]
+    cu_values, cu_offsets = cu_seqlens(lengths, row_offsets)
+    tokens = store.gather(starts, lengths)
+    columns = [
+        list_array(token_offsets, tokens),
+        list_array(token_offsets, position_ids(lengths)),
+        list_array(cu_offsets, cu_values),
+    ]
+    if store.has_mask:
+        mask = store.gather_mask(starts, lengths)
+        columns.append(list_array(token_offsets, np.where(mask, tokens, IGNORE_INDEX)))
+        if supervision is not None:
+            per_row = np.add.reduceat(mask.astype(np.int64), token_offsets[:-1]) if len(mask) else mask[:0]
+            supervision.supervised_tokens += int(per_row.sum())
+            supervision.unsupervised_sequences += int(np.count_nonzero(per_row == 0))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -1,0 +1,229 @@
+"""Fine-tuning records: labels take loss on exactly the response (or the assistant turns), through packing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from conftest import read_jsonl, shared_path, write_jsonl
+from packcli.cli import app
+from packcli.errors import BadRecordError, UsageError
+from packcli.options import PackOptions
+from packcli.pipeline import pack_corpus
+from packcli.shards import read_shard
+from packcli.stats import packed_stats
+from packcli.tokenize import load_tokenizer
+from packcli.verify import verify_output
+
+EOS = 50256
+runner = CliRunner()
+TOKENIZER = load_tokenizer().tokenizer
+
+
+def encode(text: str) -> list[int]:
+    return TOKENIZER.encode(text, add_special_tokens=False).ids
+
+
+def packed_documents(out: Path) -> list[tuple[list[int], list[int]]]:
+    """(input_ids, labels) of every packed document."""
+    documents = []
+    for path in sorted(out.glob("shard-*.arrow")):
+        table = read_shard(path)
+        for ids, labels, cu in zip(*(table.column(c).to_pylist() for c in ("input_ids", "labels", "cu_seqlens"))):
+            documents += [(ids[a:b], labels[a:b]) for a, b in zip(cu, cu[1:])]
+    return documents
+
+
+def check_prompt_response(records: list[dict], out: Path) -> None:  # type: ignore[type-arg]
+    expected = {}
+    for record in records:
+        prompt, response = encode(record["prompt"]), encode(record["response"]) + [EOS]
+        expected[tuple(prompt + response)] = (len(prompt), response)
+    documents = packed_documents(out)
+    assert len(documents) == len(expected)
+    for ids, labels in documents:
+        prompt_length, response = expected[tuple(ids)]
+        assert labels[:prompt_length] == [-100] * prompt_length  # prompt: no loss
+        assert labels[prompt_length:] == response  # response and EOS: loss on their own tokens
+
+
+def test_bigbench_sft_supervises_exactly_the_responses(tmp_path: Path) -> None:
+    corpus = shared_path("data/bigbench_sft.jsonl")
+    options = PackOptions(max_len=2048, prompt_field="prompt", response_field="response")
+    result = pack_corpus([str(corpus)], options, tmp_path / "out")
+    records = read_jsonl(corpus)
+    check_prompt_response(records, tmp_path / "out")
+    totals = result.manifest["totals"]
+    assert totals["documents"] == len(records) and totals["unsupervised_sequences"] == 0
+    assert totals["supervised_tokens"] == sum(len(encode(r["response"])) + 1 for r in records)
+    assert verify_output(tmp_path / "out").ok
+
+
+def test_small_prompt_response_corpus(tmp_path: Path) -> None:
+    records = [{"prompt": f"Question {i}: what is {i} + {i}? <|endoftext|>", "response": f" {2 * i}."} for i in range(40)]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    pack_corpus([str(path)], PackOptions(max_len=64, prompt_field="prompt", response_field="response"), tmp_path / "o")
+    check_prompt_response(records, tmp_path / "o")
+    stats = packed_stats(tmp_path / "o")
+    supervised = sum(len(encode(r["response"])) + 1 for r in records)
+    assert stats["supervised_tokens"] == supervised
+    assert stats["supervised_fraction"] == pytest.approx(supervised / stats["tokens"])
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 30)), min_size=1, max_size=25), st.integers(8, 48))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_packing_keeps_every_label_on_its_token(tmp_path_factory: pytest.TempPathFactory, sizes: list[tuple[int, int]], max_len: int) -> None:
+    # " hello" and " world" are one token each: prompts are all " hello", responses all " world".
+    hello, world = encode(" hello")[0], encode(" world")[0]
+    records = [{"prompt": " hello" * p, "response": " world" * r} for p, r in sizes]
+    tmp = tmp_path_factory.mktemp("labels")
+    path = write_jsonl(tmp / "sft.jsonl", records)
+    options = PackOptions(max_len=max_len, prompt_field="prompt", response_field="response", overflow="split")  # type: ignore[arg-type]
+    pack_corpus([str(path)], options, tmp / "out")
+    ids_total = 0
+    for ids, labels in packed_documents(tmp / "out"):
+        for token, label in zip(ids, labels):
+            assert label == (token if token in (world, EOS) else -100)
+            assert token in (hello, world, EOS)
+        ids_total += len(ids)
+    assert ids_total == sum(p + r + 1 for p, r in sizes)
+
+
+CHATS = [
+    {"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Name a prime."},
+        {"role": "assistant", "content": "Seven."},
+        {"role": "user", "content": "Another, with <|im_end|> in it?"},
+        {"role": "assistant", "content": "Eleven <|im_end|> too."},
+    ]},
+    {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
+    {"messages": [{"role": "user", "content": "No answer here"}]},
+]
+
+
+def supervised_text(labels: list[int]) -> str:
+    return TOKENIZER.decode([label for label in labels if label != -100], skip_special_tokens=False)
+
+
+def test_chatml_supervises_assistant_turns(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "chat.jsonl", CHATS)
+    result = pack_corpus([str(path)], PackOptions(max_len=256, messages_field="messages"), tmp_path / "o")
+    assert result.manifest["totals"]["empty_documents"] == 1  # the chat without an assistant turn
+    got = sorted(supervised_text(labels) for _, labels in packed_documents(tmp_path / "o"))
+    assert got == sorted(["Seven.<|im_end|>\nEleven <|im_end|> too.<|im_end|>\n<|endoftext|>", "Hello!<|im_end|>\n<|endoftext|>"])
+    everything = pack_corpus([str(path)], PackOptions(max_len=256, messages_field="messages", loss_on="all"), tmp_path / "all")
+    assert everything.manifest["totals"]["supervised_tokens"] == everything.manifest["totals"]["tokens"]
+
+
+JINJA = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_jinja_template_supervises_what_the_assistant_adds(tmp_path: Path) -> None:
+    (tmp_path / "template.jinja").write_text(JINJA)
+    path = write_jsonl(tmp_path / "chat.jsonl", CHATS[1:2])
+    options = PackOptions(max_len=256, messages_field="messages", chat_template=str(tmp_path / "template.jinja"))
+    pack_corpus([str(path)], options, tmp_path / "o")
+    [(ids, labels)] = packed_documents(tmp_path / "o")
+    assert TOKENIZER.decode(ids, skip_special_tokens=False) == (
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|endoftext|>"
+    )
+    assert supervised_text(labels) == "Hello!<|im_end|>\n<|endoftext|>"
+
+
+def test_sft_default_overflow_drops_and_counts(tmp_path: Path) -> None:
+    records = [{"prompt": "long " * 100, "response": "x"}, {"prompt": "short", "response": "y"}]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    result = pack_corpus([str(path)], PackOptions(max_len=32, prompt_field="prompt", response_field="response"), tmp_path / "o")
+    assert result.manifest["options"]["overflow"] == "drop"
+    assert result.manifest["totals"]["dropped_documents"] == 1 and result.manifest["totals"]["documents"] == 1
+
+
+BAD_RECORDS = [
+    ({"prompt": "p"}, ["--prompt-field", "prompt", "--response-field", "response"], "record has no field 'response'"),
+    ({"messages": [{"content": "x"}]}, ["--messages-field", "messages"], "message 1 of 'messages' has no role"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, ["--messages-field", "messages"], "message 1 has unknown role 'robot'"),
+    ({"messages": [{"role": "user"}]}, ["--messages-field", "messages"], "message 1 of 'messages' has no string content"),
+]
+
+
+@pytest.mark.parametrize("record,flags,message", BAD_RECORDS)
+def test_bad_sft_records_name_file_and_line(tmp_path: Path, record: dict, flags: list[str], message: str) -> None:  # type: ignore[type-arg]
+    good = {"prompt": "p", "response": "r", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    path = write_jsonl(tmp_path / "bad.jsonl", [good, record])
+    result = runner.invoke(app, ["pack", str(path), *flags, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and f"bad.jsonl:2: {message}" in result.stderr, result.stderr
+    skipped = runner.invoke(app, ["pack", str(path), *flags, "--out", str(tmp_path / "o"), "--skip-bad-records", "--json"])
+    assert skipped.exit_code == 0 and json.loads(skipped.stdout)["bad_records"] == 1
+
+
+def test_failing_template_names_the_line(tmp_path: Path) -> None:
+    (tmp_path / "t.jinja").write_text("{% if messages|length > 2 %}{{ raise_exception('too long') }}{% endif %}{{ messages[0].content }}")
+    chat = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    long_chat = {"messages": chat["messages"] * 2}
+    path = write_jsonl(tmp_path / "c.jsonl", [chat, long_chat])
+    args = ["pack", str(path), "--messages-field", "messages", "--chat-template", str(tmp_path / "t.jinja"), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "c.jsonl:2: chat template raised: too long" in result.stderr
+
+
+def test_option_combinations_are_checked() -> None:
+    with pytest.raises(UsageError, match="go together"):
+        PackOptions(prompt_field="p")
+    with pytest.raises(UsageError, match="not both"):
+        PackOptions(prompt_field="p", response_field="r", messages_field="m")
+    with pytest.raises(UsageError, match="needs --messages-field"):
+        PackOptions(chat_template="t.jinja")
+
+
+def test_loader_uses_the_labels_column(tmp_path: Path) -> None:
+    torch_module = pytest.importorskip("torch")
+    from packcli.torch import PackedDataset, collate_varlen
+
+    records = [{"prompt": f"Q{i}?", "response": f" A{i}."} for i in range(10)]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    pack_corpus([str(path)], PackOptions(max_len=64, prompt_field="prompt", response_field="response"), tmp_path / "o")
+    row = PackedDataset(tmp_path / "o", shuffle=False).row(0)
+    batch = collate_varlen([row])
+    expected = np.array(row["labels"], dtype=np.int64)
+    expected[row["cu_seqlens"][:-1]] = -100
+    assert torch_module.equal(batch["labels"][0], torch_module.from_numpy(expected))
+    assert (batch["labels"] != -100).sum() > 0
+
+
+def test_verify_catches_a_moved_label(tmp_path: Path) -> None:
+    import hashlib
+
+    import pyarrow as pa
+
+    records = [{"prompt": f"Q{i}?", "response": f" A{i}."} for i in range(10)]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    out = tmp_path / "o"
+    pack_corpus([str(path)], PackOptions(max_len=64, prompt_field="prompt", response_field="response"), out)
+    shard = out / "shard-00000.arrow"
+    table = read_shard(shard)
+    rows = table.to_pylist()
+    supervised_at = next(i for i, label in enumerate(rows[0]["labels"]) if label != -100)
+    rows[0]["labels"][supervised_at] += 1
+    with pa.ipc.new_stream(str(shard), table.schema) as writer:
+        writer.write_table(pa.Table.from_pylist(rows, schema=table.schema))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["shards"][0].update(bytes=shard.stat().st_size, sha256=hashlib.sha256(shard.read_bytes()).hexdigest())
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert "label neither -100 nor the input id" in " ".join(verify_output(out).problems)
+
+
+def test_template_failure_is_a_bad_record_error() -> None:
+    from packcli.chat import JinjaTemplate
+
+    with pytest.raises(BadRecordError, match="failed to render"):
+        JinjaTemplate("{{ messages[5].content }}", "t").render([{"role": "user", "content": "x"}], False)
