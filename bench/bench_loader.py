@@ -33,8 +33,10 @@ def main() -> None:
                     tokens += batch["input_ids"].shape[1]
             seconds = time.perf_counter() - start
             rows.append([workers, tokens, f"{seconds:.2f}", f"{tokens / seconds / 1e6:.1f}"])
-        print(f"varlen batches of 8 x 4096-token rows from {corpus.name}, {EPOCHS} epochs, "
-              f"pinned memory: {torch.cuda.is_available()}")
+        print(
+            f"varlen batches of 8 x 4096-token rows from {corpus.name}, {EPOCHS} epochs, "
+            f"pinned memory: {torch.cuda.is_available()}"
+        )
         table(["workers", "tokens", "seconds", "M tokens/s"], rows)
 
 

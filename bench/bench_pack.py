@@ -13,7 +13,18 @@ ROUNDS = 2
 
 
 def pack_args(inputs: list[Path], out: Path) -> list[str]:
-    return python("-m", "packcli", "pack", *map(str, inputs), "--out", str(out), "--overwrite", "--quiet", "--max-len", "4096")
+    return python(
+        "-m",
+        "packcli",
+        "pack",
+        *map(str, inputs),
+        "--out",
+        str(out),
+        "--overwrite",
+        "--quiet",
+        "--max-len",
+        "4096",
+    )
 
 
 def main() -> None:
@@ -29,7 +40,14 @@ def main() -> None:
                 floor_s.append(run_child(python(str(REPO / "bench" / "floor.py"), str(corpus)))[0])
                 shutil.rmtree(out, ignore_errors=True)
                 pack_s.append(run_child(pack_args([corpus], out))[0])
-            rows.append([corpus.name, f"{min(floor_s):.2f}", f"{min(pack_s):.2f}", f"{min(floor_s) / min(pack_s):.2f}"])
+            rows.append(
+                [
+                    corpus.name,
+                    f"{min(floor_s):.2f}",
+                    f"{min(pack_s):.2f}",
+                    f"{min(floor_s) / min(pack_s):.2f}",
+                ]
+            )
         print("pack vs floor (read + tokenize only), bundled GPT-2 tokenizer, max_len 4096, seconds")
         table(["corpus", "floor s", "pack s", "speed vs floor"], rows)
 
@@ -45,7 +63,9 @@ def main() -> None:
         _, once = run_child(pack_args(copies[:1], out))
         shutil.rmtree(out, ignore_errors=True)
         _, four = run_child(pack_args(copies, out))
-        print(f"\npeak RSS packing gcide once: {once} MiB; four copies (4x the tokens): {four} MiB; ratio {four / once:.2f}")
+        print(
+            f"\npeak RSS packing gcide once: {once} MiB; four copies (4x the tokens): {four} MiB; ratio {four / once:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,18 @@ def main() -> None:
             packing, first, best = timed(lambda: get_strategy(strategy)(lengths, MAX_LEN))  # noqa: B023
             sequences = len(packing)  # type: ignore[arg-type]
             efficiency = int(lengths.sum()) / (sequences * MAX_LEN)
-            rows.append([name, f"{len(lengths):,}", strategy, sequences, bound, f"{efficiency:.4%}", f"{first:.3f}", f"{best:.3f}"])
+            rows.append(
+                [
+                    name,
+                    f"{len(lengths):,}",
+                    strategy,
+                    sequences,
+                    bound,
+                    f"{efficiency:.4%}",
+                    f"{first:.3f}",
+                    f"{best:.3f}",
+                ]
+            )
     print(f"Strategies, max_len {MAX_LEN} (seconds: first call, best of 3)")
     table(["lengths", "n", "strategy", "sequences", "lower bound", "efficiency", "first s", "best s"], rows)
 
@@ -65,16 +76,20 @@ def main() -> None:
     baseline, _, baseline_s = timed(lambda: bisect_bfd(lengths, MAX_LEN), repeats=1)
     packing, _, fast_s = timed(lambda: get_strategy("bfd")(lengths, MAX_LEN))
     assert len(packing) == baseline, "bfd and the textbook baseline disagree"  # type: ignore[arg-type]
-    print(f"\nbfd vs pure-Python bisect BFD on 2M lognormal lengths: {baseline_s:.3f} s / {fast_s:.3f} s "
-          f"= {baseline_s / fast_s:.1f}x faster, same {baseline:,} sequences")
+    print(
+        f"\nbfd vs pure-Python bisect BFD on 2M lognormal lengths: {baseline_s:.3f} s / {fast_s:.3f} s "
+        f"= {baseline_s / fast_s:.1f}x faster, same {baseline:,} sequences"
+    )
 
     lengths = cases["lognormal 10M"]
     tracemalloc.start()
     get_strategy("bfd")(lengths, MAX_LEN)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    print(f"bfd on 10M lengths: peak extra memory {peak / 2**20:.0f} MiB (tracemalloc; the result itself, "
-          f"order + offsets, is {(8 * len(lengths)) / 2**20:.0f} MiB of it)")
+    print(
+        f"bfd on 10M lengths: peak extra memory {peak / 2**20:.0f} MiB (tracemalloc; the result itself, "
+        f"order + offsets, is {(8 * len(lengths)) / 2**20:.0f} MiB of it)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,2 +1,3 @@
 """packcli: tokenize a corpus and pack whole documents into fixed-length sequences."""
+
 __version__ = "0.1.0"

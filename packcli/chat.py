@@ -69,7 +69,9 @@ class JinjaTemplate:
 
     def render(self, messages: Messages, add_generation_prompt: bool) -> str:
         try:
-            return str(self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.specials))
+            return str(
+                self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.specials)
+            )
         except BadRecordError:
             raise
         except Exception as exc:  # a template can raise anything; the record is what is bad
@@ -101,7 +103,9 @@ def _raise_exception(message: str) -> None:
     raise BadRecordError(f"chat template raised: {message}")
 
 
-def load_template(path: str | None, tokenizer_spec: str | None, bos_token: str, eos_token: str) -> ChatML | JinjaTemplate:
+def load_template(
+    path: str | None, tokenizer_spec: str | None, bos_token: str, eos_token: str
+) -> ChatML | JinjaTemplate:
     """The template for chat records: ``--chat-template`` file, else the tokenizer directory's, else ChatML."""
     if path is not None:
         file = Path(path)

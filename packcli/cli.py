@@ -18,7 +18,6 @@ from typer.core import TyperGroup
 
 from packcli.options import DEFAULT_MAX_LEN, Overflow
 
-
 # click's exceptions, whether typer uses click itself or its vendored copy.
 click_exceptions = sys.modules[typer.BadParameter.__module__]
 
@@ -61,7 +60,9 @@ TokenizerOption = Annotated[
 TextFieldOption = Annotated[str, typer.Option(help="The record field holding the text.")]
 OverflowOption = Annotated[
     Overflow | None,
-    typer.Option(help="What to do with documents longer than --max-len [default: split; drop for fine-tuning records]."),
+    typer.Option(
+        help="What to do with documents longer than --max-len [default: split; drop for fine-tuning records]."
+    ),
 ]
 PromptFieldOption = Annotated[str | None, typer.Option(help="Fine-tuning: the prompt field (no loss taken on it).")]
 ResponseFieldOption = Annotated[str | None, typer.Option(help="Fine-tuning: the response field (loss taken on it).")]
@@ -128,7 +129,10 @@ class _Warnings:
 @app.command()
 @reports_errors
 def pack(
-    inputs: Annotated[list[str], typer.Argument(help="Files (.jsonl, .json, .jsonl.gz, .jsonl.zst, .parquet, .arrow), directories or globs.")],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(help="Files (.jsonl, .json, .jsonl.gz, .jsonl.zst, .parquet, .arrow), directories or globs."),
+    ],
     max_len: MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: TokenizerOption = None,
     strategy: Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")] = "bfd",
@@ -143,11 +147,15 @@ def pack(
     shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB.")] = "512MiB",
     workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads (default: all cores).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for strategies that take one.")] = 0,
-    window: Annotated[int | None, typer.Option(min=1, help="Pack each window of N consecutive documents on its own.")] = None,
+    window: Annotated[
+        int | None, typer.Option(min=1, help="Pack each window of N consecutive documents on its own.")
+    ] = None,
     no_eos: Annotated[bool, typer.Option("--no-eos", help="Do not append EOS to each document.")] = False,
     bos: Annotated[bool, typer.Option("--bos", help="Prepend BOS to each document.")] = False,
     eos_token: Annotated[str | None, typer.Option(help="EOS token text, when the tokenizer's cannot be found.")] = None,
-    skip_bad_records: Annotated[bool, typer.Option("--skip-bad-records", help="Count and skip bad records instead of failing.")] = False,
+    skip_bad_records: Annotated[
+        bool, typer.Option("--skip-bad-records", help="Count and skip bad records instead of failing.")
+    ] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
     json_output: JsonOption = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no warnings on stderr.")] = False,
@@ -213,8 +221,15 @@ def pack(
             f"{summary['sequences']:,} sequences of max_len {summary['max_len']:,} "
             f"({summary['tokens'] / capacity:.2%} full), {summary['shards']} shard(s) in {out}"
         )
-        keys = ("split_documents", "truncated_tokens", "dropped_documents", "bad_records", "empty_documents",
-                "supervised_tokens", "unsupervised_sequences")
+        keys = (
+            "split_documents",
+            "truncated_tokens",
+            "dropped_documents",
+            "bad_records",
+            "empty_documents",
+            "supervised_tokens",
+            "unsupervised_sequences",
+        )
         for key in keys:
             if summary.get(key):
                 print(f"  {key.replace('_', ' ')}: {summary[key]:,}")
@@ -243,7 +258,9 @@ def strategies(json_output: JsonOption = False, debug: DebugOption = False) -> N
 @app.command()
 @reports_errors
 def stats(
-    paths: Annotated[list[str] | None, typer.Argument(help="A packed output (default ./packed), or raw corpus files.")] = None,
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="A packed output (default ./packed), or raw corpus files.")
+    ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Documents per pad-to-longest batch; sequences per step.")] = 8,
     max_len: MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: TokenizerOption = None,

@@ -41,11 +41,11 @@ class Encoder(Protocol):
 class TextEncoder:
     """Pretraining text: one field, the whole text is a document, no mask."""
 
-    supervised = False
-    convert = None
-    fingerprint: dict[str, str] = {}
+    supervised: bool = False
+    convert: Callable[[list[Any]], Any] | None = None
 
     def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer) -> None:
+        self.fingerprint: dict[str, str] = {}
         self.fields = [Field(options.text_field)]
         self.tokenizer = tokenizer.tokenizer
         self.eos_id, self.bos_id = special_ids(tokenizer, options.eos, options.bos)
@@ -70,7 +70,7 @@ class SegmentEncoder:
     empty and skipped.
     """
 
-    supervised = True
+    supervised: bool = True
 
     def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer) -> None:
         self.loss_on_all = options.loss_on == "all"
@@ -86,8 +86,8 @@ class SegmentEncoder:
             self.template = load_template(
                 options.chat_template,
                 options.tokenizer,
-                names(tokenizer.bos_id) if tokenizer.bos_id is not None else "",
-                names(tokenizer.eos_id) if tokenizer.eos_id is not None else "",
+                (names(tokenizer.bos_id) or "") if tokenizer.bos_id is not None else "",
+                (names(tokenizer.eos_id) or "") if tokenizer.eos_id is not None else "",
             )
             template = self.template
             self.convert = lambda values: template.segments(values[0], self.loss_on_all)

@@ -29,14 +29,15 @@ def position_ids(lengths: np.ndarray) -> np.ndarray:
 
 def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Indices of every token of pieces (start, length), concatenated in order."""
-    index = np.repeat(np.asarray(starts, dtype=np.int64), lengths)
+    index: np.ndarray = np.repeat(np.asarray(starts, dtype=np.int64), lengths)
     index += position_ids(lengths)
     return index
 
 
 def row_token_offsets(lengths: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
     """Token offset of each row's start (plus the end), given pieces per row as CSR ``row_offsets``."""
-    return exclusive_cumsum(lengths)[row_offsets]
+    offsets: np.ndarray = exclusive_cumsum(lengths)[row_offsets]
+    return offsets
 
 
 def cu_seqlens(lengths: np.ndarray, row_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ DEFAULT_MAX_LEN = 4096
 DEFAULT_SHARD_SIZE = 512 * 2**20
 
 
-class Overflow(str, Enum):
+class Overflow(Enum):
     """What happens to a document longer than ``max_len``."""
 
     split = "split"

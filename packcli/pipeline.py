@@ -15,19 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from packcli import __version__
+from packcli.documents import Encoder, make_encoder
 from packcli.errors import PackcliError
+from packcli.ingest import Tokenized, tokenize_corpus
 from packcli.manifest import FORMAT_VERSION, fingerprint, read_manifest, shard_path, write_manifest
 from packcli.options import PackOptions
 from packcli.overflow import OverflowCounts, Pieces, apply_overflow
 from packcli.progress import Reporter, SilentReporter
-from packcli.documents import Encoder, make_encoder
-from packcli.ingest import Tokenized, tokenize_corpus
 from packcli.rows import Supervision, write_rows
 from packcli.shards import ShardInfo, shard_schema
 from packcli.sources import find_inputs
 from packcli.strategies import Packing, get_strategy, run_strategy
 from packcli.tokenize import LoadedTokenizer, load_tokenizer
-
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ def pack_corpus(
 
 
 def _existing_output(out: Path, print_: str) -> str:
-    """"absent" (nothing, or an empty directory), "same" (complete output, same fingerprint) or "other"."""
+    """ "absent" (nothing, or an empty directory), "same" (complete output, same fingerprint) or "other"."""
     if not out.exists():
         return "absent"
     if not out.is_dir():

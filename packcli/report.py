@@ -39,14 +39,21 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
     ):
         figures = stats[key]
         slots = stats["tokens"] + figures["padding_tokens"]
-        table.add_row(name, f"{slots:,}", f"{figures['padding_tokens']:,}", f"{figures['efficiency']:.2%}",
-                      f"{slots / packed_slots:.2f}x" if packed_slots else "-")
+        table.add_row(
+            name,
+            f"{slots:,}",
+            f"{figures['padding_tokens']:,}",
+            f"{figures['efficiency']:.2%}",
+            f"{slots / packed_slots:.2f}x" if packed_slots else "-",
+        )
     console.print(table)
     per_sequence = stats["documents_per_sequence"]
     steps = stats["steps_per_epoch"]
     console.print(f"  documents per sequence: mean {per_sequence['mean']:.2f}, max {per_sequence['max']:,}")
-    console.print(f"  steps per epoch at {steps['batch_size']} sequences per step: {steps['steps']:,} "
-                  f"({steps['steps_drop_last']:,} dropping the last partial batch)")
+    console.print(
+        f"  steps per epoch at {steps['batch_size']} sequences per step: {steps['steps']:,} "
+        f"({steps['steps_drop_last']:,} dropping the last partial batch)"
+    )
     console.print(
         f"  overflow: {stats['split_documents']:,} documents split, {stats['truncated_tokens']:,} tokens truncated, "
         f"{stats['dropped_documents']:,} documents dropped; {stats['bad_records']:,} bad records skipped, "
@@ -64,14 +71,35 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
 def print_strategy_comparison(stats: dict[str, Any]) -> None:
     """One row per registered strategy, for ``stats`` on a raw corpus."""
     console = Console(highlight=False)
-    table = Table(title=f"strategies at max_len {stats['max_len']:,} ({stats['tokens']:,} tokens, "
-                  f"{stats['documents']:,} documents)", title_justify="left")
-    for column in ("strategy", "sequences", "gap to lower bound", "efficiency", "docs / sequence", "steps / epoch"):
+    table = Table(
+        title=f"strategies at max_len {stats['max_len']:,} ({stats['tokens']:,} tokens, "
+        f"{stats['documents']:,} documents)",
+        title_justify="left",
+    )
+    for column in (
+        "strategy",
+        "sequences",
+        "gap to lower bound",
+        "efficiency",
+        "docs / sequence",
+        "steps / epoch",
+    ):
         table.add_column(column, justify="right" if column != "strategy" else "left")
     for name, figures in stats["strategies"].items():
-        table.add_row(name, f"{figures['sequences']:,}", f"{figures['gap_to_lower_bound']:,}",
-                      f"{figures['packing']['efficiency']:.2%}", f"{figures['documents_per_sequence']['mean']:.2f}",
-                      f"{figures['steps_per_epoch']['steps']:,}")
-    table.add_row("pad to max_len", f"{stats['documents']:,}", f"{stats['documents'] - stats['lower_bound_sequences']:,}",
-                  f"{stats['pad_to_max_len']['efficiency']:.2%}", "1.00", "-")
+        table.add_row(
+            name,
+            f"{figures['sequences']:,}",
+            f"{figures['gap_to_lower_bound']:,}",
+            f"{figures['packing']['efficiency']:.2%}",
+            f"{figures['documents_per_sequence']['mean']:.2f}",
+            f"{figures['steps_per_epoch']['steps']:,}",
+        )
+    table.add_row(
+        "pad to max_len",
+        f"{stats['documents']:,}",
+        f"{stats['documents'] - stats['lower_bound_sequences']:,}",
+        f"{stats['pad_to_max_len']['efficiency']:.2%}",
+        "1.00",
+        "-",
+    )
     console.print(table)

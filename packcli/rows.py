@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from packcli.layout import cu_seqlens, exclusive_cumsum, position_ids
+from packcli.layout import cu_seqlens, position_ids, row_token_offsets
 from packcli.overflow import Pieces
 from packcli.shards import IGNORE_INDEX, ShardInfo, ShardWriter, list_array
 from packcli.store import TokenStore
@@ -41,7 +41,7 @@ def write_rows(
     """Gather each row's tokens (and labels, when the store has a mask) and write the rows as rolling shards."""
     lengths = pieces.length[packing.order]
     starts = pieces.start[packing.order]
-    row_tokens = np.diff(exclusive_cumsum(lengths)[packing.offsets])
+    row_tokens = np.diff(row_token_offsets(lengths, packing.offsets))
     row_documents = np.diff(packing.offsets)
     row_bytes = (12 if store.has_mask else 8) * row_tokens + 4 * (row_documents + 1) + 16
     # Batch k holds the rows whose bytes start in [k * budget, (k + 1) * budget): deterministic and vectorized.
@@ -53,7 +53,12 @@ def write_rows(
             row_offsets = packing.offsets[first : last + 1] - packing.offsets[first]
             docs = slice(packing.offsets[first], packing.offsets[last])
             batch = row_batch(store, starts[docs], lengths[docs], row_offsets, schema, supervision)
-            writer.write(batch, int(row_offsets[-1]), int(row_tokens[first:last].sum()), int(row_bytes[first:last].sum()))
+            writer.write(
+                batch,
+                int(row_offsets[-1]),
+                int(row_tokens[first:last].sum()),
+                int(row_bytes[first:last].sum()),
+            )
     return writer.shards
 
 
@@ -66,7 +71,7 @@ def row_batch(
     supervision: Supervision | None = None,
 ) -> pa.RecordBatch:
     """One record batch of rows whose pieces (start, length) are listed in row order."""
-    token_offsets = exclusive_cumsum(lengths)[row_offsets]
+    token_offsets = row_token_offsets(lengths, row_offsets)
     cu_values, cu_offsets = cu_seqlens(lengths, row_offsets)
     tokens = store.gather(starts, lengths)
     columns = [

@@ -62,7 +62,7 @@ class _HashingFile:
     """A binary sink that hashes every byte on its way to disk (so no second read is needed)."""
 
     def __init__(self, path: Path) -> None:
-        self.file: IO[bytes] = open(path, "wb")
+        self.file: IO[bytes] = open(path, "wb")  # noqa: SIM115 (closed by close(), after fsync)
         self.hash = hashlib.sha256()
         self.size = 0
         self.closed = False
@@ -128,7 +128,11 @@ class ShardWriter:
             self._counts, self._bytes = [0, 0, 0], 0
         self._writer.write_batch(batch)
         self._bytes += nbytes
-        self._counts = [self._counts[0] + batch.num_rows, self._counts[1] + documents, self._counts[2] + tokens]
+        self._counts = [
+            self._counts[0] + batch.num_rows,
+            self._counts[1] + documents,
+            self._counts[2] + tokens,
+        ]
 
     def _close_shard(self) -> None:
         if self._writer is None or self._sink is None:

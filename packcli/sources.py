@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -168,9 +168,9 @@ def _open_binary(path: Path) -> IO[bytes]:
     """Open a possibly compressed file as a decompressed binary stream."""
     codec = _codec(path)
     if codec == "gzip":
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     if codec == "zstd":
-        return io.BufferedReader(pa.input_stream(str(path), compression="zstd"))  # type: ignore[arg-type]
+        return io.BufferedReader(pa.input_stream(str(path), compression="zstd"))
     return open(path, "rb")
 
 
@@ -295,9 +295,7 @@ def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[RecordBatc
             raise _SlowPathNeeded(records) from exc
 
 
-def _read_jsonl_lines(
-    path: Path, fields: Sequence[Field], records_done: int, reject: Reject
-) -> Iterator[RecordBatch]:
+def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, reject: Reject) -> Iterator[RecordBatch]:
     """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
     batch = _Columns(_width(fields))
     records = 0
@@ -410,8 +408,10 @@ def _read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator
         except pa.ArrowInvalid as exc:
             raise PackcliError(f"cannot read as Arrow IPC: {exc}", path) from exc
     indices = _check_columns(path, reader.schema, fields)
-    batches = reader if isinstance(reader, pa.ipc.RecordBatchStreamReader) else (
-        reader.get_batch(i) for i in range(reader.num_record_batches)
+    batches = (
+        reader
+        if isinstance(reader, pa.ipc.RecordBatchStreamReader)
+        else (reader.get_batch(i) for i in range(reader.num_record_batches))
     )
     rows = 0
     size = path.stat().st_size

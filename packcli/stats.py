@@ -55,7 +55,9 @@ def sequence_stats(lengths: np.ndarray, documents_per_row: np.ndarray, max_len: 
     batch_longest = longest_first[::batch_size]  # each batch of the sorted lengths is padded to its first
     batch_rows = np.minimum(batch_size, documents - np.arange(len(batch_longest)) * batch_size)
     lower_bound = -(-tokens // max_len)
-    row_tokens = np.add.reduceat(lengths, np.cumsum(documents_per_row) - documents_per_row) if sequences else lengths[:0]
+    row_tokens = (
+        np.add.reduceat(lengths, np.cumsum(documents_per_row) - documents_per_row) if sequences else lengths[:0]
+    )
     packed_slots = sequences * max_len
     return {
         "documents": documents,
@@ -66,7 +68,10 @@ def sequence_stats(lengths: np.ndarray, documents_per_row: np.ndarray, max_len: 
         "gap_to_lower_bound": sequences - lower_bound,
         "packing": _padding(tokens, packed_slots),
         "pad_to_max_len": _padding(tokens, documents * max_len),
-        "pad_to_longest": {"batch_size": batch_size, **_padding(tokens, int((batch_longest * batch_rows).sum()))},
+        "pad_to_longest": {
+            "batch_size": batch_size,
+            **_padding(tokens, int((batch_longest * batch_rows).sum())),
+        },
         "compute_saved": {
             "vs_pad_to_max_len": documents * max_len / packed_slots if packed_slots else 1.0,
             "vs_pad_to_longest": float((batch_longest * batch_rows).sum()) / packed_slots if packed_slots else 1.0,

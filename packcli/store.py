@@ -21,9 +21,9 @@ class TokenStore:
     def __init__(self, path: Path, with_mask: bool = False) -> None:
         self.path = path
         self.count = 0
-        self._file = open(path, "w+b")
+        self._file = open(path, "w+b")  # noqa: SIM115 (lives until remove())
         self.mask_path = path.with_name(path.name + ".mask") if with_mask else None
-        self._mask = open(self.mask_path, "w+b") if self.mask_path else None
+        self._mask = open(self.mask_path, "w+b") if self.mask_path else None  # noqa: SIM115
 
     @property
     def has_mask(self) -> bool:
@@ -74,12 +74,12 @@ def _read_pieces(handle: BinaryIO, dtype: type, starts: np.ndarray, lengths: np.
     item = np.dtype(dtype).itemsize
     starts = np.asarray(starts, dtype=np.int64)
     bounds = exclusive_cumsum(lengths)
-    values = np.empty(int(bounds[-1]), dtype=dtype)
+    values: np.ndarray = np.empty(int(bounds[-1]), dtype=dtype)
     if len(starts) == 0:
         return values
     run = np.flatnonzero(np.concatenate(([True], starts[1:] != starts[:-1] + lengths[:-1])))
     run_bounds = np.append(bounds[run], bounds[-1]) * item
-    view = memoryview(values).cast("B")
+    view = values.data.cast("B")
     descriptor = handle.fileno()
     for offset, first, last in zip((starts[run] * item).tolist(), run_bounds[:-1].tolist(), run_bounds[1:].tolist()):
         if os.preadv(descriptor, [view[first:last]], offset) != last - first:

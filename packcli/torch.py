@@ -96,7 +96,9 @@ class PackedDataset(IterableDataset[Row]):
         """Resume from :meth:`state_dict`; refuses a state taken with another seed, world size or output."""
         for key in ("seed", "shuffle", "world_size", "num_rows"):
             if state.get(key) != getattr(self, key):
-                raise PackcliError(f"cannot resume: the state has {key}={state.get(key)!r}, this dataset {getattr(self, key)!r}")
+                raise PackcliError(
+                    f"cannot resume: the state has {key}={state.get(key)!r}, this dataset {getattr(self, key)!r}"
+                )
         self.epoch = int(state["epoch"])
         self.consumed = int(state["consumed"])
 
@@ -111,12 +113,13 @@ class PackedDataset(IterableDataset[Row]):
 
     def _worker_rows(self) -> np.ndarray:
         """The rows this worker yields: blocks of ``batch_size`` dealt in turn, from the resume point on."""
-        rows = self.rank_rows()[self.consumed :]
+        rows: np.ndarray = self.rank_rows()[self.consumed :]
         info = get_worker_info()
         if info is None:
             return rows
         block = np.arange(len(rows)) // self.batch_size
-        return rows[block % info.num_workers == info.id]
+        mine: np.ndarray = rows[block % info.num_workers == info.id]
+        return mine
 
     def _load_columns(self) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
         if self._columns is None:  # opened lazily: each worker maps the shards itself
@@ -157,7 +160,10 @@ def _labels(row: Row) -> np.ndarray:
 
 
 def collate_varlen(
-    rows: Sequence[Row], pad_to_multiple_of: int | None = None, cu_seqlens_length: int | None = None, pad_id: int = 0
+    rows: Sequence[Row],
+    pad_to_multiple_of: int | None = None,
+    cu_seqlens_length: int | None = None,
+    pad_id: int = 0,
 ) -> dict[str, Any]:
     """Flatten a batch of rows into one row, FlashAttention varlen style.
 
@@ -221,7 +227,9 @@ def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int 
         input_ids[k, :n] = row["input_ids"]
         position_ids[k, :n] = row["position_ids"]
         labels[k, :n] = _labels(row)
-        document_ids[k, :n] = np.repeat(np.arange(len(row["cu_seqlens"]) - 1, dtype=np.int32), np.diff(row["cu_seqlens"]))
+        document_ids[k, :n] = np.repeat(
+            np.arange(len(row["cu_seqlens"]) - 1, dtype=np.int32), np.diff(row["cu_seqlens"])
+        )
     return {
         "input_ids": torch.from_numpy(input_ids),
         "position_ids": torch.from_numpy(position_ids),

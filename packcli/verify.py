@@ -43,8 +43,14 @@ class Report:
         return self.count == 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problem_count": self.count, "problems": self.problems,
-                "shards": self.shards, "rows": self.rows, "tokens": self.tokens}
+        return {
+            "ok": self.ok,
+            "problem_count": self.count,
+            "problems": self.problems,
+            "shards": self.shards,
+            "rows": self.rows,
+            "tokens": self.tokens,
+        }
 
 
 def verify_output(out: Path) -> Report:
@@ -157,7 +163,13 @@ def _check_rows(name: str, table: pa.Table, max_len: int, vocab_size: int, repor
         if not np.array_equal(label_offsets, offsets):
             report.add(f"{name}: labels and input_ids differ in length")
         else:
-            _first(report, name, "token", (labels != IGNORE_INDEX) & (labels != ids), "label neither -100 nor the input id")
+            _first(
+                report,
+                name,
+                "token",
+                (labels != IGNORE_INDEX) & (labels != ids),
+                "label neither -100 nor the input id",
+            )
     return len(row_lengths), documents, len(ids)
 
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE, write_jsonl
 from typer.testing import CliRunner
 
-from conftest import SAMPLE, write_jsonl
 from packcli.cli import app
 
 runner = CliRunner()

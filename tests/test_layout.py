@@ -34,7 +34,10 @@ def test_cu_seqlens_per_row(rows_: list[list[int]]) -> None:
     values, list_offsets = cu_seqlens(lengths, offsets)
     got = [values[list_offsets[k] : list_offsets[k + 1]].tolist() for k in range(len(rows_))]
     assert got == [np.concatenate(([0], np.cumsum(row))).tolist() for row in rows_]
-    assert row_token_offsets(lengths, offsets).tolist() == np.concatenate(([0], np.cumsum([sum(r) for r in rows_]))).tolist()
+    assert (
+        row_token_offsets(lengths, offsets).tolist()
+        == np.concatenate(([0], np.cumsum([sum(r) for r in rows_]))).tolist()
+    )
 
 
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 7)), max_size=10))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+
 from packcli import rows
 from packcli.errors import PackcliError
 from packcli.options import Overflow, PackOptions
@@ -57,13 +57,20 @@ def test_round_trip_best_fit_keeps_every_document_and_token(tmp_path: Path) -> N
     options = PackOptions(max_len=2048, overflow=Overflow.split)
     result = pack_corpus([str(SAMPLE)], options, tmp_path / "out")
     loaded = load_tokenizer()
-    encoded = [ids + [50256] for ids in (e.ids for e in loaded.tokenizer.encode_batch([r["text"] for r in records], add_special_tokens=False))]
+    encoded = [
+        [*ids, 50256]
+        for ids in (
+            e.ids for e in loaded.tokenizer.encode_batch([r["text"] for r in records], add_special_tokens=False)
+        )
+    ]
     pieces = documents_of(tmp_path / "out")
     assert Counter(t for p in pieces for t in p) == Counter(t for ids in encoded for t in ids)
     # Pieces that end a document: whole short documents, and the last piece of each split one.
     ends = sorted(loaded.tokenizer.decode(p[:-1]) for p in pieces if p[-1] == 50256)
-    expected = [r["text"] if len(ids) <= 2048 else loaded.tokenizer.decode(ids[(len(ids) - 1) // 2048 * 2048 : -1])
-                for r, ids in zip(records, encoded)]
+    expected = [
+        r["text"] if len(ids) <= 2048 else loaded.tokenizer.decode(ids[(len(ids) - 1) // 2048 * 2048 : -1])
+        for r, ids in zip(records, encoded)
+    ]
     assert ends == sorted(expected)
     for shard in result.manifest["shards"]:
         dataset = Dataset.from_file(str(tmp_path / "out" / shard["file"]))
@@ -75,7 +82,9 @@ def test_truncate_and_drop_are_counted(tmp_path: Path) -> None:
     records = [{"text": "word " * 50}, {"text": "short"}, {"text": ""}]
     path = write_jsonl(tmp_path / "c.jsonl", records)
     for policy in Overflow:
-        totals = pack_corpus([str(path)], PackOptions(max_len=20, overflow=policy), tmp_path / policy.value).manifest["totals"]
+        totals = pack_corpus([str(path)], PackOptions(max_len=20, overflow=policy), tmp_path / policy.value).manifest[
+            "totals"
+        ]
         assert totals["input_tokens"] == totals["tokens"] + totals["truncated_tokens"] + totals["dropped_tokens"]
         assert totals["empty_documents"] == 1 and totals["input_documents"] == 2
         expected = {"split": (4, 0, 0), "truncate": (2, 32, 0), "drop": (1, 0, 1)}[policy.value]
@@ -116,8 +125,20 @@ def test_same_input_and_options_give_byte_identical_shards(tmp_path: Path) -> No
 def test_worker_counts_give_byte_identical_shards(tmp_path: Path) -> None:
     for workers in ("1", "2"):
         subprocess.run(
-            [sys.executable, "-m", "packcli", "pack", str(SAMPLE), "--max-len", "700", "--workers", workers,
-             "--out", str(tmp_path / workers), "--quiet"],
+            [
+                sys.executable,
+                "-m",
+                "packcli",
+                "pack",
+                str(SAMPLE),
+                "--max-len",
+                "700",
+                "--workers",
+                workers,
+                "--out",
+                str(tmp_path / workers),
+                "--quiet",
+            ],
             check=True,
         )
     assert shard_digests(tmp_path / "1") == shard_digests(tmp_path / "2") != {}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import read_jsonl, shared_path, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import read_jsonl, shared_path, write_jsonl
 from packcli.cli import app
 from packcli.errors import BadRecordError, UsageError
 from packcli.options import PackOptions
@@ -43,7 +43,7 @@ def packed_documents(out: Path) -> list[tuple[list[int], list[int]]]:
 def check_prompt_response(records: list[dict], out: Path) -> None:  # type: ignore[type-arg]
     expected = {}
     for record in records:
-        prompt, response = encode(record["prompt"]), encode(record["response"]) + [EOS]
+        prompt, response = encode(record["prompt"]), [*encode(record["response"]), EOS]
         expected[tuple(prompt + response)] = (len(prompt), response)
     documents = packed_documents(out)
     assert len(documents) == len(expected)
@@ -66,7 +66,9 @@ def test_bigbench_sft_supervises_exactly_the_responses(tmp_path: Path) -> None:
 
 
 def test_small_prompt_response_corpus(tmp_path: Path) -> None:
-    records = [{"prompt": f"Question {i}: what is {i} + {i}? <|endoftext|>", "response": f" {2 * i}."} for i in range(40)]
+    records = [
+        {"prompt": f"Question {i}: what is {i} + {i}? <|endoftext|>", "response": f" {2 * i}."} for i in range(40)
+    ]
     path = write_jsonl(tmp_path / "sft.jsonl", records)
     pack_corpus([str(path)], PackOptions(max_len=64, prompt_field="prompt", response_field="response"), tmp_path / "o")
     check_prompt_response(records, tmp_path / "o")
@@ -78,7 +80,9 @@ def test_small_prompt_response_corpus(tmp_path: Path) -> None:
 
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 30)), min_size=1, max_size=25), st.integers(8, 48))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_packing_keeps_every_label_on_its_token(tmp_path_factory: pytest.TempPathFactory, sizes: list[tuple[int, int]], max_len: int) -> None:
+def test_packing_keeps_every_label_on_its_token(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[tuple[int, int]], max_len: int
+) -> None:
     # " hello" and " world" are one token each: prompts are all " hello", responses all " world".
     hello, world = encode(" hello")[0], encode(" world")[0]
     records = [{"prompt": " hello" * p, "response": " world" * r} for p, r in sizes]
@@ -96,13 +100,15 @@ def test_packing_keeps_every_label_on_its_token(tmp_path_factory: pytest.TempPat
 
 
 CHATS = [
-    {"messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Name a prime."},
-        {"role": "assistant", "content": "Seven."},
-        {"role": "user", "content": "Another, with <|im_end|> in it?"},
-        {"role": "assistant", "content": "Eleven <|im_end|> too."},
-    ]},
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Name a prime."},
+            {"role": "assistant", "content": "Seven."},
+            {"role": "user", "content": "Another, with <|im_end|> in it?"},
+            {"role": "assistant", "content": "Eleven <|im_end|> too."},
+        ]
+    },
     {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
     {"messages": [{"role": "user", "content": "No answer here"}]},
 ]
@@ -117,8 +123,15 @@ def test_chatml_supervises_assistant_turns(tmp_path: Path) -> None:
     result = pack_corpus([str(path)], PackOptions(max_len=256, messages_field="messages"), tmp_path / "o")
     assert result.manifest["totals"]["empty_documents"] == 1  # the chat without an assistant turn
     got = sorted(supervised_text(labels) for _, labels in packed_documents(tmp_path / "o"))
-    assert got == sorted(["Seven.<|im_end|>\nEleven <|im_end|> too.<|im_end|>\n<|endoftext|>", "Hello!<|im_end|>\n<|endoftext|>"])
-    everything = pack_corpus([str(path)], PackOptions(max_len=256, messages_field="messages", loss_on="all"), tmp_path / "all")
+    assert got == sorted(
+        [
+            "Seven.<|im_end|>\nEleven <|im_end|> too.<|im_end|>\n<|endoftext|>",
+            "Hello!<|im_end|>\n<|endoftext|>",
+        ]
+    )
+    everything = pack_corpus(
+        [str(path)], PackOptions(max_len=256, messages_field="messages", loss_on="all"), tmp_path / "all"
+    )
     assert everything.manifest["totals"]["supervised_tokens"] == everything.manifest["totals"]["tokens"]
 
 
@@ -143,35 +156,70 @@ def test_jinja_template_supervises_what_the_assistant_adds(tmp_path: Path) -> No
 def test_sft_default_overflow_drops_and_counts(tmp_path: Path) -> None:
     records = [{"prompt": "long " * 100, "response": "x"}, {"prompt": "short", "response": "y"}]
     path = write_jsonl(tmp_path / "sft.jsonl", records)
-    result = pack_corpus([str(path)], PackOptions(max_len=32, prompt_field="prompt", response_field="response"), tmp_path / "o")
+    result = pack_corpus(
+        [str(path)], PackOptions(max_len=32, prompt_field="prompt", response_field="response"), tmp_path / "o"
+    )
     assert result.manifest["options"]["overflow"] == "drop"
     assert result.manifest["totals"]["dropped_documents"] == 1 and result.manifest["totals"]["documents"] == 1
 
 
 BAD_RECORDS = [
-    ({"prompt": "p"}, ["--prompt-field", "prompt", "--response-field", "response"], "record has no field 'response'"),
-    ({"messages": [{"content": "x"}]}, ["--messages-field", "messages"], "message 1 of 'messages' has no role"),
-    ({"messages": [{"role": "robot", "content": "x"}]}, ["--messages-field", "messages"], "message 1 has unknown role 'robot'"),
-    ({"messages": [{"role": "user"}]}, ["--messages-field", "messages"], "message 1 of 'messages' has no string content"),
+    (
+        {"prompt": "p"},
+        ["--prompt-field", "prompt", "--response-field", "response"],
+        "record has no field 'response'",
+    ),
+    (
+        {"messages": [{"content": "x"}]},
+        ["--messages-field", "messages"],
+        "message 1 of 'messages' has no role",
+    ),
+    (
+        {"messages": [{"role": "robot", "content": "x"}]},
+        ["--messages-field", "messages"],
+        "message 1 has unknown role 'robot'",
+    ),
+    (
+        {"messages": [{"role": "user"}]},
+        ["--messages-field", "messages"],
+        "message 1 of 'messages' has no string content",
+    ),
 ]
 
 
 @pytest.mark.parametrize("record,flags,message", BAD_RECORDS)
 def test_bad_sft_records_name_file_and_line(tmp_path: Path, record: dict, flags: list[str], message: str) -> None:  # type: ignore[type-arg]
-    good = {"prompt": "p", "response": "r", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    good = {
+        "prompt": "p",
+        "response": "r",
+        "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+    }
     path = write_jsonl(tmp_path / "bad.jsonl", [good, record])
     result = runner.invoke(app, ["pack", str(path), *flags, "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and f"bad.jsonl:2: {message}" in result.stderr, result.stderr
-    skipped = runner.invoke(app, ["pack", str(path), *flags, "--out", str(tmp_path / "o"), "--skip-bad-records", "--json"])
+    skipped = runner.invoke(
+        app, ["pack", str(path), *flags, "--out", str(tmp_path / "o"), "--skip-bad-records", "--json"]
+    )
     assert skipped.exit_code == 0 and json.loads(skipped.stdout)["bad_records"] == 1
 
 
 def test_failing_template_names_the_line(tmp_path: Path) -> None:
-    (tmp_path / "t.jinja").write_text("{% if messages|length > 2 %}{{ raise_exception('too long') }}{% endif %}{{ messages[0].content }}")
+    (tmp_path / "t.jinja").write_text(
+        "{% if messages|length > 2 %}{{ raise_exception('too long') }}{% endif %}{{ messages[0].content }}"
+    )
     chat = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
     long_chat = {"messages": chat["messages"] * 2}
     path = write_jsonl(tmp_path / "c.jsonl", [chat, long_chat])
-    args = ["pack", str(path), "--messages-field", "messages", "--chat-template", str(tmp_path / "t.jinja"), "--out", str(tmp_path / "o")]
+    args = [
+        "pack",
+        str(path),
+        "--messages-field",
+        "messages",
+        "--chat-template",
+        str(tmp_path / "t.jinja"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "c.jsonl:2: chat template raised: too long" in result.stderr
 

@@ -18,7 +18,9 @@ from packcli.store import TokenStore
 from packcli.strategies import run_strategy
 
 
-def write_case(directory: Path, lengths: np.ndarray, max_len: int, shard_size: int, strategy: str = "bfd") -> list[pa.Table]:
+def write_case(
+    directory: Path, lengths: np.ndarray, max_len: int, shard_size: int, strategy: str = "bfd"
+) -> list[pa.Table]:
     """Pack lengths whose store holds tokens 0, 1, 2, ...: each token's value is its own store position."""
     store = TokenStore(directory / "tokens.tmp")
     store.append(np.arange(int(lengths.sum()), dtype=np.int32))
@@ -43,7 +45,9 @@ def test_format_invariants(tmp_path: Path, lengths: list[int], max_len: int, sha
     tables = write_case(directory, np.array(lengths), max_len, shard_size, strategy)
     seen = []
     for table in tables:
-        for ids, positions, cu in zip(*(table.column(name).to_pylist() for name in ("input_ids", "position_ids", "cu_seqlens"))):
+        for ids, positions, cu in zip(
+            *(table.column(name).to_pylist() for name in ("input_ids", "position_ids", "cu_seqlens"))
+        ):
             assert 1 <= len(ids) <= max_len
             assert cu[0] == 0 and cu[-1] == len(ids) and all(a < b for a, b in zip(cu, cu[1:]))
             for start, end in zip(cu, cu[1:]):
@@ -70,10 +74,9 @@ def test_shards_roll_over_and_are_readable_by_datasets(tmp_path: Path) -> None:
 def test_failed_write_removes_every_shard_and_propagates(tmp_path: Path) -> None:
     schema = shard_schema({})
     batch = pa.RecordBatch.from_pylist([{"input_ids": [1], "position_ids": [0], "cu_seqlens": [0, 1]}], schema=schema)
-    with pytest.raises(RuntimeError, match="disk on fire"):
-        with ShardWriter(tmp_path, schema, shard_size=1) as writer:
-            writer.write(batch, 1, 1, 10)
-            writer.write(batch, 1, 1, 10)  # rolls over: shard 0 is final now
-            assert (tmp_path / "shard-00000.arrow").exists()
-            raise RuntimeError("disk on fire")
+    with pytest.raises(RuntimeError, match="disk on fire"), ShardWriter(tmp_path, schema, shard_size=1) as writer:
+        writer.write(batch, 1, 1, 10)
+        writer.write(batch, 1, 1, 10)  # rolls over: shard 0 is final now
+        assert (tmp_path / "shard-00000.arrow").exists()
+        raise RuntimeError("disk on fire")
     assert list(tmp_path.iterdir()) == []

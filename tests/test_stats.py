@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import write_jsonl
 from typer.testing import CliRunner
 
-from conftest import write_jsonl
 from packcli.cli import app
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus

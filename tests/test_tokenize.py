@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import shared_path
+
 from packcli.errors import PackcliError, UsageError
 from packcli.tokenize import encode_batch, load_tokenizer, special_ids
 
@@ -34,9 +34,9 @@ def test_no_eos_and_missing_bos() -> None:
 
 def test_bad_tokenizer_files(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(PackcliError, match="not a valid tokenizer.json"):
+    with pytest.raises(PackcliError, match=r"not a valid tokenizer\.json"):
         load_tokenizer(str(tmp_path / "broken.json"))
-    with pytest.raises(PackcliError, match="directory holds no tokenizer.json"):
+    with pytest.raises(PackcliError, match=r"directory holds no tokenizer\.json"):
         load_tokenizer(str(tmp_path))
     with pytest.raises(PackcliError, match="no hub model of that name in the local cache"):
         load_tokenizer("nobody/no-such-model")

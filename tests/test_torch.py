@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 import torch.nn.functional as F  # noqa: E402
-
 from conftest import SAMPLE  # noqa: E402
+
 from packcli.options import PackOptions  # noqa: E402
 from packcli.pipeline import pack_corpus  # noqa: E402
 from packcli.torch import (  # noqa: E402
@@ -50,13 +50,17 @@ class TinyCausalLM(torch.nn.Module):
         frequencies = 10000 ** (-torch.arange(half, dtype=torch.float32) / half)
         angles = positions[:, None, :, None].float() * frequencies  # [B, 1, T, half]
         first, second = x[..., :half], x[..., half:]
-        return torch.cat([first * angles.cos() - second * angles.sin(), first * angles.sin() + second * angles.cos()], -1)
+        return torch.cat(
+            [first * angles.cos() - second * angles.sin(), first * angles.sin() + second * angles.cos()], -1
+        )
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         batch, length = input_ids.shape
         hidden = self.embed(input_ids)
         q, k, v = self.qkv(hidden).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(self.rope(q, position_ids), self.rope(k, position_ids), v, attn_mask=mask)
+        attended = F.scaled_dot_product_attention(
+            self.rope(q, position_ids), self.rope(k, position_ids), v, attn_mask=mask
+        )
         hidden = hidden + self.out(attended.transpose(1, 2).reshape(batch, length, -1))
         return self.head(hidden + self.mlp(hidden))
 
@@ -98,7 +102,12 @@ def test_packed_batches_equal_documents_run_alone(packed: Path) -> None:
     cu = varlen["cu_seqlens"].tolist()
     for (want, _), a, b in zip(expected, cu[:-1], cu[1:]):
         torch.testing.assert_close(logits[a:b], want, atol=1e-5, rtol=0)
-    torch.testing.assert_close(token_losses(logits[None], varlen["labels"]), torch.cat([loss for _, loss in expected]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        token_losses(logits[None], varlen["labels"]),
+        torch.cat([loss for _, loss in expected]),
+        atol=1e-5,
+        rtol=0,
+    )
 
     padded = collate_padded(rows, max_len=MAX_LEN)
     logits = model(padded["input_ids"], padded["position_ids"], block_causal_mask(padded["document_ids"]))
@@ -106,7 +115,9 @@ def test_packed_batches_equal_documents_run_alone(packed: Path) -> None:
     got = [logits[k, a:b] for k, row in enumerate(rows) for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])]
     for (want, _), have in zip(expected, got):
         torch.testing.assert_close(have, want, atol=1e-5, rtol=0)
-    torch.testing.assert_close(token_losses(logits, padded["labels"]), torch.cat([loss for _, loss in expected]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        token_losses(logits, padded["labels"]), torch.cat([loss for _, loss in expected]), atol=1e-5, rtol=0
+    )
 
 
 def test_labels_and_positions_against_a_plain_loop(packed: Path) -> None:
@@ -116,7 +127,7 @@ def test_labels_and_positions_against_a_plain_loop(packed: Path) -> None:
     ids, labels, positions = [], [], []
     for row in rows:
         cu = row["cu_seqlens"].tolist()
-        for d, (a, b) in enumerate(zip(cu[:-1], cu[1:])):
+        for _d, (a, b) in enumerate(zip(cu[:-1], cu[1:])):
             for t in range(a, b):
                 ids.append(int(row["input_ids"][t]))
                 labels.append(-100 if t == a else int(row["input_ids"][t]))

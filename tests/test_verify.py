@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE
 from typer.testing import CliRunner
 
-from conftest import SAMPLE
 from packcli.cli import app
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
@@ -51,9 +51,18 @@ DAMAGE = {
     "flipped byte": (flip_byte, "shard-00001.arrow: sha256 differs"),
     "truncated shard": (truncate, "shard-00000.arrow: 1000 bytes, the manifest says"),
     "missing shard": (lambda out: (out / "shard-00002.arrow").unlink(), "shard-00002.arrow: missing"),
-    "edited totals": (edit_manifest(lambda m: m["totals"].update(tokens=m["totals"]["tokens"] + 1)), "totals.tokens"),
-    "wrong row count": (edit_manifest(lambda m: m["shards"][0].update(rows=m["shards"][0]["rows"] + 3)), "rows, the manifest says"),
-    "path outside": (edit_manifest(lambda m: m["shards"][0].update(file="../../etc/passwd")), "leaves the output directory"),
+    "edited totals": (
+        edit_manifest(lambda m: m["totals"].update(tokens=m["totals"]["tokens"] + 1)),
+        "totals.tokens",
+    ),
+    "wrong row count": (
+        edit_manifest(lambda m: m["shards"][0].update(rows=m["shards"][0]["rows"] + 3)),
+        "rows, the manifest says",
+    ),
+    "path outside": (
+        edit_manifest(lambda m: m["shards"][0].update(file="../../etc/passwd")),
+        "leaves the output directory",
+    ),
     "listed twice": (edit_manifest(lambda m: m["shards"].append(dict(m["shards"][0]))), "listed twice"),
     "unlisted shard": (edit_manifest(lambda m: m["shards"].pop()), "not listed in the manifest"),
 }

@@ -142,14 +142,17 @@ def _visit(
     sequences.put(room, start + rest, count - rest, fill)
 
 
-def _rebuild(events: list[tuple[int, int, int, int]], groups: np.ndarray, by_length: np.ndarray, n_sequences: int) -> Packing:
+def _rebuild(
+    events: list[tuple[int, int, int, int]], groups: np.ndarray, by_length: np.ndarray, n_sequences: int
+) -> Packing:
     """Turn the event log into order/offsets: documents in placement order land at row start + fill + i.
 
     Memory: besides ``by_length`` and the result, one n-sized int32 array at a time (temporaries freed early).
     """
     n = len(by_length)
     index = np.int32 if n < 2**31 else np.int64
-    start, count, take, fill = np.array(events, dtype=index).reshape(-1, 4).T
+    table: np.ndarray = np.array(events, dtype=index).reshape(-1, 4)
+    start, count, take, fill = (np.ascontiguousarray(table[:, k]) for k in range(4))
     # Documents per sequence: every sequence id lies in exactly one final group.
     offsets = np.zeros(n_sequences + 1, dtype=np.int64)
     np.cumsum(np.repeat(groups[:, 2], groups[:, 1]), out=offsets[1:])
