@@ -109,6 +109,16 @@ def reports_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def options_from(arguments: dict[str, Any], **overrides: Any) -> Any:
+    """PackOptions from a command's arguments: flags map one to one to its fields (``--max-len`` is max_len)."""
+    import dataclasses
+
+    from packcli.options import PackOptions
+
+    names = {field.name for field in dataclasses.fields(PackOptions)}
+    return PackOptions(**{**{k: v for k, v in arguments.items() if k in names}, **overrides})
+
+
 class _Warnings:
     """Prints the first warnings to stderr and counts the rest."""
 
@@ -173,33 +183,14 @@ def pack(
 
       packcli pack sft.jsonl --prompt-field prompt --response-field response --max-len 2048
     """
-    from packcli.options import PackOptions, parse_size
+    from packcli.options import parse_size
     from packcli.pipeline import pack_corpus
     from packcli.progress import RichReporter, SilentReporter
 
     if workers is not None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    options = PackOptions(
-        max_len=max_len,
-        tokenizer=tokenizer,
-        strategy=strategy,
-        text_field=text_field,
-        overflow=overflow,
-        prompt_field=prompt_field,
-        response_field=response_field,
-        messages_field=messages_field,
-        chat_template=chat_template,
-        loss_on=loss_on,
-        shard_size=parse_size(shard_size),
-        workers=workers,
-        seed=seed,
-        window=window,
-        eos=not no_eos,
-        bos=bos,
-        eos_token=eos_token,
-        skip_bad_records=skip_bad_records,
-    )
+    options = options_from(locals(), shard_size=parse_size(shard_size), eos=not no_eos)
     console = _stderr()
     show_progress = console.is_terminal and not quiet
     reporter = RichReporter(console) if show_progress else SilentReporter()
@@ -295,19 +286,7 @@ def stats(
         figures = packed_stats(Path(targets[0]), batch_size)
         raw = False
     else:
-        from packcli.options import PackOptions
-
-        options = PackOptions(
-            max_len=max_len,
-            tokenizer=tokenizer,
-            text_field=text_field,
-            overflow=overflow,
-            prompt_field=prompt_field,
-            response_field=response_field,
-            messages_field=messages_field,
-            chat_template=chat_template,
-            loss_on=loss_on,
-        )
+        options = options_from(locals())
         figures = corpus_stats(targets, options, batch_size)
         raw = True
     if json_output:
