@@ -287,7 +287,7 @@ def stats(
         raw = False
     else:
         options = options_from(locals())
-        figures = corpus_stats(targets, options, batch_size)
+        figures = corpus_stats(targets, options, batch_size, _Warnings(quiet=False))
         raw = True
     if json_output:
         print(json.dumps(figures, sort_keys=True))
@@ -295,6 +295,7 @@ def stats(
     print_stats(figures, " ".join(targets))
     if raw:
         print_strategy_comparison(figures)
+        print(f"the tokenized corpus is kept for the next `packcli pack` of it: {figures['tokenization_cache']}")
 
 
 @app.command()

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from packcli import __version__
+from packcli import __version__, cache
 from packcli.documents import Encoder, make_encoder
 from packcli.errors import PackcliError
 from packcli.ingest import Tokenized, tokenize_corpus
@@ -36,6 +36,7 @@ class PackResult:
     out: Path
     status: str
     manifest: dict[str, Any]
+    from_cache: bool = False  # the tokens came from the tokenization cache that `stats` left
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` object of ``packcli pack``."""
@@ -46,6 +47,7 @@ class PackResult:
             "max_len": self.manifest["max_len"],
             "strategy": self.manifest["strategy"],
             "shards": len(self.manifest["shards"]),
+            "tokenized_from_cache": self.from_cache,
             **self.manifest["totals"],
         }
 
@@ -78,12 +80,12 @@ def pack_corpus(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        manifest = _build(files, options, tokenizer, encoder, staging, print_, reporter, warn)
+        manifest, from_cache = _build(files, options, tokenizer, encoder, staging, print_, reporter, warn)
         _move_into_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return PackResult(out, "packed", manifest)
+    return PackResult(out, "packed", manifest, from_cache)
 
 
 def _existing_output(out: Path, print_: str) -> str:
@@ -127,8 +129,12 @@ def _build(
     print_: str,
     reporter: Reporter,
     warn: Callable[[str], None],
-) -> dict[str, Any]:
-    tokenized = tokenize_corpus(files, encoder, options.skip_bad_records, staging / "tokens.tmp", reporter, warn)
+) -> tuple[dict[str, Any], bool]:
+    key = cache.tokenization_key(files, tokenizer.sha256, options, encoder.fingerprint)
+    cached = cache.load(key)  # left by `packcli stats` on the same corpus: no need to tokenize again
+    tokenized = cached or tokenize_corpus(
+        files, encoder, options.skip_bad_records, staging / "tokens.tmp", reporter, warn
+    )
     supervision = Supervision() if encoder.supervised else None
     try:
         if len(tokenized.lengths) == 0:
@@ -152,14 +158,19 @@ def _build(
         schema = shard_schema(metadata, labels=encoder.supervised)
         shards = write_rows(staging, tokenized.store, pieces, packing, schema, options.shard_size, supervision)
     finally:
-        tokenized.store.remove()
+        if cached is None:
+            tokenized.store.remove()
+        else:
+            tokenized.store.close()
     reporter.close()
     manifest = _manifest(files, options, tokenizer, print_, tokenized, pieces, overflow, packing, shards)
     if supervision is not None:
         manifest["totals"].update(asdict(supervision))
         manifest["columns"] = list(shard_schema({}, labels=True).names)
     write_manifest(staging, manifest)
-    return manifest
+    if cached is not None:
+        cache.discard(key)
+    return manifest, cached is not None
 
 
 def _manifest(

@@ -6,7 +6,7 @@ its memory-mapped ``cu_seqlens`` column; ``corpus_stats`` tokenizes a raw corpus
 
 from __future__ import annotations
 
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,11 +129,18 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
     return stats
 
 
-def corpus_stats(inputs: list[str], options: PackOptions, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, Any]:
+def corpus_stats(
+    inputs: list[str],
+    options: PackOptions,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    warn: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
     """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
 
+    The tokenized corpus stays in the tokenization cache (see :mod:`packcli.cache`) for the ``pack`` that follows.
     The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one.
     """
+    from packcli import cache
     from packcli.documents import make_encoder
     from packcli.ingest import tokenize_corpus
     from packcli.overflow import apply_overflow
@@ -145,12 +152,16 @@ def corpus_stats(inputs: list[str], options: PackOptions, batch_size: int = DEFA
     files = find_inputs(inputs)
     get_strategy(options.strategy)
     tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
-    with tempfile.TemporaryDirectory(prefix="packcli-stats-") as tmp:
-        encoder = make_encoder(options, tokenizer)
-        tokenized = tokenize_corpus(
-            files, encoder, options.skip_bad_records, Path(tmp) / "tokens", SilentReporter(), lambda _: None
+    encoder = make_encoder(options, tokenizer)
+    key = cache.tokenization_key(files, tokenizer.sha256, options, encoder.fingerprint)
+    tokenized = cache.load(key)
+    if tokenized is None:
+        cache.cache_root().mkdir(parents=True, exist_ok=True)
+        fresh = tokenize_corpus(
+            files, encoder, options.skip_bad_records, cache.cache_root() / f".{key}.tokens", SilentReporter(), warn
         )
-        tokenized.store.remove()
+        tokenized = cache.save(fresh, key)
+    tokenized.store.close()
     if len(tokenized.lengths) == 0:
         raise PackcliError(f"no documents: the input holds no non-empty {options.text_field!r} text")
     pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
@@ -167,4 +178,4 @@ def corpus_stats(inputs: list[str], options: PackOptions, batch_size: int = DEFA
             **extra,
             "strategy": name,
         }
-    return {**compared[options.strategy], "strategies": compared}
+    return {**compared[options.strategy], "strategies": compared, "tokenization_cache": str(cache.cache_root() / key)}

@@ -25,6 +25,18 @@ class TokenStore:
         self.mask_path = path.with_name(path.name + ".mask") if with_mask else None
         self._mask = open(self.mask_path, "w+b") if self.mask_path else None  # noqa: SIM115
 
+    @classmethod
+    def reopen(cls, path: Path) -> TokenStore:
+        """A finished store on disk (and its mask file, if there is one), for reading."""
+        store = cls.__new__(cls)
+        store.path = path
+        store.count = path.stat().st_size // np.dtype(TOKEN_DTYPE).itemsize
+        store._file = open(path, "rb")  # noqa: SIM115 (lives until close() or remove())
+        mask_path = path.with_name(path.name + ".mask")
+        store.mask_path = mask_path if mask_path.is_file() else None
+        store._mask = open(mask_path, "rb") if store.mask_path else None  # noqa: SIM115
+        return store
+
     @property
     def has_mask(self) -> bool:
         return self._mask is not None
@@ -54,11 +66,15 @@ class TokenStore:
         assert self._mask is not None
         return _read_pieces(self._mask, np.uint8, starts, lengths).view(bool)
 
-    def remove(self) -> None:
-        """Close and delete the files."""
+    def close(self) -> None:
+        """Close the files, keeping them."""
         for handle in (self._file, self._mask):
             if handle is not None:
                 handle.close()
+
+    def remove(self) -> None:
+        """Close and delete the files."""
+        self.close()
         self.path.unlink(missing_ok=True)
         if self.mask_path is not None:
             self.mask_path.unlink(missing_ok=True)

@@ -18,9 +18,10 @@ SAMPLE = REPO / "examples" / "sample.jsonl.gz"
 
 
 @pytest.fixture(autouse=True)
-def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Any attempt to reach the network fails loudly."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "packcli-cache"))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
 
     real_connect = socket.socket.connect

@@ -72,3 +72,18 @@ def test_stats_cli_json_and_report(tmp_path: Path, small_corpus: Path) -> None:
     assert raw.exit_code == 0 and "greedy" in raw.stdout
     missing = runner.invoke(app, ["stats", str(tmp_path / "nothing")])
     assert missing.exit_code == 1 and "no such file" in missing.stderr
+
+
+def test_stats_tokenization_is_reused_by_pack(tmp_path: Path, small_corpus: Path) -> None:
+    first = corpus_stats([str(small_corpus)], PackOptions(max_len=8))
+    cache_entry = Path(first["tokenization_cache"])
+    assert cache_entry.is_dir()
+    again = corpus_stats([str(small_corpus)], PackOptions(max_len=16))  # another max_len: same tokens
+    assert again["tokenization_cache"] == first["tokenization_cache"] and again["sequences"] == 2
+    reused = pack_corpus([str(small_corpus)], PackOptions(max_len=8), tmp_path / "reused")
+    assert reused.from_cache and not cache_entry.exists()  # pack consumed the entry
+    fresh = pack_corpus([str(small_corpus)], PackOptions(max_len=8), tmp_path / "fresh")
+    assert not fresh.from_cache
+    for name in ("shard-00000.arrow",):
+        assert (tmp_path / "reused" / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes()
+    assert reused.manifest["totals"] == fresh.manifest["totals"]

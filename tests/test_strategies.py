@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -97,7 +99,11 @@ def test_unknown_strategy_lists_the_available_ones() -> None:
         get_strategy("nope")
 
 
-def test_registered_strategy_is_listed_checked_and_windowed() -> None:
+def test_registered_strategy_is_listed_checked_and_windowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import packcli.strategies as registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations end with the test
+
     def one_per_row(lengths: np.ndarray, max_len: int) -> Packing:
         """One document per sequence (for tests)."""
         return Packing(np.arange(len(lengths)), np.arange(len(lengths) + 1))
@@ -132,3 +138,26 @@ def test_windows_pack_each_window_on_its_own(case: tuple[np.ndarray, int], windo
 def test_check_packing_rejects_a_lost_document() -> None:
     with pytest.raises(PackcliError, match="not a permutation"):
         check_packing(Packing(np.array([0]), np.array([0, 1])), np.array([1, 1]), 4)
+
+
+def test_entry_point_strategies_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package that declares a strategy in the packcli.strategies entry-point group, installed on sys.path."""
+    import packcli.strategies as registry
+
+    (tmp_path / "my_packer.py").write_text(
+        "import numpy as np\n"
+        "from packcli.strategies import Packing\n"
+        "def reverse(lengths, max_len):\n"
+        '    """One document per sequence, last first."""\n'
+        "    n = len(lengths)\n"
+        "    return Packing(np.arange(n)[::-1].copy(), np.arange(n + 1))\n"
+    )
+    info = tmp_path / "my_packer-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-packer\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[packcli.strategies]\nreverse = my_packer:reverse\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    assert available_strategies()["reverse"] == "One document per sequence, last first."
+    assert rows_of(run_strategy("reverse", np.array([1, 2, 3]), 3)) == [[2], [1], [0]]

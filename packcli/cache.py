@@ -1,0 +1,88 @@
+"""The tokenization cache: ``stats`` on a raw corpus keeps its tokenized corpus, keyed by what decides the tokens
+(inputs, tokenizer, record options), so a later ``stats`` at another max_len or strategy, and the ``pack`` that
+follows, do not tokenize again. ``pack`` consumes the entry it uses: the cache does not grow with every corpus.
+
+Location: ``$PACKCLI_CACHE``, else ``~/.cache/packcli``. Entries are written under a temporary name and renamed, so a
+half-written entry is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.ingest import Tokenized
+from packcli.options import PackOptions
+from packcli.sources import ReadCounts
+from packcli.store import TokenStore
+
+_TOKENIZATION_OPTIONS = (
+    "text_field",
+    "eos",
+    "bos",
+    "eos_token",
+    "skip_bad_records",
+    "prompt_field",
+    "response_field",
+    "messages_field",
+    "loss_on",
+)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PACKCLI_CACHE") or Path.home() / ".cache" / "packcli")
+
+
+def tokenization_key(files: list[Path], tokenizer_sha256: str, options: PackOptions, extra: dict[str, str]) -> str:
+    """What decides the tokens: inputs (path, size, mtime), tokenizer, record options, chat template."""
+    chosen = options.to_json()
+    payload: dict[str, Any] = {
+        "inputs": [[str(path), path.stat().st_size, path.stat().st_mtime_ns] for path in files],
+        "tokenizer_sha256": tokenizer_sha256,
+        "options": {name: chosen[name] for name in _TOKENIZATION_OPTIONS},
+        "extra": extra,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def save(tokenized: Tokenized, key: str) -> Tokenized:
+    """Move a fresh tokenization into the cache; returns it, its store now read from the cache."""
+    entry = cache_root() / key
+    tmp = cache_root() / f".{key}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tokenized.store.finish()
+    shutil.move(str(tokenized.store.path), tmp / "tokens")
+    if tokenized.store.mask_path is not None:
+        shutil.move(str(tokenized.store.mask_path), tmp / "tokens.mask")
+    tokenized.store.remove()
+    np.save(tmp / "lengths.npy", tokenized.lengths)
+    (tmp / "counts.json").write_text(json.dumps(asdict(tokenized.counts), sort_keys=True))
+    shutil.rmtree(entry, ignore_errors=True)
+    os.replace(tmp, entry)
+    cached = load(key)
+    assert cached is not None
+    return cached
+
+
+def load(key: str) -> Tokenized | None:
+    """The cached tokenization for ``key``, or None."""
+    entry = cache_root() / key
+    if not (entry / "counts.json").is_file() or not (entry / "tokens").is_file():
+        return None
+    store = TokenStore.reopen(entry / "tokens")
+    return Tokenized(
+        store, np.load(entry / "lengths.npy"), ReadCounts(**json.loads((entry / "counts.json").read_text()))
+    )
+
+
+def discard(key: str) -> None:
+    """Remove an entry (``pack`` does, once it has used it)."""
+    shutil.rmtree(cache_root() / key, ignore_errors=True)
