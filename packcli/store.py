@@ -21,9 +21,9 @@ class TokenStore:
     def __init__(self, path: Path, with_mask: bool = False) -> None:
         self.path = path
         self.count = 0
-        self._file = open(path, "w+b")  # noqa: SIM115 (lives until remove())
+        self._file: BinaryIO = open(path, "w+b")  # noqa: SIM115 (lives until remove())
         self.mask_path = path.with_name(path.name + ".mask") if with_mask else None
-        self._mask = open(self.mask_path, "w+b") if self.mask_path else None  # noqa: SIM115
+        self._mask: BinaryIO | None = open(self.mask_path, "w+b") if self.mask_path else None  # noqa: SIM115
 
     @classmethod
     def reopen(cls, path: Path) -> TokenStore:
