@@ -52,6 +52,18 @@ def main() -> None:
         table(["corpus", "floor s", "pack s", "speed vs floor"], rows)
 
         corpus = shared("data/gcide.jsonl.gz")
+        if corpus is not None:  # how to use the cores: the tokenizer's threads, or worker processes
+            threads = min(run_child(python(str(REPO / "bench" / "floor.py"), str(corpus)))[0] for _ in range(ROUNDS))
+            processes = min(
+                run_child(python(str(REPO / "bench" / "floor_processes.py"), str(corpus), "2"))[0]
+                for _ in range(ROUNDS)
+            )
+            print(
+                f"\ntokenizing gcide on all cores: the tokenizer's batch call (threads) {threads:.2f} s, "
+                f"2 worker processes {processes:.2f} s ({processes / threads:.2f}x the time)"
+            )
+
+        corpus = shared("data/gcide.jsonl.gz")
         if corpus is None:
             return
         copies = []

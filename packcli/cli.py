@@ -79,12 +79,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 MAX_WARNINGS = 20
 
 
-def _stderr() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
 def reports_errors(command: F) -> F:
     """Map packcli errors to one stderr line and their exit code; unexpected errors to exit 1."""
 
@@ -191,9 +185,7 @@ def pack(
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     options = options_from(locals(), shard_size=parse_size(shard_size), eos=not no_eos)
-    console = _stderr()
-    show_progress = console.is_terminal and not quiet
-    reporter = RichReporter(console) if show_progress else SilentReporter()
+    reporter = RichReporter() if sys.stderr.isatty() and not quiet else SilentReporter()
     warnings = _Warnings(quiet)
     try:
         result = pack_corpus(inputs, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)

@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from typing import Any, Protocol
 
 
 class Reporter(Protocol):
@@ -47,7 +36,17 @@ class SilentReporter:
 class RichReporter:
     """A progress bar on stderr: input bytes read, documents, tokens per second, time left."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self) -> None:
+        from rich.console import Console  # imported here: without a terminal, rich is never loaded
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -55,10 +54,10 @@ class RichReporter:
             TextColumn("{task.fields[documents]:,} docs  {task.fields[rate]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=console,
+            console=Console(stderr=True),
             transient=False,
         )
-        self._task: TaskID | None = None
+        self._task: Any = None
 
     def start(self, total_bytes: int) -> None:
         self._progress.start()

@@ -165,12 +165,9 @@ def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
 
 def flatten(ids: list[list[int]], eos_id: int | None, bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate per-document ids into one int32 array with EOS/BOS added; also return the int64 lengths."""
+    if eos_id is not None or bos_id is not None:  # cheaper on the lists than inserting into the flat array
+        head, tail = ([bos_id] if bos_id is not None else []), ([eos_id] if eos_id is not None else [])
+        ids = [head + doc + tail if head else doc + tail for doc in ids]
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
-    if eos_id is not None:
-        flat = np.insert(flat, np.cumsum(lengths), eos_id)
-        lengths += 1
-    if bos_id is not None:
-        flat = np.insert(flat, np.cumsum(lengths) - lengths, bos_id)
-        lengths += 1
     return flat, lengths

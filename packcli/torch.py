@@ -178,10 +178,14 @@ def collate_varlen(
             torch.compile); a zero-length document attends to nothing.
         pad_id: the token id of padding.
     """
-    input_ids = np.concatenate([row["input_ids"] for row in rows]).astype(np.int64)
-    position_ids = np.concatenate([row["position_ids"] for row in rows]).astype(np.int64)
-    labels = np.concatenate([_labels(row) for row in rows])
+    input_ids = np.concatenate([row["input_ids"] for row in rows], dtype=np.int64)
+    position_ids = np.concatenate([row["position_ids"] for row in rows], dtype=np.int64)
     lengths = _document_lengths(rows)
+    if LABELS_COLUMN in rows[0]:
+        labels = np.concatenate([row[LABELS_COLUMN] for row in rows], dtype=np.int64)
+    else:
+        labels = input_ids.copy()
+    labels[np.cumsum(lengths) - lengths] = IGNORE_INDEX  # the first token of every document
     total = len(input_ids)
     if pad_to_multiple_of and total % pad_to_multiple_of:
         pad = pad_to_multiple_of - total % pad_to_multiple_of
