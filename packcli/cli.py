@@ -99,6 +99,13 @@ def reports_errors(command: F) -> F:
         except KeyboardInterrupt:
             print("error: interrupted; no output was written", file=sys.stderr)
             raise typer.Exit(130) from None
+        except typer.Exit:
+            raise
+        except Exception as exc:  # a bug or an unforeseen library error: still one line, exit 1
+            print(
+                f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr
+            )
+            raise typer.Exit(EXIT_DATA) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -76,6 +76,12 @@ def test_round_trip_best_fit_keeps_every_document_and_token(tmp_path: Path) -> N
         dataset = Dataset.from_file(str(tmp_path / "out" / shard["file"]))
         assert len(dataset) == shard["rows"]
         assert sum(map(len, dataset["input_ids"])) == shard["tokens"]
+    from datasets import load_dataset
+
+    files = [str(tmp_path / "out" / shard["file"]) for shard in result.manifest["shards"]]
+    loaded = load_dataset("arrow", data_files=files, split="train", cache_dir=str(tmp_path / "hf-cache"))
+    assert len(loaded) == result.manifest["totals"]["sequences"]
+    assert loaded.column_names == ["input_ids", "position_ids", "cu_seqlens"]
 
 
 def test_truncate_and_drop_are_counted(tmp_path: Path) -> None:
