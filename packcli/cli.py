@@ -36,7 +36,7 @@ class OneLineErrors(TyperGroup):
             command = exc.ctx.command_path if exc.ctx else "packcli"
             print(f"error: {exc.format_message()} (see '{command} --help')", file=sys.stderr)
             sys.exit(2)
-        except click_exceptions.Abort:
+        except typer.Abort:
             print("error: aborted", file=sys.stderr)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
