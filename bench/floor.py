@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from packcli.sources import ReadCounts, read_texts
+from packcli.records import ReadCounts
+from packcli.sources import read_texts
 from packcli.tokenize import load_tokenizer
 
 

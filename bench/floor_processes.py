@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.sources import ReadCounts, read_texts
+from packcli.records import ReadCounts
+from packcli.sources import read_texts
 from packcli.tokenize import encode_texts, flatten, load_tokenizer
 
 _tokenizer = None

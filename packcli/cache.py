@@ -20,7 +20,7 @@ import numpy as np
 
 from packcli.ingest import Tokenized
 from packcli.options import PackOptions
-from packcli.sources import ReadCounts
+from packcli.records import ReadCounts
 from packcli.store import TokenStore
 
 _TOKENIZATION_OPTIONS = (

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from packcli.chat import ChatML, JinjaTemplate, Segment, load_template
 from packcli.options import PackOptions
-from packcli.sources import Field, ReadCounts
+from packcli.records import Field, ReadCounts
 from packcli.tokenize import LoadedTokenizer, encode_texts, flatten, special_ids
 
 Flat = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # tokens, lengths, supervision mask (or None)

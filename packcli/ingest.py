@@ -14,7 +14,8 @@ import numpy as np
 
 from packcli.documents import Encoder
 from packcli.progress import Reporter
-from packcli.sources import ReadCounts, read_records
+from packcli.records import ReadCounts
+from packcli.sources import read_records
 from packcli.store import TokenStore
 
 # Batches encoded at once in helper threads; more only contend for the cores (measured: 2 was slower).

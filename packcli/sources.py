@@ -1,4 +1,5 @@
-"""Find input files and stream their text field in batches, counting (or rejecting) bad and empty records.
+"""Find input files and stream the requested fields of their records in batches, counting (or rejecting) bad
+records.
 
 JSON Lines are parsed by pyarrow (fast, multi-threaded). When pyarrow rejects a block, or a record lacks its text,
 the file is re-read from that record on by a line-by-line parser that names the exact line at fault.
@@ -17,46 +18,15 @@ from typing import IO, Any, cast
 
 import pyarrow as pa
 import pyarrow.json as pa_json
-import pyarrow.parquet as pq
 
 from packcli.errors import BadRecordError, PackcliError
+from packcli.records import Columns, Convert, Converted, Field, ReadCounts, RecordBatch, Reject, values_of, width
+from packcli.tables import read_arrow, read_parquet
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
 SUPPORTED_SUFFIXES = (*JSONL_SUFFIXES, ".parquet", ".arrow")
 _BLOCK_BYTES = 4 << 20
 _SLOW_BATCH_RECORDS = 4096
-
-
-ROLES = ("system", "user", "assistant", "tool")
-
-
-@dataclass
-class ReadCounts:
-    """Records that did not become documents, by reason (these go to the manifest)."""
-
-    bad_records: int = 0
-    empty_documents: int = 0
-
-
-@dataclass(frozen=True)
-class Field:
-    """One record field to read: ``kind`` is "string" or "messages" (a list of ``{role, content}``)."""
-
-    name: str
-    kind: str = "string"
-    flag: str = "--text-field"  # the option that names it, for error messages
-
-
-@dataclass(frozen=True)
-class RecordBatch:
-    """Valid records read from one file, as one list of values per field, and how far into the file (in bytes
-    on disk) reading has come."""
-
-    columns: list[list[Any]]
-    position: int
-
-    def __len__(self) -> int:
-        return len(self.columns[0])
 
 
 @dataclass(frozen=True)
@@ -68,8 +38,6 @@ class TextBatch:
 
 
 Warn = Callable[[str], None]
-Reject = Callable[[BadRecordError], None]
-Convert = Callable[[list[Any]], Any]
 
 
 def _is_supported(path: Path) -> bool:
@@ -143,13 +111,13 @@ def read_records(
         warn(f"skipped bad record: {exc}")
 
     if convert is not None:
-        fields = [_Converted(field.name, field.kind, field.flag, convert) for field in fields]
+        fields = [Converted(field.name, field.kind, field.flag, convert) for field in fields]
 
     name = path.name
     if name.endswith(".parquet"):
-        yield from _read_parquet(path, fields, reject)
+        yield from read_parquet(path, fields, reject)
     elif name.endswith(".arrow"):
-        yield from _read_arrow(path, fields, reject)
+        yield from read_arrow(path, fields, reject)
     elif _starts_with_bracket(path):
         yield from _read_json_array(path, fields, reject)
     else:
@@ -184,75 +152,6 @@ def _starts_with_bracket(path: Path) -> bool:
     return head.startswith(b"[")
 
 
-def _check_value(value: Any, field: Field) -> Any:
-    """``value`` if it is of the field's kind; else BadRecordError saying what is wrong."""
-    if value is None:
-        raise BadRecordError(f"field {field.name!r} is null")
-    if field.kind == "string":
-        if not isinstance(value, str):
-            raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a string")
-        return value
-    if not isinstance(value, list):
-        raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of messages")
-    for number, message in enumerate(value, start=1):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise BadRecordError(f"message {number} of {field.name!r} has no role")
-        if message["role"] not in ROLES:
-            raise BadRecordError(f"message {number} has unknown role {message['role']!r} (known: {', '.join(ROLES)})")
-        if not isinstance(message.get("content"), str):
-            raise BadRecordError(f"message {number} of {field.name!r} has no string content")
-    return value
-
-
-@dataclass(frozen=True)
-class _Converted(Field):
-    """A field whose record is converted after checking (see ``read_records``' ``convert``)."""
-
-    convert: Convert | None = None
-
-
-def _checked(values: list[Any], fields: Sequence[Field]) -> list[Any]:
-    """Check each value against its field, then convert the record when the fields ask for it."""
-    values = [_check_value(value, field) for value, field in zip(values, fields)]
-    first = fields[0]
-    if isinstance(first, _Converted) and first.convert is not None:
-        return [first.convert(values)]
-    return values
-
-
-def _values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
-    if not isinstance(record, dict):
-        raise BadRecordError(f"record is a JSON {type(record).__name__}, not an object")
-    for field in fields:
-        if field.name not in record:
-            raise BadRecordError(f"record has no field {field.name!r} (use {field.flag} to pick another)")
-    return _checked([record[field.name] for field in fields], fields)
-
-
-def _width(fields: Sequence[Field]) -> int:
-    """Columns per batch: one per field, or one for converted records."""
-    return 1 if fields and isinstance(fields[0], _Converted) else len(fields)
-
-
-class _Columns:
-    """Accumulates valid records column by column."""
-
-    def __init__(self, width: int) -> None:
-        self.columns: list[list[Any]] = [[] for _ in range(width)]
-
-    def add(self, values: list[Any]) -> None:
-        for column, value in zip(self.columns, values):
-            column.append(value)
-
-    def take(self, position: int) -> RecordBatch:
-        batch = RecordBatch(self.columns, position)
-        self.columns = [[] for _ in self.columns]
-        return batch
-
-    def __len__(self) -> int:
-        return len(self.columns[0])
-
-
 class _SlowPathNeeded(Exception):
     """pyarrow could not take the file past ``records_done`` records; re-read from there line by line."""
 
@@ -263,7 +162,7 @@ class _SlowPathNeeded(Exception):
 
 def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
     try:
-        if any(field.kind != "string" or isinstance(field, _Converted) for field in fields):
+        if any(field.kind != "string" or isinstance(field, Converted) for field in fields):
             raise _SlowPathNeeded(0)  # nested values: the line parser checks them record by record
         yield from _read_jsonl_fast(path, fields)
     except _SlowPathNeeded as slow:
@@ -297,7 +196,7 @@ def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[RecordBatc
 
 def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, reject: Reject) -> Iterator[RecordBatch]:
     """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
-    batch = _Columns(_width(fields))
+    batch = Columns(width(fields))
     records = 0
     position = 0
     with _open_binary(path) as stream:
@@ -309,7 +208,7 @@ def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, re
             if records <= records_done:
                 continue
             try:
-                batch.add(_values_of(_parse_line(raw_line), fields))
+                batch.add(values_of(_parse_line(raw_line), fields))
             except BadRecordError as exc:
                 exc.path, exc.line = str(path), line_number
                 reject(exc)
@@ -340,82 +239,11 @@ def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Ite
         raise PackcliError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
-    batch = _Columns(_width(fields))
+    batch = Columns(width(fields))
     for number, record in enumerate(records, start=1):
         try:
-            batch.add(_values_of(record, fields))
+            batch.add(values_of(record, fields))
         except BadRecordError as exc:
             exc.path, exc.message = str(path), f"record {number}: {exc.message}"
             reject(exc)
     yield batch.take(path.stat().st_size)
-
-
-def _check_columns(path: Path, schema: pa.Schema, fields: Sequence[Field]) -> list[int]:
-    """The column index of each field; string fields must be string columns."""
-    indices = []
-    for field in fields:
-        if field.name not in schema.names:
-            raise PackcliError(f"no column {field.name!r} (columns: {', '.join(schema.names)}); use {field.flag}", path)
-        kind = schema.field(field.name).type
-        if field.kind == "string" and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise PackcliError(f"column {field.name!r} is {kind}, not a string", path)
-        indices.append(schema.get_field_index(field.name))
-    return indices
-
-
-def _table_records(
-    path: Path, columns: list[pa.Array], fields: Sequence[Field], first_row: int, reject: Reject
-) -> list[list[Any]]:
-    """Column values as Python objects; a null or mistyped value is a bad record named by its 1-based row."""
-    values = [column.to_pylist() for column in columns]
-    plain = all(field.kind == "string" and not isinstance(field, _Converted) for field in fields)
-    if plain and not any(column.null_count for column in columns):
-        return values
-    batch = _Columns(_width(fields))
-    for row, record in enumerate(zip(*values), start=first_row + 1):
-        try:
-            batch.add(_checked(list(record), fields))
-        except BadRecordError as exc:
-            exc.path, exc.line = str(path), row
-            reject(exc)
-    return batch.columns
-
-
-def _read_parquet(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
-    try:
-        parquet = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise PackcliError(f"cannot read as Parquet: {exc}", path) from exc
-    _check_columns(path, parquet.schema_arrow, fields)
-    rows = 0
-    size = path.stat().st_size
-    groups = parquet.metadata.num_row_groups
-    for group in range(groups):
-        table = parquet.read_row_group(group, columns=[field.name for field in fields])
-        columns = [table.column(field.name).combine_chunks() for field in fields]
-        yield RecordBatch(_table_records(path, columns, fields, rows, reject), size * (group + 1) // groups)
-        rows += table.num_rows
-
-
-def _read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
-    """Arrow IPC, stream format (as ``datasets`` writes it) or file format."""
-    source = pa.memory_map(str(path))
-    try:
-        reader: Any = pa.ipc.open_stream(source)
-    except pa.ArrowInvalid:
-        try:
-            reader = pa.ipc.open_file(source)
-        except pa.ArrowInvalid as exc:
-            raise PackcliError(f"cannot read as Arrow IPC: {exc}", path) from exc
-    indices = _check_columns(path, reader.schema, fields)
-    batches = (
-        reader
-        if isinstance(reader, pa.ipc.RecordBatchStreamReader)
-        else (reader.get_batch(i) for i in range(reader.num_record_batches))
-    )
-    rows = 0
-    size = path.stat().st_size
-    for batch in batches:
-        columns = [batch.column(index) for index in indices]
-        yield RecordBatch(_table_records(path, columns, fields, rows, reject), min(size, source.tell()))
-        rows += batch.num_rows

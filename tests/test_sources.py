@@ -11,7 +11,8 @@ import pytest
 from conftest import write_jsonl
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.sources import ReadCounts, find_inputs, read_texts
+from packcli.records import ReadCounts
+from packcli.sources import find_inputs, read_texts
 
 
 def texts_of(path: Path, skip: bool = False, field: str = "text") -> tuple[list[str], ReadCounts, list[str]]:
