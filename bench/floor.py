@@ -1,22 +1,36 @@
-"""The floor for `packcli pack`: read the same JSONL with the same reader and tokenize every text with the same
-tokenizer on all cores (taking each document's ids), nothing else. Usage: floor.py CORPUS [TOKENIZER]."""
+"""The floor for `packcli pack`: read the JSONL with pyarrow's multi-threaded reader (the whole file at once, the
+fastest way we know) and tokenize every text with the same tokenizer on all cores, in batches of about 1 MB of
+text, taking each document's ids; nothing else. Usage: floor.py CORPUS [TOKENIZER]."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from packcli.records import ReadCounts
-from packcli.sources import read_texts
+import pyarrow as pa
+import pyarrow.json as pa_json
+
 from packcli.tokenize import load_tokenizer
+
+BATCH_TEXT_BYTES = 1 << 20
 
 
 def main() -> None:
+    path = sys.argv[1]
     tokenizer = load_tokenizer(sys.argv[2] if len(sys.argv) > 2 else None).tokenizer
+    stream = pa.input_stream(path, compression="gzip" if path.endswith(".gz") else None)
+    parse = pa_json.ParseOptions(explicit_schema=pa.schema([("text", pa.string())]), unexpected_field_behavior="ignore")
+    texts = pa_json.read_json(stream, parse_options=parse).column("text").to_pylist()
     tokens = 0
-    for batch in read_texts(Path(sys.argv[1]), "text", ReadCounts(), False, print):
-        encodings = tokenizer.encode_batch_fast(batch.texts, add_special_tokens=False)
-        tokens += sum(len(encoding.ids) for encoding in encodings)
+    batch: list[str] = []
+    size = 0
+    for text in [*texts, None]:
+        if text is None or size >= BATCH_TEXT_BYTES:
+            encodings = tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+            tokens += sum(len(encoding.ids) for encoding in encodings)
+            batch, size = [], 0
+        if text is not None:
+            batch.append(text)
+            size += len(text)
     print(tokens)
 
 

@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -25,7 +26,7 @@ from packcli.tables import read_arrow, read_parquet
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
 SUPPORTED_SUFFIXES = (*JSONL_SUFFIXES, ".parquet", ".arrow")
-_BLOCK_BYTES = 4 << 20
+_BLOCK_BYTES = 1 << 20  # measured: bigger tokenizer batches run slower (cache misses), smaller gain nothing
 _SLOW_BATCH_RECORDS = 4096
 
 
@@ -132,22 +133,32 @@ def _codec(path: Path) -> str | None:
     return None
 
 
-def _open_binary(path: Path) -> IO[bytes]:
-    """Open a possibly compressed file as a decompressed binary stream."""
-    codec = _codec(path)
-    if codec == "gzip":
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    if codec == "zstd":
-        return io.BufferedReader(pa.input_stream(str(path), compression="zstd"))
-    return open(path, "rb")
+@contextmanager
+def _decompressed(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """(decompressed stream, raw file): the raw file's position is how far into the file on disk reading is."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 (closed below, after the stream on top of it)
+    except OSError as exc:
+        raise PackcliError(f"cannot read: {exc}", path) from exc
+    with raw:
+        codec = _codec(path)
+        if codec == "gzip":
+            yield cast(IO[bytes], gzip.GzipFile(fileobj=raw)), raw
+        elif codec == "zstd":
+            yield (
+                cast(IO[bytes], io.BufferedReader(pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd"))),
+                raw,
+            )
+        else:
+            yield raw, raw
 
 
 def _starts_with_bracket(path: Path) -> bool:
     """True when a JSON file holds one array of records rather than JSON Lines."""
     try:
-        with _open_binary(path) as stream:
+        with _decompressed(path) as (stream, _):
             head = stream.read(4096).lstrip()
-    except OSError as exc:
+    except (OSError, EOFError) as exc:
         raise PackcliError(f"cannot read: {exc}", path) from exc
     return head.startswith(b"[")
 
@@ -169,39 +180,52 @@ def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator
         yield from _read_jsonl_lines(path, fields, slow.records_done, reject)
 
 
+def _line_chunks(path: Path) -> Iterator[tuple[bytes, int]]:
+    """Decompressed data in pieces of about _BLOCK_BYTES that end at a line end, each with the bytes of the file
+    on disk read so far (for progress: a reader that reads ahead of what it parsed would overstate it)."""
+    with _decompressed(path) as (stream, raw):
+        rest = b""
+        while chunk := stream.read(_BLOCK_BYTES):
+            data = rest + chunk
+            end = data.rfind(b"\n") + 1
+            rest = data[end:]
+            if end:
+                yield data[:end], raw.tell()
+        if rest.strip():
+            yield rest, raw.tell()
+
+
 def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[RecordBatch]:
-    """pyarrow's streaming JSON reader; raises _SlowPathNeeded at the first block it cannot take whole."""
+    """pyarrow's JSON parser, a piece at a time; raises _SlowPathNeeded at the first piece it cannot take whole."""
     schema = pa.schema([(field.name, pa.string()) for field in fields])
     parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    read = pa_json.ReadOptions(block_size=_BLOCK_BYTES, use_threads=True)
     records = 0
     try:
-        raw = pa.OSFile(str(path))
-    except OSError as exc:
-        raise PackcliError(f"cannot read: {exc}", path) from exc
-    with raw:
-        codec = _codec(path)
-        stream = pa.CompressedInputStream(raw, codec) if codec else raw
-        try:
-            reader = pa_json.open_json(stream, read_options=read, parse_options=parse)
-            for batch in reader:
-                if any(column.null_count for column in batch.columns):
-                    raise _SlowPathNeeded(records)
-                columns = [batch.column(field.name).to_pylist() for field in fields]
-                records += batch.num_rows
-                yield RecordBatch(columns, raw.tell())
-        except (pa.ArrowInvalid, UnicodeDecodeError, OSError) as exc:
-            raise _SlowPathNeeded(records) from exc
+        for piece, position in _line_chunks(path):
+            read = pa_json.ReadOptions(block_size=len(piece) + 1, use_threads=False)  # no record straddles blocks
+            table = pa_json.read_json(pa.BufferReader(piece), read_options=read, parse_options=parse)
+            if any(column.null_count for column in table.columns):
+                raise _SlowPathNeeded(records)
+            columns = [table.column(field.name).to_pylist() for field in fields]
+            records += table.num_rows
+            yield RecordBatch(columns, position)
+    except (pa.ArrowInvalid, UnicodeDecodeError, OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise _SlowPathNeeded(records) from exc
 
 
 def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, reject: Reject) -> Iterator[RecordBatch]:
     """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
     batch = Columns(width(fields))
-    records = 0
-    position = 0
-    with _open_binary(path) as stream:
-        for line_number, raw_line in enumerate(stream, start=1):
-            position += len(raw_line)
+    records = line_number = 0
+    with _decompressed(path) as (stream, raw):
+        lines = enumerate(stream, start=1)
+        while True:
+            try:
+                line_number, raw_line = next(lines)
+            except StopIteration:
+                break
+            except (OSError, EOFError, pa.ArrowInvalid) as exc:  # a damaged compressed stream
+                raise PackcliError(f"cannot read past line {line_number}: {exc}", path) from None
             if not raw_line.strip():
                 continue
             records += 1
@@ -213,7 +237,7 @@ def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, re
                 exc.path, exc.line = str(path), line_number
                 reject(exc)
             if len(batch) >= _SLOW_BATCH_RECORDS:
-                yield batch.take(position)
+                yield batch.take(raw.tell())
     yield batch.take(path.stat().st_size)
 
 
@@ -231,12 +255,14 @@ def _parse_line(raw_line: bytes) -> Any:
 def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
     """A ``.json`` file holding one array of records; errors name the 1-based record number."""
     try:
-        with _open_binary(path) as stream:
+        with _decompressed(path) as (stream, _):
             records = json.loads(stream.read().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise PackcliError(f"invalid UTF-8 at byte {exc.start}", path) from None
     except json.JSONDecodeError as exc:
         raise PackcliError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
+    except (OSError, EOFError) as exc:
+        raise PackcliError(f"cannot read: {exc}", path) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
     batch = Columns(width(fields))

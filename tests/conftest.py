@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: CI machines are shared and slow examples are not failures.
+settings.register_profile("packcli", deadline=None)
+settings.load_profile("packcli")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PACKCLI_SHARED", REPO.parent / "shared"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], int, str]]:
     (tmp / "utf8.jsonl").write_bytes(b'{"text": "a"}\n{"text": "\xc3\x28"}\n')
     (tmp / "empty.jsonl").write_text("")
     (tmp / "tok.json").write_text('{"model": 1}')
+    whole = gzip.compress(b"".join(b'{"text": "document %d"}\n' % i for i in range(20000)))
+    (tmp / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     good = str(write_jsonl(tmp / "good.jsonl", [{"text": "fine"}]))
     return [
         (["badjson.jsonl"], 1, "badjson.jsonl:2: invalid JSON"),
@@ -58,6 +61,7 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["utf8.jsonl"], 1, "utf8.jsonl:2: invalid UTF-8"),
         (["empty.jsonl"], 1, "empty.jsonl: no documents"),
         (["missing.jsonl"], 1, "missing.jsonl: no such file or directory"),
+        (["cut.jsonl.gz"], 1, "cut.jsonl.gz: cannot read past line"),
         ([good, "--tokenizer", "tok.json"], 1, "tok.json: not a valid tokenizer.json"),
         ([good, "--tokenizer", "absent/tokenizer"], 1, "no hub model of that name in the local cache"),
         ([good, "--max-len", "0"], 2, "--max-len"),
