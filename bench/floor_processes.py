@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.records import ReadCounts
-from packcli.sources import read_texts
+from packcli.records import Field, ReadCounts
+from packcli.sources import read_records
 from packcli.tokenize import encode_texts, flatten, load_tokenizer
 
 _tokenizer = None
@@ -30,7 +30,8 @@ def _encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 def main() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per process
     workers = int(sys.argv[2]) if len(sys.argv) > 2 else os.cpu_count() or 1
-    batches = (batch.texts for batch in read_texts(Path(sys.argv[1]), "text", ReadCounts(), False, print))
+    records = read_records(Path(sys.argv[1]), [Field("text")], ReadCounts(), False, print)
+    batches = ([text for text in batch.columns[0] if text] for batch in records)
     tokens = 0
     with get_context("spawn").Pool(workers, initializer=_start) as pool:
         for flat, _ in pool.imap(_encode, batches):

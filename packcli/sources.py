@@ -13,7 +13,6 @@ import io
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -28,14 +27,6 @@ JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".js
 SUPPORTED_SUFFIXES = (*JSONL_SUFFIXES, ".parquet", ".arrow")
 _BLOCK_BYTES = 1 << 20  # measured: bigger tokenizer batches run slower (cache misses), smaller gain nothing
 _SLOW_BATCH_RECORDS = 4096
-
-
-@dataclass(frozen=True)
-class TextBatch:
-    """Non-empty texts read from one file, and how far into the file reading has come."""
-
-    texts: list[str]
-    position: int
 
 
 Warn = Callable[[str], None]
@@ -73,16 +64,6 @@ def find_inputs(specs: Sequence[str]) -> list[Path]:
     for path in found:
         unique.setdefault(path.resolve(), None)
     return list(unique)
-
-
-def read_texts(
-    path: Path, text_field: str, counts: ReadCounts, skip_bad_records: bool, warn: Warn
-) -> Iterator[TextBatch]:
-    """Yield the non-empty texts of one input file in batches; empty texts are counted in ``counts``."""
-    for batch in read_records(path, [Field(text_field)], counts, skip_bad_records, warn):
-        texts = [text for text in batch.columns[0] if text]
-        counts.empty_documents += len(batch) - len(texts)
-        yield TextBatch(texts, batch.position)
 
 
 def read_records(

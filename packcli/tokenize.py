@@ -148,16 +148,6 @@ def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | No
     return (loaded.eos_id if eos else None), (loaded.bos_id if bos else None)
 
 
-def encode_batch(
-    tokenizer: Tokenizer, texts: list[str], eos_id: int | None, bos_id: int | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Encode texts on all cores into one flat int32 token array and an int64 length per document.
-
-    ``eos_id`` is appended and ``bos_id`` prepended to every document unless None.
-    """
-    return flatten(encode_texts(tokenizer, texts), eos_id, bos_id)
-
-
 def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
     """Token ids of each text, encoded as text on all cores (the tokenizer releases the GIL meanwhile)."""
     return [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]

@@ -10,13 +10,15 @@ import pytest
 from conftest import shared_path
 
 from packcli.errors import PackcliError, UsageError
-from packcli.tokenize import encode_batch, load_tokenizer, special_ids
+from packcli.tokenize import encode_texts, flatten, load_tokenizer, special_ids
 
 
 def test_bundled_gpt2_encodes_special_strings_as_text_and_appends_eos() -> None:
     loaded = load_tokenizer()
     assert (loaded.vocab_size, loaded.eos_id, loaded.bos_id) == (50257, 50256, None)
-    tokens, lengths = encode_batch(loaded.tokenizer, ["a <|endoftext|> b", "c"], *special_ids(loaded, True, False))
+    tokens, lengths = flatten(
+        encode_texts(loaded.tokenizer, ["a <|endoftext|> b", "c"]), *special_ids(loaded, True, False)
+    )
     assert lengths.tolist() == [len(tokens) - 2, 2]
     first = tokens[: lengths[0]]
     assert first[-1] == 50256 and 50256 not in first[:-1].tolist()  # the literal stays text
@@ -26,7 +28,7 @@ def test_bundled_gpt2_encodes_special_strings_as_text_and_appends_eos() -> None:
 
 def test_no_eos_and_missing_bos() -> None:
     loaded = load_tokenizer()
-    tokens, lengths = encode_batch(loaded.tokenizer, ["hello"], *special_ids(loaded, False, False))
+    tokens, lengths = flatten(encode_texts(loaded.tokenizer, ["hello"]), *special_ids(loaded, False, False))
     assert 50256 not in tokens.tolist() and lengths.tolist() == [1]
     with pytest.raises(UsageError, match="no BOS token"):
         special_ids(loaded, True, True)
@@ -59,7 +61,7 @@ def test_shared_tokenizers_and_their_traps(name: str, eos: int, bos: int | None)
     loaded = load_tokenizer(str(shared_path(f"tokenizers/{name}")))
     assert (loaded.eos_id, loaded.bos_id) == (eos, bos)
     long_text = "The packer keeps </s> and <s> and <|endoftext|> as text. " * 60
-    tokens, lengths = encode_batch(loaded.tokenizer, [long_text], eos, None)
+    tokens, lengths = flatten(encode_texts(loaded.tokenizer, [long_text]), eos, None)
     assert lengths[0] > 128  # minilm's file truncates to 128 unless switched off
     assert tokens[-1] == eos and eos not in tokens[:-1].tolist()
     if bos is not None:
