@@ -100,3 +100,36 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 def test_help_answers() -> None:
     result = invoke("pack", "--help")
     assert result.exit_code == 0 and "--max-len" in result.stdout and "Examples" in result.stdout
+
+
+def run_with_terminal_stderr(args: list[str]) -> tuple[str, str]:
+    """Run packcli with stderr on a pseudo-terminal (as in a shell); returns (stdout, what the terminal showed)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "packcli", *args], stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the process is done with it
+            break
+        if not chunk:
+            break
+        shown += chunk
+    stdout = process.communicate()[0]
+    os.close(controller)
+    assert process.returncode == 0
+    return stdout.decode(), shown.decode(errors="replace")
+
+
+def test_progress_shows_on_a_terminal_and_not_with_quiet(tmp_path: Path) -> None:
+    stdout, shown = run_with_terminal_stderr(["pack", str(SAMPLE), "--out", str(tmp_path / "a")])
+    assert "tokenizing" in shown and "docs" in shown and "tok/s" in shown
+    assert stdout.startswith("packed ")
+    _, quiet = run_with_terminal_stderr(["pack", str(SAMPLE), "--out", str(tmp_path / "b"), "--quiet"])
+    assert "tokenizing" not in quiet
