@@ -37,6 +37,7 @@ _TOKENIZATION_OPTIONS = (
 
 
 def cache_root() -> Path:
+    """Where entries live: ``$PACKCLI_CACHE``, else ``~/.cache/packcli``."""
     return Path(os.environ.get("PACKCLI_CACHE") or Path.home() / ".cache" / "packcli")
 
 

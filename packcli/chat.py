@@ -39,6 +39,7 @@ class ChatML:
     sha256 = hashlib.sha256(b"packcli chatml v1").hexdigest()
 
     def segments(self, messages: Messages, loss_on_all: bool) -> list[Segment]:
+        """The chat as segments; assistant turns supervised (every segment with ``loss_on_all``)."""
         out = []
         for message in messages:
             supervised = loss_on_all or message["role"] == "assistant"
@@ -68,6 +69,7 @@ class JinjaTemplate:
         self.specials = {"bos_token": bos_token, "eos_token": eos_token}
 
     def render(self, messages: Messages, add_generation_prompt: bool) -> str:
+        """The template's text for ``messages``; any failure is a bad record."""
         try:
             return str(
                 self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.specials)
@@ -78,6 +80,7 @@ class JinjaTemplate:
             raise BadRecordError(f"chat template failed to render: {exc}") from None
 
     def segments(self, messages: Messages, loss_on_all: bool) -> list[Segment]:
+        """The chat as segments, each what rendering one more message adds (see the module docstring)."""
         out: list[Segment] = []
         done = ""
         for end, message in enumerate(messages, start=1):

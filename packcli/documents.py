@@ -31,11 +31,17 @@ class Encoder(Protocol):
     convert: Callable[[list[Any]], Any] | None  # per-record conversion, run while reading (errors name the line)
     fingerprint: dict[str, str]  # what else, beyond options and tokenizer, decides the output
 
-    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> Any: ...
+    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> Any:
+        """This thread: turn a batch of records into what ``encode`` takes; count the records it skips."""
+        ...
 
-    def encode(self, prepared: Any) -> Any: ...
+    def encode(self, prepared: Any) -> Any:
+        """A helper thread: the tokenizer calls (they release the GIL)."""
+        ...
 
-    def flatten(self, encoded: Any) -> Flat: ...
+    def flatten(self, encoded: Any) -> Flat:
+        """This thread: flat tokens, per-document lengths (EOS/BOS added) and the supervision mask or None."""
+        ...
 
 
 class TextEncoder:

@@ -85,6 +85,7 @@ def checked(values: list[Any], fields: Sequence[Field]) -> list[Any]:
 
 
 def values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
+    """The checked (and converted) values of a JSON record's fields."""
     if not isinstance(record, dict):
         raise BadRecordError(f"record is a JSON {type(record).__name__}, not an object")
     for field in fields:

@@ -39,6 +39,7 @@ class TokenStore:
 
     @property
     def has_mask(self) -> bool:
+        """Whether the store keeps a supervision mask (fine-tuning records)."""
         return self._mask is not None
 
     def append(self, tokens: np.ndarray, mask: np.ndarray | None = None) -> int:

@@ -45,6 +45,7 @@ def table_records(
 
 
 def read_parquet(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
+    """A Parquet file, one row group at a time."""
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:

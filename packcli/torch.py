@@ -286,12 +286,15 @@ class PackedLoader:
             }
 
     def set_epoch(self, epoch: int) -> None:
+        """See :meth:`PackedDataset.set_epoch`."""
         self.dataset.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
+        """See :meth:`PackedDataset.state_dict`: the rows delivered so far, counted here."""
         return self.dataset.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """See :meth:`PackedDataset.load_state_dict`."""
         self.dataset.load_state_dict(state)
 
 

@@ -47,6 +47,7 @@ class _OpenSequences:
         return self.rooms[at] if at < len(self.rooms) else 0
 
     def pop_head(self, room: int) -> list[int]:
+        """Take the lowest-numbered group out of the bucket of ``room``."""
         bucket = self.buckets[room]
         group = bucket.pop(0)
         if bucket:
@@ -57,6 +58,7 @@ class _OpenSequences:
         return group
 
     def put(self, room: int, start: int, count: int, fill: int) -> None:
+        """Add a group (nothing if it is empty; to ``full`` if it has no room left)."""
         if count == 0:
             return
         if room == 0:
