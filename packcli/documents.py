@@ -82,8 +82,7 @@ class SegmentEncoder:
         self.loss_on_all = options.loss_on == "all"
         self.eos_id, self.bos_id = special_ids(tokenizer, options.eos, options.bos)
         self.content = tokenizer.tokenizer  # special-token strings in content stay text
-        self.markup = Tokenizer.from_str(tokenizer.tokenizer.to_str())
-        self.markup.encode_special_tokens = False  # template markup may name special tokens
+        self.markup: Tokenizer | None = None  # chats only: template markup may name special tokens
         self.template: ChatML | JinjaTemplate | None = None
         self.convert: Callable[[list[Any]], Any] | None = None
         if options.messages_field is not None:
@@ -96,6 +95,8 @@ class SegmentEncoder:
                 (names(tokenizer.eos_id) or "") if tokenizer.eos_id is not None else "",
             )
             template = self.template
+            self.markup = Tokenizer.from_str(tokenizer.tokenizer.to_str())
+            self.markup.encode_special_tokens = False
             self.convert = lambda values: template.segments(values[0], self.loss_on_all)
             self.fingerprint = {"chat_template": template.sha256}
         else:
@@ -122,6 +123,8 @@ class SegmentEncoder:
         segments = [segment for record in records for segment in record]
         ids: list[list[int]] = [[] for _ in segments]
         for tokenizer, markup in ((self.content, False), (self.markup, True)):
+            if tokenizer is None:  # prompt/response records have no markup segments
+                continue
             chosen = [k for k, segment in enumerate(segments) if segment.markup == markup and segment.text]
             for k, encoded in zip(chosen, encode_texts(tokenizer, [segments[k].text for k in chosen])):
                 ids[k] = encoded
