@@ -9,7 +9,7 @@ import sys
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from packcli.tokenize import load_tokenizer
+from packcli.encode.tokenizer import load_tokenizer
 
 BATCH_TEXT_BYTES = 1 << 20
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.records import Field, ReadCounts
-from packcli.sources import read_records
-from packcli.tokenize import encode_texts, flatten, load_tokenizer
+from packcli.encode.tokenizer import encode_texts, flatten, load_tokenizer
+from packcli.read.fields import Field, ReadCounts
+from packcli.read.inputs import read_records
 
 _tokenizer = None
 

@@ -186,7 +186,7 @@ def pack(
     """
     from packcli.options import parse_size
     from packcli.pipeline import pack_corpus
-    from packcli.progress import RichReporter, SilentReporter
+    from packcli.report.progress import RichReporter, SilentReporter
 
     if workers is not None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
@@ -276,9 +276,9 @@ def stats(
 
       packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
     """
-    from packcli.manifest import MANIFEST_NAME
-    from packcli.report import print_stats, print_strategy_comparison
-    from packcli.stats import corpus_stats, packed_stats
+    from packcli.report.render import print_stats, print_strategy_comparison
+    from packcli.report.stats import corpus_stats, packed_stats
+    from packcli.write.manifest import MANIFEST_NAME
 
     targets = paths or ["packed"]
     if len(targets) == 1 and (Path(targets[0]) / MANIFEST_NAME).is_file():
@@ -313,7 +313,7 @@ def verify(
       packcli verify packed/ --json
     """
     from packcli.errors import EXIT_DATA
-    from packcli.verify import MAX_LISTED, verify_output
+    from packcli.report.verify import MAX_LISTED, verify_output
 
     report = verify_output(path)
     if json_output:

@@ -14,19 +14,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from packcli import __version__, cache
-from packcli.documents import Encoder, make_encoder
+from packcli import __version__
+from packcli.encode import cache
+from packcli.encode.corpus import Tokenized, tokenize_corpus
+from packcli.encode.encoders import Encoder, make_encoder
+from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
-from packcli.ingest import Tokenized, tokenize_corpus
-from packcli.manifest import FORMAT_VERSION, fingerprint, read_manifest, shard_path, write_manifest
 from packcli.options import PackOptions
-from packcli.overflow import OverflowCounts, Pieces, apply_overflow
-from packcli.progress import Reporter, SilentReporter
-from packcli.rows import Supervision, write_rows
-from packcli.shards import ShardInfo, shard_schema
-from packcli.sources import find_inputs
+from packcli.plan.overflow import OverflowCounts, Pieces, apply_overflow
+from packcli.read.inputs import find_inputs
+from packcli.report.progress import Reporter, SilentReporter
 from packcli.strategies import Packing, get_strategy, run_strategy
-from packcli.tokenize import LoadedTokenizer, load_tokenizer
+from packcli.write.manifest import FORMAT_VERSION, fingerprint, read_manifest, shard_path, write_manifest
+from packcli.write.rows import Supervision, write_rows
+from packcli.write.shards import ShardInfo, shard_schema
 
 
 @dataclass(frozen=True)

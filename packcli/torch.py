@@ -19,8 +19,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from packcli.errors import PackcliError
-from packcli.manifest import read_manifest, shard_path
-from packcli.shards import IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS, flat_list_column, read_shard
+from packcli.write.manifest import read_manifest, shard_path
+from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS, flat_list_column, read_shard
 
 Row = dict[str, Any]
 STATE_VERSION = 1

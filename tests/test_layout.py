@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from packcli.layout import cu_seqlens, gather_index, position_ids, row_token_offsets
+from packcli.write.layout import cu_seqlens, gather_index, position_ids, row_token_offsets
 
 
 @st.composite

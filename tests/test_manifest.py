@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from packcli.errors import PackcliError
-from packcli.manifest import FORMAT_VERSION, dumps, fingerprint, read_manifest, shard_path, write_manifest
+from packcli.write.manifest import FORMAT_VERSION, dumps, fingerprint, read_manifest, shard_path, write_manifest
 
 
 def test_write_then_read_is_canonical_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from packcli.options import Overflow
-from packcli.overflow import apply_overflow
+from packcli.plan.overflow import apply_overflow
 
 
 def test_worked_example() -> None:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 
-from packcli import rows
+from packcli.encode.tokenizer import load_tokenizer
 from packcli.errors import PackcliError
 from packcli.options import Overflow, PackOptions
 from packcli.pipeline import pack_corpus
-from packcli.shards import read_shard
-from packcli.tokenize import load_tokenizer
+from packcli.write import rows
+from packcli.write.shards import read_shard
 
 
 def documents_of(out: Path) -> list[list[int]]:

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.encode.tokenizer import load_tokenizer
 from packcli.errors import BadRecordError, UsageError
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
-from packcli.shards import read_shard
-from packcli.stats import packed_stats
-from packcli.tokenize import load_tokenizer
-from packcli.verify import verify_output
+from packcli.report.stats import packed_stats
+from packcli.report.verify import verify_output
+from packcli.write.shards import read_shard
 
 EOS = 50256
 runner = CliRunner()
@@ -271,7 +271,7 @@ def test_verify_catches_a_moved_label(tmp_path: Path) -> None:
 
 
 def test_template_failure_is_a_bad_record_error() -> None:
-    from packcli.chat import JinjaTemplate
+    from packcli.encode.chat import JinjaTemplate
 
     with pytest.raises(BadRecordError, match="failed to render"):
         JinjaTemplate("{{ messages[5].content }}", "t").render([{"role": "user", "content": "x"}], False)

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from packcli.encode.store import TokenStore
 from packcli.options import Overflow
-from packcli.overflow import apply_overflow
-from packcli.rows import write_rows
-from packcli.shards import ShardWriter, read_shard, shard_schema
-from packcli.store import TokenStore
+from packcli.plan.overflow import apply_overflow
 from packcli.strategies import run_strategy
+from packcli.write.rows import write_rows
+from packcli.write.shards import ShardWriter, read_shard, shard_schema
 
 
 def write_case(

@@ -11,8 +11,8 @@ import pytest
 from conftest import write_jsonl
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.records import Field, ReadCounts
-from packcli.sources import find_inputs, read_records
+from packcli.read.fields import Field, ReadCounts
+from packcli.read.inputs import find_inputs, read_records
 
 
 def texts_of(path: Path, skip: bool = False, field: str = "text") -> tuple[list[str], ReadCounts, list[str]]:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
-from packcli.stats import corpus_stats, packed_stats, sequence_stats
+from packcli.report.stats import corpus_stats, packed_stats, sequence_stats
 
 runner = CliRunner()
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import shared_path
 
+from packcli.encode.tokenizer import encode_texts, flatten, load_tokenizer, special_ids
 from packcli.errors import PackcliError, UsageError
-from packcli.tokenize import encode_texts, flatten, load_tokenizer, special_ids
 
 
 def test_bundled_gpt2_encodes_special_strings_as_text_and_appends_eos() -> None:

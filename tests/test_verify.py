@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
-from packcli.verify import verify_output
+from packcli.report.verify import verify_output
 
 runner = CliRunner()
 
@@ -103,7 +103,7 @@ def test_row_level_damage_is_found(tmp_path: Path) -> None:
 
     import pyarrow as pa
 
-    from packcli.shards import read_shard
+    from packcli.write.shards import read_shard
 
     out = tmp_path / "out"
     pack_corpus([str(SAMPLE)], PackOptions(max_len=512), out)

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from packcli.ingest import Tokenized
+from packcli.encode.corpus import Tokenized
+from packcli.encode.store import TokenStore
 from packcli.options import PackOptions
-from packcli.records import ReadCounts
-from packcli.store import TokenStore
+from packcli.read.fields import ReadCounts
 
 _TOKENIZATION_OPTIONS = (
     "text_field",

@@ -33,7 +33,7 @@ class Field:
 
 
 @dataclass(frozen=True)
-class RecordBatch:
+class FieldBatch:
     """Valid records read from one file, as one list of values per field, and how far into the file (in bytes
     on disk) reading has come."""
 
@@ -109,8 +109,8 @@ class Columns:
         for column, value in zip(self.columns, values):
             column.append(value)
 
-    def take(self, position: int) -> RecordBatch:
-        batch = RecordBatch(self.columns, position)
+    def take(self, position: int) -> FieldBatch:
+        batch = FieldBatch(self.columns, position)
         self.columns = [[] for _ in self.columns]
         return batch
 

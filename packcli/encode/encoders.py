@@ -15,10 +15,10 @@ from typing import Any, Protocol
 import numpy as np
 from tokenizers import Tokenizer
 
-from packcli.chat import ChatML, JinjaTemplate, Segment, load_template
+from packcli.encode.chat import ChatML, JinjaTemplate, Segment, load_template
+from packcli.encode.tokenizer import LoadedTokenizer, encode_texts, flatten, special_ids
 from packcli.options import PackOptions
-from packcli.records import Field, ReadCounts
-from packcli.tokenize import LoadedTokenizer, encode_texts, flatten, special_ids
+from packcli.read.fields import Field, ReadCounts
 
 Flat = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # tokens, lengths, supervision mask (or None)
 

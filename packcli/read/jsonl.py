@@ -1,17 +1,15 @@
-"""Find input files and stream the requested fields of their records in batches, counting (or rejecting) bad
-records.
+"""JSON Lines (plain, .gz, .zst) and JSON-array inputs: the chosen fields of each record, checked, in batches.
 
-JSON Lines are parsed by pyarrow (fast, multi-threaded). When pyarrow rejects a block, or a record lacks its text,
-the file is re-read from that record on by a line-by-line parser that names the exact line at fault.
+JSON Lines are parsed by pyarrow (fast) in line-aligned pieces of about 1 MB. When pyarrow rejects a piece, or a
+record lacks a field, the file is re-read from that record on by a line-by-line parser that names the line at fault.
 """
 
 from __future__ import annotations
 
-import glob
 import gzip
 import io
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
@@ -20,87 +18,15 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.records import Columns, Convert, Converted, Field, ReadCounts, RecordBatch, Reject, values_of, width
-from packcli.tables import read_arrow, read_parquet
+from packcli.read.fields import Columns, Converted, Field, FieldBatch, Reject, values_of, width
 
-JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
-SUPPORTED_SUFFIXES = (*JSONL_SUFFIXES, ".parquet", ".arrow")
 _BLOCK_BYTES = 1 << 20  # measured: bigger tokenizer batches run slower (cache misses), smaller gain nothing
 _SLOW_BATCH_RECORDS = 4096
 
 
-Warn = Callable[[str], None]
-
-
-def _is_supported(path: Path) -> bool:
-    return path.name.endswith(SUPPORTED_SUFFIXES)
-
-
-def find_inputs(specs: Sequence[str]) -> list[Path]:
-    """Expand files, directories (searched recursively) and glob patterns into a sorted, de-duplicated list.
-
-    Raises:
-        PackcliError: an input does not exist, matches nothing, or has an unsupported format.
-    """
-    found: list[Path] = []
-    for spec in specs:
-        path = Path(spec)
-        if path.is_dir():
-            matches = sorted(p for p in path.rglob("*") if p.is_file() and _is_supported(p))
-            if not matches:
-                raise PackcliError(f"directory holds no input file ({', '.join(SUPPORTED_SUFFIXES)})", path)
-        elif path.is_file():
-            if not _is_supported(path):
-                raise PackcliError(f"unsupported input format; use one of {', '.join(SUPPORTED_SUFFIXES)}", path)
-            matches = [path]
-        elif glob.has_magic(spec):
-            matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if _is_supported(Path(p)))
-            if not matches:
-                raise PackcliError("no input file matches this pattern", spec)
-        else:
-            raise PackcliError("no such file or directory", path)
-        found.extend(matches)
-    unique: dict[Path, None] = {}
-    for path in found:
-        unique.setdefault(path.resolve(), None)
-    return list(unique)
-
-
-def read_records(
-    path: Path,
-    fields: Sequence[Field],
-    counts: ReadCounts,
-    skip_bad_records: bool,
-    warn: Warn,
-    convert: Convert | None = None,
-) -> Iterator[RecordBatch]:
-    """Yield the valid records of one input file in batches.
-
-    Args:
-        path: an input file of a supported format.
-        fields: the fields to read; a record missing one, or with a value of the wrong kind, is bad.
-        counts: updated with bad records as they are met.
-        skip_bad_records: count and warn about a bad record instead of raising.
-        warn: called with a one-line message for each skipped record.
-        convert: applied to each record's values while reading (so its errors name the line); the batch then
-            has one column of its results.
-    """
-
-    def reject(exc: BadRecordError) -> None:
-        if not skip_bad_records:
-            raise exc
-        counts.bad_records += 1
-        warn(f"skipped bad record: {exc}")
-
-    if convert is not None:
-        fields = [Converted(field.name, field.kind, field.flag, convert) for field in fields]
-
-    name = path.name
-    if name.endswith(".parquet"):
-        yield from read_parquet(path, fields, reject)
-    elif name.endswith(".arrow"):
-        yield from read_arrow(path, fields, reject)
-    elif _starts_with_bracket(path):
+def read_json(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
+    """The records of a JSON Lines file, or of a ``.json`` file holding one array of records."""
+    if _starts_with_bracket(path):
         yield from _read_json_array(path, fields, reject)
     else:
         yield from _read_jsonl(path, fields, reject)
@@ -152,7 +78,7 @@ class _SlowPathNeeded(Exception):
         self.records_done = records_done
 
 
-def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
+def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
     try:
         if any(field.kind != "string" or isinstance(field, Converted) for field in fields):
             raise _SlowPathNeeded(0)  # nested values: the line parser checks them record by record
@@ -176,7 +102,7 @@ def _line_chunks(path: Path) -> Iterator[tuple[bytes, int]]:
             yield rest, raw.tell()
 
 
-def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[RecordBatch]:
+def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[FieldBatch]:
     """pyarrow's JSON parser, a piece at a time; raises _SlowPathNeeded at the first piece it cannot take whole."""
     schema = pa.schema([(field.name, pa.string()) for field in fields])
     parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
@@ -189,12 +115,12 @@ def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[RecordBatc
                 raise _SlowPathNeeded(records)
             columns = [table.column(field.name).to_pylist() for field in fields]
             records += table.num_rows
-            yield RecordBatch(columns, position)
+            yield FieldBatch(columns, position)
     except (pa.ArrowInvalid, UnicodeDecodeError, OSError, EOFError, gzip.BadGzipFile) as exc:
         raise _SlowPathNeeded(records) from exc
 
 
-def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, reject: Reject) -> Iterator[RecordBatch]:
+def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, reject: Reject) -> Iterator[FieldBatch]:
     """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
     batch = Columns(width(fields))
     records = line_number = 0
@@ -233,7 +159,7 @@ def _parse_line(raw_line: bytes) -> Any:
         raise BadRecordError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
 
 
-def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
+def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
     """A ``.json`` file holding one array of records; errors name the 1-based record number."""
     try:
         with _decompressed(path) as (stream, _):

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.manifest import read_manifest, shard_path
 from packcli.options import PackOptions
-from packcli.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
+from packcli.write.manifest import read_manifest, shard_path
+from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
 
 DEFAULT_BATCH_SIZE = 8
 OVERFLOW_TOTALS = (
@@ -137,17 +137,17 @@ def corpus_stats(
 ) -> dict[str, Any]:
     """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
 
-    The tokenized corpus stays in the tokenization cache (see :mod:`packcli.cache`) for the ``pack`` that follows.
+    The tokenized corpus stays in the tokenization cache (:mod:`packcli.encode.cache`) for the ``pack`` that follows.
     The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one.
     """
-    from packcli import cache
-    from packcli.documents import make_encoder
-    from packcli.ingest import tokenize_corpus
-    from packcli.overflow import apply_overflow
-    from packcli.progress import SilentReporter
-    from packcli.sources import find_inputs
+    from packcli.encode import cache
+    from packcli.encode.corpus import tokenize_corpus
+    from packcli.encode.encoders import make_encoder
+    from packcli.encode.tokenizer import load_tokenizer
+    from packcli.plan.overflow import apply_overflow
+    from packcli.read.inputs import find_inputs
+    from packcli.report.progress import SilentReporter
     from packcli.strategies import available_strategies, get_strategy, run_strategy
-    from packcli.tokenize import load_tokenizer
 
     files = find_inputs(inputs)
     get_strategy(options.strategy)

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from packcli.layout import cu_seqlens, position_ids, row_token_offsets
-from packcli.overflow import Pieces
-from packcli.shards import IGNORE_INDEX, ShardInfo, ShardWriter, list_array
-from packcli.store import TokenStore
+from packcli.encode.store import TokenStore
+from packcli.plan.overflow import Pieces
 from packcli.strategies import Packing
+from packcli.write.layout import cu_seqlens, position_ids, row_token_offsets
+from packcli.write.shards import IGNORE_INDEX, ShardInfo, ShardWriter, list_array
 
 # Small enough that numpy's temporaries are recycled by the allocator instead of faulted in afresh.
 BATCH_BYTES = 8 << 20

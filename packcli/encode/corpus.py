@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from packcli.documents import Encoder
-from packcli.progress import Reporter
-from packcli.records import ReadCounts
-from packcli.sources import read_records
-from packcli.store import TokenStore
+from packcli.encode.encoders import Encoder
+from packcli.encode.store import TokenStore
+from packcli.read.fields import ReadCounts
+from packcli.read.inputs import read_records
+from packcli.report.progress import Reporter
 
 # Batches encoded at once in helper threads; more only contend for the cores (measured: 2 was slower).
 IN_FLIGHT = 1

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.records import Columns, Converted, Field, RecordBatch, Reject, checked, width
+from packcli.read.fields import Columns, Converted, Field, FieldBatch, Reject, checked, width
 
 
 def check_columns(path: Path, schema: pa.Schema, fields: Sequence[Field]) -> list[int]:
@@ -44,7 +44,7 @@ def table_records(
     return batch.columns
 
 
-def read_parquet(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
+def read_parquet(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
     """A Parquet file, one row group at a time."""
     try:
         parquet = pq.ParquetFile(path)
@@ -57,11 +57,11 @@ def read_parquet(path: Path, fields: Sequence[Field], reject: Reject) -> Iterato
     for group in range(groups):
         table = parquet.read_row_group(group, columns=[field.name for field in fields])
         columns = [table.column(field.name).combine_chunks() for field in fields]
-        yield RecordBatch(table_records(path, columns, fields, rows, reject), size * (group + 1) // groups)
+        yield FieldBatch(table_records(path, columns, fields, rows, reject), size * (group + 1) // groups)
         rows += table.num_rows
 
 
-def read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[RecordBatch]:
+def read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
     """Arrow IPC, stream format (as ``datasets`` writes it) or file format."""
     source = pa.memory_map(str(path))
     try:
@@ -81,5 +81,5 @@ def read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[
     size = path.stat().st_size
     for batch in batches:
         columns = [batch.column(index) for index in indices]
-        yield RecordBatch(table_records(path, columns, fields, rows, reject), min(size, source.tell()))
+        yield FieldBatch(table_records(path, columns, fields, rows, reject), min(size, source.tell()))
         rows += batch.num_rows

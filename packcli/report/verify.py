@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.manifest import FORMAT_VERSION, read_manifest, shard_path
-from packcli.shards import IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS, flat_list_column, read_shard
+from packcli.write.manifest import FORMAT_VERSION, read_manifest, shard_path
+from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS, flat_list_column, read_shard
 
 MAX_LISTED = 20
 

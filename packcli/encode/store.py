@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from packcli.layout import exclusive_cumsum
+from packcli.write.layout import exclusive_cumsum
 
 TOKEN_DTYPE = np.int32
 
