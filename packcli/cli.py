@@ -1,17 +1,16 @@
 """The ``packcli`` command line: typer wiring only. Heavy modules are imported inside commands so ``--help`` is
-instant. Errors become one ``error: ...`` line on stderr with exit 1 (data) or 2 (usage); ``--debug`` shows the
-traceback instead.
+instant. Every error becomes one ``error: ...`` line on stderr with exit 1 (data) or 2 (usage), mapped in one
+place (:class:`OneLineErrors`); ``--debug`` anywhere on the command line shows the traceback instead.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -23,23 +22,42 @@ click_exceptions = sys.modules[typer.BadParameter.__module__]
 
 
 class OneLineErrors(TyperGroup):
-    """Usage errors as one ``error: ...`` line on stderr with exit code 2, as for every other packcli error."""
+    """The one error mapper: usage errors exit 2, packcli and OS errors exit 1, each as one ``error: ...`` line on
+    stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
+        from packcli.errors import EXIT_DATA, PackcliError
+
+        arguments = list(sys.argv[1:] if args is None else args)
+        debug = "--debug" in arguments
+        arguments = [argument for argument in arguments if argument != "--debug"]
         kwargs["standalone_mode"] = False
         try:
-            code = super().main(*args, **kwargs)
+            code = super().main(arguments, *rest, **kwargs)
         except click_exceptions.NoArgsIsHelpError as exc:
             print(exc.ctx.get_help() if exc.ctx else exc.format_message())
             sys.exit(2)
         except click_exceptions.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "packcli"
-            print(f"error: {exc.format_message()} (see '{command} --help')", file=sys.stderr)
-            sys.exit(2)
+            _fail(f"{exc.format_message()} (see '{command} --help')", 2)
         except typer.Abort:
-            print("error: aborted", file=sys.stderr)
-            sys.exit(1)
+            _fail("aborted", EXIT_DATA)
+        except KeyboardInterrupt:
+            _fail("interrupted; no output was written", 130)
+        except (PackcliError, OSError) as exc:
+            if debug:
+                raise
+            _fail(str(exc), exc.exit_code if isinstance(exc, PackcliError) else EXIT_DATA)
+        except Exception as exc:  # a bug or an unforeseen library error: still one line, exit 1
+            if debug:
+                raise
+            _fail(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", EXIT_DATA)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)
 
 
 app = typer.Typer(
@@ -47,11 +65,11 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    help="Tokenize a corpus and pack whole documents into fixed-length training sequences (Arrow shards).",
+    help="Tokenize a corpus and pack whole documents into fixed-length training sequences (Arrow shards). "
+    "Errors are one line; --debug anywhere on the command line shows the traceback.",
 )
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")]
-DebugOption = Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")]
 MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per packed sequence.")]
 TokenizerOption = Annotated[
     str | None,
@@ -75,49 +93,7 @@ ChatTemplateOption = Annotated[
 ]
 LossOnOption = Annotated[str, typer.Option(help="Chats: 'assistant' turns only, or 'all' tokens.")]
 
-F = TypeVar("F", bound=Callable[..., Any])
 MAX_WARNINGS = 20
-
-
-def reports_errors(command: F) -> F:
-    """Map packcli errors to one stderr line and their exit code; unexpected errors to exit 1."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from packcli.errors import EXIT_DATA, PackcliError
-
-        if kwargs.get("debug"):
-            return command(*args, **kwargs)
-        try:
-            return command(*args, **kwargs)
-        except PackcliError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(exc.exit_code) from None
-        except OSError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(EXIT_DATA) from None
-        except KeyboardInterrupt:
-            print("error: interrupted; no output was written", file=sys.stderr)
-            raise typer.Exit(130) from None
-        except typer.Exit:
-            raise
-        except Exception as exc:  # a bug or an unforeseen library error: still one line, exit 1
-            print(
-                f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr
-            )
-            raise typer.Exit(EXIT_DATA) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def options_from(arguments: dict[str, Any], **overrides: Any) -> Any:
-    """PackOptions from a command's arguments: flags map one to one to its fields (``--max-len`` is max_len)."""
-    import dataclasses
-
-    from packcli.options import PackOptions
-
-    names = {field.name for field in dataclasses.fields(PackOptions)}
-    return PackOptions(**{**{k: v for k, v in arguments.items() if k in names}, **overrides})
 
 
 class _Warnings:
@@ -138,7 +114,6 @@ class _Warnings:
 
 
 @app.command()
-@reports_errors
 def pack(
     inputs: Annotated[
         list[str],
@@ -170,7 +145,6 @@ def pack(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
     json_output: JsonOption = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no warnings on stderr.")] = False,
-    debug: DebugOption = False,
 ) -> None:
     """Tokenize INPUTS and pack whole documents into sequences of at most --max-len tokens.
 
@@ -184,14 +158,33 @@ def pack(
 
       packcli pack sft.jsonl --prompt-field prompt --response-field response --max-len 2048
     """
-    from packcli.options import parse_size
+    from packcli.options import PackOptions, parse_size
     from packcli.pipeline import pack_corpus
     from packcli.report.progress import RichReporter, SilentReporter
 
     if workers is not None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    options = options_from(locals(), shard_size=parse_size(shard_size), eos=not no_eos)
+    options = PackOptions(
+        max_len=max_len,
+        tokenizer=tokenizer,
+        strategy=strategy,
+        text_field=text_field,
+        overflow=overflow,
+        prompt_field=prompt_field,
+        response_field=response_field,
+        messages_field=messages_field,
+        chat_template=chat_template,
+        loss_on=loss_on,
+        shard_size=parse_size(shard_size),
+        workers=workers,
+        seed=seed,
+        window=window,
+        eos=not no_eos,
+        bos=bos,
+        eos_token=eos_token,
+        skip_bad_records=skip_bad_records,
+    )
     reporter = RichReporter() if sys.stderr.isatty() and not quiet else SilentReporter()
     warnings = _Warnings(quiet)
     try:
@@ -226,8 +219,7 @@ def pack(
 
 
 @app.command()
-@reports_errors
-def strategies(json_output: JsonOption = False, debug: DebugOption = False) -> None:
+def strategies(json_output: JsonOption = False) -> None:
     """List the registered packing strategies, one line each.
 
     Example:
@@ -246,7 +238,6 @@ def strategies(json_output: JsonOption = False, debug: DebugOption = False) -> N
 
 
 @app.command()
-@reports_errors
 def stats(
     paths: Annotated[
         list[str] | None, typer.Argument(help="A packed output (default ./packed), or raw corpus files.")
@@ -262,7 +253,6 @@ def stats(
     chat_template: ChatTemplateOption = None,
     loss_on: LossOnOption = "assistant",
     json_output: JsonOption = False,
-    debug: DebugOption = False,
 ) -> None:
     """Report what packing bought: efficiency against padding, the lower bound, steps per epoch, overflow.
 
@@ -285,7 +275,19 @@ def stats(
         figures = packed_stats(Path(targets[0]), batch_size)
         raw = False
     else:
-        options = options_from(locals())
+        from packcli.options import PackOptions
+
+        options = PackOptions(
+            max_len=max_len,
+            tokenizer=tokenizer,
+            text_field=text_field,
+            overflow=overflow,
+            prompt_field=prompt_field,
+            response_field=response_field,
+            messages_field=messages_field,
+            chat_template=chat_template,
+            loss_on=loss_on,
+        )
         figures = corpus_stats(targets, options, batch_size, _Warnings(quiet=False))
         raw = True
     if json_output:
@@ -298,11 +300,9 @@ def stats(
 
 
 @app.command()
-@reports_errors
 def verify(
     path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
     json_output: JsonOption = False,
-    debug: DebugOption = False,
 ) -> None:
     """Re-read a packed output and check every invariant and checksum; exit 0 only if all hold, else 1.
 

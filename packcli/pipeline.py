@@ -20,14 +20,42 @@ from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
+from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.plan.overflow import OverflowCounts, Pieces, apply_overflow
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
 from packcli.strategies import Packing, get_strategy, run_strategy
-from packcli.write.manifest import FORMAT_VERSION, fingerprint, read_manifest, shard_path, write_manifest
+from packcli.write.manifest import FORMAT_VERSION, read_manifest, shard_path, write_manifest
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.shards import ShardInfo, shard_schema
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What ``pack`` and ``stats`` both start from: the resolved inputs, the tokenizer and the encoder."""
+
+    files: list[Path]
+    options: PackOptions
+    tokenizer: LoadedTokenizer
+    encoder: Encoder
+
+    def fingerprint(self) -> str:
+        """The output's identity (see :mod:`packcli.identity`)."""
+        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output")
+
+    def cache_key(self) -> str:
+        """The tokenization cache's key: the identity over what decides the tokens."""
+        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "tokens")[:32]
+
+
+def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] = lambda message: None) -> Setup:
+    """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
+    can be found before reading a record is raised here."""
+    files = find_inputs(inputs)
+    get_strategy(options.strategy)
+    tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
+    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn))
 
 
 @dataclass(frozen=True)
@@ -67,12 +95,9 @@ def pack_corpus(
     An existing output with another fingerprint is replaced only with ``overwrite``.
     """
     reporter = reporter or SilentReporter()
-    files = find_inputs(inputs)
-    get_strategy(options.strategy)  # an unknown strategy is a usage error before any work
-    tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
-    encoder = make_encoder(options, tokenizer)
-    print_ = fingerprint(files, tokenizer.sha256, {**options.output_relevant(), **encoder.fingerprint})
-    existing = _existing_output(out, print_)
+    setup = set_up(inputs, options, warn)
+    fingerprint = setup.fingerprint()
+    existing = _existing_output(out, fingerprint)
     if existing == "same":
         return PackResult(out, "up-to-date", read_manifest(out))
     if existing == "other" and not overwrite:
@@ -81,7 +106,7 @@ def pack_corpus(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        manifest, from_cache = _build(files, options, tokenizer, encoder, staging, print_, reporter, warn)
+        manifest, from_cache = _build(setup, staging, fingerprint, reporter, warn)
         _move_into_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -89,7 +114,7 @@ def pack_corpus(
     return PackResult(out, "packed", manifest, from_cache)
 
 
-def _existing_output(out: Path, print_: str) -> str:
+def _existing_output(out: Path, fingerprint: str) -> str:
     """ "absent" (nothing, or an empty directory), "same" (complete output, same fingerprint) or "other"."""
     if not out.exists():
         return "absent"
@@ -101,7 +126,7 @@ def _existing_output(out: Path, print_: str) -> str:
         manifest = read_manifest(out)
     except PackcliError:
         return "other"
-    if manifest.get("fingerprint") != print_:
+    if manifest.get("fingerprint") != fingerprint:
         return "other"
     for shard in manifest.get("shards", []):
         path = shard_path(out, shard.get("file"))
@@ -122,16 +147,10 @@ def _move_into_place(staging: Path, out: Path) -> None:
 
 
 def _build(
-    files: list[Path],
-    options: PackOptions,
-    tokenizer: LoadedTokenizer,
-    encoder: Encoder,
-    staging: Path,
-    print_: str,
-    reporter: Reporter,
-    warn: Callable[[str], None],
+    setup: Setup, staging: Path, fingerprint: str, reporter: Reporter, warn: Callable[[str], None]
 ) -> tuple[dict[str, Any], bool]:
-    key = cache.tokenization_key(files, tokenizer.sha256, options, encoder.fingerprint)
+    files, options, tokenizer, encoder = setup.files, setup.options, setup.tokenizer, setup.encoder
+    key = setup.cache_key()
     cached = cache.load(key)  # left by `packcli stats` on the same corpus: no need to tokenize again
     tokenized = cached or tokenize_corpus(
         files, encoder, options.skip_bad_records, staging / "tokens.tmp", reporter, warn
@@ -164,7 +183,7 @@ def _build(
         else:
             tokenized.store.close()
     reporter.close()
-    manifest = _manifest(files, options, tokenizer, print_, tokenized, pieces, overflow, packing, shards)
+    manifest = _manifest(files, options, tokenizer, fingerprint, tokenized, pieces, overflow, packing, shards)
     if supervision is not None:
         manifest["totals"].update(asdict(supervision))
         manifest["columns"] = list(shard_schema({}, labels=True).names)
@@ -178,7 +197,7 @@ def _manifest(
     files: list[Path],
     options: PackOptions,
     tokenizer: LoadedTokenizer,
-    print_: str,
+    fingerprint: str,
     tokenized: Tokenized,
     pieces: Pieces,
     overflow: OverflowCounts,
@@ -198,7 +217,7 @@ def _manifest(
     return {
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
-        "fingerprint": print_,
+        "fingerprint": fingerprint,
         "options": options.to_json(),
         "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in files],
         "tokenizer": tokenizer.describe(),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from packcli.errors import PackcliError
-from packcli.write.manifest import FORMAT_VERSION, dumps, fingerprint, read_manifest, shard_path, write_manifest
+from packcli.write.manifest import FORMAT_VERSION, dumps, read_manifest, shard_path, write_manifest
 
 
 def test_write_then_read_is_canonical_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -42,14 +42,3 @@ def test_shard_paths_stay_inside_the_output(tmp_path: Path, name: object) -> Non
     with pytest.raises(PackcliError, match="leaves the output directory"):
         shard_path(tmp_path, name)
     assert shard_path(tmp_path, "shard-00000.arrow") == tmp_path / "shard-00000.arrow"
-
-
-def test_fingerprint_follows_inputs_tokenizer_and_options(tmp_path: Path) -> None:
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"text": "a"}\n')
-    base = fingerprint([corpus], "sha", {"max_len": 8})
-    assert base == fingerprint([corpus], "sha", {"max_len": 8})
-    assert base != fingerprint([corpus], "other", {"max_len": 8})
-    assert base != fingerprint([corpus], "sha", {"max_len": 16})
-    corpus.write_text('{"text": "ab"}\n')
-    assert base != fingerprint([corpus], "sha", {"max_len": 8})

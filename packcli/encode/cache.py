@@ -8,49 +8,22 @@ half-written entry is never used.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from packcli.encode.corpus import Tokenized
 from packcli.encode.store import TokenStore
-from packcli.options import PackOptions
 from packcli.read.fields import ReadCounts
-
-_TOKENIZATION_OPTIONS = (
-    "text_field",
-    "eos",
-    "bos",
-    "eos_token",
-    "skip_bad_records",
-    "prompt_field",
-    "response_field",
-    "messages_field",
-    "loss_on",
-)
 
 
 def cache_root() -> Path:
     """Where entries live: ``$PACKCLI_CACHE``, else ``~/.cache/packcli``."""
     return Path(os.environ.get("PACKCLI_CACHE") or Path.home() / ".cache" / "packcli")
-
-
-def tokenization_key(files: list[Path], tokenizer_sha256: str, options: PackOptions, extra: dict[str, str]) -> str:
-    """What decides the tokens: inputs (path, size, mtime), tokenizer, record options, chat template."""
-    chosen = options.to_json()
-    payload: dict[str, Any] = {
-        "inputs": [[str(path), path.stat().st_size, path.stat().st_mtime_ns] for path in files],
-        "tokenizer_sha256": tokenizer_sha256,
-        "options": {name: chosen[name] for name in _TOKENIZATION_OPTIONS},
-        "extra": extra,
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def save(tokenized: Tokenized, key: str) -> Tokenized:

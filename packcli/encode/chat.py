@@ -13,11 +13,15 @@ after the generation prompt, so exactly the assistant's words and end marker are
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import BadRecordError, PackcliError, UsageError
+
+CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
 
 
 @dataclass(frozen=True)
@@ -106,20 +110,34 @@ def _raise_exception(message: str) -> None:
     raise BadRecordError(f"chat template raised: {message}")
 
 
-def load_template(
-    path: str | None, tokenizer_spec: str | None, bos_token: str, eos_token: str
-) -> ChatML | JinjaTemplate:
-    """The template for chat records: ``--chat-template`` file, else the tokenizer directory's, else ChatML."""
+def load_template(path: str | None, tokenizer: LoadedTokenizer, warn: Callable[[str], None]) -> ChatML | JinjaTemplate:
+    """The template for chat records: ``--chat-template`` file, else the one in the tokenizer's
+    ``tokenizer_config.json``, else ChatML (with a warning when the tokenizer lacks its markers as special tokens)."""
+    bos = tokenizer.tokenizer.id_to_token(tokenizer.bos_id) if tokenizer.bos_id is not None else None
+    eos = tokenizer.tokenizer.id_to_token(tokenizer.eos_id) if tokenizer.eos_id is not None else None
     if path is not None:
         file = Path(path)
         if not file.is_file():
             raise UsageError(f"--chat-template {path}: no such file")
-        return JinjaTemplate(file.read_text(encoding="utf-8"), str(file), bos_token, eos_token)
-    config = Path(tokenizer_spec) / "tokenizer_config.json" if tokenizer_spec else None
-    if config is not None and config.is_file():
-        import json
-
-        source = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
-        if isinstance(source, str):
-            return JinjaTemplate(source, str(config), bos_token, eos_token)
+        return JinjaTemplate(file.read_text(encoding="utf-8"), str(file), bos or "", eos or "")
+    configured = _configured_template(tokenizer.config.get("chat_template"))
+    if configured is not None:
+        return JinjaTemplate(configured, f"{tokenizer.name} tokenizer_config.json", bos or "", eos or "")
+    missing = [marker for marker in CHATML_MARKERS if not tokenizer.is_special(marker)]
+    if missing:
+        warn(
+            f"built-in ChatML with tokenizer {tokenizer.name}, which lacks {' and '.join(missing)} as special "
+            "tokens: the markup is tokenized as plain text (pass --chat-template for this model's own format)"
+        )
     return ChatML()
+
+
+def _configured_template(value: object) -> str | None:
+    """A config's ``chat_template``: a string, or the entry named "default" of a list of named templates."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        for entry in value:
+            if isinstance(entry, dict) and entry.get("name") == "default" and isinstance(entry.get("template"), str):
+                return str(entry["template"])
+    return None

@@ -29,7 +29,9 @@ class Encoder(Protocol):
     fields: list[Field]
     supervised: bool  # whether documents carry a supervision mask (a labels column)
     convert: Callable[[list[Any]], Any] | None  # per-record conversion, run while reading (errors name the line)
-    fingerprint: dict[str, str]  # what else, beyond options and tokenizer, decides the output
+    eos_id: int | None  # the EOS id actually appended (None: none)
+    bos_id: int | None
+    template_sha256: str | None  # chats: the chat template actually used
 
     def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> Any:
         """This thread: turn a batch of records into what ``encode`` takes; count the records it skips."""
@@ -50,8 +52,9 @@ class TextEncoder:
     supervised: bool = False
     convert: Callable[[list[Any]], Any] | None = None
 
+    template_sha256: str | None = None
+
     def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer) -> None:
-        self.fingerprint: dict[str, str] = {}
         self.fields = [Field(options.text_field)]
         self.tokenizer = tokenizer.tokenizer
         self.eos_id, self.bos_id = special_ids(tokenizer, options.eos, options.bos)
@@ -78,34 +81,27 @@ class SegmentEncoder:
 
     supervised: bool = True
 
-    def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer) -> None:
+    def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer, warn: Callable[[str], None]) -> None:
         self.loss_on_all = options.loss_on == "all"
         self.eos_id, self.bos_id = special_ids(tokenizer, options.eos, options.bos)
         self.content = tokenizer.tokenizer  # special-token strings in content stay text
         self.markup: Tokenizer | None = None  # chats only: template markup may name special tokens
         self.template: ChatML | JinjaTemplate | None = None
         self.convert: Callable[[list[Any]], Any] | None = None
+        self.template_sha256: str | None = None
         if options.messages_field is not None:
             self.fields = [Field(options.messages_field, "messages", "--messages-field")]
-            names = tokenizer.tokenizer.id_to_token
-            self.template = load_template(
-                options.chat_template,
-                options.tokenizer,
-                (names(tokenizer.bos_id) or "") if tokenizer.bos_id is not None else "",
-                (names(tokenizer.eos_id) or "") if tokenizer.eos_id is not None else "",
-            )
-            template = self.template
+            self.template = template = load_template(options.chat_template, tokenizer, warn)
+            self.template_sha256 = template.sha256
             self.markup = Tokenizer.from_str(tokenizer.tokenizer.to_str())
             self.markup.encode_special_tokens = False
             self.convert = lambda values: template.segments(values[0], self.loss_on_all)
-            self.fingerprint = {"chat_template": template.sha256}
         else:
             assert options.prompt_field is not None and options.response_field is not None
             self.fields = [
                 Field(options.prompt_field, flag="--prompt-field"),
                 Field(options.response_field, flag="--response-field"),
             ]
-            self.fingerprint = {}
 
     def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> list[list[Segment]]:
         if self.template is not None:
@@ -152,8 +148,10 @@ class SegmentEncoder:
         return tokens, lengths, mask
 
 
-def make_encoder(options: PackOptions, tokenizer: LoadedTokenizer) -> TextEncoder | SegmentEncoder:
+def make_encoder(
+    options: PackOptions, tokenizer: LoadedTokenizer, warn: Callable[[str], None] = lambda message: None
+) -> TextEncoder | SegmentEncoder:
     """The encoder for the options' record kind: text, prompt/response, or chat messages."""
-    if options.messages_field is not None or options.prompt_field is not None:
-        return SegmentEncoder(options, tokenizer)
+    if options.fine_tuning:
+        return SegmentEncoder(options, tokenizer, warn)
     return TextEncoder(options, tokenizer)

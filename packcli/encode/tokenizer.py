@@ -10,7 +10,7 @@ import gzip
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -34,16 +34,23 @@ class LoadedTokenizer:
     vocab_size: int
     eos_id: int | None
     bos_id: int | None
+    config: dict[str, object] = field(default_factory=dict)  # tokenizer_config.json beside the file, if any
+    config_sha256: str | None = None  # of that file's bytes: an edited eos_token or chat template changes it
 
     def describe(self) -> dict[str, object]:
         """The manifest's ``tokenizer`` entry."""
         return {
             "name": self.name,
             "sha256": self.sha256,
+            "config_sha256": self.config_sha256,
             "vocab_size": self.vocab_size,
             "eos_id": self.eos_id,
             "bos_id": self.bos_id,
         }
+
+    def is_special(self, token: str) -> bool:
+        """True when ``token`` is one of the tokenizer's special (added, control) tokens."""
+        return any(t.content == token and t.special for t in self.tokenizer.get_added_tokens_decoder().values())
 
 
 def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> LoadedTokenizer:
@@ -55,6 +62,7 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         eos_token: the EOS token's text when the tokenizer's own cannot be found.
     """
     config: dict[str, object] = {}
+    config_sha256 = None
     if spec is None:
         raw = gzip.decompress(resources.files("packcli").joinpath("assets/gpt2/tokenizer.json.gz").read_bytes())
         name = BUNDLED_NAME
@@ -62,7 +70,7 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         path = _locate(spec)
         name = spec
         raw = path.read_bytes()
-        config = _read_config(path.parent)
+        config, config_sha256 = _read_config(path.parent)  # the same directory however --tokenizer is spelled
     try:
         tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # tokenizers raises a bare Exception on a corrupt file
@@ -79,6 +87,8 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
         eos_id=eos,
         bos_id=bos,
+        config=config,
+        config_sha256=config_sha256,
     )
 
 
@@ -105,15 +115,20 @@ def _locate(spec: str) -> Path:
     )
 
 
-def _read_config(directory: Path) -> dict[str, object]:
+def _read_config(directory: Path) -> tuple[dict[str, object], str | None]:
+    """``tokenizer_config.json`` beside the tokenizer file (a hub snapshot keeps both in one directory) and the
+    sha256 of its bytes; ({}, None) when there is none."""
     config_path = directory / "tokenizer_config.json"
     if not config_path.is_file():
-        return {}
+        return {}, None
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        raw = config_path.read_bytes()
+        config = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise PackcliError(f"cannot read: {exc}", config_path) from None
-    return config if isinstance(config, dict) else {}
+    if not isinstance(config, dict):
+        raise PackcliError("not a JSON object", config_path)
+    return config, hashlib.sha256(raw).hexdigest()
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:

@@ -142,23 +142,23 @@ def corpus_stats(
     """
     from packcli.encode import cache
     from packcli.encode.corpus import tokenize_corpus
-    from packcli.encode.encoders import make_encoder
-    from packcli.encode.tokenizer import load_tokenizer
+    from packcli.pipeline import set_up
     from packcli.plan.overflow import apply_overflow
-    from packcli.read.inputs import find_inputs
     from packcli.report.progress import SilentReporter
-    from packcli.strategies import available_strategies, get_strategy, run_strategy
+    from packcli.strategies import available_strategies, run_strategy
 
-    files = find_inputs(inputs)
-    get_strategy(options.strategy)
-    tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
-    encoder = make_encoder(options, tokenizer)
-    key = cache.tokenization_key(files, tokenizer.sha256, options, encoder.fingerprint)
+    setup = set_up(inputs, options, warn)
+    key = setup.cache_key()
     tokenized = cache.load(key)
     if tokenized is None:
         cache.cache_root().mkdir(parents=True, exist_ok=True)
         fresh = tokenize_corpus(
-            files, encoder, options.skip_bad_records, cache.cache_root() / f".{key}.tokens", SilentReporter(), warn
+            setup.files,
+            setup.encoder,
+            options.skip_bad_records,
+            cache.cache_root() / f".{key}.tokens",
+            SilentReporter(),
+            warn,
         )
         tokenized = cache.save(fresh, key)
     tokenized.store.close()

@@ -5,7 +5,6 @@ A directory whose manifest is missing or unreadable is not an output. Readers re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,25 +15,6 @@ from packcli.errors import PackcliError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-
-
-def fingerprint(inputs: list[Path], tokenizer_sha256: str, options: dict[str, Any]) -> str:
-    """Hash of the inputs (path, size, mtime), the tokenizer file and the output-relevant options.
-
-    The same fingerprint means the same output, so an identical rerun can be skipped.
-    """
-    described = []
-    for path in inputs:
-        stat = path.stat()
-        described.append([str(path), stat.st_size, stat.st_mtime_ns])
-    payload = {
-        "format_version": FORMAT_VERSION,
-        "packcli_version": __version__,
-        "inputs": described,
-        "tokenizer_sha256": tokenizer_sha256,
-        "options": options,
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def dumps(manifest: dict[str, Any]) -> str:

@@ -1,0 +1,82 @@
+"""The run identity: one hash over the resolved facts that decide the output bytes. The output fingerprint and the
+tokenization-cache key are the same function over two scopes, so they cannot drift apart.
+
+Facts, not spellings: inputs by resolved path, size and mtime; the tokenizer by the sha256 of its file and of its
+``tokenizer_config.json``; the EOS/BOS ids actually appended and the chat template actually used; packcli's version.
+``--tokenizer tok``, ``./tok/`` and ``/abs/tok/tokenizer.json`` give the same identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from packcli import __version__
+from packcli.encode.encoders import Encoder
+from packcli.encode.tokenizer import LoadedTokenizer
+from packcli.options import PackOptions
+from packcli.write.manifest import FORMAT_VERSION
+
+__all__ = ["TOKENIZATION_OPTIONS", "Scope", "run_identity"]
+
+Scope = Literal["output", "tokens"]
+
+# The options that decide the tokens of each document (the cache key's scope); every output-relevant option decides
+# the output (the fingerprint's scope). Paths (--tokenizer, --chat-template) are replaced by the hashes they resolve to.
+TOKENIZATION_OPTIONS = (
+    "text_field",
+    "eos",
+    "bos",
+    "eos_token",
+    "skip_bad_records",
+    "prompt_field",
+    "response_field",
+    "messages_field",
+    "loss_on",
+)
+_PATH_OPTIONS = ("tokenizer", "chat_template")
+
+
+def run_identity(
+    files: list[Path],
+    tokenizer: LoadedTokenizer,
+    encoder: Encoder,
+    options: PackOptions,
+    scope: Scope,
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """The sha256 (hex) of the facts that decide the output (``scope="output"``) or only the tokens ("tokens").
+
+    Args:
+        files: the input files, as ``find_inputs`` resolved them.
+        tokenizer: the loaded tokenizer (its file and config hashes).
+        encoder: the encoder, for the EOS/BOS ids and chat template it actually uses.
+        options: the run's options.
+        scope: "output" for the manifest fingerprint, "tokens" for the tokenization-cache key.
+        extra: further facts that decide the output (for example a partition plan's hash).
+    """
+    relevant = options.output_relevant()
+    chosen = relevant if scope == "output" else {name: relevant[name] for name in TOKENIZATION_OPTIONS}
+    facts = {
+        "scope": scope,
+        "packcli_version": __version__,
+        "format_version": FORMAT_VERSION,
+        "inputs": [_describe_input(path) for path in files],
+        "tokenizer": {
+            "sha256": tokenizer.sha256,
+            "config_sha256": tokenizer.config_sha256,
+            "eos_id": encoder.eos_id,
+            "bos_id": encoder.bos_id,
+            "chat_template_sha256": encoder.template_sha256,
+        },
+        "options": {name: value for name, value in chosen.items() if name not in _PATH_OPTIONS},
+        "extra": extra or {},
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _describe_input(path: Path) -> list[Any]:
+    stat = path.stat()
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
