@@ -7,8 +7,6 @@ so an interrupted run never leaves an output that looks complete, and an existin
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,7 +24,8 @@ from packcli.plan.overflow import OverflowCounts, Pieces, apply_overflow
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
 from packcli.strategies import Packing, get_strategy, run_strategy
-from packcli.write.manifest import FORMAT_VERSION, read_manifest, shard_path, write_manifest
+from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
+from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.shards import ShardInfo, shard_schema
 
@@ -97,53 +96,12 @@ def pack_corpus(
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn)
     fingerprint = setup.fingerprint()
-    existing = _existing_output(out, fingerprint)
-    if existing == "same":
-        return PackResult(out, "up-to-date", read_manifest(out))
-    if existing == "other" and not overwrite:
-        raise PackcliError("holds another output or other files; pass --overwrite to replace it", out)
-    staging = out.parent / f".{out.name}.packcli-partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        manifest, from_cache = _build(setup, staging, fingerprint, reporter, warn)
-        _move_into_place(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with Publication(out, fingerprint, overwrite) as publication:
+        if publication.up_to_date:
+            return PackResult(out, "up-to-date", read_manifest(out))
+        manifest, from_cache = _build(setup, publication.staging, fingerprint, reporter, warn)
+        publication.commit()
     return PackResult(out, "packed", manifest, from_cache)
-
-
-def _existing_output(out: Path, fingerprint: str) -> str:
-    """ "absent" (nothing, or an empty directory), "same" (complete output, same fingerprint) or "other"."""
-    if not out.exists():
-        return "absent"
-    if not out.is_dir():
-        raise PackcliError("exists and is not a directory", out)
-    if not any(out.iterdir()):
-        return "absent"
-    try:
-        manifest = read_manifest(out)
-    except PackcliError:
-        return "other"
-    if manifest.get("fingerprint") != fingerprint:
-        return "other"
-    for shard in manifest.get("shards", []):
-        path = shard_path(out, shard.get("file"))
-        if not path.is_file() or path.stat().st_size != shard.get("bytes"):
-            return "other"
-    return "same"
-
-
-def _move_into_place(staging: Path, out: Path) -> None:
-    if out.exists():
-        old = out.parent / f".{out.name}.packcli-old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(staging, out)
-        shutil.rmtree(old)
-    else:
-        os.replace(staging, out)
 
 
 def _build(
