@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(VENV)/bin/packcli pack examples/sample.jsonl.gz --max-len 1024 --out $(DEMO_OUT) --overwrite
-	$(VENV)/bin/packcli stats $(DEMO_OUT)
+	$(VENV)/bin/packcli stats $(DEMO_OUT) --plot docs/demo-stats.png
 
 test: install
 	$(PY) -m pytest -q

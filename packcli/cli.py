@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from packcli.options import DEFAULT_MAX_LEN, Overflow
 
@@ -21,9 +21,28 @@ from packcli.options import DEFAULT_MAX_LEN, Overflow
 click_exceptions = sys.modules[typer.BadParameter.__module__]
 
 
+def _untyped_flags(params: list[Any]) -> list[Any]:
+    """A flag takes no value: no ``<bool>`` beside it in ``--help``."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Command(TyperCommand):
+    """A packcli command: its ``--help`` shows flags without a value type."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _untyped_flags(super().get_params(ctx))
+
+
 class OneLineErrors(TyperGroup):
     """The one error mapper: usage errors exit 2, packcli and OS errors exit 1, each as one ``error: ...`` line on
-    stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through."""
+    stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
+    Bare ``packcli`` prints the help and exits 0."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _untyped_flags(super().get_params(ctx))
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         from packcli.errors import EXIT_DATA, PackcliError
@@ -36,7 +55,7 @@ class OneLineErrors(TyperGroup):
             code = super().main(arguments, *rest, **kwargs)
         except click_exceptions.NoArgsIsHelpError as exc:
             print(exc.ctx.get_help() if exc.ctx else exc.format_message())
-            sys.exit(2)
+            sys.exit(0)
         except click_exceptions.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "packcli"
             _fail(f"{exc.format_message()} (see '{command} --help')", 2)
@@ -73,13 +92,18 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object 
 MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per packed sequence.")]
 TokenizerOption = Annotated[
     str | None,
-    typer.Option(help="A tokenizer.json, a directory holding one, or a cached hub name. Default: bundled GPT-2."),
+    typer.Option(help="A tokenizer.json, a directory holding one, or a cached hub name.", show_default="bundled GPT-2"),
+]
+StrategyOption = Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")]
+WindowOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Pack each window of N consecutive documents on its own.", show_default="no windows"),
 ]
 TextFieldOption = Annotated[str, typer.Option(help="The record field holding the text.")]
 OverflowOption = Annotated[
     Overflow | None,
     typer.Option(
-        help="What to do with documents longer than --max-len [default: split; drop for fine-tuning records]."
+        help="What to do with documents longer than --max-len.", show_default="split; drop for fine-tuning records"
     ),
 ]
 PromptFieldOption = Annotated[str | None, typer.Option(help="Fine-tuning: the prompt field (no loss taken on it).")]
@@ -89,9 +113,26 @@ MessagesFieldOption = Annotated[
 ]
 ChatTemplateOption = Annotated[
     str | None,
-    typer.Option(help="A Jinja chat template file [default: the tokenizer directory's, else built-in ChatML]."),
+    typer.Option(help="A Jinja chat template file.", show_default="the tokenizer directory's, else built-in ChatML"),
 ]
 LossOnOption = Annotated[str, typer.Option(help="Chats: 'assistant' turns only, or 'all' tokens.")]
+NoEosOption = Annotated[bool, typer.Option("--no-eos", help="Do not append EOS to each document.")]
+BosOption = Annotated[bool, typer.Option("--bos", help="Prepend BOS to each document.")]
+EosTokenOption = Annotated[
+    str | None,
+    typer.Option(help="EOS token text, when the tokenizer's cannot be found.", show_default="the tokenizer's"),
+]
+SkipBadRecordsOption = Annotated[
+    bool, typer.Option("--skip-bad-records", help="Count and skip bad records instead of failing.")
+]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress and no per-record warnings on stderr (a loss of over 1% of the tokens is still reported).",
+    ),
+]
 
 MAX_WARNINGS = 20
 
@@ -113,7 +154,7 @@ class _Warnings:
             print(f"warning: {self.count - MAX_WARNINGS} more warnings not shown", file=sys.stderr)
 
 
-@app.command()
+@app.command(cls=Command)
 def pack(
     inputs: Annotated[
         list[str],
@@ -121,7 +162,7 @@ def pack(
     ],
     max_len: MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: TokenizerOption = None,
-    strategy: Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")] = "bfd",
+    strategy: StrategyOption = "bfd",
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
     text_field: TextFieldOption = "text",
     overflow: OverflowOption = None,
@@ -130,21 +171,17 @@ def pack(
     messages_field: MessagesFieldOption = None,
     chat_template: ChatTemplateOption = None,
     loss_on: LossOnOption = "assistant",
-    shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB.")] = "512MiB",
-    workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads (default: all cores).")] = None,
+    shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB, 0.5GB, 1TB.")] = "512MiB",
+    workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads.", show_default="all cores")] = None,
     seed: Annotated[int, typer.Option(help="Seed for strategies that take one.")] = 0,
-    window: Annotated[
-        int | None, typer.Option(min=1, help="Pack each window of N consecutive documents on its own.")
-    ] = None,
-    no_eos: Annotated[bool, typer.Option("--no-eos", help="Do not append EOS to each document.")] = False,
-    bos: Annotated[bool, typer.Option("--bos", help="Prepend BOS to each document.")] = False,
-    eos_token: Annotated[str | None, typer.Option(help="EOS token text, when the tokenizer's cannot be found.")] = None,
-    skip_bad_records: Annotated[
-        bool, typer.Option("--skip-bad-records", help="Count and skip bad records instead of failing.")
-    ] = False,
+    window: WindowOption = None,
+    no_eos: NoEosOption = False,
+    bos: BosOption = False,
+    eos_token: EosTokenOption = None,
+    skip_bad_records: SkipBadRecordsOption = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
     json_output: JsonOption = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no warnings on stderr.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Tokenize INPUTS and pack whole documents into sequences of at most --max-len tokens.
 
@@ -160,7 +197,8 @@ def pack(
     """
     from packcli.options import PackOptions, parse_size
     from packcli.pipeline import pack_corpus
-    from packcli.report.progress import RichReporter, SilentReporter
+    from packcli.report.progress import make_reporter
+    from packcli.report.render import loss_warning, pack_summary
 
     if workers is not None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
@@ -185,7 +223,7 @@ def pack(
         eos_token=eos_token,
         skip_bad_records=skip_bad_records,
     )
-    reporter = RichReporter() if sys.stderr.isatty() and not quiet else SilentReporter()
+    reporter = make_reporter(quiet)
     warnings = _Warnings(quiet)
     try:
         result = pack_corpus(inputs, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)
@@ -193,32 +231,22 @@ def pack(
         reporter.close()
         warnings.close()
     summary = result.summary()
+    _warn_loss(loss_warning(summary, summary["max_len"]))
     if json_output:
         print(json.dumps(summary, sort_keys=True))
     elif result.status == "up-to-date":
         print(f"{out} is up to date (same inputs, tokenizer and options); nothing to do")
     else:
-        capacity = summary["sequences"] * summary["max_len"]
-        print(
-            f"packed {summary['documents']:,} documents ({summary['tokens']:,} tokens) into "
-            f"{summary['sequences']:,} sequences of max_len {summary['max_len']:,} "
-            f"({summary['tokens'] / capacity:.2%} full), {summary['shards']} shard(s) in {out}"
-        )
-        keys = (
-            "split_documents",
-            "truncated_tokens",
-            "dropped_documents",
-            "bad_records",
-            "empty_documents",
-            "supervised_tokens",
-            "unsupervised_sequences",
-        )
-        for key in keys:
-            if summary.get(key):
-                print(f"  {key.replace('_', ' ')}: {summary[key]:,}")
+        print("\n".join(pack_summary(summary, out)))
 
 
-@app.command()
+def _warn_loss(message: str | None) -> None:
+    """The loss warning is printed even with --quiet: nothing is lost silently."""
+    if message is not None:
+        print(f"warning: {message}", file=sys.stderr)
+
+
+@app.command(cls=Command)
 def strategies(json_output: JsonOption = False) -> None:
     """List the registered packing strategies, one line each.
 
@@ -237,14 +265,24 @@ def strategies(json_output: JsonOption = False) -> None:
         print(f"{name:<{width}}  {line}")
 
 
-@app.command()
+@app.command(cls=Command)
 def stats(
+    ctx: typer.Context,
     paths: Annotated[
-        list[str] | None, typer.Argument(help="A packed output (default ./packed), or raw corpus files.")
+        list[str] | None,
+        typer.Argument(help="A packed output, or raw corpus files (as for pack).", show_default="packed"),
     ] = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="Documents per pad-to-longest batch; sequences per step.")] = 8,
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Documents per batch of the padding baselines; sequences per step.")
+    ] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the random batches (and of strategies that take one).")] = 0,
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the figures into this .png, .svg or .pdf (needs packcli\\[plot]).")
+    ] = None,
     max_len: MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: TokenizerOption = None,
+    strategy: StrategyOption = "bfd",
+    window: WindowOption = None,
     text_field: TextFieldOption = "text",
     overflow: OverflowOption = None,
     prompt_field: PromptFieldOption = None,
@@ -252,34 +290,47 @@ def stats(
     messages_field: MessagesFieldOption = None,
     chat_template: ChatTemplateOption = None,
     loss_on: LossOnOption = "assistant",
+    no_eos: NoEosOption = False,
+    bos: BosOption = False,
+    eos_token: EosTokenOption = None,
+    skip_bad_records: SkipBadRecordsOption = False,
     json_output: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
-    """Report what packing bought: efficiency against padding, the lower bound, steps per epoch, overflow.
+    """Report what packing bought: compute against random padded batches, the lower bound, steps per epoch, overflow.
 
-    On a raw corpus, tokenize it once and compare every registered strategy without writing shards.
+    On a raw corpus (pack's record options apply): tokenize it once and compare every registered strategy.
+
+    Also length percentiles and what other --max-len values would cost. Nothing is written.
 
     Examples:
 
-      packcli stats packed/
+      packcli stats packed/ --plot packing.png
 
       packcli stats packed/ --batch-size 32 --json
 
       packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
     """
-    from packcli.report.render import print_stats, print_strategy_comparison
-    from packcli.report.stats import corpus_stats, packed_stats
+    from packcli.report.render import loss_warning, print_corpus_choices, print_stats
+    from packcli.report.stats import measure_corpus, measure_output
     from packcli.write.manifest import MANIFEST_NAME
 
+    if plot is not None:
+        from packcli.report.plot import check_plot_path
+
+        check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
     targets = paths or ["packed"]
-    if len(targets) == 1 and (Path(targets[0]) / MANIFEST_NAME).is_file():
-        figures = packed_stats(Path(targets[0]), batch_size)
-        raw = False
-    else:
+    raw = not (len(targets) == 1 and (Path(targets[0]) / MANIFEST_NAME).is_file())
+    if raw:
         from packcli.options import PackOptions
+        from packcli.report.progress import make_reporter
 
         options = PackOptions(
             max_len=max_len,
             tokenizer=tokenizer,
+            strategy=strategy,
+            window=window,
+            seed=seed,
             text_field=text_field,
             overflow=overflow,
             prompt_field=prompt_field,
@@ -287,19 +338,54 @@ def stats(
             messages_field=messages_field,
             chat_template=chat_template,
             loss_on=loss_on,
+            eos=not no_eos,
+            bos=bos,
+            eos_token=eos_token,
+            skip_bad_records=skip_bad_records,
         )
-        figures = corpus_stats(targets, options, batch_size, _Warnings(quiet=False))
-        raw = True
+        warnings = _Warnings(quiet)
+        try:
+            measured = measure_corpus(targets, options, batch_size, warnings, make_reporter(quiet))
+        finally:
+            warnings.close()
+    else:
+        _refuse_corpus_options(ctx, targets[0])
+        measured = measure_output(Path(targets[0]), batch_size, seed)
+    figures = measured.figures
+    _warn_loss(loss_warning(figures, figures["max_len"]))
+    if plot is not None:
+        from packcli.report.plot import plot_stats
+
+        plot_stats(measured, plot, " ".join(targets), raw)
     if json_output:
         print(json.dumps(figures, sort_keys=True))
         return
     print_stats(figures, " ".join(targets))
     if raw:
-        print_strategy_comparison(figures)
+        print_corpus_choices(figures)
         print(f"the tokenized corpus is kept for the next `packcli pack` of it: {figures['tokenization_cache']}")
+    if plot is not None:
+        print(f"plot written to {plot}")
 
 
-@app.command()
+# Options that describe how to read and pack a raw corpus: a packed output already fixed them.
+_CORPUS_ONLY = (
+    "max_len", "tokenizer", "strategy", "window", "text_field", "overflow", "prompt_field", "response_field",
+    "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
+)  # fmt: skip
+
+
+def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
+    sources = {name: ctx.get_parameter_source(name) for name in _CORPUS_ONLY}
+    given = [name for name, source in sources.items() if source is not None and source.name != "DEFAULT"]
+    if given:
+        from packcli.errors import UsageError
+
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise UsageError(f"{flags}: for a raw corpus; {output} is a packed output, which already fixed them")
+
+
+@app.command(cls=Command)
 def verify(
     path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
     json_output: JsonOption = False,
@@ -328,6 +414,41 @@ def verify(
         print(f"error: {path}: {report.count} problem(s) found", file=sys.stderr)
     if not report.ok:
         raise typer.Exit(EXIT_DATA)
+
+
+@app.command(cls=Command)
+def show(
+    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    row: Annotated[int, typer.Option(min=0, help="The row to show, counted from 0 over all shards.")] = 0,
+    positions: Annotated[
+        bool, typer.Option("--positions", help="List every token with its position, id and supervision.")
+    ] = False,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="The tokenizer to decode with.", show_default="the one the output was packed with"),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Decode one packed row: its documents separated and numbered, supervised tokens (fine-tuning) marked.
+
+    Supervised tokens are green on a terminal, between ⟦ and ⟧ otherwise. The quickest check that masks are right.
+
+    Examples:
+
+      packcli show packed/
+
+      packcli show packed/ --row 17 --positions
+
+      packcli show sft-packed/ --json
+    """
+    from packcli.report.show import decode_row, output_tokenizer, print_row, read_row
+
+    manifest, shown = read_row(path, row)
+    decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
+    if json_output:
+        print(json.dumps(decoded, sort_keys=True, ensure_ascii=False))
+    else:
+        print_row(decoded, str(path))
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import Enum
 from typing import Any
 
@@ -93,13 +94,18 @@ class PackOptions:
         return out
 
 
-_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    **{prefix + "B": 1000**power for power, prefix in enumerate("KMGT", start=1)},
+    **{prefix + "IB": 1024**power for power, prefix in enumerate("KMGT", start=1)},
+}
 
 
 def parse_size(text: str) -> int:
-    """Parse a byte size such as ``512MiB``, ``64MB`` or ``1000000`` into bytes."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    """Parse a byte size such as ``512MiB``, ``64MB``, ``0.5GB``, ``1TB`` or ``1000000`` into bytes (rounded down)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).upper() if match else ""
     if match is None or unit not in _SIZE_UNITS:
-        raise UsageError(f"cannot read size {text!r}: use bytes or a unit such as 256MiB, 1GB")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+        raise UsageError(f"cannot read size {text!r}: use bytes or a unit such as 256MiB, 1GB, 0.5GB, 2TB")
+    return int(Decimal(match.group(1)) * _SIZE_UNITS[unit])

@@ -78,8 +78,8 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
     tokenizer.no_truncation()
     tokenizer.no_padding()
     tokenizer.encode_special_tokens = True
-    eos = _token_id(tokenizer, eos_token or _configured(config, "eos_token"), _EOS_NAMES, spec, "EOS")
-    bos = _token_id(tokenizer, _configured(config, "bos_token"), _BOS_NAMES, spec, "BOS")
+    eos = _token_id(tokenizer, eos_token or _configured(config, "eos_token"), _EOS_NAMES, name, "EOS")
+    bos = _token_id(tokenizer, _configured(config, "bos_token"), _BOS_NAMES, name, "BOS")
     return LoadedTokenizer(
         tokenizer=tokenizer,
         name=name,
@@ -138,13 +138,11 @@ def _configured(config: dict[str, object], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _token_id(
-    tokenizer: Tokenizer, wanted: str | None, known: tuple[str, ...], spec: str | None, what: str
-) -> int | None:
+def _token_id(tokenizer: Tokenizer, wanted: str | None, known: tuple[str, ...], name: str, what: str) -> int | None:
     if wanted is not None:
         token_id = tokenizer.token_to_id(wanted)
         if token_id is None:
-            raise UsageError(f"{what} token {wanted!r} is not in the vocabulary of tokenizer {spec}")
+            raise UsageError(f"{what} token {wanted!r} is not in the vocabulary of tokenizer {name}")
         return int(token_id)
     # Only special (added) tokens qualify: "<s>" can also be an ordinary BPE token, as in Qwen's vocabulary.
     specials = {token.content: token_id for token_id, token in tokenizer.get_added_tokens_decoder().items()}

@@ -45,6 +45,21 @@ class FieldBatch:
 
 
 Reject = Callable[[BadRecordError], None]
+_JSON_KINDS = {
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true/false",
+    list: "a list",
+    dict: "an object",
+}
+
+
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words: "a list", "a string", "null"."""
+    return "null" if value is None else _JSON_KINDS.get(type(value), type(value).__name__)
+
+
 Convert = Callable[[list[Any]], Any]
 
 
@@ -87,7 +102,7 @@ def checked(values: list[Any], fields: Sequence[Field]) -> list[Any]:
 def values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
     """The checked (and converted) values of a JSON record's fields."""
     if not isinstance(record, dict):
-        raise BadRecordError(f"record is a JSON {type(record).__name__}, not an object")
+        raise BadRecordError(f"the record is {json_kind(record)}, not an object")
     for field in fields:
         if field.name not in record:
             raise BadRecordError(f"record has no field {field.name!r} (use {field.flag} to pick another)")

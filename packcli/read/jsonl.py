@@ -167,6 +167,12 @@ def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Ite
     except UnicodeDecodeError as exc:
         raise PackcliError(f"invalid UTF-8 at byte {exc.start}", path) from None
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # JSON Lines whose first line is a list: name the line, not the parser's state
+            raise PackcliError(
+                "line 1 is a JSON list, not an object: JSON Lines need one object per line "
+                "(a .json file may also hold one array of objects)",
+                path,
+            ) from None
         raise PackcliError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
     except (OSError, EOFError) as exc:
         raise PackcliError(f"cannot read: {exc}", path) from None

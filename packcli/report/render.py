@@ -1,43 +1,122 @@
-"""Human-readable reports for ``stats`` and ``verify`` (rich tables and terminal histograms on stdout)."""
+"""Human-readable reports on stdout: the ``stats`` view (leading with the compute multiple against random batches),
+the raw-corpus tables, the ``pack`` summary, and the loss warning. Outside a terminal nothing is wrapped at 80
+columns: a log line or a piped table keeps its shape.
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from packcli.write.manifest import TOTALS
+
+LOSS_WARNING_SHARE = 0.01  # drop/truncate throwing away more than this share of the input tokens is a warning
 _BAR_WIDTH = 40
+_HEADLINE = ("documents", "tokens", "sequences", "input_documents")  # said in the summary's first line
 
 
-def _histogram(console: Console, title: str, histogram: dict[str, list[float]], percent: bool) -> None:
+def console() -> Console:
+    """A console for stdout; not a terminal (a pipe, a log file): as wide as each line needs."""
+    terminal = sys.stdout.isatty()
+    return Console(highlight=False, soft_wrap=not terminal, width=None if terminal else 1000)
+
+
+def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
+    """The warning for ``--overflow drop``/``truncate`` throwing away more than 1% of the input tokens, or None."""
+    lost = int(totals.get("dropped_tokens", 0)) + int(totals.get("truncated_tokens", 0))
+    total = int(totals.get("input_tokens") or totals.get("tokens", 0) + lost)
+    if not total or lost <= LOSS_WARNING_SHARE * total:
+        return None
+    dropped = int(totals.get("dropped_documents", 0))
+    truncated = int(totals.get("truncated_documents", 0))
+    how = (
+        f"--overflow drop left out {dropped:,} documents longer than --max-len {max_len:,}"
+        if dropped
+        else f"--overflow truncate cut {truncated:,} documents to --max-len {max_len:,}"
+    )
+    return (
+        f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); --overflow split keeps every token, "
+        f"`packcli stats CORPUS` shows what other --max-len values would cost"
+    )
+
+
+def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
+    """The lines ``pack`` prints: input documents and output pieces counted apart, then every other non-zero
+    total, by its manifest name."""
+    documents, pieces = int(summary.get("input_documents", summary["documents"])), int(summary["documents"])
+    tokens = f"{summary['tokens']:,} tokens"
+    if summary.get("dropped_documents"):
+        what = f"{pieces:,} of {documents:,} documents ({summary['dropped_documents']:,} dropped, {tokens})"
+    elif summary.get("truncated_documents"):
+        what = f"{documents:,} documents ({summary['truncated_documents']:,} truncated, {tokens})"
+    elif pieces != documents:
+        what = f"{documents:,} documents, split into {pieces:,} pieces ({tokens}),"
+    else:
+        what = f"{documents:,} documents ({tokens})"
+    capacity = summary["sequences"] * summary["max_len"]
+    lines = [
+        f"packed {what} into {count(summary['sequences'], 'sequence')} of max_len {summary['max_len']:,} "
+        f"({summary['tokens'] / capacity:.2%} full), {count(summary['shards'], 'shard')} in {out}"
+    ]
+    for key in TOTALS:
+        if (
+            key not in _HEADLINE
+            and summary.get(key)
+            and not (key == "input_tokens" and summary[key] == summary["tokens"])
+        ):
+            lines.append(f"  {key.replace('_', ' ')}: {summary[key]:,}")
+    return lines
+
+
+def count(number: int, noun: str) -> str:
+    """``1 shard``, ``2 shards``."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def _print_bars(out: Console, title: str, histogram: dict[str, list[float]], percent: bool) -> None:
     counts, edges = histogram["counts"], histogram["edges"]
     top = max(max(counts), 1)
-    console.print(f"\n[bold]{title}[/bold]")
+    out.print(f"\n[bold]{title}[/bold]")
     for low, high, count in zip(edges, edges[1:], counts):
         label = f"{low:6.0%}-{high:4.0%}" if percent else f"{int(low):>7,}-{int(high):<7,}"
-        console.print(f"  {label} {'█' * round(_BAR_WIDTH * count / top):<{_BAR_WIDTH}} {int(count):,}")
+        out.print(f"  {label} {'█' * round(_BAR_WIDTH * count / top):<{_BAR_WIDTH}} {int(count):,}")
+
+
+def _layouts(stats: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    batch = stats["pad_to_longest"]["batch_size"]
+    return [
+        (f"packing ({stats['strategy']})", stats["packing"]),
+        (f"random batches of {batch}, each padded to its longest", stats["pad_to_longest"]),
+        (f"batches of {batch} grouped by length, padded to the longest", stats["length_grouped"]),
+        ("every document alone, padded to max_len", stats["pad_to_max_len"]),
+    ]
 
 
 def print_stats(stats: dict[str, Any], title: str) -> None:
-    """The totals, packing against the padding baselines, overflow counts and the two histograms."""
-    console = Console(highlight=False)
+    """The headline (compute against random batches), totals, the layout table, overflow and the histograms."""
+    out = console()
     window = f", windows of {stats['window']:,} documents" if stats.get("window") else ""
-    console.print(f"[bold]{title}[/bold]  strategy {stats['strategy']}{window}, max_len {stats['max_len']:,}")
-    console.print(
-        f"  {stats['documents']:,} documents, {stats['tokens']:,} tokens, {stats['sequences']:,} sequences "
+    out.print(f"[bold]{title}[/bold]  strategy {stats['strategy']}{window}, max_len {stats['max_len']:,}")
+    random = stats["pad_to_longest"]
+    out.print(
+        f"  [bold]packing computes {stats['compute_saved']['vs_pad_to_longest']:.2f}x less than random batches of "
+        f"{random['batch_size']} padded to their longest[/bold] ({stats['packing']['efficiency']:.2%} of the "
+        f"computed slots hold real tokens, against {random['efficiency']:.2%})"
+    )
+    documents, pieces = stats.get("input_documents", stats["documents"]), stats["documents"]
+    split = f" in {pieces:,} pieces" if pieces != documents and stats.get("split_documents") else ""
+    out.print(
+        f"  {documents:,} documents{split}, {stats['tokens']:,} tokens, {stats['sequences']:,} sequences "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"
     )
     table = Table(title="compute per layout", title_justify="left")
     for column in ("layout", "slots", "padding tokens", "efficiency", "compute / packing"):
         table.add_column(column, justify="right" if column != "layout" else "left")
     packed_slots = stats["tokens"] + stats["packing"]["padding_tokens"]
-    for name, key in (
-        ("packing", "packing"),
-        ("pad to max_len", "pad_to_max_len"),
-        (f"pad to longest, batches of {stats['pad_to_longest']['batch_size']}", "pad_to_longest"),
-    ):
-        figures = stats[key]
+    for name, figures in _layouts(stats):
         slots = stats["tokens"] + figures["padding_tokens"]
         table.add_row(
             name,
@@ -46,44 +125,74 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
             f"{figures['efficiency']:.2%}",
             f"{slots / packed_slots:.2f}x" if packed_slots else "-",
         )
-    console.print(table)
+    out.print(table)
     per_sequence = stats["documents_per_sequence"]
     steps = stats["steps_per_epoch"]
-    console.print(f"  documents per sequence: mean {per_sequence['mean']:.2f}, max {per_sequence['max']:,}")
-    console.print(
+    out.print(f"  documents per sequence: mean {per_sequence['mean']:.2f}, max {per_sequence['max']:,}")
+    out.print(
         f"  steps per epoch at {steps['batch_size']} sequences per step: {steps['steps']:,} "
         f"({steps['steps_drop_last']:,} dropping the last partial batch)"
     )
-    console.print(
-        f"  overflow: {stats['split_documents']:,} documents split, {stats['truncated_tokens']:,} tokens truncated, "
-        f"{stats['dropped_documents']:,} documents dropped; {stats['bad_records']:,} bad records skipped, "
+    lost = stats.get("dropped_tokens", 0) + stats.get("truncated_tokens", 0)
+    share = f" ({lost / stats['input_tokens']:.2%} of the input tokens)" if lost and stats.get("input_tokens") else ""
+    out.print(
+        f"  overflow ({stats.get('overflow') or 'split'}): {stats['split_documents']:,} documents split, "
+        f"{stats['truncated_tokens']:,} tokens truncated, {stats['dropped_documents']:,} documents "
+        f"({stats.get('dropped_tokens', 0):,} tokens) dropped{share}; {stats['bad_records']:,} bad records skipped, "
         f"{stats['empty_documents']:,} empty texts skipped"
     )
     if "supervised_tokens" in stats:
-        console.print(
+        out.print(
             f"  fine-tuning: {stats['supervised_tokens']:,} supervised tokens ({stats['supervised_fraction']:.2%}), "
             f"{stats['unsupervised_sequences']:,} sequences without any supervised token"
         )
-    _histogram(console, "document lengths (tokens)", stats["histograms"]["document_length"], percent=False)
-    _histogram(console, "sequence fill", stats["histograms"]["sequence_fill"], percent=True)
+    _print_bars(out, "document lengths (tokens)", stats["histograms"]["document_length"], percent=False)
+    _print_bars(out, "sequence fill", stats["histograms"]["sequence_fill"], percent=True)
 
 
-def print_strategy_comparison(stats: dict[str, Any]) -> None:
-    """One row per registered strategy, for ``stats`` on a raw corpus."""
-    console = Console(highlight=False)
+def print_corpus_choices(stats: dict[str, Any]) -> None:
+    """Raw corpus: length percentiles, what each candidate ``max_len`` costs, and one row per strategy."""
+    out = console()
+    lengths = stats["lengths"]
+    out.print(
+        f"\n[bold]document lengths before overflow (tokens)[/bold]: p50 {lengths['p50']:,}, p90 {lengths['p90']:,}, "
+        f"p99 {lengths['p99']:,}, max {lengths['max']:,} (mean {lengths['mean']:,.1f}, {lengths['documents']:,} "
+        f"documents)"
+    )
+    table = Table(title="choosing --max-len", title_justify="left")
+    for column in (
+        "max_len",
+        "documents over",
+        "truncate loses",
+        "drop loses",
+        "split: pieces",
+        "sequences",
+        "efficiency",
+    ):
+        table.add_column(column, justify="right")
+    for candidate in stats["max_len_candidates"]:
+        given = " (given)" if candidate["max_len"] == stats["max_len"] else ""
+        truncate, drop, split = candidate["truncate"], candidate["drop"], candidate["split"]
+        table.add_row(
+            f"{candidate['max_len']:,}{given}",
+            f"{candidate['documents_over']:,}",
+            f"{truncate['tokens_lost']:,} ({truncate['fraction_lost']:.1%})",
+            f"{drop['tokens_lost']:,} ({drop['fraction_lost']:.1%})",
+            f"{split['pieces']:,}",
+            f"{split['sequences']:,}",
+            f"{split['efficiency']:.2%}",
+        )
+    out.print(table)
+    _print_strategy_comparison(out, stats)
+
+
+def _print_strategy_comparison(out: Console, stats: dict[str, Any]) -> None:
     table = Table(
         title=f"strategies at max_len {stats['max_len']:,} ({stats['tokens']:,} tokens, "
         f"{stats['documents']:,} documents)",
         title_justify="left",
     )
-    for column in (
-        "strategy",
-        "sequences",
-        "gap to lower bound",
-        "efficiency",
-        "docs / sequence",
-        "steps / epoch",
-    ):
+    for column in ("strategy", "sequences", "gap to lower bound", "efficiency", "docs / sequence", "steps / epoch"):
         table.add_column(column, justify="right" if column != "strategy" else "left")
     for name, figures in stats["strategies"].items():
         table.add_row(
@@ -94,12 +203,4 @@ def print_strategy_comparison(stats: dict[str, Any]) -> None:
             f"{figures['documents_per_sequence']['mean']:.2f}",
             f"{figures['steps_per_epoch']['steps']:,}",
         )
-    table.add_row(
-        "pad to max_len",
-        f"{stats['documents']:,}",
-        f"{stats['documents'] - stats['lower_bound_sequences']:,}",
-        f"{stats['pad_to_max_len']['efficiency']:.2%}",
-        "1.00",
-        "-",
-    )
-    console.print(table)
+    out.print(table)

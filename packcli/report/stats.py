@@ -1,12 +1,15 @@
-"""What packing bought: efficiency against padding baselines, the lower bound, steps per epoch, histograms.
+"""What packing bought: efficiency against the padding baselines (:mod:`packcli.report.padding`), the lower bound,
+steps per epoch, histograms; on a raw corpus also length percentiles and ``max_len`` candidates.
 
-``sequence_stats`` is pure (lengths in, figures out). ``packed_stats`` reads a packed output's manifest and only
-its memory-mapped ``cu_seqlens`` column; ``corpus_stats`` tokenizes a raw corpus once and compares every strategy.
+``sequence_stats`` is pure (lengths in, figures out). ``measure_output`` reads a packed output's manifest and only
+its memory-mapped ``cu_seqlens`` (and ``labels``) columns; ``measure_corpus`` tokenizes a raw corpus once and
+compares every strategy. Both return the ``stats --json`` object and the length arrays the plot draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,51 +17,44 @@ import numpy as np
 
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
-from packcli.write.manifest import read_manifest, shard_path
+from packcli.report.lengths import length_percentiles, max_len_candidates
+from packcli.report.padding import baselines, padded
+from packcli.report.progress import Reporter, SilentReporter
+from packcli.write.manifest import TOTALS, read_manifest, shard_path
 from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
 
 DEFAULT_BATCH_SIZE = 8
-OVERFLOW_TOTALS = (
-    "dropped_documents",
-    "dropped_tokens",
-    "truncated_documents",
-    "truncated_tokens",
-    "split_documents",
-    "bad_records",
-    "empty_documents",
-)
-_HISTOGRAM_BINS = 16
+HISTOGRAM_BINS = 16
 
 
-def _padding(tokens: int, slots: int) -> dict[str, Any]:
-    return {"efficiency": tokens / slots if slots else 1.0, "padding_tokens": slots - tokens}
+def histogram(values: np.ndarray, edges: np.ndarray | int, top: float = 1.0) -> dict[str, list[float]]:
+    """Counts of ``values`` per bin: ``edges`` given, or that many equal bins over ``0..top``. The one histogram
+    of packcli: the ``--json`` figures, the terminal bars and the plot all draw these counts."""
+    counts, bounds = np.histogram(values, bins=edges, range=None if isinstance(edges, np.ndarray) else (0, top))
+    return {"edges": [round(float(edge), 4) for edge in bounds], "counts": counts.tolist()}
 
 
-def _histogram(values: np.ndarray, top: float) -> dict[str, list[float]]:
-    counts, edges = np.histogram(values, bins=_HISTOGRAM_BINS, range=(0, top))
-    return {"edges": [round(float(edge), 4) for edge in edges], "counts": counts.tolist()}
-
-
-def sequence_stats(lengths: np.ndarray, documents_per_row: np.ndarray, max_len: int, batch_size: int) -> dict[str, Any]:
+def sequence_stats(
+    lengths: np.ndarray, documents_per_row: np.ndarray, max_len: int, batch_size: int, seed: int = 0
+) -> dict[str, Any]:
     """Figures of one packing.
 
     Args:
         lengths: token count of every packed document, in output order.
         documents_per_row: documents in each sequence (sums to ``len(lengths)``).
         max_len: the sequence capacity.
-        batch_size: documents per batch for the pad-to-longest baseline, and sequences per optimizer step.
+        batch_size: documents per batch of the padding baselines, and sequences per optimizer step.
+        seed: the random order of the random-batch (``pad_to_longest``) baseline.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     documents_per_row = np.asarray(documents_per_row, dtype=np.int64)
     tokens, documents, sequences = int(lengths.sum()), len(lengths), len(documents_per_row)
-    longest_first = np.sort(lengths)[::-1]
-    batch_longest = longest_first[::batch_size]  # each batch of the sorted lengths is padded to its first
-    batch_rows = np.minimum(batch_size, documents - np.arange(len(batch_longest)) * batch_size)
     lower_bound = -(-tokens // max_len)
     row_tokens = (
         np.add.reduceat(lengths, np.cumsum(documents_per_row) - documents_per_row) if sequences else lengths[:0]
     )
     packed_slots = sequences * max_len
+    padding = baselines(lengths, max_len, batch_size, seed)
     return {
         "documents": documents,
         "tokens": tokens,
@@ -66,15 +62,11 @@ def sequence_stats(lengths: np.ndarray, documents_per_row: np.ndarray, max_len: 
         "max_len": max_len,
         "lower_bound_sequences": lower_bound,
         "gap_to_lower_bound": sequences - lower_bound,
-        "packing": _padding(tokens, packed_slots),
-        "pad_to_max_len": _padding(tokens, documents * max_len),
-        "pad_to_longest": {
-            "batch_size": batch_size,
-            **_padding(tokens, int((batch_longest * batch_rows).sum())),
-        },
+        "packing": padded(tokens, packed_slots),
+        **padding,
         "compute_saved": {
-            "vs_pad_to_max_len": documents * max_len / packed_slots if packed_slots else 1.0,
-            "vs_pad_to_longest": float((batch_longest * batch_rows).sum()) / packed_slots if packed_slots else 1.0,
+            f"vs_{name}": (tokens + figures["padding_tokens"]) / packed_slots if packed_slots else 1.0
+            for name, figures in padding.items()
         },
         "documents_per_sequence": {
             "mean": documents / sequences if sequences else 0.0,
@@ -86,14 +78,42 @@ def sequence_stats(lengths: np.ndarray, documents_per_row: np.ndarray, max_len: 
             "steps_drop_last": sequences // batch_size,
         },
         "histograms": {
-            "document_length": _histogram(lengths, max_len),
-            "sequence_fill": _histogram(row_tokens / max_len, 1.0),
+            "document_length": histogram(lengths, HISTOGRAM_BINS, max_len),
+            "sequence_fill": histogram(row_tokens / max_len, HISTOGRAM_BINS),
         },
     }
 
 
-def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, Any]:
-    """Stats of a packed output, from its manifest and its ``cu_seqlens`` column alone."""
+@dataclass(frozen=True)
+class Measured:
+    """The ``stats --json`` figures and the arrays behind them (for the plot)."""
+
+    figures: dict[str, Any]
+    lengths: np.ndarray  # every output document (piece), in output order
+    documents_per_row: np.ndarray
+    input_lengths: np.ndarray  # the documents before overflow (a packed output knows only its pieces)
+
+    def example_row(self) -> int:
+        """A row worth drawing: the first with the most documents of at least 1/32 of ``max_len`` (up to 6, so
+        that each block is visible), then with the most distinct lengths among them."""
+        count = len(self.documents_per_row)
+        if count == 0:
+            return 0
+        rows = np.repeat(np.arange(count), self.documents_per_row)
+        visible = self.lengths >= self.figures["max_len"] / 32
+        large = np.minimum(np.bincount(rows[visible], minlength=count), 6)
+        pairs = np.unique(np.stack([rows[visible], self.lengths[visible]]), axis=1)  # distinct (row, length)
+        distinct = np.bincount(pairs[0], minlength=count)
+        return int(np.lexsort((np.arange(count), -distinct, -large))[0])
+
+    def row_lengths(self, row: int) -> np.ndarray:
+        """The document lengths of sequence ``row``."""
+        start = int(self.documents_per_row[:row].sum())
+        return self.lengths[start : start + int(self.documents_per_row[row])]
+
+
+def measure_output(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0) -> Measured:
+    """Stats of a packed output, from its manifest and its ``cu_seqlens`` (and ``labels``) columns alone."""
     manifest = read_manifest(out)
     lengths, per_row = [], []
     supervised = LABELS_COLUMN in manifest.get("columns", [])
@@ -112,70 +132,91 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
         keep[offsets[1:-1] - 1] = False  # the step from one row's end to the next row's 0
         lengths.append(boundaries[keep])
         per_row.append(np.diff(offsets) - 1)
-    stats = sequence_stats(
-        np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
-        np.concatenate(per_row) if per_row else np.zeros(0, dtype=np.int64),
-        int(manifest["max_len"]),
-        batch_size,
-    )
-    totals = manifest["totals"]
-    stats.update({key: int(totals.get(key, 0)) for key in OVERFLOW_TOTALS})
-    stats["strategy"] = manifest["strategy"]
-    stats["window"] = manifest["options"].get("window")
+    all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, dtype=np.int64)
+    all_per_row = np.concatenate(per_row) if per_row else np.zeros(0, dtype=np.int64)
+    stats = sequence_stats(all_lengths, all_per_row, int(manifest["max_len"]), batch_size, seed)
     if supervised:
         stats["supervised_tokens"] = supervised_tokens
         stats["supervised_fraction"] = supervised_tokens / stats["tokens"] if stats["tokens"] else 0.0
         stats["unsupervised_sequences"] = unsupervised_sequences
-    return stats
+    totals = manifest["totals"]
+    stats.update({key: int(totals[key]) for key in TOTALS if key in totals and key not in stats})
+    stats["strategy"] = manifest["strategy"]
+    stats["window"] = manifest["options"].get("window")
+    stats["overflow"] = manifest["options"].get("overflow")
+    return Measured(stats, all_lengths, all_per_row, all_lengths)
 
 
-def corpus_stats(
+def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0) -> dict[str, Any]:
+    """The ``stats --json`` object of a packed output."""
+    return measure_output(out, batch_size, seed).figures
+
+
+def measure_corpus(
     inputs: list[str],
     options: PackOptions,
     batch_size: int = DEFAULT_BATCH_SIZE,
     warn: Callable[[str], None] = lambda message: None,
-) -> dict[str, Any]:
+    reporter: Reporter | None = None,
+) -> Measured:
     """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
 
     The tokenized corpus stays in the tokenization cache (:mod:`packcli.encode.cache`) for the ``pack`` that follows.
-    The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one.
+    The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one; ``lengths``
+    the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost.
     """
     from packcli.encode import cache
     from packcli.encode.corpus import tokenize_corpus
     from packcli.pipeline import set_up
     from packcli.plan.overflow import apply_overflow
-    from packcli.report.progress import SilentReporter
     from packcli.strategies import available_strategies, run_strategy
 
+    reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn)
     key = setup.cache_key()
     tokenized = cache.load(key)
     if tokenized is None:
         cache.cache_root().mkdir(parents=True, exist_ok=True)
         fresh = tokenize_corpus(
-            setup.files,
-            setup.encoder,
-            options.skip_bad_records,
-            cache.cache_root() / f".{key}.tokens",
-            SilentReporter(),
-            warn,
+            setup.files, setup.encoder, options.skip_bad_records, cache.cache_root() / f".{key}.tokens", reporter, warn
         )
         tokenized = cache.save(fresh, key)
     tokenized.store.close()
+    counts = tokenized.counts
     if len(tokenized.lengths) == 0:
-        raise PackcliError(f"no documents: the input holds no non-empty {options.text_field!r} text")
+        raise PackcliError(
+            f"no documents: the input holds no usable record ({counts.empty_documents} empty, "
+            f"{counts.bad_records} bad records)"
+        )
+    reporter.stage("comparing strategies")
     pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
+    if len(pieces.length) == 0:
+        raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
     extra = {
         **overflow.to_json(),
-        "bad_records": tokenized.counts.bad_records,
-        "empty_documents": tokenized.counts.empty_documents,
+        "input_documents": len(tokenized.lengths),
+        "input_tokens": int(tokenized.lengths.sum()),
+        "bad_records": counts.bad_records,
+        "empty_documents": counts.empty_documents,
+        "overflow": options.overflow_policy.value,
+        "window": options.window,
     }
-    compared = {}
+    compared, packings = {}, {}
     for name in available_strategies():
         packing = run_strategy(name, pieces.length, options.max_len, options.seed, options.window)
+        packings[name] = (pieces.length[packing.order], np.diff(packing.offsets))
         compared[name] = {
-            **sequence_stats(pieces.length[packing.order], np.diff(packing.offsets), options.max_len, batch_size),
+            **sequence_stats(*packings[name], options.max_len, batch_size, options.seed),
             **extra,
             "strategy": name,
         }
-    return {**compared[options.strategy], "strategies": compared, "tokenization_cache": str(cache.cache_root() / key)}
+    reporter.stage("max_len candidates")
+    figures = {
+        **compared[options.strategy],
+        "strategies": compared,
+        "lengths": length_percentiles(tokenized.lengths),
+        "max_len_candidates": max_len_candidates(tokenized.lengths, options.max_len, options.strategy, options.seed),
+        "tokenization_cache": str(cache.cache_root() / key),
+    }
+    reporter.close()
+    return Measured(figures, *packings[options.strategy], tokenized.lengths)

@@ -15,6 +15,24 @@ from packcli.errors import PackcliError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+# Every total a manifest's "totals" may hold, in the order reports list them; `stats` and the `pack` summary
+# read these names and no others (a test checks that a manifest holds no other).
+TOTALS = (
+    "documents",
+    "tokens",
+    "sequences",
+    "input_documents",
+    "input_tokens",
+    "split_documents",
+    "truncated_documents",
+    "truncated_tokens",
+    "dropped_documents",
+    "dropped_tokens",
+    "bad_records",
+    "empty_documents",
+    "supervised_tokens",
+    "unsupervised_sequences",
+)
 
 
 def dumps(manifest: dict[str, Any]) -> str:

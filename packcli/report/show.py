@@ -1,0 +1,178 @@
+"""One packed row, decoded: its documents separated and numbered (from ``cu_seqlens``), the supervised tokens of a
+fine-tuning output marked (``labels`` not -100), positions on request. The quickest look at whether masks are right.
+
+A row of two documents, the second with a supervised answer, prints (outside a terminal) as::
+
+    packed/ row 0 of 12 (shard-00000.arrow row 0): 2 documents, 9 of 16 tokens
+    -- document 1: tokens 0-3 (4 tokens)
+    Hello world<|endoftext|>
+    -- document 2: tokens 4-8 (5 tokens)
+    Q: 2+2? A:⟦ 4<|endoftext|>⟧
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+
+from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
+from packcli.errors import PackcliError, UsageError
+from packcli.report.render import console, count
+from packcli.write.manifest import read_manifest, shard_path
+from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, read_shard
+
+OPEN_MARK, CLOSE_MARK = "⟦", "⟧"  # around supervised tokens when colour is not available
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a packed output and where it lives."""
+
+    index: int
+    rows: int  # rows in the whole output
+    shard: str
+    shard_row: int
+    max_len: int
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    cu_seqlens: np.ndarray
+    labels: np.ndarray | None
+
+
+def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
+    """The manifest and row ``index`` (0-based, over all shards in manifest order) of the output ``out``."""
+    manifest = read_manifest(out)
+    counts = np.array([int(shard["rows"]) for shard in manifest["shards"]], dtype=np.int64)
+    total = int(counts.sum())
+    if not 0 <= index < total:
+        raise UsageError(f"--row {index} is out of range: {out} holds rows 0 to {total - 1}")
+    shard = int(np.searchsorted(np.cumsum(counts), index, side="right"))
+    shard_row = index - int(counts[:shard].sum())
+    name = manifest["shards"][shard]["file"]
+    table = read_shard(shard_path(out, name)).slice(shard_row, 1)
+
+    def column(column_name: str) -> np.ndarray:
+        return np.asarray(table.column(column_name)[0].values.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    labels = column(LABELS_COLUMN) if LABELS_COLUMN in table.column_names else None
+    row = Row(
+        index,
+        total,
+        name,
+        shard_row,
+        int(manifest["max_len"]),
+        column("input_ids"),
+        column("position_ids"),
+        column("cu_seqlens"),
+        labels,
+    )
+    return manifest, row
+
+
+def output_tokenizer(manifest: dict[str, Any], spec: str | None) -> LoadedTokenizer:
+    """The tokenizer the output was packed with (or ``spec``), refused when its sha256 differs."""
+    options = manifest.get("options", {})
+    loaded = load_tokenizer(spec if spec is not None else options.get("tokenizer"), options.get("eos_token"))
+    expected = manifest.get("tokenizer", {}).get("sha256")
+    if expected and loaded.sha256 != expected:
+        raise PackcliError(
+            f"tokenizer {loaded.name} (sha256 {loaded.sha256[:12]}) is not the one this output was packed with "
+            f"(sha256 {expected[:12]}); pass that one with --tokenizer"
+        )
+    return loaded
+
+
+def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) -> dict[str, Any]:
+    """The row as JSON: per document its number (from 1), token range and text in segments of equal supervision
+    (``supervised`` is null without labels); with ``positions`` also every token's position, id and text."""
+    decode = tokenizer.tokenizer.decode_batch
+    supervised = None if row.labels is None else row.labels != IGNORE_INDEX
+    documents = []
+    for number, (start, end) in enumerate(zip(row.cu_seqlens[:-1].tolist(), row.cu_seqlens[1:].tolist()), start=1):
+        if supervised is None:
+            cuts = [start, end]
+        else:
+            changes = np.flatnonzero(np.diff(supervised[start:end].astype(np.int8))) + start + 1
+            cuts = [start, *changes.tolist(), end]
+        spans = list(zip(cuts[:-1], cuts[1:]))
+        texts = decode([row.input_ids[a:b].tolist() for a, b in spans], skip_special_tokens=False)
+        document: dict[str, Any] = {
+            "number": number,
+            "start": start,
+            "length": end - start,
+            "segments": [
+                {"text": text, "tokens": b - a, "supervised": None if supervised is None else bool(supervised[a])}
+                for (a, b), text in zip(spans, texts)
+            ],
+        }
+        if positions:
+            pieces = decode([[token] for token in row.input_ids[start:end].tolist()], skip_special_tokens=False)
+            document["tokens"] = [
+                {
+                    "position": int(row.position_ids[at]),
+                    "id": int(row.input_ids[at]),
+                    "text": piece,
+                    "supervised": None if supervised is None else bool(supervised[at]),
+                }
+                for at, piece in zip(range(start, end), pieces)
+            ]
+        documents.append(document)
+    return {
+        "row": row.index,
+        "rows": row.rows,
+        "shard": row.shard,
+        "shard_row": row.shard_row,
+        "max_len": row.max_len,
+        "tokens": len(row.input_ids),
+        "supervised_tokens": None if supervised is None else int(supervised.sum()),
+        "documents": documents,
+    }
+
+
+def print_row(decoded: dict[str, Any], title: str) -> None:
+    """The decoded row for people: a header, then each document's text, or its tokens with ``positions``."""
+    out = console()
+    colour = out.is_terminal
+    out.print(
+        f"[bold]{title}[/bold] row {decoded['row']:,} of {decoded['rows']:,} ({decoded['shard']} row "
+        f"{decoded['shard_row']:,}): {count(len(decoded['documents']), 'document')}, {decoded['tokens']:,} of "
+        f"{decoded['max_len']:,} tokens"
+    )
+    if decoded["supervised_tokens"] is not None:
+        how = "in green" if colour else f"between {OPEN_MARK} and {CLOSE_MARK}"
+        out.print(
+            f"supervised tokens (labels not -100: loss is taken on them), {decoded['supervised_tokens']:,}, {how}"
+        )
+    for document in decoded["documents"]:
+        end = document["start"] + document["length"] - 1
+        out.print(
+            Text(f"-- document {document['number']}: tokens {document['start']}-{end} ({document['length']} tokens)"),
+            style="bold cyan",
+        )
+        if "tokens" in document:
+            out.print(_token_table(document["tokens"], decoded["supervised_tokens"] is not None))
+            continue
+        text = Text()
+        for segment in document["segments"]:
+            if segment["supervised"] and colour:
+                text.append(segment["text"], style="bold green")
+            elif segment["supervised"]:
+                text.append(f"{OPEN_MARK}{segment['text']}{CLOSE_MARK}")
+            else:
+                text.append(segment["text"])
+        out.print(text)
+
+
+def _token_table(tokens: list[dict[str, Any]], supervised: bool) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for column in ("position", "id", "token", *(["supervised"] if supervised else [])):
+        table.add_column(column, justify="right" if column in ("position", "id") else "left")
+    for token in tokens:
+        mark = ["yes" if token["supervised"] else "-"] if supervised else []
+        table.add_row(str(token["position"]), str(token["id"]), repr(token["text"]), *mark)
+    return table

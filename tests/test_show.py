@@ -1,0 +1,98 @@
+"""show: one packed row decoded, checked against the shard read directly with pyarrow and the real tokenizer."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import write_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.encode.tokenizer import load_tokenizer
+
+runner = CliRunner()
+QUESTIONS = [
+    ("What is the capital of France?", " Paris."),
+    ("Name a prime number.", " Seven is prime."),
+    ("Translate 'chat' from French.", " Cat."),
+    ("How many legs has a spider?", " Eight legs, in four pairs."),
+    ("Say nothing.", " Fine."),
+]
+
+
+def shard_rows(out: Path) -> pa.Table:
+    return pa.ipc.open_stream(pa.memory_map(str(out / "shard-00000.arrow"))).read_all()
+
+
+@pytest.fixture
+def sft_output(tmp_path: Path) -> Path:
+    corpus = write_jsonl(tmp_path / "sft.jsonl", [{"prompt": p, "response": r} for p, r in QUESTIONS * 4])
+    out = tmp_path / "sft-out"
+    args = ["pack", str(corpus), "--prompt-field", "prompt", "--response-field", "response", "--max-len", "48"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+def test_show_marks_exactly_the_supervised_tokens(sft_output: Path) -> None:
+    table = shard_rows(sft_output)
+    decode = load_tokenizer().tokenizer.decode
+    assert table.num_rows >= 3
+    for row in range(table.num_rows):
+        ids = np.array(table.column("input_ids")[row].as_py())
+        supervised = np.array(table.column("labels")[row].as_py()) != -100
+        shown = runner.invoke(app, ["show", str(sft_output), "--row", str(row), "--json"])
+        assert shown.exit_code == 0, shown.stderr
+        decoded = json.loads(shown.stdout)
+        marks = np.concatenate(
+            [np.full(s["tokens"], s["supervised"]) for d in decoded["documents"] for s in d["segments"]]
+        )
+        assert marks.tolist() == supervised.tolist() and decoded["supervised_tokens"] == supervised.sum()
+        # the human view: the text between the marks is exactly each run of supervised tokens, decoded
+        header, legend, body = runner.invoke(app, ["show", str(sft_output), "--row", str(row)]).stdout.split("\n", 2)
+        runs = np.split(np.arange(len(ids)), np.flatnonzero(np.diff(supervised.astype(int))) + 1)
+        expected = [decode(ids[run].tolist(), skip_special_tokens=False) for run in runs if supervised[run[0]]]
+        assert re.findall("⟦(.*?)⟧", body, flags=re.S) == expected
+        assert "between ⟦ and ⟧" in legend and f"row {row} of" in header
+
+
+def test_show_separates_and_numbers_documents(tmp_path: Path) -> None:
+    texts = ["The first document.", "A second one, longer than the first.", "Third."]
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": text} for text in texts])
+    assert runner.invoke(app, ["pack", str(corpus), "--max-len", "64", "--out", str(tmp_path / "o")]).exit_code == 0
+    shown = json.loads(runner.invoke(app, ["show", str(tmp_path / "o"), "--json", "--positions"]).stdout)
+    cu = shard_rows(tmp_path / "o").column("cu_seqlens")[0].as_py()
+    assert [d["number"] for d in shown["documents"]] == [1, 2, 3]
+    assert [d["start"] for d in shown["documents"]] == cu[:-1]
+    assert sorted("".join(s["text"] for s in d["segments"]) for d in shown["documents"]) == sorted(
+        text + "<|endoftext|>" for text in texts
+    )
+    for document in shown["documents"]:
+        assert [token["position"] for token in document["tokens"]] == list(range(document["length"]))
+        assert document["segments"][0]["supervised"] is None
+    human = runner.invoke(app, ["show", str(tmp_path / "o")]).stdout
+    assert "row 0 of 1 (shard-00000.arrow row 0): 3 documents" in human
+    assert [line.split(":")[0] for line in human.splitlines() if line.startswith("-- ")] == [
+        "-- document 1",
+        "-- document 2",
+        "-- document 3",
+    ]
+    positions = runner.invoke(app, ["show", str(tmp_path / "o"), "--positions"]).stdout
+    assert len(re.findall(r"^\s+0\s+\d+\s+'", positions, flags=re.M)) == 3  # each document starts at position 0
+    assert re.search(r"^\s+0\s+464\s+'The'\s*$", positions, flags=re.M)  # position, id, token; no supervision
+
+
+def test_show_errors(tmp_path: Path, sft_output: Path) -> None:
+    out_of_range = runner.invoke(app, ["show", str(sft_output), "--row", "1000"])
+    assert out_of_range.exit_code == 2 and "--row 1000 is out of range" in out_of_range.stderr
+    other = tmp_path / "other.json"
+    other.write_text(load_tokenizer().tokenizer.to_str().replace('"<|endoftext|>"', '"<|end|>"', 1))
+    wrong = runner.invoke(app, ["show", str(sft_output), "--tokenizer", str(other)])
+    assert wrong.exit_code == 1 and "is not the one this output was packed with" in wrong.stderr
+    missing = runner.invoke(app, ["show", str(tmp_path / "nothing")])
+    assert missing.exit_code == 1 and "not a packcli output" in missing.stderr
