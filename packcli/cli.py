@@ -343,10 +343,11 @@ def stats(
             eos_token=eos_token,
             skip_bad_records=skip_bad_records,
         )
-        warnings = _Warnings(quiet)
+        warnings, reporter = _Warnings(quiet), make_reporter(quiet)
         try:
-            measured = measure_corpus(targets, options, batch_size, warnings, make_reporter(quiet))
+            measured = measure_corpus(targets, options, batch_size, warnings, reporter)
         finally:
+            reporter.close()
             warnings.close()
     else:
         _refuse_corpus_options(ctx, targets[0])

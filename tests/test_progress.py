@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE
+from conftest import SAMPLE, write_jsonl
 
 from packcli.errors import UsageError
 from packcli.report.progress import INTERVAL_ENV, PlainReporter, SilentReporter, make_reporter
@@ -65,13 +65,12 @@ def test_reporter_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def run_packcli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, INTERVAL_ENV: "0"}  # a line at every batch: the sample is read in a few 1 MB batches
-    env.pop("CI", None)
     return subprocess.run(
         [sys.executable, "-m", "packcli", *args], capture_output=True, text=True, env=env, timeout=300, check=False
     )
 
 
-def test_pack_and_raw_stats_log_progress_without_a_terminal(tmp_path: Path) -> None:
+def test_pack_logs_progress_without_a_terminal(tmp_path: Path) -> None:
     packed = run_packcli("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "out"))
     assert packed.returncode == 0, packed.stderr
     lines = packed.stderr.splitlines()
@@ -83,13 +82,22 @@ def test_pack_and_raw_stats_log_progress_without_a_terminal(tmp_path: Path) -> N
         "packcli: writing",
     ]
     assert packed.stdout.startswith("packed 198 documents, split into 1,559 pieces")
-    stats = run_packcli("stats", str(SAMPLE), "--max-len", "2048", "--json")
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "small.jsonl", [{"text": "a few words " * n} for n in range(1, 40)])
+
+
+def test_raw_stats_logs_its_stages(small: Path) -> None:
+    stats = run_packcli("stats", str(small), "--max-len", "64", "--json")
     assert stats.returncode == 0, stats.stderr
-    assert "packcli: comparing strategies" in stats.stderr and stats.stdout.startswith("{")
+    assert "packcli: comparing strategies (" in stats.stderr and "packcli: max_len candidates (" in stats.stderr
+    assert stats.stdout.startswith("{")
 
 
-def test_quiet_prints_nothing_on_stderr(tmp_path: Path) -> None:
-    packed = run_packcli("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "out"), "--quiet")
-    assert packed.returncode == 0 and packed.stderr == ""
-    stats = run_packcli("stats", str(SAMPLE), "--max-len", "2048", "--quiet")
+def test_quiet_prints_nothing_on_stderr(tmp_path: Path, small: Path) -> None:
+    packed = run_packcli("pack", str(small), "--max-len", "64", "--out", str(tmp_path / "out"), "--quiet")
+    assert packed.returncode == 0 and packed.stderr == "" and packed.stdout.startswith("packed 39 documents")
+    stats = run_packcli("stats", str(small), "--max-len", "64", "--quiet")
     assert stats.returncode == 0 and stats.stderr == "" and "choosing --max-len" in stats.stdout

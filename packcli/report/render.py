@@ -102,8 +102,8 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
     out.print(f"[bold]{title}[/bold]  strategy {stats['strategy']}{window}, max_len {stats['max_len']:,}")
     random = stats["pad_to_longest"]
     out.print(
-        f"  [bold]packing computes {stats['compute_saved']['vs_pad_to_longest']:.2f}x less than random batches of "
-        f"{random['batch_size']} padded to their longest[/bold] ({stats['packing']['efficiency']:.2%} of the "
+        f"  [bold]packing needs {stats['compute_saved']['vs_pad_to_longest']:.2f}x less compute than random batches "
+        f"of {random['batch_size']}, each padded to its longest[/bold] ({stats['packing']['efficiency']:.2%} of the "
         f"computed slots hold real tokens, against {random['efficiency']:.2%})"
     )
     documents, pieces = stats.get("input_documents", stats["documents"]), stats["documents"]
