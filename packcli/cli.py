@@ -50,6 +50,24 @@ app = typer.Typer(
     help="Tokenize a corpus and pack whole documents into fixed-length training sequences (Arrow shards).",
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from packcli import __version__
+
+        print(f"packcli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Options that come before the command."""
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")]
 MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per packed sequence.")]
