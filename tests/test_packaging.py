@@ -73,8 +73,10 @@ def venv(dist: Path) -> Path:
     run(sys.executable, "-m", "venv", "--without-pip", root, cwd=dist.parent)
     python = root / "bin" / "python"
     wheel = dist / f"packcli-{VERSION}-py3-none-any.whl"
-    install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--timeout", "30", wheel]
-    result = run(*install, cwd=dist.parent, check=False)
+    pip = [sys.executable, "-m", "pip", "--python", python]
+    result = run(
+        *pip, "install", "-q", "--no-compile", "--timeout", "30", "--retries", "2", wheel, cwd=dist.parent, check=False
+    )
     if result.returncode != 0 and NETWORK_FAILURE.search(result.stderr):
         pytest.skip(f"cannot reach the package index to install the runtime dependencies: {result.stderr[-300:]}")
     assert result.returncode == 0, result.stderr
