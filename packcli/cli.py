@@ -69,6 +69,24 @@ app = typer.Typer(
     "Errors are one line; --debug anywhere on the command line shows the traceback.",
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from packcli import __version__
+
+        print(f"packcli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Options that come before the command."""
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")]
 MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per packed sequence.")]
 TokenizerOption = Annotated[
