@@ -114,6 +114,8 @@ class PackOptions:
                     f"{flag} does not combine with --ids-field: pre-tokenized records carry their supervision in "
                     "--labels-field (a list of ints, -100 where no loss is taken)"
                 )
+        if self.loss_on != "assistant":
+            raise UsageError("--loss-on is for chat records; pre-tokenized records take loss where --labels-field says")
         if self.eos_id is not None:
             if not self.eos:
                 raise UsageError("--eos-id and --no-eos contradict each other; pass one of them")

@@ -86,35 +86,31 @@ def _draw(lengths: np.ndarray, quota: int, rng: np.random.Generator) -> Draw:
     total = int(lengths.sum())
     passes, remainder = divmod(quota, total) if total else (0, 0)
     whole = np.tile(np.flatnonzero(lengths), passes)
-    sample = _sample(lengths, remainder, rng) if remainder else whole[:0]
+    sample = sample_to_budget(lengths, remainder, rng) if remainder else whole[:0]
     tokens = passes * total + int(lengths[sample].sum())
     return Draw(np.concatenate([whole, sample]).astype(np.int64), passes, quota, tokens, total)
 
 
-def _sample(lengths: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
+def sample_to_budget(lengths: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
     """Documents in a seeded random order, each taken while it fits in what is left of ``budget``.
 
-    Vectorized in rounds: a round takes the longest run of documents (among those that fit at all) whose sum fits,
-    and the next round resumes after the first document that did not fit, so the result is exactly that of the
-    one-by-one walk. Rounds are few: each ends at a document that no longer fits, and what is left shrinks.
+    Vectorized in rounds: a round takes the longest run of candidates whose sum fits; the candidate after that run
+    no longer fits, and neither does any document longer than what is left, so the next round walks on from there
+    among the shorter ones. The result is exactly that of the one-by-one walk, and the candidates shrink fast.
     """
-    order = rng.permutation(np.flatnonzero(lengths))
+    candidates = rng.permutation(np.flatnonzero(lengths))
     taken = []
     left = budget
-    position = 0
-    while position < len(order):
-        rest = order[position:]
-        fitting = np.flatnonzero(lengths[rest] <= left)
-        if len(fitting) == 0:
+    while len(candidates):
+        candidates = candidates[lengths[candidates] <= left]
+        if not len(candidates):
             break
-        sums = np.cumsum(lengths[rest[fitting]])
-        count = int(np.searchsorted(sums, left, side="right"))
-        taken.append(rest[fitting[:count]])
-        left -= int(sums[count - 1]) if count else 0
-        if count == len(fitting):
-            break
-        position += int(fitting[count]) + 1  # that document no longer fits: all after it are walked next round
-    return np.concatenate(taken) if taken else order[:0]
+        sums = np.cumsum(lengths[candidates])
+        count = int(np.searchsorted(sums, left, side="right"))  # at least 1: the first candidate fits
+        taken.append(candidates[:count])
+        left -= int(sums[count - 1])
+        candidates = candidates[count + 1 :]
+    return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
 
 
 def interleave(counts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
