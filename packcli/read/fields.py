@@ -77,10 +77,10 @@ def check_value(value: Any, field: Field) -> Any:
 
 def _token_ids(value: Any, field: Field) -> np.ndarray:
     """A list of ints as an int32 array, every value in [0, 2^31) (labels: or -100); else BadRecordError."""
-    if not isinstance(value, list):
+    if not isinstance(value, (list, np.ndarray)):  # an Arrow list column arrives as numpy arrays
         raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of token ids")
     try:
-        array = np.asarray(value) if value else np.zeros(0, dtype=np.int64)
+        array = np.asarray(value) if len(value) else np.zeros(0, dtype=np.int64)
     except (ValueError, OverflowError):  # ragged nesting, or an int beyond 64 bits
         array = np.asarray(None)
     if array.ndim != 1 or array.dtype.kind not in "iu":
