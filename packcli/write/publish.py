@@ -122,8 +122,8 @@ class Publication:
                 )
             self.staging.mkdir()
             self._staged = True
-        except BaseException:
-            self._release()
+        except BaseException as error:
+            self._close(error)
             raise
         return self
 
@@ -144,26 +144,28 @@ class Publication:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        self._close(error)
+
+    def _close(self, error: BaseException | None) -> None:
+        """Remove the staging unless committed, unlock (removing the lock file), restore the signal handlers, then
+        let a terminating signal take effect."""
         if isinstance(error, Terminated):
             self._pending = error.signum
         with self._deferred_signals():
             if self._staged and not self._committed:
                 _remove(self.staging)
-        self._release()
-
-    def _release(self) -> None:
-        """Unlock (removing the lock file), restore the signal handlers, then deliver a signal held back."""
         self._lock.release(remove=True)
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
         self._previous_handlers.clear()
         pending, self._pending = self._pending, None
-        if pending is not None and pending != signal.SIGINT:
-            os.kill(os.getpid(), pending)  # the default action, now that nothing is left behind
+        if pending is not None:
+            os.kill(os.getpid(), pending)  # its usual effect, now that nothing is left behind
 
     def _install_handlers(self) -> None:
-        """Turn SIGTERM/SIGHUP into :class:`Terminated` while the run holds the output, where nobody else handles
-        them (the default action would skip every cleanup); Ctrl-C already raises. Main thread only."""
+        """Turn SIGTERM/SIGHUP into :class:`Terminated` while the run holds the output (their default action would
+        skip every cleanup); Ctrl-C raises KeyboardInterrupt as before. All three are held back during the swap and
+        the cleanup. Only signals left at their defaults (not ignored, not handled by the caller); main thread only."""
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in _HANDLED_SIGNALS:
