@@ -117,7 +117,7 @@ def test_unrelated_directory_is_not_overwritten(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "mine.txt").write_text("precious")
     for overwrite in (False, True):
-        with pytest.raises(PackcliError, match="'mine.txt' but is not a packcli output"):
+        with pytest.raises(PackcliError, match=r"'mine\.txt' but is not a packcli output"):
             pack_corpus([str(SAMPLE)], PackOptions(), tmp_path / "out", overwrite=overwrite)
     assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
 
