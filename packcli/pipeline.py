@@ -106,7 +106,8 @@ def pack_corpus(
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn)
     fingerprint = setup.fingerprint()
-    with Publication(out, fingerprint, overwrite) as publication:
+    read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]
+    with Publication(out, fingerprint, overwrite, inputs=read) as publication:
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out))
         manifest, from_cache = _build(setup, publication.staging, fingerprint, reporter, warn)
