@@ -45,14 +45,14 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
 
 def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
     """The lines ``pack`` prints: input documents and output pieces counted apart, then every other non-zero
-    total, by its manifest name."""
+    total by its manifest name, then each mixed source."""
     documents, pieces = int(summary.get("input_documents", summary["documents"])), int(summary["documents"])
     tokens = f"{summary['tokens']:,} tokens"
     if summary.get("dropped_documents"):
         what = f"{pieces:,} of {documents:,} documents ({summary['dropped_documents']:,} dropped, {tokens})"
     elif summary.get("truncated_documents"):
         what = f"{documents:,} documents ({summary['truncated_documents']:,} truncated, {tokens})"
-    elif pieces != documents:
+    elif summary.get("split_documents"):
         what = f"{documents:,} documents, split into {pieces:,} pieces ({tokens}),"
     else:
         what = f"{documents:,} documents ({tokens})"
@@ -68,7 +68,23 @@ def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
             and not (key == "input_tokens" and summary[key] == summary["tokens"])
         ):
             lines.append(f"  {key.replace('_', ' ')}: {summary[key]:,}")
-    return lines
+    return lines + [f"  {_source_line(source)}" for source in summary.get("sources", [])]
+
+
+def _source_line(source: dict[str, Any]) -> str:
+    """One mixed source in the summary, saying when it was repeated or sampled down."""
+    used = source["repeats"]
+    if used > 1:
+        passes = f"{source['passes']} whole pass{'es' if source['passes'] > 1 else ''}"
+        how = f"repeated: {used:.2f} times its tokens ({passes}, then a sample)"
+    elif used < 1:
+        how = f"sampled down to {used:.1%} of its tokens"
+    else:
+        how = "used once"
+    return (
+        f"source {source['path']}: {source['output_tokens']:,} tokens, {source['share']:.1%} of the output "
+        f"(weight {source['weight']:.1%}); {how}"
+    )
 
 
 def count(number: int, noun: str) -> str:
@@ -146,6 +162,8 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
             f"  fine-tuning: {stats['supervised_tokens']:,} supervised tokens ({stats['supervised_fraction']:.2%}), "
             f"{stats['unsupervised_sequences']:,} sequences without any supervised token"
         )
+    if "sources" in stats:
+        _print_sources(out, stats["sources"])
     _print_bars(out, "document lengths (tokens)", stats["histograms"]["document_length"], percent=False)
     _print_bars(out, "sequence fill", stats["histograms"]["sequence_fill"], percent=True)
 
@@ -184,6 +202,23 @@ def print_corpus_choices(stats: dict[str, Any]) -> None:
         )
     out.print(table)
     _print_strategy_comparison(out, stats)
+
+
+def _print_sources(out: Console, sources: list[dict[str, Any]]) -> None:
+    """A mixed output's sources: what each put into the output, and how often its tokens were used."""
+    table = Table(title="sources (mixed)", title_justify="left")
+    for column in ("source", "weight", "documents", "tokens", "share", "used"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for source in sources:
+        table.add_row(
+            source["path"],
+            f"{source['weight']:.1%}",
+            f"{source['documents']:,}",
+            f"{source['tokens']:,}",
+            f"{source['share']:.1%}",
+            f"{source['repeats']:.2f}x",
+        )
+    out.print(table)
 
 
 def _print_strategy_comparison(out: Console, stats: dict[str, Any]) -> None:
