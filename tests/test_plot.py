@@ -63,6 +63,7 @@ def test_missing_matplotlib_names_the_extra(tmp_path: Path, output: Path) -> Non
     result = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ), timeout=120, check=False)
     assert result.returncode == 1
     assert (
-        result.stderr.strip() == "error: --plot needs matplotlib, which is not installed: pip install 'packcli[plot]'"
+        result.stderr.strip()
+        == "error: stats --plot needs matplotlib, which is not installed: pip install 'packcli[plot]'"
     )
     assert not (tmp_path / "p.png").exists()

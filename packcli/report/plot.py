@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, UsageError
+from packcli.extras import requires_extra
 from packcli.report.stats import Measured, histogram
 
 FORMATS = (".png", ".svg", ".pdf")
+_FEATURE = "stats --plot"
 _MASK_CELLS = 384
 _PACKING, _BASELINE, _LOSS = "#1f6fb4", "#9aa5b1", "#d1495b"
 _DOCUMENT_COLOURS = ("#1f6fb4", "#f28e2b", "#59a14f", "#b07aa1", "#e15759", "#76b7b2", "#edc948", "#9c755f")
@@ -26,10 +28,8 @@ def check_plot_path(path: Path) -> None:
     """A usage error for a format matplotlib is not asked to write, and the install hint when it is missing."""
     if path.suffix.lower() not in FORMATS:
         raise UsageError(f"--plot {path}: the file name must end in {', '.join(FORMATS)}")
-    try:
+    with requires_extra("plot", _FEATURE):
         import matplotlib  # noqa: F401
-    except ImportError:
-        raise PackcliError("--plot needs matplotlib, which is not installed: pip install 'packcli[plot]'") from None
 
 
 def plot_stats(measured: Measured, path: Path, title: str, raw: bool) -> None:
@@ -42,7 +42,8 @@ def plot_stats(measured: Measured, path: Path, title: str, raw: bool) -> None:
         raw: the lengths are a raw corpus' (before overflow) rather than an output's.
     """
     check_plot_path(path)
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
+    with requires_extra("plot", _FEATURE):
+        from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
 
     figure = Figure(figsize=(11, 7.2), layout="constrained")
     (lengths, fill), (compute, mask) = figure.subplots(2, 2)
@@ -149,7 +150,9 @@ def _draw_compute(axes: Any, figures: dict[str, Any]) -> None:
 
 
 def _draw_mask(axes: Any, measured: Measured) -> None:
-    from matplotlib.colors import ListedColormap
+    with requires_extra("plot", _FEATURE):
+        from matplotlib.colors import ListedColormap
+        from matplotlib.patches import Rectangle
 
     max_len = measured.figures["max_len"]
     if len(measured.documents_per_row) == 0:
@@ -173,8 +176,6 @@ def _draw_mask(axes: Any, measured: Measured) -> None:
         interpolation="nearest",
         extent=(0, max_len, max_len, 0),
     )
-    from matplotlib.patches import Rectangle
-
     for start, end in zip(cu[:-1], cu[1:]):  # each document's block: it attends within, never across
         axes.add_patch(Rectangle((start, start), end - start, end - start, fill=False, edgecolor="#333333", lw=0.8))
     if cu[-1] < max_len:
