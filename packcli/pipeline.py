@@ -3,12 +3,14 @@ stage order.
 
 The output is built in a staging directory beside ``out`` and moved into place only once its manifest is written,
 so an interrupted run never leaves an output that looks complete, and an existing output stays intact until then.
+A partitioned run (``--partitions``) runs the same stages, :func:`pack_tokens` included, once per partition and
+merges the parts (:mod:`packcli.engines.driver`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,10 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
 from packcli.identity import run_identity
 from packcli.options import PackOptions
-from packcli.plan.overflow import OverflowCounts, Pieces, apply_overflow
+from packcli.plan.overflow import apply_overflow
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
-from packcli.strategies import Packing, get_strategy, run_strategy
+from packcli.strategies import empty_packing, get_strategy, run_strategy
 from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
 from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
@@ -39,9 +41,9 @@ class Setup:
     tokenizer: LoadedTokenizer
     encoder: Encoder
 
-    def fingerprint(self) -> str:
-        """The output's identity (see :mod:`packcli.identity`)."""
-        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output")
+    def fingerprint(self, extra: dict[str, Any] | None = None) -> str:
+        """The output's identity (see :mod:`packcli.identity`); ``extra``: a partitioned run's plan hash."""
+        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output", extra)
 
     def cache_key(self) -> str:
         """The tokenization cache's key: the identity over what decides the tokens."""
@@ -65,6 +67,7 @@ class PackResult:
     status: str
     manifest: dict[str, Any]
     from_cache: bool = False  # the tokens came from the tokenization cache that `stats` left
+    details: dict[str, Any] = field(default_factory=dict)  # a partitioned run's partition counts and packing gap
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` object of ``packcli pack``."""
@@ -77,6 +80,7 @@ class PackResult:
             "shards": len(self.manifest["shards"]),
             "tokenized_from_cache": self.from_cache,
             **self.manifest["totals"],
+            **self.details,
         }
 
 
@@ -95,6 +99,10 @@ def pack_corpus(
     """
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn)
+    if options.partitioned:
+        from packcli.engines.driver import pack_partitioned  # the engines are loaded only when used
+
+        return pack_partitioned(setup, out, overwrite, reporter, warn)
     fingerprint = setup.fingerprint()
     with Publication(out, fingerprint, overwrite) as publication:
         if publication.up_to_date:
@@ -107,61 +115,70 @@ def pack_corpus(
 def _build(
     setup: Setup, staging: Path, fingerprint: str, reporter: Reporter, warn: Callable[[str], None]
 ) -> tuple[dict[str, Any], bool]:
-    files, options, tokenizer, encoder = setup.files, setup.options, setup.tokenizer, setup.encoder
+    files, options, encoder = setup.files, setup.options, setup.encoder
     key = setup.cache_key()
     cached = cache.load(key)  # left by `packcli stats` on the same corpus: no need to tokenize again
     tokenized = cached or tokenize_corpus(
         files, encoder, options.skip_bad_records, staging / "tokens.tmp", reporter, warn
     )
-    supervision = Supervision() if encoder.supervised else None
     try:
-        if len(tokenized.lengths) == 0:
-            raise PackcliError(
-                f"no documents: the input holds no usable record ({tokenized.counts.empty_documents} empty, "
-                f"{tokenized.counts.bad_records} bad records)",
-                files[0] if len(files) == 1 else None,
-            )
-        pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
-        if len(pieces.length) == 0:
-            raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
-        reporter.stage("packing")
-        packing = run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
-        reporter.stage("writing")
-        metadata = {
-            "packcli.format_version": str(FORMAT_VERSION),
-            "packcli.max_len": str(options.max_len),
-            "packcli.tokenizer_sha256": tokenizer.sha256,
-        }
-        tokenized.store.finish()
-        schema = shard_schema(metadata, labels=encoder.supervised)
-        shards = write_rows(staging, tokenized.store, pieces, packing, schema, options.shard_size, supervision)
+        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder.supervised, staging, reporter)
     finally:
         if cached is None:
             tokenized.store.remove()
         else:
             tokenized.store.close()
+    check_documents(packed.totals, files, options.max_len)
     reporter.close()
-    manifest = _manifest(files, options, tokenizer, fingerprint, tokenized, pieces, overflow, packing, shards)
-    if supervision is not None:
-        manifest["totals"].update(asdict(supervision))
-        manifest["columns"] = list(shard_schema({}, labels=True).names)
+    manifest = base_manifest(files, options, setup.tokenizer, fingerprint, encoder.supervised)
+    manifest.update(totals=packed.totals, shards=[shard.to_json() for shard in packed.shards])
     write_manifest(staging, manifest)
     if cached is not None:
         cache.discard(key)
     return manifest, cached is not None
 
 
-def _manifest(
-    files: list[Path],
+@dataclass(frozen=True)
+class Packed:
+    """What one local run wrote: its manifest totals and its shards."""
+
+    totals: dict[str, int]
+    shards: list[ShardInfo]
+
+
+def pack_tokens(
+    tokenized: Tokenized,
     options: PackOptions,
     tokenizer: LoadedTokenizer,
-    fingerprint: str,
-    tokenized: Tokenized,
-    pieces: Pieces,
-    overflow: OverflowCounts,
-    packing: Packing,
-    shards: list[ShardInfo],
-) -> dict[str, Any]:
+    supervised: bool,
+    directory: Path,
+    reporter: Reporter,
+    prefix: str = "shard",
+) -> Packed:
+    """Overflow -> pack -> write: one local run on a tokenized corpus, its shards written into ``directory`` and
+    named ``{prefix}-NNNNN.arrow``. A single-process run calls it on the whole corpus, a partition on its slices
+    (with the partition's seed); no documents means no shards."""
+    pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
+    reporter.stage("packing")
+    packing = (
+        run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
+        if len(pieces.length)
+        else empty_packing()
+    )
+    reporter.stage("writing")
+    metadata = {
+        "packcli.format_version": str(FORMAT_VERSION),
+        "packcli.max_len": str(options.max_len),
+        "packcli.tokenizer_sha256": tokenizer.sha256,
+    }
+    tokenized.store.finish()
+    schema = shard_schema(metadata, labels=supervised)
+    supervision = Supervision() if supervised else None
+    shards = (
+        write_rows(directory, tokenized.store, pieces, packing, schema, options.shard_size, supervision, prefix)
+        if len(packing)
+        else []
+    )
     totals = {
         "documents": len(pieces.length),
         "tokens": int(pieces.length.sum()),
@@ -172,16 +189,36 @@ def _manifest(
         "empty_documents": tokenized.counts.empty_documents,
         **overflow.to_json(),
     }
+    if supervision is not None:
+        totals.update(asdict(supervision))
+    return Packed(totals, shards)
+
+
+def check_documents(totals: dict[str, int], files: list[Path], max_len: int) -> None:
+    """Refuse a run that packed nothing, saying why."""
+    if totals["input_documents"] == 0:
+        raise PackcliError(
+            f"no documents: the input holds no usable record ({totals['empty_documents']} empty, "
+            f"{totals['bad_records']} bad records)",
+            files[0] if len(files) == 1 else None,
+        )
+    if totals["documents"] == 0:
+        raise PackcliError(f"every document is longer than --max-len {max_len} and --overflow drop")
+
+
+def base_manifest(
+    files: list[Path], options: PackOptions, tokenizer: LoadedTokenizer, fingerprint: str, supervised: bool
+) -> dict[str, Any]:
+    """The manifest keys of every output, before its ``totals`` and ``shards``: format and packcli versions, the
+    output-relevant options, inputs, tokenizer, ``max_len``, strategy, columns."""
     return {
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "fingerprint": fingerprint,
-        "options": options.to_json(),
+        "options": options.output_relevant(),
         "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in files],
         "tokenizer": tokenizer.describe(),
         "max_len": options.max_len,
         "strategy": options.strategy,
-        "columns": list(shard_schema({}).names),
-        "totals": totals,
-        "shards": [shard.to_json() for shard in shards],
+        "columns": list(shard_schema({}, labels=supervised).names),
     }

@@ -8,6 +8,9 @@ Usage::
         if not publication.up_to_date:
             build_into(publication.staging)   # shards, then manifest.json last
             publication.commit()              # staging -> out; without it, the staging is removed on exit
+
+A resumable publication (partitioned runs) has one staging directory per output, ``.OUT.packcli-resume``, that
+survives a failed or killed run: the rerun finds the partitions committed in it and decides what to reuse.
 """
 
 from __future__ import annotations
@@ -24,13 +27,21 @@ __all__ = ["Publication", "existing_output"]
 
 
 class Publication:
-    """One run's claim on an output directory: its staging area, and the final move into place."""
+    """One run's claim on an output directory: its staging area, and the final move into place.
 
-    def __init__(self, out: Path, fingerprint: str, overwrite: bool) -> None:
+    Args:
+        out: the output directory.
+        fingerprint: the run's fingerprint (an output with the same one is up to date).
+        overwrite: replace an existing output with another fingerprint.
+        resumable: keep the staging directory when the run fails (its contents are the caller's to judge).
+    """
+
+    def __init__(self, out: Path, fingerprint: str, overwrite: bool, resumable: bool = False) -> None:
         self.out = out
         self.fingerprint = fingerprint
         self.overwrite = overwrite
-        self.staging = out.parent / f".{out.name}.packcli-partial"
+        self.resumable = resumable
+        self.staging = out.parent / f".{out.name}.packcli-{'resume' if resumable else 'partial'}"
         self.up_to_date = False
         self._committed = False
 
@@ -41,8 +52,9 @@ class Publication:
             return self
         if existing == "other" and not self.overwrite:
             raise PackcliError("holds another output or other files; pass --overwrite to replace it", self.out)
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.staging.mkdir(parents=True)
+        if not self.resumable:
+            shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.mkdir(parents=True, exist_ok=self.resumable)
         return self
 
     def commit(self) -> None:
@@ -53,7 +65,7 @@ class Publication:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        if not self._committed and not self.up_to_date:
+        if not self._committed and not self.up_to_date and not self.resumable:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
