@@ -131,7 +131,14 @@ def pack(
     chat_template: ChatTemplateOption = None,
     loss_on: LossOnOption = "assistant",
     shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB.")] = "512MiB",
-    workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads (default: all cores).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Tokenizer threads (default: all cores); with partitions, worker processes (or Ray actors), "
+            "each with its share of the cores.",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed for strategies that take one.")] = 0,
     window: Annotated[
         int | None, typer.Option(min=1, help="Pack each window of N consecutive documents on its own.")
@@ -142,6 +149,19 @@ def pack(
     skip_bad_records: Annotated[
         bool, typer.Option("--skip-bad-records", help="Count and skip bad records instead of failing.")
     ] = False,
+    partitions: Annotated[
+        int | None,
+        typer.Option(min=1, help="Pack as this many partitions (mixtures of the whole corpus), then merge."),
+    ] = None,
+    partition_size: Annotated[
+        str | None, typer.Option(help="Or as many partitions as it takes at about this many input bytes each.")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="What runs the partitions: 'local' (worker processes) or 'ray' (packcli[ray]).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="The Ray cluster for --engine ray [default: RAY_ADDRESS, else a local Ray].")
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
     json_output: JsonOption = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no warnings on stderr.")] = False,
@@ -157,12 +177,14 @@ def pack(
       packcli pack 'shards/*.parquet' --overflow drop --json
 
       packcli pack sft.jsonl --prompt-field prompt --response-field response --max-len 2048
+
+      packcli pack corpus/ --partitions 64 --engine ray --ray-address head:6379
     """
     from packcli.options import PackOptions, parse_size
     from packcli.pipeline import pack_corpus
     from packcli.report.progress import RichReporter, SilentReporter
 
-    if workers is not None:
+    if workers is not None and partitions is None and partition_size is None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     options = PackOptions(
@@ -184,6 +206,10 @@ def pack(
         bos=bos,
         eos_token=eos_token,
         skip_bad_records=skip_bad_records,
+        partitions=partitions,
+        partition_size=None if partition_size is None else parse_size(partition_size),
+        engine=engine,
+        ray_address=ray_address,
     )
     reporter = RichReporter() if sys.stderr.isatty() and not quiet else SilentReporter()
     warnings = _Warnings(quiet)
@@ -216,6 +242,11 @@ def pack(
         for key in keys:
             if summary.get(key):
                 print(f"  {key.replace('_', ' ')}: {summary[key]:,}")
+        if "packing_gap" in summary:
+            print(
+                f"  partitions: {summary['partitions']:,} ({summary['partitions_reused']:,} reused); "
+                f"{summary['packing_gap']:+.3%} sequences against the lower bound {summary['lower_bound_sequences']:,}"
+            )
 
 
 @app.command()
