@@ -122,7 +122,9 @@ def test_a_one_mebibyte_line_across_a_cut_is_read_once(tmp_path: Path) -> None:
     long_text = ""
     while len(long_text) < 2**20:
         long_text += " ".join(TEXTS)
-    records = [{"text": text} for text in TEXTS[:10]] + [{"text": long_text[: 2**20]}] + [{"text": t} for t in TEXTS[10:20]]
+    records = (
+        [{"text": text} for text in TEXTS[:10]] + [{"text": long_text[: 2**20]}] + [{"text": t} for t in TEXTS[10:20]]
+    )
     corpus = write_jsonl(tmp_path / "long.jsonl", records)
     data = corpus.read_bytes()
     line_start = sum(len(line) + 1 for line in data.split(b"\n")[:10])
@@ -182,7 +184,9 @@ def test_resume_after_a_kill_ends_identical_and_refuses_other_runs_parts(
     assert json.loads(resumed.stdout)["partitions_reused"] == committed
     assert files_of(out) == files_of(reference) and not staging.exists()
 
-    other = invoke("pack", str(plain), "--max-len", "512", "--partitions", "3", "--out", str(tmp_path / "other"), "--json")
+    other = invoke(
+        "pack", str(plain), "--max-len", "512", "--partitions", "3", "--out", str(tmp_path / "other"), "--json"
+    )
     assert other.exit_code == 0 and json.loads(other.stdout)["partitions_reused"] == 0
     assert "its partition plan differs: 4 partitions then, 3 now" in other.stderr
 
@@ -190,7 +194,9 @@ def test_resume_after_a_kill_ends_identical_and_refuses_other_runs_parts(
     data = bytearray(shard.read_bytes())
     data[-100] ^= 0xFF
     shard.write_bytes(bytes(data))
-    damaged = invoke("pack", str(plain), "--max-len", "512", "--partitions", "4", "--out", str(tmp_path / "damaged"), "--json")
+    damaged = invoke(
+        "pack", str(plain), "--max-len", "512", "--partitions", "4", "--out", str(tmp_path / "damaged"), "--json"
+    )
     assert damaged.exit_code == 0 and json.loads(damaged.stdout)["partitions_reused"] == committed - 1
     assert "partition 0 is packed again" in damaged.stderr and "sha256" in damaged.stderr
     assert files_of(tmp_path / "damaged") == files_of(reference)

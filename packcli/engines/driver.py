@@ -38,27 +38,29 @@ def pack_partitioned(
     if existing_output(out, fingerprint) == "same":
         return PackResult(out, "up-to-date", read_manifest(out), details={"partitions": len(plan)})
     facts = run_facts(fingerprint, plan, options, setup.tokenizer, setup.encoder.supervised)
-    with _engine(options.engine, options.workers, options.ray_address) as engine:
-        with Publication(out, fingerprint, overwrite, resumable=True) as publication:
-            area = PartsArea(publication.staging)
-            reused = area.resume(facts | {"inputs": input_facts(files)}, len(plan), warn)
-            progress = _Progress(plan, reporter, warn)
-            progress.reused(reused, area)
-            jobs = [
-                PartitionJob(k, plan.partitions[k], options, publication.staging, facts)
-                for k in range(len(plan))
-                if k not in set(reused)
-            ]
-            if jobs:
-                engine.run(jobs, ShippedTokenizer.of(setup.tokenizer), progress.on_result)
-            progress.raise_first_failure(publication.staging)
-            totals, shards = merge_parts([area.read(k) for k in range(len(plan))], facts)
-            check_documents(totals, files, options.max_len)
-            manifest = base_manifest(files, options, setup.tokenizer, fingerprint, setup.encoder.supervised)
-            manifest.update(totals=totals, shards=shards, partitions=plan.describe())
-            area.finish()
-            write_manifest(publication.staging, manifest)
-            publication.commit()
+    with (
+        _engine(options.engine, options.workers, options.ray_address) as engine,  # connects first: no staging if not
+        Publication(out, fingerprint, overwrite, resumable=True) as publication,
+    ):
+        area = PartsArea(publication.staging)
+        reused = area.resume(facts | {"inputs": input_facts(files)}, len(plan), warn)
+        progress = _Progress(plan, reporter, warn)
+        progress.reused(reused, area)
+        jobs = [
+            PartitionJob(k, plan.partitions[k], options, publication.staging, facts)
+            for k in range(len(plan))
+            if k not in set(reused)
+        ]
+        if jobs:
+            engine.run(jobs, ShippedTokenizer.of(setup.tokenizer), progress.on_result)
+        progress.raise_first_failure(publication.staging)
+        totals, shards = merge_parts([area.read(k) for k in range(len(plan))], facts)
+        check_documents(totals, files, options.max_len)
+        manifest = base_manifest(files, options, setup.tokenizer, fingerprint, setup.encoder.supervised)
+        manifest.update(totals=totals, shards=shards, partitions=plan.describe())
+        area.finish()
+        write_manifest(publication.staging, manifest)
+        publication.commit()
     reporter.close()
     gap = packing_gap(totals, options.max_len)
     if gap["packing_gap"] > PARTITIONING_WARNING:

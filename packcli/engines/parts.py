@@ -51,7 +51,8 @@ class PartsArea:
     def clear(self, partition: int) -> None:
         """Remove a partition's record, shards and token store."""
         self.record_path(partition).unlink(missing_ok=True)
-        for path in [*self.staging.glob(part_prefix(partition) + "-*"), *self.directory.glob(f"part-{partition:05d}.tokens*")]:
+        shards = self.staging.glob(part_prefix(partition) + "-*")
+        for path in [*shards, *self.directory.glob(self.work_path(partition).name + "*")]:
             path.unlink(missing_ok=True)
 
     def commit(self, partition: int, record: dict[str, Any]) -> None:

@@ -148,19 +148,18 @@ def _cut_units(sizes: list[int], wanted: int) -> list[Piece]:
     """Group consecutive units (row groups, batches) into at most ``wanted`` pieces: unit i goes to the piece its
     first byte falls in when the file's bytes are cut into ``wanted`` equal ranges."""
     total = sum(sizes)
-    pieces: list[Piece] = []
-    before = 0
-    current = -1
+    firsts: list[int] = []  # the first unit of each piece
+    weights: list[int] = []
+    before, current = 0, -1
     for unit, size in enumerate(sizes):
         piece = before * wanted // total if total else 0
         if piece != current:
-            pieces.append(((unit, unit + 1), size))
+            firsts.append(unit)
+            weights.append(0)
             current = piece
-        else:
-            (start, _), weight = pieces[-1]
-            pieces[-1] = ((start, unit + 1), weight + size)
+        weights[-1] += size
         before += size
-    return pieces
+    return [((first, end), weight) for first, end, weight in zip(firsts, [*firsts[1:], len(sizes)], weights)]
 
 
 def _cut_lines(path: Path, wanted: int) -> list[Piece]:
