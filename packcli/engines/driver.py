@@ -45,7 +45,7 @@ def pack_partitioned(
         area = PartsArea(publication.staging)
         reused = area.resume(facts | {"inputs": input_facts(files)}, len(plan), warn)
         progress = _Progress(plan, reporter, warn)
-        progress.reused(reused, area)
+        progress.start(reused, area)
         jobs = [
             PartitionJob(k, plan.partitions[k], options, publication.staging, facts)
             for k in range(len(plan))
@@ -95,9 +95,10 @@ class _Progress:
     failures: list[PartitionResult] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
 
-    def reused(self, partitions: list[int], area: PartsArea) -> None:
+    def start(self, reused: list[int], area: PartsArea) -> None:
+        """Reading begins, the reused partitions already done."""
         self.reporter.start(sum(self.plan.weights))
-        for k in partitions:
+        for k in reused:
             record = area.read(k)
             assert record is not None
             self._count(k, record["totals"])

@@ -9,7 +9,7 @@ sha256 of its record; the parts of another run are removed, saying why they cann
         part-00000-shard-00000.arrow ...   the shards, named as they will be in the output
         .parts/run.json                    the run's facts (fingerprint, plan hash, options, ...) and its inputs
         .parts/part-00000.json             partition 0's completion record: the facts, totals, shards with sha256
-        .parts/part-00001.tokens           partition 1's token store while it runs
+        .parts/part-00001.tokens           partition 1's token store while it runs (or in $PACKCLI_SCRATCH)
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from packcli.write.manifest import dumps
 
 PARTS = ".parts"
 RUN_RECORD = "run.json"
+SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
 
 
 def part_prefix(partition: int) -> str:
@@ -41,8 +42,14 @@ class PartsArea:
         self.directory = staging / PARTS
 
     def work_path(self, partition: int) -> Path:
-        """Where a running partition keeps its token store."""
-        return self.directory / f"part-{partition:05d}.tokens"
+        """Where a running partition keeps its token store: ``$PACKCLI_SCRATCH`` (a node-local directory, for a
+        cluster whose staging is on shared storage), else beside the parts."""
+        name = f"part-{partition:05d}.tokens"
+        scratch = os.environ.get(SCRATCH_VARIABLE)
+        if not scratch:
+            return self.directory / name
+        run = hashlib.sha256(str(self.staging.resolve()).encode()).hexdigest()[:16]  # one name per output
+        return Path(scratch) / f"packcli-{run}-{name}"
 
     def record_path(self, partition: int) -> Path:
         """A partition's completion record."""
@@ -52,7 +59,8 @@ class PartsArea:
         """Remove a partition's record, shards and token store."""
         self.record_path(partition).unlink(missing_ok=True)
         shards = self.staging.glob(part_prefix(partition) + "-*")
-        for path in [*shards, *self.directory.glob(self.work_path(partition).name + "*")]:
+        work = self.work_path(partition)
+        for path in [*shards, *work.parent.glob(work.name + "*")]:
             path.unlink(missing_ok=True)
 
     def commit(self, partition: int, record: dict[str, Any]) -> None:
