@@ -23,6 +23,7 @@ from packcli.engines.partition import PartitionJob, PartitionResult, ShippedToke
 from packcli.errors import PackcliError
 
 CONNECT_TIMEOUT_S = 5.0
+LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through it, never tokens
 
 
 class PartitionActor:
@@ -65,7 +66,12 @@ class RayEngine:
             return self
         options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
         if self.address is None:
-            options |= {"address": "local", "num_cpus": os.cpu_count(), "include_dashboard": False}
+            options |= {
+                "address": "local",
+                "num_cpus": os.cpu_count(),
+                "include_dashboard": False,
+                "object_store_memory": LOCAL_OBJECT_STORE,
+            }
         else:
             _check_reachable(self.address)
             options["address"] = self.address
