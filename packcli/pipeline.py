@@ -1,5 +1,5 @@
-"""``pack_corpus``: read -> tokenize -> overflow -> pack -> write shards -> manifest. The only module that knows the
-stage order.
+"""``pack_corpus``: read -> tokenize -> mix (with --weights) -> overflow -> pack -> shuffle rows -> write shards ->
+manifest. The only module that knows the stage order.
 
 The output is built in a staging directory beside ``out`` and moved into place only once its manifest is written,
 so an interrupted run never leaves an output that looks complete, and an existing output stays intact until then.
@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packcli import __version__
 from packcli.encode import cache
 from packcli.encode.corpus import Tokenized, tokenize_corpus
@@ -22,10 +24,13 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
 from packcli.identity import run_identity
 from packcli.options import PackOptions
-from packcli.plan.overflow import apply_overflow
+from packcli.plan.order import shuffle_rows
+from packcli.plan.overflow import Pieces, apply_overflow
+from packcli.plan.sources import Source, group_inputs, mixed_stream, source_entries
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
 from packcli.strategies import empty_packing, get_strategy, run_strategy
+from packcli.write.layout import exclusive_cumsum
 from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
 from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
@@ -38,11 +43,18 @@ class Setup:
 
     files: list[Path]
     options: PackOptions
-    tokenizer: LoadedTokenizer
+    tokenizer: LoadedTokenizer | None  # None: pre-tokenized records and no --tokenizer
     encoder: Encoder
+    sources: list[Source] | None = None  # mixed runs: one source per INPUT, its files in ``files`` order
 
-    def fingerprint(self, extra: dict[str, Any] | None = None) -> str:
-        """The output's identity (see :mod:`packcli.identity`); ``extra``: a partitioned run's plan hash."""
+    def fingerprint(self, plan_hash: str | None = None) -> str:
+        """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it, and
+        a partitioned run's plan."""
+        extra: dict[str, Any] = {}
+        if self.sources is not None:
+            extra["sources"] = [len(source.files) for source in self.sources]
+        if plan_hash is not None:
+            extra["partition_plan"] = plan_hash
         return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output", extra)
 
     def cache_key(self) -> str:
@@ -53,10 +65,12 @@ class Setup:
 def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] = lambda message: None) -> Setup:
     """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
     can be found before reading a record is raised here."""
-    files = find_inputs(inputs)
+    sources = group_inputs(inputs, options.weights) if options.mixing else None
+    files = find_inputs(inputs) if sources is None else [path for source in sources for path in source.files]
     get_strategy(options.strategy)
-    tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
-    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn))
+    pretokenized = options.ids_field is not None and options.tokenizer is None
+    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
+    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn), sources)
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,7 @@ class PackResult:
             "shards": len(self.manifest["shards"]),
             "tokenized_from_cache": self.from_cache,
             **self.manifest["totals"],
+            **({"sources": self.manifest["sources"]} if "sources" in self.manifest else {}),
             **self.details,
         }
 
@@ -121,17 +136,25 @@ def _build(
     tokenized = cached or tokenize_corpus(
         files, encoder, options.skip_bad_records, staging / "tokens.tmp", reporter, warn
     )
+    stream = None
     try:
-        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder.supervised, staging, reporter)
+        if setup.sources is not None and len(tokenized.lengths):
+            stream = mixed_stream(setup.sources, tokenized.file_documents, tokenized.lengths, options)
+        drawn = None if stream is None else stream.documents
+        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder.supervised, staging, reporter, drawn)
     finally:
         if cached is None:
             tokenized.store.remove()
         else:
             tokenized.store.close()
-    check_documents(packed.totals, files, options.max_len)
+    check_documents(len(tokenized.lengths), packed.totals, files, options)
     reporter.close()
-    manifest = base_manifest(files, options, setup.tokenizer, fingerprint, encoder.supervised)
+    manifest = base_manifest(setup, fingerprint)
     manifest.update(totals=packed.totals, shards=[shard.to_json() for shard in packed.shards])
+    if setup.sources is not None and stream is not None:
+        manifest["sources"] = source_entries(
+            setup.sources, stream, tokenized.file_documents, tokenized.lengths, packed.pieces
+        )
     write_manifest(staging, manifest)
     if cached is not None:
         cache.discard(key)
@@ -140,85 +163,106 @@ def _build(
 
 @dataclass(frozen=True)
 class Packed:
-    """What one local run wrote: its manifest totals and its shards."""
+    """What one local run wrote: its manifest totals, its shards, and the pieces it packed."""
 
     totals: dict[str, int]
     shards: list[ShardInfo]
+    pieces: Pieces
 
 
 def pack_tokens(
     tokenized: Tokenized,
     options: PackOptions,
-    tokenizer: LoadedTokenizer,
+    tokenizer: LoadedTokenizer | None,
     supervised: bool,
     directory: Path,
     reporter: Reporter,
+    drawn: np.ndarray | None = None,
     prefix: str = "shard",
 ) -> Packed:
-    """Overflow -> pack -> write: one local run on a tokenized corpus, its shards written into ``directory`` and
-    named ``{prefix}-NNNNN.arrow``. A single-process run calls it on the whole corpus, a partition on its slices
-    (with the partition's seed); no documents means no shards."""
-    pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
+    """Overflow -> pack -> shuffle rows -> write: one local run on a tokenized corpus, its shards written into
+    ``directory`` and named ``{prefix}-NNNNN.arrow``. A single-process run calls it on the whole corpus (``drawn``:
+    the documents a mixed run drew, in order), a partition on its slices (with the partition's seed). No
+    documents, no shards."""
+    lengths, starts = tokenized.lengths, None
+    if drawn is not None:
+        lengths, starts = lengths[drawn], exclusive_cumsum(lengths)[drawn]
+    pieces, overflow = apply_overflow(lengths, options.max_len, options.overflow_policy, starts)
     reporter.stage("packing")
-    packing = (
-        run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
-        if len(pieces.length)
-        else empty_packing()
-    )
+    packing = empty_packing()
+    if len(pieces.length):
+        packing = run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
+    if options.shuffle:
+        packing = shuffle_rows(packing, options.seed)
     reporter.stage("writing")
     metadata = {
         "packcli.format_version": str(FORMAT_VERSION),
         "packcli.max_len": str(options.max_len),
-        "packcli.tokenizer_sha256": tokenizer.sha256,
+        "packcli.tokenizer_sha256": tokenizer.sha256 if tokenizer is not None else "",
     }
     tokenized.store.finish()
     schema = shard_schema(metadata, labels=supervised)
     supervision = Supervision() if supervised else None
-    shards = (
-        write_rows(directory, tokenized.store, pieces, packing, schema, options.shard_size, supervision, prefix)
-        if len(packing)
-        else []
-    )
+    shards = []
+    if len(packing):
+        store, size = tokenized.store, options.shard_size
+        shards = write_rows(directory, store, pieces, packing, schema, size, supervision, prefix)
     totals = {
         "documents": len(pieces.length),
         "tokens": int(pieces.length.sum()),
         "sequences": len(packing),
-        "input_documents": len(tokenized.lengths),
-        "input_tokens": int(tokenized.lengths.sum()),
+        "input_documents": len(lengths),
+        "input_tokens": int(lengths.sum()),
         "bad_records": tokenized.counts.bad_records,
         "empty_documents": tokenized.counts.empty_documents,
         **overflow.to_json(),
     }
     if supervision is not None:
         totals.update(asdict(supervision))
-    return Packed(totals, shards)
+    return Packed(totals, shards, pieces)
 
 
-def check_documents(totals: dict[str, int], files: list[Path], max_len: int) -> None:
-    """Refuse a run that packed nothing, saying why."""
-    if totals["input_documents"] == 0:
+def check_documents(read: int, totals: dict[str, int], files: list[Path], options: PackOptions) -> None:
+    """Refuse a run that packed nothing, saying why; ``read``: the documents read (before a mixed run draws)."""
+    if read == 0:
         raise PackcliError(
             f"no documents: the input holds no usable record ({totals['empty_documents']} empty, "
             f"{totals['bad_records']} bad records)",
             files[0] if len(files) == 1 else None,
         )
     if totals["documents"] == 0:
-        raise PackcliError(f"every document is longer than --max-len {max_len} and --overflow drop")
+        raise PackcliError(
+            f"no documents: --target-tokens {options.target_tokens} is less than any document"
+            if options.target_tokens is not None and totals["input_documents"] == 0
+            else f"every document is longer than --max-len {options.max_len} and --overflow drop"
+        )
 
 
-def base_manifest(
-    files: list[Path], options: PackOptions, tokenizer: LoadedTokenizer, fingerprint: str, supervised: bool
-) -> dict[str, Any]:
+def base_manifest(setup: Setup, fingerprint: str) -> dict[str, Any]:
     """The manifest keys of every output, before its ``totals`` and ``shards``: format and packcli versions, the
     output-relevant options, inputs, tokenizer, ``max_len``, strategy, columns."""
+    options = setup.options
     return {
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "fingerprint": fingerprint,
         "options": options.output_relevant(),
-        "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in files],
-        "tokenizer": tokenizer.describe(),
+        "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in setup.files],
+        "tokenizer": tokenizer_entry(setup),
         "max_len": options.max_len,
         "strategy": options.strategy,
-        "columns": list(shard_schema({}, labels=supervised).names),
+        "columns": list(shard_schema({}, labels=setup.encoder.supervised).names),
     }
+
+
+def tokenizer_entry(setup: Setup) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: the tokenizer's description, ``ran`` (false for pre-tokenized records), and
+    for pre-tokenized records the EOS/BOS ids actually appended."""
+    if setup.tokenizer is None:
+        entry: dict[str, Any] = dict.fromkeys(("name", "sha256", "config_sha256", "vocab_size"))
+    else:
+        entry = setup.tokenizer.describe()
+    ran = setup.options.ids_field is None
+    if not ran:
+        entry.update(eos_id=setup.encoder.eos_id, bos_id=setup.encoder.bos_id)
+    return {**entry, "ran": ran}

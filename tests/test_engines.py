@@ -79,7 +79,7 @@ def test_engine_ray_without_ray_installed_is_one_line(corpus: Path, tmp_path: Pa
         prelude="sys.modules['ray'] = None",  # what an interpreter without Ray sees: import ray fails
     )  # fmt: skip
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == "error: --engine ray needs Ray, which is not installed: pip install 'packcli[ray]'\n"
+    assert result.stderr == "error: --engine ray needs ray, which is not installed: pip install 'packcli[ray]'\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

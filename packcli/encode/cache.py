@@ -38,6 +38,7 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
         shutil.move(str(tokenized.store.mask_path), tmp / "tokens.mask")
     tokenized.store.remove()
     np.save(tmp / "lengths.npy", tokenized.lengths)
+    np.save(tmp / "file_documents.npy", tokenized.file_documents)
     (tmp / "counts.json").write_text(json.dumps(asdict(tokenized.counts), sort_keys=True))
     shutil.rmtree(entry, ignore_errors=True)
     os.replace(tmp, entry)
@@ -49,11 +50,14 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
 def load(key: str) -> Tokenized | None:
     """The cached tokenization for ``key``, or None."""
     entry = cache_root() / key
-    if not (entry / "counts.json").is_file() or not (entry / "tokens").is_file():
+    if not all((entry / name).is_file() for name in ("counts.json", "tokens", "file_documents.npy")):
         return None
     store = TokenStore.reopen(entry / "tokens")
     return Tokenized(
-        store, np.load(entry / "lengths.npy"), ReadCounts(**json.loads((entry / "counts.json").read_text()))
+        store,
+        np.load(entry / "lengths.npy"),
+        ReadCounts(**json.loads((entry / "counts.json").read_text())),
+        np.load(entry / "file_documents.npy"),
     )
 
 

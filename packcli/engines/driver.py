@@ -17,7 +17,7 @@ from packcli.engines.merge import PARTITIONING_WARNING, input_facts, merge_parts
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer
 from packcli.engines.parts import PartsArea
 from packcli.errors import PackcliError
-from packcli.pipeline import PackResult, Setup, base_manifest, check_documents
+from packcli.pipeline import PackResult, Setup, base_manifest, check_documents, tokenizer_entry
 from packcli.plan.partitions import Plan, partition_count, plan_partitions
 from packcli.report.progress import Reporter
 from packcli.write.manifest import read_manifest, write_manifest
@@ -34,10 +34,10 @@ def pack_partitioned(
     """Pack ``setup``'s inputs as partitions on the engine its options name, and merge them into ``out``."""
     options, files = setup.options, setup.files
     plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
-    fingerprint = setup.fingerprint(extra={"partition_plan": plan.digest})
+    fingerprint = setup.fingerprint(plan.digest)
     if existing_output(out, fingerprint) == "same":
         return PackResult(out, "up-to-date", read_manifest(out), details={"partitions": len(plan)})
-    facts = run_facts(fingerprint, plan, options, setup.tokenizer, setup.encoder.supervised)
+    facts = run_facts(fingerprint, plan, options, tokenizer_entry(setup), setup.encoder.supervised)
     with (
         _engine(options.engine, options.workers, options.ray_address) as engine,  # connects first: no staging if not
         Publication(out, fingerprint, overwrite, resumable=True) as publication,
@@ -52,11 +52,11 @@ def pack_partitioned(
             if k not in set(reused)
         ]
         if jobs:
-            engine.run(jobs, ShippedTokenizer.of(setup.tokenizer), progress.on_result)
+            engine.run(jobs, ShippedTokenizer.of(setup.tokenizer) if setup.tokenizer else None, progress.on_result)
         progress.raise_first_failure(publication.staging)
         totals, shards = merge_parts([area.read(k) for k in range(len(plan))], facts)
-        check_documents(totals, files, options.max_len)
-        manifest = base_manifest(files, options, setup.tokenizer, fingerprint, setup.encoder.supervised)
+        check_documents(totals["input_documents"], totals, files, options)
+        manifest = base_manifest(setup, fingerprint)
         manifest.update(totals=totals, shards=shards, partitions=plan.describe())
         area.finish()
         write_manifest(publication.staging, manifest)

@@ -18,17 +18,16 @@ from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
 from packcli.errors import PackcliError
 
-_tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer, loaded once by _start_worker
+_tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer (None: pre-tokenized records)
 
 
-def _start_worker(shipped: ShippedTokenizer, threads: int) -> None:
+def _start_worker(shipped: ShippedTokenizer | None, threads: int) -> None:
     global _tokenizer
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
-    _tokenizer = shipped.load()
+    _tokenizer = shipped.load() if shipped is not None else None
 
 
 def _run(job: PartitionJob) -> PartitionResult:
-    assert _tokenizer is not None, "the worker was not started by _start_worker"
     return run_partition(job, _tokenizer)
 
 
@@ -53,7 +52,7 @@ class LocalEngine:
     def run(
         self,
         jobs: Sequence[PartitionJob],
-        tokenizer: ShippedTokenizer,
+        tokenizer: ShippedTokenizer | None,
         on_result: Callable[[PartitionResult], bool],
     ) -> None:
         """Run ``jobs``, calling ``on_result`` as each finishes; it returns False to start no further job."""

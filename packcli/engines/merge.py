@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from packcli import __version__
-from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.plan.partitions import Plan
@@ -34,7 +33,7 @@ AGREED = (
 
 
 def run_facts(
-    fingerprint: str, plan: Plan, options: PackOptions, tokenizer: LoadedTokenizer, supervised: bool
+    fingerprint: str, plan: Plan, options: PackOptions, tokenizer: dict[str, Any], supervised: bool
 ) -> dict[str, Any]:
     """What every part of a run records and the merge checks (as JSON values, to compare with records read back)."""
     return {
@@ -42,7 +41,7 @@ def run_facts(
         "plan_hash": plan.digest,
         "partitions": len(plan),
         "options": options.output_relevant(),
-        "tokenizer": tokenizer.describe(),
+        "tokenizer": tokenizer,  # the manifest's tokenizer entry
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "columns": list(shard_schema({}, labels=supervised).names),

@@ -86,7 +86,7 @@ def partition_seed(seed: int, partition: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer) -> PartitionResult:
+def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer | None) -> PartitionResult:
     """Run one partition into the staging directory and commit it; a data or I/O error becomes a Failure (the
     partition's own files removed)."""
     area = PartsArea(job.staging)
@@ -101,12 +101,12 @@ def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer) -> PartitionRes
         )
         try:
             packed = pack_tokens(
-                tokenized, options, tokenizer, encoder.supervised, job.staging, SilentReporter(), part_prefix(k)
+                tokenized, options, tokenizer, encoder.supervised, job.staging, SilentReporter(), prefix=part_prefix(k)
             )
         finally:
             tokenized.store.remove()
-        record = {**job.facts, "partition": k, "totals": packed.totals}
-        area.commit(k, record | {"shards": [shard.to_json() for shard in packed.shards]})
+        shards = [shard.to_json() for shard in packed.shards]
+        area.commit(k, {**job.facts, "partition": k, "totals": packed.totals, "shards": shards})
     except (PackcliError, OSError) as exc:
         area.clear(k)
         failure = (

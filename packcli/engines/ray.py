@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
 from packcli.errors import PackcliError
+from packcli.extras import requires_extra
 
 CONNECT_TIMEOUT_S = 5.0
 LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through it, never tokens
@@ -29,9 +30,9 @@ LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through i
 class PartitionActor:
     """A Ray actor that runs partitions with the tokenizer it loaded once."""
 
-    def __init__(self, tokenizer: ShippedTokenizer, threads: int) -> None:
+    def __init__(self, tokenizer: ShippedTokenizer | None, threads: int) -> None:
         os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
-        self.tokenizer = tokenizer.load()
+        self.tokenizer = tokenizer.load() if tokenizer is not None else None  # None: pre-tokenized records
 
     def run(self, job: PartitionJob) -> PartitionResult:
         return run_partition(job, self.tokenizer)
@@ -39,10 +40,8 @@ class PartitionActor:
 
 def import_ray() -> ModuleType:
     """The ``ray`` module, or one clear error saying how to install it."""
-    try:
+    with requires_extra("ray", "--engine ray"):
         import ray
-    except ImportError:
-        raise PackcliError("--engine ray needs Ray, which is not installed: pip install 'packcli[ray]'") from None
     return ray
 
 
@@ -93,7 +92,7 @@ class RayEngine:
     def run(
         self,
         jobs: Sequence[PartitionJob],
-        tokenizer: ShippedTokenizer,
+        tokenizer: ShippedTokenizer | None,
         on_result: Callable[[PartitionResult], bool],
     ) -> None:
         """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no

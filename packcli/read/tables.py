@@ -30,7 +30,7 @@ def table_records(
     path: Path, columns: list[pa.Array], fields: Sequence[Field], first_row: int, reject: Reject
 ) -> list[list[Any]]:
     """Column values as Python objects; a null or mistyped value is a bad record named by its 1-based row."""
-    values = [column.to_pylist() for column in columns]
+    values = [_values(column) for column in columns]
     plain = all(field.kind == "string" and not isinstance(field, Converted) for field in fields)
     if plain and not any(column.null_count for column in columns):
         return values
@@ -42,6 +42,14 @@ def table_records(
             exc.path, exc.line = str(path), row
             reject(exc)
     return batch.columns
+
+
+def _values(column: pa.Array) -> list[Any]:
+    """A column's values; a list of integers stays numpy per row (token ids: no Python int per token)."""
+    kind = column.type
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_integer(kind.value_type):
+        return list(column.to_numpy(zero_copy_only=False))
+    return list(column.to_pylist())
 
 
 def read_parquet(

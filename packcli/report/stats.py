@@ -122,6 +122,18 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
     stats.update({key: int(totals.get(key, 0)) for key in OVERFLOW_TOTALS})
     stats["strategy"] = manifest["strategy"]
     stats["window"] = manifest["options"].get("window")
+    if "sources" in manifest:  # a mixed output
+        stats["sources"] = [
+            {
+                "path": source["path"],
+                "weight": source["weight"],
+                "documents": source["output_documents"],
+                "tokens": source["output_tokens"],
+                "share": source["share"],
+                "repeats": source["repeats"],
+            }
+            for source in manifest["sources"]
+        ]
     if supervised:
         stats["supervised_tokens"] = supervised_tokens
         stats["supervised_fraction"] = supervised_tokens / stats["tokens"] if stats["tokens"] else 0.0
