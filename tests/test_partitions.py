@@ -141,12 +141,14 @@ def test_a_one_mebibyte_line_across_a_cut_is_read_once(tmp_path: Path) -> None:
 
 
 def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
-    plain: Path, reference: Path, tmp_path: Path
+    plain: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one = tmp_path / "one"
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(tmp_path / "scratch"))  # token stores there: same bytes, none left
+    (tmp_path / "scratch").mkdir()
     result = invoke("pack", str(plain), "--max-len", "512", "--partitions", "4", "--workers", "1", "--out", str(one))
     assert result.exit_code == 0, result.output
-    assert files_of(one) == files_of(reference)
+    assert files_of(one) == files_of(reference) and not list((tmp_path / "scratch").iterdir())
     assert sorted(files_of(reference)) == ["manifest.json", *(f"part-0000{k}-shard-00000.arrow" for k in range(4))]
     report = verify_output(reference)
     assert report.ok, report.problems
@@ -160,6 +162,11 @@ def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
     from datasets import Dataset
 
     assert len(Dataset.from_file(str(reference / "part-00002-shard-00000.arrow"))) > 0
+    pytest.importorskip("torch", reason="the loader needs the torch extra")
+    from packcli.torch import PackedDataset
+
+    rows = list(PackedDataset(reference, shuffle=False))
+    assert len(rows) == totals["sequences"] and sum(len(row["input_ids"]) for row in rows) == totals["tokens"]
 
 
 def test_resume_after_a_kill_ends_identical_and_refuses_other_runs_parts(

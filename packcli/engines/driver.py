@@ -46,11 +46,8 @@ def pack_partitioned(
         reused = area.resume(facts | {"inputs": input_facts(files)}, len(plan), warn)
         progress = _Progress(plan, reporter, warn)
         progress.start(reused, area)
-        jobs = [
-            PartitionJob(k, plan.partitions[k], options, publication.staging, facts)
-            for k in range(len(plan))
-            if k not in set(reused)
-        ]
+        todo = sorted(set(range(len(plan))) - set(reused))
+        jobs = [PartitionJob(k, plan.partitions[k], options, publication.staging, facts) for k in todo]
         if jobs:
             engine.run(jobs, ShippedTokenizer.of(setup.tokenizer) if setup.tokenizer else None, progress.on_result)
         progress.raise_first_failure(publication.staging)
@@ -91,7 +88,10 @@ class _Progress:
     plan: Plan
     reporter: Reporter
     warn: Callable[[str], None]
-    done: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # partitions, bytes, documents, tokens
+    partitions: int = 0  # done so far, and their input bytes, documents and tokens
+    bytes: int = 0
+    documents: int = 0
+    tokens: int = 0
     failures: list[PartitionResult] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
 
@@ -115,13 +115,12 @@ class _Progress:
         return True
 
     def _count(self, partition: int, totals: dict[str, int]) -> None:
-        done = self.done
-        done[0] += 1
-        done[1] += self.plan.weights[partition]
-        done[2] += totals["input_documents"]
-        done[3] += totals["input_tokens"]
-        self.reporter.stage(f"partitions {done[0]}/{len(self.plan)}")
-        self.reporter.advance(done[1], done[2], done[3])
+        self.partitions += 1
+        self.bytes += self.plan.weights[partition]
+        self.documents += totals["input_documents"]
+        self.tokens += totals["input_tokens"]
+        self.reporter.stage(f"partitions {self.partitions}/{len(self.plan)}")
+        self.reporter.advance(self.bytes, self.documents, self.tokens)
 
     def raise_first_failure(self, staging: Path) -> None:
         """Raise the failure of the lowest partition id that failed, naming its file and line."""
@@ -130,7 +129,7 @@ class _Progress:
         first = min(self.failures, key=lambda result: result.partition)
         assert first.failure is not None
         error = PackcliError(
-            f"{first.failure.message} (partition {first.partition} of {len(self.plan)}; the {self.done[0]} "
+            f"{first.failure.message} (partition {first.partition} of {len(self.plan)}; the {self.partitions} "
             f"partition(s) committed are kept in {staging}: rerun the same command to resume)",
             first.failure.path,
             first.failure.line,
