@@ -114,12 +114,13 @@ def pack_corpus(
     """
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn)
+    read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     if options.partitioned:
         from packcli.engines.driver import pack_partitioned  # the engines are loaded only when used
 
-        return pack_partitioned(setup, out, overwrite, reporter, warn)
+        return pack_partitioned(setup, out, overwrite, read, reporter, warn)
     fingerprint = setup.fingerprint()
-    with Publication(out, fingerprint, overwrite) as publication:
+    with Publication(out, fingerprint, overwrite, inputs=read) as publication:
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out))
         manifest, from_cache = _build(setup, publication.staging, fingerprint, reporter, warn)

@@ -116,8 +116,9 @@ def test_identical_rerun_is_a_no_op_and_changes_need_overwrite(tmp_path: Path) -
 def test_unrelated_directory_is_not_overwritten(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "mine.txt").write_text("precious")
-    with pytest.raises(PackcliError, match="--overwrite"):
-        pack_corpus([str(SAMPLE)], PackOptions(), tmp_path / "out")
+    for overwrite in (False, True):
+        with pytest.raises(PackcliError, match=r"'mine\.txt' but is not a packcli output"):
+            pack_corpus([str(SAMPLE)], PackOptions(), tmp_path / "out", overwrite=overwrite)
     assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
 
 

@@ -29,18 +29,19 @@ if TYPE_CHECKING:
 
 
 def pack_partitioned(
-    setup: Setup, out: Path, overwrite: bool, reporter: Reporter, warn: Callable[[str], None]
+    setup: Setup, out: Path, overwrite: bool, read: list[Path], reporter: Reporter, warn: Callable[[str], None]
 ) -> PackResult:
-    """Pack ``setup``'s inputs as partitions on the engine its options name, and merge them into ``out``."""
+    """Pack ``setup``'s inputs as partitions on the engine its options name, and merge them into ``out``
+    (``read``: the files and directories read, which the output may not cover)."""
     options, files = setup.options, setup.files
     plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
     fingerprint = setup.fingerprint(plan.digest)
-    if existing_output(out, fingerprint) == "same":
+    if existing_output(out.resolve(), fingerprint, out) == "same":
         return PackResult(out, "up-to-date", read_manifest(out), details={"partitions": len(plan)})
     facts = run_facts(fingerprint, plan, options, tokenizer_entry(setup), setup.encoder.supervised)
     with (
         _engine(options.engine, options.workers, options.ray_address) as engine,  # connects first: no staging if not
-        Publication(out, fingerprint, overwrite, resumable=True) as publication,
+        Publication(out, fingerprint, overwrite, inputs=read, resumable=True) as publication,
     ):
         area = PartsArea(publication.staging)
         reused = area.resume(facts | {"inputs": input_facts(files)}, len(plan), warn)
