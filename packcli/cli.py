@@ -190,7 +190,15 @@ def pack(
     chat_template: ChatTemplateOption = None,
     loss_on: LossOnOption = "assistant",
     shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB, 0.5GB, 1TB.")] = "512MiB",
-    workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads.", show_default="all cores")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Tokenizer threads; with partitions, worker processes (or Ray actors), each with its share of the "
+            "cores.",
+            show_default="all cores",
+        ),
+    ] = None,
     seed: Annotated[
         int, typer.Option(min=0, help="Seed of the row order, of mixing samples, and of strategies that take one.")
     ] = 0,
@@ -219,6 +227,19 @@ def pack(
     bos: BosOption = False,
     eos_token: EosTokenOption = None,
     skip_bad_records: SkipBadRecordsOption = False,
+    partitions: Annotated[
+        int | None,
+        typer.Option(min=1, help="Pack as this many partitions (mixtures of the whole corpus), then merge."),
+    ] = None,
+    partition_size: Annotated[
+        str | None, typer.Option(help="Or as many partitions as it takes at about this many input bytes each.")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="What runs the partitions: 'local' (worker processes) or 'ray' (packcli[ray]).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="The Ray cluster for --engine ray [default: RAY_ADDRESS, else a local Ray].")
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
     json_output: JsonOption = False,
     quiet: QuietOption = False,
@@ -238,13 +259,15 @@ def pack(
       packcli pack web.jsonl code/ --weights 0.7,0.3 --target-tokens 3M
 
       packcli pack tokens.parquet --ids-field input_ids --eos-id 2
+
+      packcli pack corpus/ --partitions 64 --engine ray --ray-address head:6379
     """
     from packcli.options import PackOptions, parse_count, parse_size, parse_weights
     from packcli.pipeline import pack_corpus
     from packcli.report.progress import make_reporter
     from packcli.report.render import loss_warning, pack_summary
 
-    if workers is not None:
+    if workers is not None and partitions is None and partition_size is None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     options = PackOptions(
@@ -272,6 +295,10 @@ def pack(
         weights=None if weights is None else parse_weights(weights),
         target_tokens=None if target_tokens is None else parse_count(target_tokens),
         shuffle=not no_shuffle,
+        partitions=partitions,
+        partition_size=None if partition_size is None else parse_size(partition_size),
+        engine=engine,
+        ray_address=ray_address,
     )
     reporter = make_reporter(quiet)
     warnings = _Warnings(quiet)

@@ -15,6 +15,7 @@ from packcli.errors import UsageError
 DEFAULT_MAX_LEN = 4096
 DEFAULT_SHARD_SIZE = 512 * 2**20
 MAX_TOKEN_ID = 2**31 - 1  # shards store int32 ids
+ENGINES = ("local", "ray")
 
 
 class Overflow(Enum):
@@ -40,7 +41,7 @@ class PackOptions:
     chat_template: str | None = None
     loss_on: str = "assistant"
     shard_size: int = DEFAULT_SHARD_SIZE
-    workers: int | None = None
+    workers: int | None = None  # tokenizer threads; with partitions, worker processes (or Ray actors)
     seed: int = 0
     window: int | None = None
     eos: bool = True
@@ -53,11 +54,20 @@ class PackOptions:
     weights: tuple[float, ...] | None = None  # mixing: one weight per input
     target_tokens: int | None = None  # mixing: the output's token budget
     shuffle: bool = True  # rows in a seeded random order (False: packing order)
+    partitions: int | None = None  # a partitioned run: this many partitions (see packcli.plan.partitions)
+    partition_size: int | None = None  # or as many partitions as it takes at about this many input bytes each
+    engine: str = "local"  # what runs the partitions: "local" (a process pool) or "ray"
+    ray_address: str | None = None
 
     @property
     def overflow_policy(self) -> Overflow:
         """The overflow policy, resolved (``overflow`` is None only before initialisation)."""
         return Overflow(self.overflow)
+
+    @property
+    def partitioned(self) -> bool:
+        """The run is cut into partitions (``--partitions`` or ``--partition-size``)."""
+        return self.partitions is not None or self.partition_size is not None
 
     @property
     def fine_tuning(self) -> bool:
@@ -97,6 +107,7 @@ class PackOptions:
             raise UsageError(f"--workers must be at least 1, got {self.workers}")
         if self.seed < 0:
             raise UsageError(f"--seed must be a non-negative integer, got {self.seed}")
+        self._check_partitioning()
 
     def _check_pretokenized(self) -> None:
         if self.ids_field is None:
@@ -136,6 +147,25 @@ class PackOptions:
         if self.target_tokens is not None and self.target_tokens < 1:
             raise UsageError(f"--target-tokens must be at least 1, got {self.target_tokens}")
 
+    def _check_partitioning(self) -> None:
+        if self.partitions is not None and self.partitions < 1:
+            raise UsageError(f"--partitions must be at least 1, got {self.partitions}")
+        if self.partition_size is not None and self.partition_size < 1:
+            raise UsageError(f"--partition-size must be positive, got {self.partition_size}")
+        if self.partitions is not None and self.partition_size is not None:
+            raise UsageError("use either --partitions or --partition-size, not both")
+        if self.engine not in ENGINES:
+            raise UsageError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
+        if self.engine != "local" and not self.partitioned:
+            raise UsageError(f"--engine {self.engine} runs partitions: add --partitions P or --partition-size SIZE")
+        if self.ray_address is not None and self.engine != "ray":
+            raise UsageError("--ray-address needs --engine ray")
+        if self.partitioned and self.mixing:
+            raise UsageError(
+                "--weights and --target-tokens do not combine with partitions yet: mixing draws documents from the "
+                "whole corpus; pack the mixture in one process"
+            )
+
     def to_json(self) -> dict[str, Any]:
         """All options as plain JSON values, for the manifest."""
         out = dataclasses.asdict(self)
@@ -144,9 +174,12 @@ class PackOptions:
         return out
 
     def output_relevant(self) -> dict[str, Any]:
-        """The options that change the output bytes (not ``workers``): these enter the fingerprint."""
+        """The options that change the output bytes: these enter the fingerprint and the manifest. Not the
+        scheduling (``workers``, ``engine``, ``ray_address``), and not how the partition count was asked for: a
+        partitioned run's plan hash stands for its partitions."""
         out = self.to_json()
-        del out["workers"]
+        for name in ("workers", "engine", "ray_address", "partitions", "partition_size"):
+            del out[name]
         return out
 
 

@@ -3,12 +3,14 @@ manifest. The only module that knows the stage order.
 
 The output is built in a staging directory beside ``out`` and moved into place only once its manifest is written,
 so an interrupted run never leaves an output that looks complete, and an existing output stays intact until then.
+A partitioned run (``--partitions``) runs the same stages, :func:`pack_tokens` included, once per partition and
+merges the parts (:mod:`packcli.engines.driver`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,11 @@ from packcli.errors import PackcliError
 from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.plan.order import shuffle_rows
-from packcli.plan.overflow import OverflowCounts, Pieces, apply_overflow
+from packcli.plan.overflow import Pieces, apply_overflow
 from packcli.plan.sources import Source, group_inputs, mixed_stream, source_entries
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
-from packcli.strategies import Packing, get_strategy, run_strategy
+from packcli.strategies import empty_packing, get_strategy, run_strategy
 from packcli.write.layout import exclusive_cumsum
 from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
 from packcli.write.publish import Publication
@@ -45,9 +47,14 @@ class Setup:
     encoder: Encoder
     sources: list[Source] | None = None  # mixed runs: one source per INPUT, its files in ``files`` order
 
-    def fingerprint(self) -> str:
-        """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it."""
-        extra = None if self.sources is None else {"sources": [len(source.files) for source in self.sources]}
+    def fingerprint(self, plan_hash: str | None = None) -> str:
+        """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it, and
+        a partitioned run's plan."""
+        extra: dict[str, Any] = {}
+        if self.sources is not None:
+            extra["sources"] = [len(source.files) for source in self.sources]
+        if plan_hash is not None:
+            extra["partition_plan"] = plan_hash
         return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output", extra)
 
     def cache_key(self) -> str:
@@ -74,6 +81,7 @@ class PackResult:
     status: str
     manifest: dict[str, Any]
     from_cache: bool = False  # the tokens came from the tokenization cache that `stats` left
+    details: dict[str, Any] = field(default_factory=dict)  # a partitioned run's partition counts and packing gap
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` object of ``packcli pack``."""
@@ -87,6 +95,7 @@ class PackResult:
             "tokenized_from_cache": self.from_cache,
             **self.manifest["totals"],
             **({"sources": self.manifest["sources"]} if "sources" in self.manifest else {}),
+            **self.details,
         }
 
 
@@ -105,8 +114,12 @@ def pack_corpus(
     """
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn)
+    read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
+    if options.partitioned:
+        from packcli.engines.driver import pack_partitioned  # the engines are loaded only when used
+
+        return pack_partitioned(setup, out, overwrite, read, reporter, warn)
     fingerprint = setup.fingerprint()
-    read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]
     with Publication(out, fingerprint, overwrite, inputs=read) as publication:
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out))
@@ -124,69 +137,77 @@ def _build(
     tokenized = cached or tokenize_corpus(
         files, encoder, options.skip_bad_records, staging / "tokens.tmp", reporter, warn
     )
-    supervision = Supervision() if encoder.supervised else None
+    stream = None
     try:
-        if len(tokenized.lengths) == 0:
-            raise PackcliError(
-                f"no documents: the input holds no usable record ({tokenized.counts.empty_documents} empty, "
-                f"{tokenized.counts.bad_records} bad records)",
-                files[0] if len(files) == 1 else None,
-            )
-        stream = None
-        lengths, starts = tokenized.lengths, None
-        if setup.sources is not None:
+        if setup.sources is not None and len(tokenized.lengths):
             stream = mixed_stream(setup.sources, tokenized.file_documents, tokenized.lengths, options)
-            lengths, starts = lengths[stream.documents], exclusive_cumsum(lengths)[stream.documents]
-        pieces, overflow = apply_overflow(lengths, options.max_len, options.overflow_policy, starts)
-        if len(pieces.length) == 0:
-            raise PackcliError(
-                f"no documents: --target-tokens {options.target_tokens} is less than any document"
-                if options.target_tokens is not None and stream is not None and not len(stream.documents)
-                else f"every document is longer than --max-len {options.max_len} and --overflow drop"
-            )
-        reporter.stage("packing")
-        packing = run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
-        if options.shuffle:
-            packing = shuffle_rows(packing, options.seed)
-        reporter.stage("writing")
-        metadata = {
-            "packcli.format_version": str(FORMAT_VERSION),
-            "packcli.max_len": str(options.max_len),
-            "packcli.tokenizer_sha256": setup.tokenizer.sha256 if setup.tokenizer is not None else "",
-        }
-        tokenized.store.finish()
-        schema = shard_schema(metadata, labels=encoder.supervised)
-        shards = write_rows(staging, tokenized.store, pieces, packing, schema, options.shard_size, supervision)
+        drawn = None if stream is None else stream.documents
+        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder.supervised, staging, reporter, drawn)
     finally:
         if cached is None:
             tokenized.store.remove()
         else:
             tokenized.store.close()
+    check_documents(len(tokenized.lengths), packed.totals, files, options)
     reporter.close()
-    manifest = _manifest(setup, fingerprint, lengths, tokenized, pieces, overflow, packing, shards)
+    manifest = base_manifest(setup, fingerprint)
+    manifest.update(totals=packed.totals, shards=[shard.to_json() for shard in packed.shards])
     if setup.sources is not None and stream is not None:
-        manifest["sources"] = source_entries(setup.sources, stream, tokenized.file_documents, tokenized.lengths, pieces)
-    if supervision is not None:
-        manifest["totals"].update(asdict(supervision))
-        manifest["columns"] = list(shard_schema({}, labels=True).names)
+        manifest["sources"] = source_entries(
+            setup.sources, stream, tokenized.file_documents, tokenized.lengths, packed.pieces
+        )
     write_manifest(staging, manifest)
     if cached is not None:
         cache.discard(key)
     return manifest, cached is not None
 
 
-def _manifest(
-    setup: Setup,
-    fingerprint: str,
-    lengths: np.ndarray,
+@dataclass(frozen=True)
+class Packed:
+    """What one local run wrote: its manifest totals, its shards, and the pieces it packed."""
+
+    totals: dict[str, int]
+    shards: list[ShardInfo]
+    pieces: Pieces
+
+
+def pack_tokens(
     tokenized: Tokenized,
-    pieces: Pieces,
-    overflow: OverflowCounts,
-    packing: Packing,
-    shards: list[ShardInfo],
-) -> dict[str, Any]:
-    """The manifest; ``lengths`` are the documents packing started from (a mixed run's drawn stream)."""
-    options = setup.options
+    options: PackOptions,
+    tokenizer: LoadedTokenizer | None,
+    supervised: bool,
+    directory: Path,
+    reporter: Reporter,
+    drawn: np.ndarray | None = None,
+    prefix: str = "shard",
+) -> Packed:
+    """Overflow -> pack -> shuffle rows -> write: one local run on a tokenized corpus, its shards written into
+    ``directory`` and named ``{prefix}-NNNNN.arrow``. A single-process run calls it on the whole corpus (``drawn``:
+    the documents a mixed run drew, in order), a partition on its slices (with the partition's seed). No
+    documents, no shards."""
+    lengths, starts = tokenized.lengths, None
+    if drawn is not None:
+        lengths, starts = lengths[drawn], exclusive_cumsum(lengths)[drawn]
+    pieces, overflow = apply_overflow(lengths, options.max_len, options.overflow_policy, starts)
+    reporter.stage("packing")
+    packing = empty_packing()
+    if len(pieces.length):
+        packing = run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
+    if options.shuffle:
+        packing = shuffle_rows(packing, options.seed)
+    reporter.stage("writing")
+    metadata = {
+        "packcli.format_version": str(FORMAT_VERSION),
+        "packcli.max_len": str(options.max_len),
+        "packcli.tokenizer_sha256": tokenizer.sha256 if tokenizer is not None else "",
+    }
+    tokenized.store.finish()
+    schema = shard_schema(metadata, labels=supervised)
+    supervision = Supervision() if supervised else None
+    shards = []
+    if len(packing):
+        store, size = tokenized.store, options.shard_size
+        shards = write_rows(directory, store, pieces, packing, schema, size, supervision, prefix)
     totals = {
         "documents": len(pieces.length),
         "tokens": int(pieces.length.sum()),
@@ -197,22 +218,45 @@ def _manifest(
         "empty_documents": tokenized.counts.empty_documents,
         **overflow.to_json(),
     }
+    if supervision is not None:
+        totals.update(asdict(supervision))
+    return Packed(totals, shards, pieces)
+
+
+def check_documents(read: int, totals: dict[str, int], files: list[Path], options: PackOptions) -> None:
+    """Refuse a run that packed nothing, saying why; ``read``: the documents read (before a mixed run draws)."""
+    if read == 0:
+        raise PackcliError(
+            f"no documents: the input holds no usable record ({totals['empty_documents']} empty, "
+            f"{totals['bad_records']} bad records)",
+            files[0] if len(files) == 1 else None,
+        )
+    if totals["documents"] == 0:
+        raise PackcliError(
+            f"no documents: --target-tokens {options.target_tokens} is less than any document"
+            if options.target_tokens is not None and totals["input_documents"] == 0
+            else f"every document is longer than --max-len {options.max_len} and --overflow drop"
+        )
+
+
+def base_manifest(setup: Setup, fingerprint: str) -> dict[str, Any]:
+    """The manifest keys of every output, before its ``totals`` and ``shards``: format and packcli versions, the
+    output-relevant options, inputs, tokenizer, ``max_len``, strategy, columns."""
+    options = setup.options
     return {
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "fingerprint": fingerprint,
-        "options": options.to_json(),
+        "options": options.output_relevant(),
         "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in setup.files],
-        "tokenizer": _tokenizer_entry(setup),
+        "tokenizer": tokenizer_entry(setup),
         "max_len": options.max_len,
         "strategy": options.strategy,
-        "columns": list(shard_schema({}).names),
-        "totals": totals,
-        "shards": [shard.to_json() for shard in shards],
+        "columns": list(shard_schema({}, labels=setup.encoder.supervised).names),
     }
 
 
-def _tokenizer_entry(setup: Setup) -> dict[str, Any]:
+def tokenizer_entry(setup: Setup) -> dict[str, Any]:
     """The manifest's ``tokenizer``: the tokenizer's description, ``ran`` (false for pre-tokenized records), and
     for pre-tokenized records the EOS/BOS ids actually appended."""
     if setup.tokenizer is None:

@@ -4,7 +4,7 @@ fine-tuning records) which tokens are supervised. Memory: O(documents) plus two 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +15,7 @@ import numpy as np
 from packcli.encode.encoders import Encoder
 from packcli.encode.store import TokenStore
 from packcli.read.fields import ReadCounts
-from packcli.read.inputs import read_records
+from packcli.read.inputs import InputSlice, read_records
 from packcli.report.progress import Reporter
 
 # Batches encoded at once in helper threads; more only contend for the cores (measured: 2 was slower).
@@ -30,18 +30,19 @@ class Tokenized:
     store: TokenStore
     lengths: np.ndarray
     counts: ReadCounts
-    file_documents: np.ndarray  # int64, one per input file: the documents it gave, in order
+    file_documents: np.ndarray  # int64, one per input file (or slice): the documents it gave, in order
 
 
 def tokenize_corpus(
-    files: list[Path],
+    files: Sequence[Path | InputSlice],
     encoder: Encoder,
     skip_bad_records: bool,
     store_path: Path,
     reporter: Reporter,
     warn: Callable[[str], None],
 ) -> Tokenized:
-    """Tokenize every record of ``files`` into a token store, in input order.
+    """Tokenize every record of ``files`` (whole files, or the slices a partition plan cut) into a token store, in
+    input order.
 
     Batches are encoded in helper threads (the tokenizer releases the GIL) while this thread reads the next and
     stores finished ones in order, so reading and storing hide behind tokenization.
@@ -49,8 +50,9 @@ def tokenize_corpus(
     store = TokenStore(store_path, with_mask=encoder.supervised)
     lengths: list[np.ndarray] = []
     counts = ReadCounts()
-    file_documents = np.zeros(len(files), dtype=np.int64)
-    reporter.start(sum(path.stat().st_size for path in files))
+    slices = [item if isinstance(item, InputSlice) else InputSlice(item) for item in files]
+    file_documents = np.zeros(len(slices), dtype=np.int64)
+    reporter.start(sum(item.path.stat().st_size for item in slices))
     documents = 0
 
     def store_batch(encoded: Future[Any], bytes_done: int, file: int) -> None:
@@ -64,8 +66,9 @@ def tokenize_corpus(
 
     def batches() -> Iterator[tuple[Any, int, int]]:
         bytes_before = 0
-        for file, path in enumerate(files):
-            for batch in read_records(path, encoder.fields, counts, skip_bad_records, warn, encoder.convert):
+        for file, item in enumerate(slices):
+            path = item.path
+            for batch in read_records(path, encoder.fields, counts, skip_bad_records, warn, encoder.convert, item.span):
                 prepared = encoder.prepare(batch.columns, counts)
                 if prepared:
                     yield prepared, bytes_before + batch.position, file

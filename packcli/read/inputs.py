@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packcli.errors import BadRecordError, PackcliError
@@ -17,6 +18,17 @@ JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".js
 SUPPORTED_SUFFIXES = (*JSONL_SUFFIXES, ".parquet", ".arrow")
 
 Warn = Callable[[str], None]
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class InputSlice:
+    """Part of one input file, as a partition plan cuts it: ``span`` is [start, end) in the file's own unit (bytes
+    of a plain JSON Lines file, whose lines that start in the range belong to it; row groups of a Parquet file;
+    record batches of an Arrow file); None is the whole file."""
+
+    path: Path
+    span: Span | None = None
 
 
 def _is_supported(path: Path) -> bool:
@@ -60,8 +72,9 @@ def read_records(
     skip_bad_records: bool,
     warn: Warn,
     convert: Convert | None = None,
+    span: Span | None = None,
 ) -> Iterator[FieldBatch]:
-    """Yield the valid records of one input file in batches.
+    """Yield the valid records of one input file (or of the ``span`` of it, see :class:`InputSlice`) in batches.
 
     Args:
         path: an input file of a supported format.
@@ -71,6 +84,7 @@ def read_records(
         warn: called with a one-line message for each skipped record.
         convert: applied to each record's values while reading (so its errors name the line); the batch then
             has one column of its results.
+        span: only this part of the file; errors still name the line (or row) in the whole file.
     """
 
     def reject(exc: BadRecordError) -> None:
@@ -84,8 +98,8 @@ def read_records(
 
     name = path.name
     if name.endswith(".parquet"):
-        yield from read_parquet(path, fields, reject)
+        yield from read_parquet(path, fields, reject, span)
     elif name.endswith(".arrow"):
-        yield from read_arrow(path, fields, reject)
+        yield from read_arrow(path, fields, reject, span)
     else:
-        yield from read_json(path, fields, reject)
+        yield from read_json(path, fields, reject, span)

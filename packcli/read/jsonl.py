@@ -24,12 +24,18 @@ _BLOCK_BYTES = 1 << 20  # measured: bigger tokenizer batches run slower (cache m
 _SLOW_BATCH_RECORDS = 4096
 
 
-def read_json(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
-    """The records of a JSON Lines file, or of a ``.json`` file holding one array of records."""
-    if _starts_with_bracket(path):
+def read_json(
+    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None = None
+) -> Iterator[FieldBatch]:
+    """The records of a JSON Lines file, or of a ``.json`` file holding one array of records.
+
+    ``span`` (plain JSON Lines only): the lines that start in this byte range [start, end), where ``start`` is a
+    line start (a partition plan cuts files this way); errors still name the line in the whole file.
+    """
+    if span is None and is_json_array(path):
         yield from _read_json_array(path, fields, reject)
     else:
-        yield from _read_jsonl(path, fields, reject)
+        yield from _read_jsonl(path, fields, reject, span)
 
 
 def _codec(path: Path) -> str | None:
@@ -40,8 +46,26 @@ def _codec(path: Path) -> str | None:
     return None
 
 
+class _ByteRange(io.RawIOBase):
+    """The bytes [start, end) of an open file, as a stream of their own."""
+
+    def __init__(self, raw: IO[bytes], start: int, end: int) -> None:
+        raw.seek(start)
+        self.raw = raw
+        self.left = end - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")[: self.left]
+        count = self.raw.readinto(view) or 0  # type: ignore[attr-defined]
+        self.left -= count
+        return count
+
+
 @contextmanager
-def _decompressed(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+def _decompressed(path: Path, span: tuple[int, int] | None = None) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
     """(decompressed stream, raw file): the raw file's position is how far into the file on disk reading is."""
     try:
         raw = open(path, "rb")  # noqa: SIM115 (closed below, after the stream on top of it)
@@ -49,7 +73,10 @@ def _decompressed(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         raise PackcliError(f"cannot read: {exc}", path) from exc
     with raw:
         codec = _codec(path)
-        if codec == "gzip":
+        if span is not None:
+            assert codec is None, "a compressed file is read whole"
+            yield cast(IO[bytes], io.BufferedReader(_ByteRange(raw, *span))), raw
+        elif codec == "gzip":
             yield cast(IO[bytes], gzip.GzipFile(fileobj=raw)), raw
         elif codec == "zstd":
             yield (
@@ -60,7 +87,7 @@ def _decompressed(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
             yield raw, raw
 
 
-def _starts_with_bracket(path: Path) -> bool:
+def is_json_array(path: Path) -> bool:
     """True when a JSON file holds one array of records rather than JSON Lines."""
     try:
         with _decompressed(path) as (stream, _):
@@ -78,19 +105,21 @@ class _SlowPathNeeded(Exception):
         self.records_done = records_done
 
 
-def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
+def _read_jsonl(
+    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None
+) -> Iterator[FieldBatch]:
     try:
         if any(field.kind != "string" or isinstance(field, Converted) for field in fields):
             raise _SlowPathNeeded(0)  # nested values: the line parser checks them record by record
-        yield from _read_jsonl_fast(path, fields)
+        yield from _read_jsonl_fast(path, fields, span)
     except _SlowPathNeeded as slow:
-        yield from _read_jsonl_lines(path, fields, slow.records_done, reject)
+        yield from _read_jsonl_lines(path, fields, slow.records_done, reject, span)
 
 
-def _line_chunks(path: Path) -> Iterator[tuple[bytes, int]]:
+def _line_chunks(path: Path, span: tuple[int, int] | None) -> Iterator[tuple[bytes, int]]:
     """Decompressed data in pieces of about _BLOCK_BYTES that end at a line end, each with the bytes of the file
     on disk read so far (for progress: a reader that reads ahead of what it parsed would overstate it)."""
-    with _decompressed(path) as (stream, raw):
+    with _decompressed(path, span) as (stream, raw):
         rest = b""
         while chunk := stream.read(_BLOCK_BYTES):
             data = rest + chunk
@@ -102,13 +131,13 @@ def _line_chunks(path: Path) -> Iterator[tuple[bytes, int]]:
             yield rest, raw.tell()
 
 
-def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[FieldBatch]:
+def _read_jsonl_fast(path: Path, fields: Sequence[Field], span: tuple[int, int] | None) -> Iterator[FieldBatch]:
     """pyarrow's JSON parser, a piece at a time; raises _SlowPathNeeded at the first piece it cannot take whole."""
     schema = pa.schema([(field.name, pa.string()) for field in fields])
     parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     records = 0
     try:
-        for piece, position in _line_chunks(path):
+        for piece, position in _line_chunks(path, span):
             read = pa_json.ReadOptions(block_size=len(piece) + 1, use_threads=False)  # no record straddles blocks
             table = pa_json.read_json(pa.BufferReader(piece), read_options=read, parse_options=parse)
             if any(column.null_count for column in table.columns):
@@ -120,11 +149,14 @@ def _read_jsonl_fast(path: Path, fields: Sequence[Field]) -> Iterator[FieldBatch
         raise _SlowPathNeeded(records) from exc
 
 
-def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, reject: Reject) -> Iterator[FieldBatch]:
+def _read_jsonl_lines(
+    path: Path, fields: Sequence[Field], records_done: int, reject: Reject, span: tuple[int, int] | None
+) -> Iterator[FieldBatch]:
     """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
     batch = Columns(width(fields))
     records = line_number = 0
-    with _decompressed(path) as (stream, raw):
+    lines_before: int | None = None  # lines ahead of the span, counted only when an error needs them
+    with _decompressed(path, span) as (stream, raw):
         lines = enumerate(stream, start=1)
         while True:
             try:
@@ -141,11 +173,23 @@ def _read_jsonl_lines(path: Path, fields: Sequence[Field], records_done: int, re
             try:
                 batch.add(values_of(_parse_line(raw_line), fields))
             except BadRecordError as exc:
-                exc.path, exc.line = str(path), line_number
+                if lines_before is None:
+                    lines_before = _count_lines(path, span[0]) if span else 0
+                exc.path, exc.line = str(path), lines_before + line_number
                 reject(exc)
             if len(batch) >= _SLOW_BATCH_RECORDS:
                 yield batch.take(raw.tell())
     yield batch.take(path.stat().st_size)
+
+
+def _count_lines(path: Path, end: int) -> int:
+    """The line ends in the first ``end`` bytes of a plain file."""
+    count = 0
+    with open(path, "rb") as handle:
+        while end > 0 and (block := handle.read(min(end, _BLOCK_BYTES))):
+            count += block.count(b"\n")
+            end -= len(block)
+    return count
 
 
 def _parse_line(raw_line: bytes) -> Any:

@@ -52,25 +52,31 @@ def _values(column: pa.Array) -> list[Any]:
     return list(column.to_pylist())
 
 
-def read_parquet(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
-    """A Parquet file, one row group at a time."""
+def read_parquet(
+    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None = None
+) -> Iterator[FieldBatch]:
+    """A Parquet file, one row group at a time (only the row groups [start, end) of ``span``)."""
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise PackcliError(f"cannot read as Parquet: {exc}", path) from exc
     check_columns(path, parquet.schema_arrow, fields)
-    rows = 0
-    size = path.stat().st_size
     groups = parquet.metadata.num_row_groups
-    for group in range(groups):
+    first, last = span or (0, groups)
+    rows = sum(parquet.metadata.row_group(group).num_rows for group in range(first))
+    size = path.stat().st_size
+    for group in range(first, last):
         table = parquet.read_row_group(group, columns=[field.name for field in fields])
         columns = [table.column(field.name).combine_chunks() for field in fields]
         yield FieldBatch(table_records(path, columns, fields, rows, reject), size * (group + 1) // groups)
         rows += table.num_rows
 
 
-def read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
-    """Arrow IPC, stream format (as ``datasets`` writes it) or file format."""
+def read_arrow(
+    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None = None
+) -> Iterator[FieldBatch]:
+    """Arrow IPC, stream format (as ``datasets`` writes it) or file format (only the record batches [start, end)
+    of ``span``)."""
     source = pa.memory_map(str(path))
     try:
         reader: Any = pa.ipc.open_stream(source)
@@ -85,9 +91,15 @@ def read_arrow(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[
         if isinstance(reader, pa.ipc.RecordBatchStreamReader)
         else (reader.get_batch(i) for i in range(reader.num_record_batches))
     )
+    first, last = span or (0, None)
     rows = 0
     size = path.stat().st_size
-    for batch in batches:
+    for number, batch in enumerate(batches):
+        if last is not None and number >= last:
+            break
+        if number < first:  # memory-mapped: skipping a batch reads its header, not its data
+            rows += batch.num_rows
+            continue
         columns = [batch.column(index) for index in indices]
         yield FieldBatch(table_records(path, columns, fields, rows, reject), min(size, source.tell()))
         rows += batch.num_rows

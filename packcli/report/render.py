@@ -68,7 +68,13 @@ def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
             and not (key == "input_tokens" and summary[key] == summary["tokens"])
         ):
             lines.append(f"  {key.replace('_', ' ')}: {summary[key]:,}")
-    return lines + [f"  {_source_line(source)}" for source in summary.get("sources", [])]
+    lines += [f"  {_source_line(source)}" for source in summary.get("sources", [])]
+    if "packing_gap" in summary:
+        lines.append(
+            f"  partitions: {summary['partitions']:,} ({summary['partitions_reused']:,} reused); "
+            f"{summary['packing_gap']:+.3%} sequences against the lower bound {summary['lower_bound_sequences']:,}"
+        )
+    return lines
 
 
 def _source_line(source: dict[str, Any]) -> str:

@@ -14,6 +14,9 @@ Invariants:
   what a run killed outright leaves (``kill -9``, power loss) the next run removes, under the lock.
 - A symlinked output (``--out`` linking to scratch storage) is written through: the output lands in the link's
   target and the link stays a link.
+- A resumable publication (partitioned runs) stages in one directory per output, ``.NAME.packcli-resume``, that a
+  failed, interrupted or killed run leaves in place: the rerun finds the partitions committed there and decides
+  what to reuse (:mod:`packcli.engines.parts`).
 
 Usage::
 
@@ -71,15 +74,19 @@ class Publication:
         fingerprint: the run identity; an output with the same one and intact shards is up to date.
         overwrite: replace an existing packcli output of another fingerprint.
         inputs: the files and directories the run reads; none may lie inside ``out``, nor ``out`` inside them.
+        resumable: stage in ``.NAME.packcli-resume``, kept (not emptied) when the run starts and when it fails.
     """
 
-    def __init__(self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = (), resumable: bool = False
+    ) -> None:
         self.out = out
         self.target = out.resolve()  # where the output lives: through any link
         self.fingerprint = fingerprint
         self.overwrite = overwrite
         self.inputs = list(inputs)
-        self.staging = self._sibling(f"staging-{os.getpid()}-{secrets.token_hex(4)}")
+        self.resumable = resumable
+        self.staging = self._sibling("resume" if resumable else f"staging-{os.getpid()}-{secrets.token_hex(4)}")
         self.up_to_date = False
         self._lock = FileLock(self._sibling("lock"))
         self._committed = False
@@ -120,7 +127,7 @@ class Publication:
                     "holds another packcli output (other inputs, tokenizer or options); pass --overwrite to replace it",
                     self.out,
                 )
-            self.staging.mkdir()
+            self.staging.mkdir(exist_ok=self.resumable)
             self._staged = True
         except BaseException as error:
             self._close(error)
@@ -147,12 +154,12 @@ class Publication:
         self._close(error)
 
     def _close(self, error: BaseException | None) -> None:
-        """Remove the staging unless committed, unlock (removing the lock file), restore the signal handlers, then
-        let a terminating signal take effect."""
+        """Remove the staging unless committed (or resumable), unlock (removing the lock file), restore the signal
+        handlers, then let a terminating signal take effect."""
         if isinstance(error, Terminated):
             self._pending = error.signum
         with self._deferred_signals():
-            if self._staged and not self._committed:
+            if self._staged and not self._committed and not self.resumable:
                 _remove(self.staging)
         self._lock.release(remove=True)
         for signum, handler in self._previous_handlers.items():

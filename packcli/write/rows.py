@@ -37,8 +37,10 @@ def write_rows(
     schema: pa.Schema,
     shard_size: int,
     supervision: Supervision | None = None,
+    prefix: str = "shard",
 ) -> list[ShardInfo]:
-    """Gather each row's tokens (and labels, when the store has a mask) and write the rows as rolling shards."""
+    """Gather each row's tokens (and labels, when the store has a mask) and write the rows as rolling shards named
+    ``{prefix}-NNNNN.arrow``."""
     lengths = pieces.length[packing.order]
     starts = pieces.start[packing.order]
     row_tokens = np.diff(row_token_offsets(lengths, packing.offsets))
@@ -48,7 +50,7 @@ def write_rows(
     budget = min(shard_size, BATCH_BYTES)
     batch_of_row = (np.cumsum(row_bytes) - row_bytes) // budget
     cuts = np.concatenate(([0], np.nonzero(np.diff(batch_of_row))[0] + 1, [len(row_bytes)]))
-    with ShardWriter(directory, schema, shard_size) as writer:
+    with ShardWriter(directory, schema, shard_size, prefix) as writer:
         for first, last in zip(cuts[:-1], cuts[1:]):
             row_offsets = packing.offsets[first : last + 1] - packing.offsets[first]
             docs = slice(packing.offsets[first], packing.offsets[last])

@@ -1,0 +1,87 @@
+"""Merge the parts of a partitioned run: every part must agree on the run's facts (fingerprint, plan hash,
+partition count, options, tokenizer, format and packcli versions, columns); totals are summed and shards listed
+in partition order, so the merged manifest is the same whatever engine or worker count produced the parts.
+
+The packing gap: sequences against the lower bound ``ceil(tokens / max_len)``. It bounds what partitioning cost
+(packing each partition on its own can only add sequences to one global packing, which is itself at or above the
+bound); above PARTITIONING_WARNING the driver warns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from packcli import __version__
+from packcli.errors import PackcliError
+from packcli.options import PackOptions
+from packcli.plan.partitions import Plan
+from packcli.write.manifest import FORMAT_VERSION
+from packcli.write.shards import shard_schema
+
+PARTITIONING_WARNING = 0.005  # a packing gap above 0.5% is worth a warning
+AGREED = (
+    "fingerprint",
+    "plan_hash",
+    "partitions",
+    "options",
+    "tokenizer",
+    "format_version",
+    "packcli_version",
+    "columns",
+)
+
+
+def run_facts(
+    fingerprint: str, plan: Plan, options: PackOptions, tokenizer: dict[str, Any], supervised: bool
+) -> dict[str, Any]:
+    """What every part of a run records and the merge checks (as JSON values, to compare with records read back)."""
+    return {
+        "fingerprint": fingerprint,
+        "plan_hash": plan.digest,
+        "partitions": len(plan),
+        "options": options.output_relevant(),
+        "tokenizer": tokenizer,  # the manifest's tokenizer entry
+        "format_version": FORMAT_VERSION,
+        "packcli_version": __version__,
+        "columns": list(shard_schema({}, labels=supervised).names),
+    }
+
+
+def input_facts(files: list[Path]) -> list[list[Any]]:
+    """The inputs as the run found them (path, size, mtime): a rerun after an input changed reuses nothing."""
+    return [[str(path), path.stat().st_size, path.stat().st_mtime_ns] for path in files]
+
+
+def merge_parts(records: list[dict[str, Any] | None], facts: dict[str, Any]) -> tuple[dict[str, int], list[Any]]:
+    """The merged totals and shard entries of a run's parts, in partition order.
+
+    Raises:
+        PackcliError: a partition is not committed, or a part disagrees with the run on one of the facts.
+    """
+    if len(records) != facts["partitions"]:
+        raise PackcliError(f"expected {facts['partitions']} parts, found {len(records)}")
+    for partition, record in enumerate(records):
+        if record is None:
+            raise PackcliError(f"partition {partition} has no completion record: it did not finish")
+        if record.get("partition") != partition:
+            raise PackcliError(f"the record of partition {partition} is for partition {record.get('partition')}")
+        for key in AGREED:
+            if record.get(key) != facts[key]:
+                raise PackcliError(
+                    f"partition {partition} disagrees with the run on {key}: it was packed by another run "
+                    "(another plan, options, tokenizer or packcli); rerun to pack it again"
+                )
+    parts = [record for record in records if record is not None]
+    keys = list(parts[0]["totals"])
+    for partition, record in enumerate(parts):
+        if list(record["totals"]) != keys:
+            raise PackcliError(f"partition {partition} records other totals than partition 0")
+    totals = {key: sum(int(record["totals"][key]) for record in parts) for key in keys}
+    return totals, [shard for record in parts for shard in record["shards"]]
+
+
+def packing_gap(totals: dict[str, int], max_len: int) -> dict[str, Any]:
+    """Sequences against the lower bound ``ceil(tokens / max_len)``: the bound and the relative gap."""
+    lower = -(-totals["tokens"] // max_len)
+    return {"lower_bound_sequences": lower, "packing_gap": totals["sequences"] / lower - 1 if lower else 0.0}

@@ -1,0 +1,152 @@
+"""The Ray engine (``--engine ray``, the ``packcli[ray]`` extra): the same partitions as calls on a pool of Ray
+actors, for a cluster. Ray schedules; it carries no tokens: each call reads its slices from the inputs and writes
+its shards to the staging directory (both on storage every node sees) and returns a small result.
+
+Where: ``--ray-address``, else ``RAY_ADDRESS``, else a Ray already initialised in this process, else a local Ray
+that packcli starts and stops. The pool: ``--workers`` actors (default: the cluster's CPUs less one), each loading
+the driver's tokenizer once from bytes put in the object store. The pool stays below the cluster's CPU count (an
+actor takes one CPU; fractions when asked for more actors than that): actors holding every CPU slot starve other
+Ray work on the cluster, as Ray Data's read tasks are starved in ray-project/ray issue 44687.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from types import ModuleType, TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
+from packcli.errors import PackcliError
+from packcli.extras import requires_extra
+
+CONNECT_TIMEOUT_S = 5.0
+LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through it, never tokens
+
+
+class PartitionActor:
+    """A Ray actor that runs partitions with the tokenizer it loaded once."""
+
+    def __init__(self, tokenizer: ShippedTokenizer | None, threads: int) -> None:
+        os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
+        self.tokenizer = tokenizer.load() if tokenizer is not None else None  # None: pre-tokenized records
+
+    def run(self, job: PartitionJob) -> PartitionResult:
+        return run_partition(job, self.tokenizer)
+
+
+def import_ray() -> ModuleType:
+    """The ``ray`` module, or one clear error saying how to install it."""
+    with requires_extra("ray", "--engine ray"):
+        import ray
+    return ray
+
+
+class RayEngine:
+    """Runs partitions on Ray; connects on entry (a local Ray it started is stopped on exit).
+
+    Args:
+        workers: actors in the pool (None: the cluster's CPUs less one, at least one).
+        address: the cluster (``--ray-address``); None: ``RAY_ADDRESS``, else a local Ray.
+    """
+
+    def __init__(self, workers: int | None, address: str | None) -> None:
+        self.workers = workers
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self._ray: Any = None
+        self._started = False
+
+    def __enter__(self) -> RayEngine:
+        ray = self._ray = import_ray()
+        if ray.is_initialized():  # an enclosing script (or a test session) holds the connection
+            return self
+        options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+        if self.address is None:
+            options |= {
+                "address": "local",
+                "num_cpus": os.cpu_count(),
+                "include_dashboard": False,
+                "object_store_memory": LOCAL_OBJECT_STORE,
+            }
+        else:
+            _check_reachable(self.address)
+            options["address"] = self.address
+        try:
+            ray.init(**options)
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError or ValueError here
+            where = f"at {self.address}" if self.address else "locally"
+            raise PackcliError(f"cannot start or reach Ray {where}: {exc}") from None
+        self._started = True
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+    def run(
+        self,
+        jobs: Sequence[PartitionJob],
+        tokenizer: ShippedTokenizer | None,
+        on_result: Callable[[PartitionResult], bool],
+    ) -> None:
+        """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no
+        further job (the calls in flight finish)."""
+        ray = self._ray
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        size = max(1, min(len(jobs), self.workers or int(cpus) - 1))
+        spare = cpus - 1 if cpus > 1 else cpus / 2  # leave one CPU to the rest of the cluster
+        actor_class = ray.remote(num_cpus=min(1.0, spare / size))(PartitionActor)
+        shipped = ray.put(tokenizer)
+        # Tokenizer threads: the actor's share of the cores, assuming actors spread evenly over the nodes.
+        actors = [actor_class.remote(shipped, max(1, int(cpus) // size)) for _ in range(size)]
+        waiting = list(reversed(jobs))
+        running: dict[Any, Any] = {}
+        go_on = True
+        try:
+            while running or (waiting and go_on):
+                while actors and waiting and go_on:
+                    actor = actors.pop()
+                    running[actor.run.remote(waiting.pop())] = actor
+                done, _ = ray.wait(list(running), num_returns=1)
+                for ref in done:
+                    actors.append(running.pop(ref))
+                    go_on = on_result(_result(ray, ref)) and go_on
+        finally:
+            for actor in [*actors, *running.values()]:
+                ray.kill(actor)
+
+
+def _result(ray: Any, ref: Any) -> PartitionResult:
+    try:
+        result: PartitionResult = ray.get(ref)
+    except ray.exceptions.RayActorError as exc:
+        raise PackcliError(
+            f"a Ray actor died (its node lost, or out of memory?): {exc}; the partitions committed are kept: "
+            "rerun the same command to resume"
+        ) from None
+    return result
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast, in one line, when a ``host:port`` or ``ray://host:port`` address does not answer (Ray itself
+    would retry for a minute or more)."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number
+        raise PackcliError(f"--ray-address {address}: expected HOST:PORT or ray://HOST:PORT") from None
+    if host is None or port is None:
+        return  # "auto" and the like: Ray resolves them
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise PackcliError(
+            f"cannot reach Ray at {address}: {exc.strerror or exc}; check --ray-address (or RAY_ADDRESS) and that "
+            "the cluster is up (ray start --head)"
+        ) from None

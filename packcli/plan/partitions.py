@@ -1,0 +1,185 @@
+"""The partition plan of a partitioned run: which part of which input each partition reads. It is computed from
+the inputs alone (their sizes, the line starts nearest the cuts, Parquet row groups, Arrow record batches) and
+never from the cluster or the worker count, so the same inputs and partition count give the same plan, the same
+hash and the same bytes on any engine.
+
+Cutting: a plain JSON Lines file by byte ranges snapped to line starts (a partition owns the lines that start in
+its range, so a line of any length is read once, whole); Parquet by row groups; Arrow by record batches; a
+compressed file or a JSON array is one piece. Interleaving: a file is cut into as many pieces as there are
+partitions when it holds at least 1/SLICES_PER_PARTITION of the corpus (fewer when it is smaller), and each file's
+pieces go to the least-loaded partitions, largest files first, so every partition is a mixture of the whole corpus
+(partitions that each hold one source pack up to 25% worse than mixtures).
+
+Example, 2 partitions over ``a.jsonl`` (100 bytes, lines starting at 0, 40 and 70) and ``b.jsonl.gz`` (30 bytes):
+``a`` is cut at byte 50, snapped to the line start 70, so partition 0 reads ``a[0:70)`` and partition 1 reads
+``a[70:100)``; ``b`` is one piece and goes to partition 1, the lighter one (30 bytes against 70).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packcli.errors import PackcliError, UsageError
+from packcli.read.inputs import InputSlice, Span
+from packcli.read.jsonl import is_json_array
+
+SLICES_PER_PARTITION = 16  # pieces a partition reads on average: more mixing, against more files opened
+_PLAIN_JSON = (".jsonl", ".json", ".ndjson")
+_SCAN_BYTES = 1 << 16
+
+Piece = tuple[Span | None, int]  # (span in the file's unit, or None for the whole file; bytes on disk)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What each partition reads, in partition order; ``digest`` identifies the plan (it joins the fingerprint)."""
+
+    files: tuple[Path, ...]
+    partitions: tuple[tuple[InputSlice, ...], ...]
+    weights: tuple[int, ...]  # bytes on disk each partition reads (compressed files count their compressed size)
+    digest: str
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def describe(self) -> dict[str, object]:
+        """The manifest's ``partitions`` block."""
+        return {"count": len(self.partitions), "plan_hash": self.digest}
+
+
+def partition_count(files: Sequence[Path], partitions: int | None, partition_size: int | None) -> int:
+    """``--partitions`` as given, or as many partitions as ``--partition-size`` bytes (on disk) each take."""
+    if partitions is not None:
+        return partitions
+    if partition_size is None:
+        raise UsageError("a partitioned run needs --partitions or --partition-size")
+    return max(1, math.ceil(sum(path.stat().st_size for path in files) / partition_size))
+
+
+def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
+    """Cut ``files`` into ``partitions`` mixtures of the whole corpus (see the module docstring).
+
+    Raises:
+        UsageError: some partition would hold no input: the files cannot be cut that finely.
+    """
+    sizes = [path.stat().st_size for path in files]
+    total = max(1, sum(sizes))
+    pieces = [
+        _pieces(path, min(partitions, max(1, math.ceil(partitions * SLICES_PER_PARTITION * size / total))))
+        for path, size in zip(files, sizes)
+    ]
+    chosen: list[list[tuple[int, Span | None]]] = [[] for _ in range(partitions)]
+    loads = [(0, 0, k) for k in range(partitions)]  # (bytes, pieces, partition): a heap, least loaded first
+    for f in sorted(range(len(files)), key=lambda f: (-sizes[f], f)):
+        picked = sorted((heapq.heappop(loads) for _ in pieces[f]), key=lambda entry: entry[2])  # at most P pieces
+        for (load, count, k), (span, weight) in zip(picked, pieces[f]):
+            chosen[k].append((f, span))
+            heapq.heappush(loads, (load + weight, count + 1, k))
+    filled = sum(1 for slices in chosen if slices)
+    if filled < partitions:
+        raise UsageError(
+            f"{partitions} partitions are more than these inputs can be cut into: only {filled} would hold input "
+            "(a compressed file or JSON array is one piece; plain JSON Lines are cut only at line starts, Parquet "
+            "at row groups, Arrow at record batches); ask for fewer partitions"
+        )
+    weights = {(f, span): weight for f in range(len(files)) for span, weight in pieces[f]}
+    ordered = [sorted(slices, key=lambda s: (s[0], s[1] or (0, 0))) for slices in chosen]
+    digest = hashlib.sha256(
+        json.dumps(
+            {
+                "files": [[str(path), size] for path, size in zip(files, sizes)],
+                "partitions": [[[f, span] for f, span in slices] for slices in ordered],
+            },
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
+    return Plan(
+        files=tuple(files),
+        partitions=tuple(tuple(InputSlice(files[f], span) for f, span in slices) for slices in ordered),
+        weights=tuple(sum(weights[entry] for entry in slices) for slices in ordered),
+        digest=digest,
+    )
+
+
+def _pieces(path: Path, wanted: int) -> list[Piece]:
+    """Up to ``wanted`` non-empty contiguous pieces of one file, in file order."""
+    name = path.name.lower()
+    try:
+        if name.endswith(".parquet"):
+            metadata = pq.ParquetFile(path).metadata
+            return _cut_units(
+                [
+                    sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+                    for group in map(metadata.row_group, range(metadata.num_row_groups))
+                ],
+                wanted,
+            )
+        if name.endswith(".arrow"):
+            return _cut_units(_batch_sizes(path), wanted)
+    except (OSError, pa.ArrowException) as exc:
+        raise PackcliError(f"cannot read to plan partitions: {exc}", path) from exc
+    if name.endswith(_PLAIN_JSON) and not is_json_array(path):
+        return _cut_lines(path, wanted)
+    return [(None, path.stat().st_size)]
+
+
+def _batch_sizes(path: Path) -> list[int]:
+    """The bytes of each record batch of an Arrow IPC file (stream or file format), memory-mapped: no data read."""
+    source = pa.memory_map(str(path))
+    try:
+        stream = pa.ipc.open_stream(source)
+        return [batch.nbytes for batch in stream]
+    except pa.ArrowInvalid:
+        reader = pa.ipc.open_file(source)
+        return [reader.get_batch(i).nbytes for i in range(reader.num_record_batches)]
+
+
+def _cut_units(sizes: list[int], wanted: int) -> list[Piece]:
+    """Group consecutive units (row groups, batches) into at most ``wanted`` pieces: unit i goes to the piece its
+    first byte falls in when the file's bytes are cut into ``wanted`` equal ranges."""
+    total = sum(sizes)
+    firsts: list[int] = []  # the first unit of each piece
+    weights: list[int] = []
+    before, current = 0, -1
+    for unit, size in enumerate(sizes):
+        piece = before * wanted // total if total else 0
+        if piece != current:
+            firsts.append(unit)
+            weights.append(0)
+            current = piece
+        weights[-1] += size
+        before += size
+    return [((first, end), weight) for first, end, weight in zip(firsts, [*firsts[1:], len(sizes)], weights)]
+
+
+def _cut_lines(path: Path, wanted: int) -> list[Piece]:
+    """Byte ranges of a plain JSON Lines file, cut into ``wanted`` equal parts and each cut moved forward to the
+    next line start; ranges left empty (a long line spans the cut) are dropped."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        bounds = [0, *(_line_start_at(handle, k * size // wanted, size) for k in range(1, wanted)), size]
+    return [((start, end), end - start) for start, end in zip(bounds, bounds[1:]) if end > start]
+
+
+def _line_start_at(handle: BinaryIO, position: int, size: int) -> int:
+    """The first line start at or after ``position``: just past the first newline at or after ``position - 1``."""
+    if position == 0:
+        return 0
+    handle.seek(position - 1)
+    offset = position - 1
+    while block := handle.read(_SCAN_BYTES):
+        newline = block.find(b"\n")
+        if newline >= 0:
+            return offset + newline + 1
+        offset += len(block)
+    return size

@@ -1,0 +1,109 @@
+"""The engines: Ray gives the local engine's bytes; a missing Ray, an unreachable cluster and misused flags are one
+line each. One local Ray (2 CPUs, a small object store) is started for the whole module: starting Ray takes
+several seconds, so the tests that need it are few and marked ``ray``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+def files_of(out: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(out.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    texts = [record["text"] for record in read_jsonl(SAMPLE)][:60]
+    return write_jsonl(tmp_path_factory.mktemp("corpus") / "sample.jsonl", [{"text": text} for text in texts])
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packcli[ray]')")
+    ray.init(address="local", num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.ray
+def test_ray_and_local_engines_write_identical_bytes(corpus: Path, tmp_path: Path, local_ray: None) -> None:
+    outs = {}
+    for engine in ("local", "ray"):
+        outs[engine] = tmp_path / engine
+        result = invoke(
+            "pack", str(corpus), "--max-len", "512", "--partitions", "4", "--engine", engine,
+            "--out", str(outs[engine]), "--json",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["partitions"] == 4
+    assert files_of(outs["ray"]) == files_of(outs["local"])
+    assert len(files_of(outs["ray"])) == 5
+
+
+@pytest.mark.ray
+def test_a_failing_partition_on_ray_names_file_and_line(tmp_path: Path, local_ray: None) -> None:
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text('{"text": "fine"}\n' * 30 + '{"text": 3}\n' + '{"text": "fine"}\n' * 9)
+    result = invoke("pack", str(corpus), "--partitions", "2", "--engine", "ray", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert f"{corpus}:31: " in result.stderr and "partition 1 of 2" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def run_packcli(*args: str, prelude: str = "pass") -> subprocess.CompletedProcess[str]:
+    """packcli in a fresh interpreter (``prelude`` runs first), capturing its output."""
+    code = f"import sys; {prelude}; from packcli.cli import main; sys.argv = ['packcli', *sys.argv[1:]]; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_engine_ray_without_ray_installed_is_one_line(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_packcli(
+        "pack", str(corpus), "--partitions", "2", "--engine", "ray", "--out", str(out),
+        prelude="sys.modules['ray'] = None",  # what an interpreter without Ray sees: import ray fails
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == "error: --engine ray needs ray, which is not installed: pip install 'packcli[ray]'\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_unreachable_ray_address_is_one_line(corpus: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packcli[ray]')")
+    out = tmp_path / "out"
+    result = run_packcli(
+        "pack", str(corpus), "--partitions", "2", "--engine", "ray", "--ray-address", "127.0.0.1:9", "--out", str(out)
+    )
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: cannot reach Ray at 127.0.0.1:9: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--engine", "ray"], "--engine ray runs partitions: add --partitions P or --partition-size SIZE"),
+        (["--partitions", "2", "--ray-address", "h:1"], "--ray-address needs --engine ray"),
+        (["--partitions", "2", "--engine", "spark"], "unknown engine 'spark'; choose one of local, ray"),
+        (["--partitions", "2", "--partition-size", "1MB"], "use either --partitions or --partition-size"),
+    ],
+)
+def test_misused_engine_flags_are_usage_errors(corpus: Path, tmp_path: Path, flags: list[str], message: str) -> None:
+    result = invoke("pack", str(corpus), *flags, "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and message in result.stderr
+    assert not (tmp_path / "out").exists()

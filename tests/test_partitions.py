@@ -1,0 +1,252 @@
+"""Partitioned runs on the local engine: the plan, the merged output, resume after a kill, refusals and errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.engines.merge import merge_parts
+from packcli.errors import PackcliError, UsageError
+from packcli.options import PackOptions
+from packcli.pipeline import pack_corpus
+from packcli.plan.partitions import plan_partitions
+from packcli.report.verify import verify_output
+from packcli.write.shards import read_shard
+
+runner = CliRunner()
+TEXTS = [record["text"] for record in read_jsonl(SAMPLE)]
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+def files_of(out: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(out.iterdir())}
+
+
+def documents(out: Path) -> Counter[tuple[int, ...]]:
+    """Every packed document (piece) of an output, as a multiset."""
+    found: Counter[tuple[int, ...]] = Counter()
+    for shard in json.loads((out / "manifest.json").read_text())["shards"]:
+        table = read_shard(out / shard["file"])
+        for ids, cu in zip(table.column("input_ids").to_pylist(), table.column("cu_seqlens").to_pylist()):
+            found.update(tuple(ids[a:b]) for a, b in zip(cu, cu[1:]))
+    return found
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 documents of the sample corpus as plain JSON Lines (2 MB): cut by byte ranges."""
+    return write_jsonl(tmp_path_factory.mktemp("corpus") / "sample.jsonl", [{"text": text} for text in TEXTS[:120]])
+
+
+@pytest.fixture(scope="module")
+def reference(plain: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted run: 4 partitions on 2 workers."""
+    out = tmp_path_factory.mktemp("reference") / "out"
+    result = invoke("pack", str(plain), "--max-len", "512", "--partitions", "4", "--workers", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_plan_cuts_plain_json_lines_at_line_starts_and_mixes_every_file(tmp_path: Path) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", [{"text": text} for text in TEXTS[:60]])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"text": text} for text in TEXTS[60:120]])
+    c = write_jsonl(tmp_path / "c.jsonl.gz", [{"text": text} for text in TEXTS[120:]], compress=True)
+    plan = plan_partitions([a, b, c], 4)
+    assert len(plan) == 4 and plan == plan_partitions([a, b, c], 4)
+    assert plan.digest != plan_partitions([a, b, c], 3).digest
+    for path in (a, b):  # every line is owned by one partition: the spans tile the file, each starts a line
+        data = path.read_bytes()
+        spans = sorted(s.span for part in plan.partitions for s in part if s.path == path and s.span is not None)
+        assert [start for start, _ in spans] == [0, *(end for _, end in spans[:-1])] and spans[-1][1] == len(data)
+        assert all(start == 0 or data[start - 1 : start] == b"\n" for start, _ in spans)
+        assert all(any(s.path == path for s in part) for part in plan.partitions)  # a mixture of every big file
+    assert [s.span for part in plan.partitions for s in part if s.path == c] == [None]  # compressed: whole
+
+
+def test_plan_cuts_parquet_by_row_groups_and_arrow_by_record_batches(tmp_path: Path) -> None:
+    table = pa.table({"text": TEXTS[:80]})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=20)
+    with pa.OSFile(str(tmp_path / "b.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=16):
+            writer.write_batch(batch)
+    plan = plan_partitions([tmp_path / "a.parquet", tmp_path / "b.arrow"], 2)
+    groups = [s.span for part in plan.partitions for s in part if s.path.name == "a.parquet"]
+    batches = [s.span for part in plan.partitions for s in part if s.path.name == "b.arrow"]
+    assert sorted(groups) == [(0, 2), (2, 4)] and sorted(batches)[0][0] == 0 and sorted(batches)[-1][1] == 5
+
+
+def test_more_partitions_than_the_inputs_allow_is_one_line_and_no_output(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl.gz", [{"text": text} for text in TEXTS[:5]], compress=True)
+    with pytest.raises(UsageError, match="only 1 would hold input"):
+        plan_partitions([corpus], 2)
+    result = invoke("pack", str(corpus), "--partitions", "2", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "only 1 would hold input" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl.gz"]
+
+
+def test_every_input_format_partitioned_packs_the_same_documents(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", [{"text": text} for text in TEXTS[:30]])
+    write_jsonl(tmp_path / "b.jsonl.gz", [{"text": text} for text in TEXTS[30:45]], compress=True)
+    pq.write_table(pa.table({"text": TEXTS[45:75]}), tmp_path / "c.parquet", row_group_size=10)
+    table = pa.table({"text": TEXTS[75:100]})
+    with pa.OSFile(str(tmp_path / "d.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=10):
+            writer.write_batch(batch)
+    inputs = [str(tmp_path / name) for name in ("a.jsonl", "b.jsonl.gz", "c.parquet", "d.arrow")]
+    single = pack_corpus(inputs, PackOptions(max_len=1024), tmp_path / "single")
+    parted = pack_corpus(inputs, PackOptions(max_len=1024, partitions=3, workers=2), tmp_path / "parted")
+    for key in ("input_documents", "input_tokens", "tokens", "documents", "split_documents"):
+        assert parted.manifest["totals"][key] == single.manifest["totals"][key], key
+    assert documents(tmp_path / "parted") == documents(tmp_path / "single")
+    assert parted.manifest["partitions"] == {"count": 3, "plan_hash": parted.manifest["partitions"]["plan_hash"]}
+
+
+def test_a_one_mebibyte_line_across_a_cut_is_read_once(tmp_path: Path) -> None:
+    long_text = ""
+    while len(long_text) < 2**20:
+        long_text += " ".join(TEXTS)
+    records = (
+        [{"text": text} for text in TEXTS[:10]] + [{"text": long_text[: 2**20]}] + [{"text": t} for t in TEXTS[10:20]]
+    )
+    corpus = write_jsonl(tmp_path / "long.jsonl", records)
+    data = corpus.read_bytes()
+    line_start = sum(len(line) + 1 for line in data.split(b"\n")[:10])
+    line_end = data.index(b"\n", line_start) + 1
+    assert line_end - line_start > 2**20
+    assert line_start < len(data) // 2 < line_end  # the cut of 2 partitions falls inside the long line
+    plan = plan_partitions([corpus], 2)
+    assert [part[0].span for part in plan.partitions] == [(0, line_end), (line_end, len(data))]
+    single = pack_corpus([str(corpus)], PackOptions(max_len=4096), tmp_path / "single")
+    parted = pack_corpus([str(corpus)], PackOptions(max_len=4096, partitions=2, workers=2), tmp_path / "parted")
+    assert parted.manifest["totals"]["input_documents"] == len(records)
+    assert parted.manifest["totals"]["input_tokens"] == single.manifest["totals"]["input_tokens"]
+    assert documents(tmp_path / "parted") == documents(tmp_path / "single")
+
+
+def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
+    plain: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = tmp_path / "one"
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(tmp_path / "scratch"))  # token stores there: same bytes, none left
+    (tmp_path / "scratch").mkdir()
+    result = invoke("pack", str(plain), "--max-len", "512", "--partitions", "4", "--workers", "1", "--out", str(one))
+    assert result.exit_code == 0, result.output
+    assert files_of(one) == files_of(reference) and not list((tmp_path / "scratch").iterdir())
+    assert sorted(files_of(reference)) == ["manifest.json", *(f"part-0000{k}-shard-00000.arrow" for k in range(4))]
+    report = verify_output(reference)
+    assert report.ok, report.problems
+    single = pack_corpus([str(plain)], PackOptions(max_len=512), tmp_path / "single").manifest["totals"]
+    totals = json.loads((reference / "manifest.json").read_text())["totals"]
+    assert totals["input_tokens"] == totals["tokens"] == single["tokens"] and totals["documents"] == single["documents"]
+    assert single["sequences"] <= totals["sequences"] <= single["sequences"] * 1.01
+    assert documents(reference) == documents(tmp_path / "single")
+    stats = invoke("stats", str(reference), "--json")
+    assert stats.exit_code == 0 and json.loads(stats.stdout)["sequences"] == totals["sequences"]
+    from datasets import Dataset
+
+    assert len(Dataset.from_file(str(reference / "part-00002-shard-00000.arrow"))) > 0
+    pytest.importorskip("torch", reason="the loader needs the torch extra")
+    from packcli.torch import PackedDataset
+
+    rows = list(PackedDataset(reference, shuffle=False))
+    assert len(rows) == totals["sequences"] and sum(len(row["input_ids"]) for row in rows) == totals["tokens"]
+
+
+def test_resume_after_a_kill_ends_identical_and_refuses_other_runs_parts(
+    plain: Path, reference: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    staging = tmp_path / ".out.packcli-resume"
+    command = [sys.executable, "-m", "packcli", "pack", str(plain), "--max-len", "512", "--partitions", "4"]
+    process = subprocess.Popen([*command, "--workers", "1", "--out", str(out), "--quiet"], start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list((staging / ".parts").glob("part-*.json")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    committed = len(list((staging / ".parts").glob("part-*.json")))
+    assert 1 <= committed < 4 and not out.exists()
+    shutil.copytree(staging, tmp_path / ".other.packcli-resume")
+    shutil.copytree(staging, tmp_path / ".damaged.packcli-resume")
+
+    resumed = invoke("pack", str(plain), "--max-len", "512", "--partitions", "4", "--out", str(out), "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["partitions_reused"] == committed
+    assert files_of(out) == files_of(reference) and not staging.exists()
+
+    other = invoke(
+        "pack", str(plain), "--max-len", "512", "--partitions", "3", "--out", str(tmp_path / "other"), "--json"
+    )
+    assert other.exit_code == 0 and json.loads(other.stdout)["partitions_reused"] == 0
+    assert "its partition plan differs: 4 partitions then, 3 now" in other.stderr
+
+    shard = sorted((tmp_path / ".damaged.packcli-resume").glob("part-00000-shard-*.arrow"))[0]
+    data = bytearray(shard.read_bytes())
+    data[-100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    damaged = invoke(
+        "pack", str(plain), "--max-len", "512", "--partitions", "4", "--out", str(tmp_path / "damaged"), "--json"
+    )
+    assert damaged.exit_code == 0 and json.loads(damaged.stdout)["partitions_reused"] == committed - 1
+    assert "partition 0 is packed again" in damaged.stderr and "sha256" in damaged.stderr
+    assert files_of(tmp_path / "damaged") == files_of(reference)
+
+
+def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(tmp_path: Path) -> None:
+    lines = [json.dumps({"text": text}) for text in TEXTS[:80]]
+    lines[75] = '{"text": "an unterminated string}'
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(out))
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: {corpus}:76: invalid JSON") and "partition 3 of 4" in result.stderr
+    assert not out.exists()
+    committed = sorted(p.name for p in (tmp_path / ".out.packcli-resume" / ".parts").glob("part-*.json"))
+    assert committed == ["part-00000.json", "part-00001.json", "part-00002.json"]
+
+
+def test_parts_that_disagree_are_refused() -> None:
+    facts = {"fingerprint": "f", "plan_hash": "p", "partitions": 2, "options": {"max_len": 8}, "tokenizer": {},
+             "format_version": 1, "packcli_version": "0", "columns": ["input_ids"]}  # fmt: skip
+    part = {**facts, "totals": {"tokens": 3, "sequences": 1}, "shards": [{"file": "x"}]}
+    totals, shards = merge_parts([{**part, "partition": 0}, {**part, "partition": 1}], facts)
+    assert totals == {"tokens": 6, "sequences": 2} and len(shards) == 2
+    for key, value in (("plan_hash", "q"), ("options", {"max_len": 9}), ("format_version", 2), ("tokenizer", {"a": 1})):
+        with pytest.raises(PackcliError, match=f"partition 1 disagrees with the run on {key}"):
+            merge_parts([{**part, "partition": 0}, {**part, "partition": 1, key: value}], facts)
+    with pytest.raises(PackcliError, match="partition 1 has no completion record"):
+        merge_parts([{**part, "partition": 0}, None], facts)
+
+
+def test_partition_options_are_checked() -> None:
+    with pytest.raises(UsageError, match="not both"):
+        PackOptions(partitions=2, partition_size=10)
+    with pytest.raises(UsageError, match="--engine ray runs partitions"):
+        PackOptions(engine="ray")
+    assert PackOptions(partitions=4, workers=3).output_relevant() == PackOptions().output_relevant()
+
+
+def test_partition_size_sets_the_partition_count(plain: Path, tmp_path: Path) -> None:
+    result = invoke(
+        "pack", str(plain), "--partition-size", "700kB", "--max-len", "512", "--out", str(tmp_path / "o"), "--json"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["partitions"] == -(-plain.stat().st_size // 700_000) > 1
