@@ -38,6 +38,7 @@ class Setup:
     options: PackOptions
     tokenizer: LoadedTokenizer
     encoder: Encoder
+    unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
 
     def fingerprint(self) -> str:
         """The output's identity (see :mod:`packcli.identity`)."""
@@ -51,10 +52,10 @@ class Setup:
 def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] = lambda message: None) -> Setup:
     """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
     can be found before reading a record is raised here."""
-    files = find_inputs(inputs)
+    found = find_inputs(inputs, warn)
     get_strategy(options.strategy)
     tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
-    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn))
+    return Setup(found.files, options, tokenizer, make_encoder(options, tokenizer, warn), len(found.unread))
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def _build(
             tokenized.store.close()
     reporter.close()
     manifest = _manifest(files, options, tokenizer, fingerprint, tokenized, pieces, overflow, packing, shards)
+    manifest["totals"]["unread_files"] = setup.unread_files
     if supervision is not None:
         manifest["totals"].update(asdict(supervision))
         manifest["columns"] = list(shard_schema({}, labels=True).names)

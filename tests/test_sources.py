@@ -57,13 +57,13 @@ def test_find_inputs_dirs_globs_and_errors(tmp_path: Path) -> None:
     b = write_jsonl(tmp_path / "sub" / "b.jsonl", RECORDS)
     a = write_jsonl(tmp_path / "a.jsonl", RECORDS)
     (tmp_path / "notes.txt").write_text("not an input")
-    assert find_inputs([str(tmp_path)]) == [a.resolve(), b.resolve()]
-    assert find_inputs([str(tmp_path / "**" / "*.jsonl"), str(a)]) == [a.resolve(), b.resolve()]
+    assert find_inputs([str(tmp_path)]).files == [a.resolve(), b.resolve()]
+    assert find_inputs([str(tmp_path / "**" / "*.jsonl"), str(a)]).files == [a.resolve(), b.resolve()]
     with pytest.raises(PackcliError, match="no such file"):
         find_inputs([str(tmp_path / "missing.jsonl")])
     with pytest.raises(PackcliError, match="unsupported input format"):
         find_inputs([str(tmp_path / "notes.txt")])
-    with pytest.raises(PackcliError, match="no input file matches"):
+    with pytest.raises(PackcliError, match="matches this pattern"):
         find_inputs([str(tmp_path / "*.parquet")])
 
 
