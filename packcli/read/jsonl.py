@@ -62,10 +62,7 @@ def _read_jsonl(
     path: Path, fields: Sequence[Field], reject: Reject, convert: Convert | None
 ) -> Iterator[FieldBatch]:
     fast = convert is None and all(field.kind == "string" for field in fields)
-    parse = pa_json.ParseOptions(
-        explicit_schema=pa.schema([(field.name, pa.string()) for field in fields]),
-        unexpected_field_behavior="ignore",
-    )
+    parse = _parse_options(fields)
     for piece, first_line, position in _pieces(path):
         columns = _parse_fast(piece, fields, parse) if fast else None
         if columns is None:
@@ -100,28 +97,40 @@ def _pieces(path: Path) -> Iterator[tuple[bytes, int, int]]:
             yield rest, lines_before + 1, raw.tell()
 
 
+def _parse_options(fields: Sequence[Field]) -> pa_json.ParseOptions:
+    """pyarrow reads the fields as strings and ignores the others."""
+    schema = pa.schema([(field.name, pa.string()) for field in fields])
+    return pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+
+
 def _parse_fast(piece: bytes, fields: Sequence[Field], parse: pa_json.ParseOptions) -> list[list[Any]] | None:
     """The piece's columns by pyarrow's parser, or None where it might differ from the line parser."""
+    lines = _object_lines(piece)
+    if lines is None:  # checked first: pyarrow 26 crashes (SIGSEGV) on a piece that starts with `null`
+        return None
     read = pa_json.ReadOptions(block_size=len(piece) + 1, use_threads=False)  # one block: no record straddles two
     try:
         table = pa_json.read_json(pa.BufferReader(piece), read_options=read, parse_options=parse)
-        if any(column.null_count for column in table.columns) or not _agrees(piece, table.num_rows):
-            return None  # a missing field or null, or a line the line parser reads otherwise: it names the line
+        if table.num_rows != lines or any(column.null_count for column in table.columns):
+            return None  # two objects on a line, or a missing field or null: the line parser names the line
         return [table.column(field.name).to_pylist() for field in fields]
     except (pa.ArrowInvalid, UnicodeDecodeError):  # invalid JSON or UTF-8 somewhere: the line parser finds where
         return None
 
 
-def _agrees(piece: bytes, rows: int) -> bool:
-    """Whether pyarrow's ``rows`` records from ``piece`` are what the line parser reads, line for line.
+def _object_lines(piece: bytes) -> int | None:
+    """The number of non-blank lines when each starts with ``{`` and ends with ``}`` (before an optional CR) and
+    holds nothing pyarrow reads otherwise than Python's json module; else None.
 
-    pyarrow reads a stream of whitespace-separated objects, not lines: ``{..}{..}`` on one line is two records to it,
-    and one object may span lines. Here every non-blank line starts with ``{`` and ends with ``}`` (before an
-    optional CR), and there are as many records as such lines. A line then holds exactly one object: a line
-    starting with ``{`` right after a ``}`` can only open a new top-level value (inside an object or array a comma
-    would come first), so no object crosses a line end, and the count leaves one object per line. What pyarrow
-    accepts beyond Python's json module (deep nesting, ``Inf``, ``-NaN``) sends the piece to the line parser too.
+    pyarrow reads a stream of whitespace-separated values, not lines: ``{..}{..}`` on one line is two records to
+    it, and one object may span lines. When every non-blank line starts with ``{`` and ends with ``}``, and pyarrow
+    reads as many records as there are such lines, each line holds exactly one object: a ``{`` right after a
+    ``}`` can only open a new top-level value (inside an object or array a comma would come first), so no object
+    crosses a line end, and the count leaves one object per line. What pyarrow accepts beyond Python's json
+    module (deep nesting, ``Inf``, ``-NaN``) sends the piece to the line parser too.
     """
+    if not piece.strip(_JSON_SPACE):
+        return None  # blank lines only: nothing to parse
     data = np.frombuffer(piece, dtype=np.uint8)
     ends = np.flatnonzero(data == ord("\n"))
     if not piece.endswith(b"\n"):
@@ -130,16 +139,17 @@ def _agrees(piece: bytes, rows: int) -> bool:
     last = ends - 1
     last -= (last >= starts) & (data[np.maximum(last, 0)] == ord("\r"))
     filled = last >= starts
-    if int(np.count_nonzero(filled)) != rows:
-        return False
+    lines = int(np.count_nonzero(filled))
     if not (np.all(data[starts[filled]] == ord("{")) and np.all(data[last[filled]] == ord("}"))):
-        return False
+        return None
     opening = np.flatnonzero((data == ord("{")) | (data == ord("[")))
-    if len(opening) - rows >= _MAX_FAST_BRACKETS:  # else no line can hold that many
+    if len(opening) - lines >= _MAX_FAST_BRACKETS:  # else no line can hold that many
         per_line = np.bincount(np.searchsorted(ends, opening), minlength=len(ends))
         if int(per_line.max()) > _MAX_FAST_BRACKETS:
-            return False
-    return not ((b"Inf" in piece or b"-NaN" in piece) and _NON_JSON_NUMBER.search(piece))
+            return None
+    if (b"Inf" in piece or b"-NaN" in piece) and _NON_JSON_NUMBER.search(piece):
+        return None
+    return lines
 
 
 def _parse_lines(
