@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ["bench_strategies.py", "bench_pack.py", "bench_loader.py"]
+BENCHES = ["bench_strategies.py", "bench_max_len.py", "bench_pack.py", "bench_loader.py"]
 
 
 def main() -> None:

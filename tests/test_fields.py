@@ -27,7 +27,11 @@ CHAT = Field("messages", "messages", "--messages-field")
         (["x"], CHAT, "message 1 of 'messages' has no role"),
         ([{"role": "bot", "content": "x"}], CHAT, "message 1 has unknown role 'bot' \\(known: system, user"),
         ([{"role": "user", "content": 1}], CHAT, "message 1 of 'messages' has no string content"),
-        ([{"role": "user", "content": "ok"}, {"role": "assistant", "content": "\ud83d"}], CHAT, "message 2 .* surrogate"),
+        (
+            [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "\ud83d"}],
+            CHAT,
+            "message 2 .* surrogate",
+        ),
     ],
 )
 def test_check_value_names_what_is_wrong(value: Any, field: Field, message: str) -> None:
@@ -44,7 +48,7 @@ def test_check_value_passes_valid_values_through() -> None:
 
 def test_values_of_a_json_record() -> None:
     assert values_of({"prompt": "p", "response": "r", "id": 3}, [Field("prompt"), Field("response")]) == ["p", "r"]
-    with pytest.raises(BadRecordError, match="record is a JSON list, not an object"):
+    with pytest.raises(BadRecordError, match="record is an array, not an object"):
         values_of([1], [TEXT])
     with pytest.raises(BadRecordError, match=r"record has no field 'body' \(use --prompt-field to pick another\)"):
         values_of({"text": "x"}, [Field("body", flag="--prompt-field")])

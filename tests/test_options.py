@@ -38,7 +38,9 @@ def test_long_context_max_len_packs_and_verifies(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["pack", "stats"])
 @pytest.mark.parametrize("max_len", [2**31, 2**32])
 def test_max_len_beyond_int32_is_exit_2_in_one_line(tmp_path: Path, command: str, max_len: int) -> None:
-    args = [command, str(SAMPLE), "--max-len", str(max_len)] + (["--out", str(tmp_path / "o")] if command == "pack" else [])
+    args = [command, str(SAMPLE), "--max-len", str(max_len)] + (
+        ["--out", str(tmp_path / "o")] if command == "pack" else []
+    )
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.stderr
     assert result.stderr == f"error: --max-len must fit the int32 columns (at most 2,147,483,647), got {max_len:,}\n"

@@ -219,3 +219,14 @@ def test_fit_decreasing_at_long_context_lengths(name: str, best: bool, case: tup
     """The engine's work follows the lengths present, not max_len: 2**31 - 1 is as quick as 64 (it was O(max_len))."""
     lengths, max_len = case
     assert rows_of(get_strategy(name)(lengths, max_len)) == reference_fit(lengths.tolist(), max_len, best)
+
+
+@pytest.mark.parametrize("first_fit", [False, True])
+def test_the_worked_trace_in_the_engine_docstring(first_fit: bool) -> None:
+    from packcli.strategies._fit import fit_decreasing, place
+
+    events, groups, sequences = place([3, 1], [2, 3], 4, first_fit)
+    assert events == [(0, 2, 1, 0), (0, 2, 1, 1), (2, 1, 1, 0)] and sequences == 3
+    assert groups.all_groups().tolist() == [[0, 2, 2], [2, 1, 1]]
+    packing = fit_decreasing(np.array([3, 3, 1, 1, 1]), 4, first_fit)
+    assert packing.order.tolist() == [0, 2, 1, 3, 4] and packing.offsets.tolist() == [0, 2, 4, 5]

@@ -96,10 +96,14 @@ def _check_text(text: str, what: str) -> None:
         ) from None
 
 
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false"}
+_JSON_KINDS[type(None)] = "null"
+
+
 def values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
     """The values of a JSON record's fields, in field order (checked when they are added to :class:`Columns`)."""
     if not isinstance(record, dict):
-        raise BadRecordError(f"record is a JSON {type(record).__name__}, not an object")
+        raise BadRecordError(f"record is {_JSON_KINDS.get(type(record), 'a JSON value')}, not an object")
     for field in fields:
         if field.name not in record:
             raise BadRecordError(f"record has no field {field.name!r} (use {field.flag} to pick another)")

@@ -23,7 +23,7 @@ from packcli.read.tables import read_arrow, read_parquet
 
 __all__ = ["SUPPORTED_SUFFIXES", "Inputs", "find_inputs", "input_format", "read_records"]
 
-JSON_SUFFIXES = tuple(base + compression for base in (".jsonl", ".ndjson", ".json") for compression in ("", *COMPRESSIONS))
+JSON_SUFFIXES = tuple(kind + packed for kind in (".jsonl", ".ndjson", ".json") for packed in ("", *COMPRESSIONS))
 SUPPORTED_SUFFIXES = (*JSON_SUFFIXES, ".parquet", ".arrow")
 FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .parquet, .arrow"
 _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
@@ -40,7 +40,7 @@ class Inputs:
 
 
 def input_format(path: Path) -> str | None:
-    """"json", "parquet" or "arrow" by the file name's suffixes, in any case; None for a file packcli does not read."""
+    """The format by the file name's suffixes, in any case: json, parquet or arrow; None when packcli does not read it."""
     name = path.name.lower()
     if name.endswith(".parquet"):
         return "parquet"

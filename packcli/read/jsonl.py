@@ -58,9 +58,7 @@ def _starts_with_bracket(path: Path) -> bool:
     return head.removeprefix(_BOM).lstrip(_JSON_SPACE).startswith(b"[")
 
 
-def _read_jsonl(
-    path: Path, fields: Sequence[Field], reject: Reject, convert: Convert | None
-) -> Iterator[FieldBatch]:
+def _read_jsonl(path: Path, fields: Sequence[Field], reject: Reject, convert: Convert | None) -> Iterator[FieldBatch]:
     fast = convert is None and all(field.kind == "string" for field in fields)
     parse = _parse_options(fields)
     for piece, first_line, position in _pieces(path):
