@@ -40,7 +40,7 @@ class Inputs:
 
 
 def input_format(path: Path) -> str | None:
-    """The format by the file name's suffixes, in any case: json, parquet or arrow; None when packcli does not read it."""
+    """The format by the name's suffixes, in any case: json, parquet or arrow; None if packcli reads no such file."""
     name = path.name.lower()
     if name.endswith(".parquet"):
         return "parquet"
