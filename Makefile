@@ -1,11 +1,12 @@
-# packcli: make demo (install, pack the bundled sample, print stats) and make test (install, run the suite).
+# packcli: make demo (install, pack the bundled sample, print stats) and make test (install, run the suite);
+# make dist builds the sdist and the wheel into dist/.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
 DEMO_OUT ?= build/demo-packed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench dist clean
 
 install: $(VENV)/.installed
 
@@ -32,5 +33,10 @@ lint: install
 bench: install
 	$(PY) bench/run.py
 
+# The sdist first, then the wheel built from it: a file missing from the sdist fails here, not at a user's.
+dist: install
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -6,7 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ["bench_strategies.py", "bench_max_len.py", "bench_pack.py", "bench_loader.py"]
+BENCHES = [
+    "bench_strategies.py",
+    "bench_max_len.py",
+    "bench_pack.py",
+    "bench_loader.py",
+    "bench_help.py",
+    "bench_mixing.py",
+]
 
 
 def main() -> None:

@@ -69,6 +69,24 @@ app = typer.Typer(
     "Errors are one line; --debug anywhere on the command line shows the traceback.",
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from packcli import __version__
+
+        print(f"packcli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Options that come before the command."""
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")]
 MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per packed sequence.")]
 TokenizerOption = Annotated[
@@ -134,7 +152,28 @@ def pack(
     loss_on: LossOnOption = "assistant",
     shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB.")] = "512MiB",
     workers: Annotated[int | None, typer.Option(min=1, help="Tokenizer threads (default: all cores).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for strategies that take one.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of the row order, of mixing samples, and of strategies that take one.")
+    ] = 0,
+    no_shuffle: Annotated[
+        bool, typer.Option("--no-shuffle", help="Write rows in packing order instead of a seeded random order.")
+    ] = False,
+    weights: Annotated[
+        str | None, typer.Option(help="Mix the inputs by weight, one per INPUT (a directory or glob is one): 0.7,0.3")
+    ] = None,
+    target_tokens: Annotated[
+        str | None,
+        typer.Option(help="Mixing: output tokens, e.g. 3M [default: the most that repeats no input]."),
+    ] = None,
+    ids_field: Annotated[
+        str | None, typer.Option(help="Pre-tokenized records: the field of token ids, packed as given.")
+    ] = None,
+    labels_field: Annotated[
+        str | None, typer.Option(help="Pre-tokenized fine-tuning: the field of labels (-100: no loss).")
+    ] = None,
+    eos_id: Annotated[
+        int | None, typer.Option(help="Pre-tokenized records: append this EOS id [default: the tokenizer's, if any].")
+    ] = None,
     window: Annotated[
         int | None, typer.Option(min=1, help="Pack each window of N consecutive documents on its own.")
     ] = None,
@@ -159,8 +198,12 @@ def pack(
       packcli pack 'shards/*.parquet' --overflow drop --json
 
       packcli pack sft.jsonl --prompt-field prompt --response-field response --max-len 2048
+
+      packcli pack web.jsonl code/ --weights 0.7,0.3 --target-tokens 3M
+
+      packcli pack tokens.parquet --ids-field input_ids --eos-id 2
     """
-    from packcli.options import PackOptions, parse_size
+    from packcli.options import PackOptions, parse_count, parse_size, parse_weights
     from packcli.pipeline import pack_corpus
     from packcli.report.progress import RichReporter, SilentReporter
 
@@ -186,6 +229,12 @@ def pack(
         bos=bos,
         eos_token=eos_token,
         skip_bad_records=skip_bad_records,
+        ids_field=ids_field,
+        labels_field=labels_field,
+        eos_id=eos_id,
+        weights=None if weights is None else parse_weights(weights),
+        target_tokens=None if target_tokens is None else parse_count(target_tokens),
+        shuffle=not no_shuffle,
     )
     reporter = RichReporter() if sys.stderr.isatty() and not quiet else SilentReporter()
     warnings = _Warnings(quiet)
@@ -218,6 +267,24 @@ def pack(
         for key in keys:
             if summary.get(key):
                 print(f"  {key.replace('_', ' ')}: {summary[key]:,}")
+        for source in summary.get("sources", []):
+            print(f"  {_source_line(source)}")
+
+
+def _source_line(source: dict[str, Any]) -> str:
+    """One mixed source in the summary, saying when it was repeated or sampled down."""
+    used = source["repeats"]
+    if used > 1:
+        passes = f"{source['passes']} whole pass{'es' if source['passes'] > 1 else ''}"
+        how = f"repeated: {used:.2f} times its tokens ({passes}, then a sample)"
+    elif used < 1:
+        how = f"sampled down to {used:.1%} of its tokens"
+    else:
+        how = "used once"
+    return (
+        f"source {source['path']}: {source['output_tokens']:,} tokens, {source['share']:.1%} of the output "
+        f"(weight {source['weight']:.1%}); {how}"
+    )
 
 
 @app.command()

@@ -3,7 +3,8 @@ tokenization-cache key are the same function over two scopes, so they cannot dri
 
 Facts, not spellings: inputs by resolved path, size and mtime; the tokenizer by the sha256 of its file and of its
 ``tokenizer_config.json``; the EOS/BOS ids actually appended and the chat template actually used; packcli's version.
-``--tokenizer tok``, ``./tok/`` and ``/abs/tok/tokenizer.json`` give the same identity.
+``--tokenizer tok``, ``./tok/`` and ``/abs/tok/tokenizer.json`` give the same identity. Pre-tokenized records
+without a tokenizer: the ids field (and labels field) and the EOS id appended decide the bytes, and those are hashed.
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ TOKENIZATION_OPTIONS = (
     "response_field",
     "messages_field",
     "loss_on",
+    "ids_field",
+    "labels_field",
+    "eos_id",
 )
 _PATH_OPTIONS = ("tokenizer", "chat_template")
 
 
 def run_identity(
     files: list[Path],
-    tokenizer: LoadedTokenizer,
+    tokenizer: LoadedTokenizer | None,
     encoder: Encoder,
     options: PackOptions,
     scope: Scope,
@@ -51,7 +55,7 @@ def run_identity(
 
     Args:
         files: the input files, as ``find_inputs`` resolved them.
-        tokenizer: the loaded tokenizer (its file and config hashes).
+        tokenizer: the loaded tokenizer (its file and config hashes); None for pre-tokenized records without one.
         encoder: the encoder, for the EOS/BOS ids and chat template it actually uses.
         options: the run's options.
         scope: "output" for the manifest fingerprint, "tokens" for the tokenization-cache key.
@@ -65,8 +69,8 @@ def run_identity(
         "format_version": FORMAT_VERSION,
         "inputs": [_describe_input(path) for path in files],
         "tokenizer": {
-            "sha256": tokenizer.sha256,
-            "config_sha256": tokenizer.config_sha256,
+            "sha256": tokenizer.sha256 if tokenizer is not None else None,
+            "config_sha256": tokenizer.config_sha256 if tokenizer is not None else None,
             "eos_id": encoder.eos_id,
             "bos_id": encoder.bos_id,
             "chat_template_sha256": encoder.template_sha256,

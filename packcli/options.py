@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -13,6 +14,7 @@ from packcli.errors import UsageError
 DEFAULT_MAX_LEN = 4096
 MAX_LEN_LIMIT = 2**31 - 1  # the largest value of the int32 columns (cu_seqlens ends at a row's length)
 DEFAULT_SHARD_SIZE = 512 * 2**20
+MAX_TOKEN_ID = 2**31 - 1  # shards store int32 ids
 
 
 class Overflow(Enum):
@@ -45,6 +47,12 @@ class PackOptions:
     bos: bool = False
     eos_token: str | None = None
     skip_bad_records: bool = False
+    ids_field: str | None = None  # pre-tokenized records: token ids packed as given, no tokenizer run
+    labels_field: str | None = None  # pre-tokenized fine-tuning: labels with -100 where no loss is taken
+    eos_id: int | None = None  # pre-tokenized: the EOS id to append
+    weights: tuple[float, ...] | None = None  # mixing: one weight per input
+    target_tokens: int | None = None  # mixing: the output's token budget
+    shuffle: bool = True  # rows in a seeded random order (False: packing order)
 
     @property
     def overflow_policy(self) -> Overflow:
@@ -53,10 +61,17 @@ class PackOptions:
 
     @property
     def fine_tuning(self) -> bool:
-        """Records are prompt/response pairs or chats: documents carry labels."""
-        return self.prompt_field is not None or self.messages_field is not None
+        """Records are prompt/response pairs, chats or labelled token ids: documents carry labels."""
+        return self.prompt_field is not None or self.messages_field is not None or self.labels_field is not None
+
+    @property
+    def mixing(self) -> bool:
+        """Sources are mixed by weight or to a token budget (see :mod:`packcli.plan.mixing`)."""
+        return self.weights is not None or self.target_tokens is not None
 
     def __post_init__(self) -> None:
+        self._check_pretokenized()
+        self._check_mixing()
         if (self.prompt_field is None) != (self.response_field is None):
             raise UsageError("--prompt-field and --response-field go together")
         if self.messages_field is not None and self.prompt_field is not None:
@@ -82,11 +97,52 @@ class PackOptions:
             raise UsageError(f"--window must be at least 1, got {self.window}")
         if self.workers is not None and self.workers < 1:
             raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.seed < 0:
+            raise UsageError(f"--seed must be a non-negative integer, got {self.seed}")
+
+    def _check_pretokenized(self) -> None:
+        if self.ids_field is None:
+            for value, flag in ((self.labels_field, "--labels-field"), (self.eos_id, "--eos-id")):
+                if value is not None:
+                    raise UsageError(f"{flag} is for pre-tokenized records: it needs --ids-field")
+            return
+        for value, flag in (
+            (self.prompt_field, "--prompt-field"),
+            (self.response_field, "--response-field"),
+            (self.messages_field, "--messages-field"),
+            (self.chat_template, "--chat-template"),
+        ):
+            if value is not None:
+                raise UsageError(
+                    f"{flag} does not combine with --ids-field: pre-tokenized records carry their supervision in "
+                    "--labels-field (a list of ints, -100 where no loss is taken)"
+                )
+        if self.loss_on != "assistant":
+            raise UsageError("--loss-on is for chat records; pre-tokenized records take loss where --labels-field says")
+        if self.eos_id is not None:
+            if not self.eos:
+                raise UsageError("--eos-id and --no-eos contradict each other; pass one of them")
+            if not 0 <= self.eos_id <= MAX_TOKEN_ID:
+                raise UsageError(f"--eos-id must be in [0, 2^31), got {self.eos_id}")
+
+    def _check_mixing(self) -> None:
+        if self.weights is not None:
+            weights = tuple(float(weight) for weight in self.weights)
+            object.__setattr__(self, "weights", weights)
+            if not weights or any(not math.isfinite(weight) for weight in weights):
+                raise UsageError(f"--weights must be finite numbers, got {format_weights(weights)}")
+            if any(weight < 0 for weight in weights):
+                raise UsageError(f"--weights must not be negative, got {format_weights(weights)}")
+            if not any(weights):
+                raise UsageError("--weights are all zero: give at least one input a positive weight")
+        if self.target_tokens is not None and self.target_tokens < 1:
+            raise UsageError(f"--target-tokens must be at least 1, got {self.target_tokens}")
 
     def to_json(self) -> dict[str, Any]:
         """All options as plain JSON values, for the manifest."""
         out = dataclasses.asdict(self)
         out["overflow"] = Overflow(self.overflow).value
+        out["weights"] = None if self.weights is None else list(self.weights)
         return out
 
     def output_relevant(self) -> dict[str, Any]:
@@ -106,3 +162,28 @@ def parse_size(text: str) -> int:
     if match is None or unit not in _SIZE_UNITS:
         raise UsageError(f"cannot read size {text!r}: use bytes or a unit such as 256MiB, 1GB")
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+_COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9, "T": 10**12}
+
+
+def parse_count(text: str, flag: str = "--target-tokens") -> int:
+    """Parse a token count such as ``3M``, ``1.5B``, ``500k`` or ``3000000`` (decimal units; B is billion)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]?)\s*", text.replace("_", ""))
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in _COUNT_UNITS:
+        raise UsageError(f"{flag} {text!r} is not a size: use a token count such as 3000000, 3M or 1.5B")
+    return round(float(match.group(1)) * _COUNT_UNITS[unit])
+
+
+def parse_weights(text: str) -> tuple[float, ...]:
+    """Parse ``--weights 0.7,0.3`` into one float per input (checked further by :class:`PackOptions`)."""
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"cannot read --weights {text!r}: give one number per input, such as 0.7,0.3") from None
+
+
+def format_weights(weights: tuple[float, ...]) -> str:
+    """Weights as the command line spells them: ``0.7,0.3``."""
+    return ",".join(f"{weight:g}" for weight in weights)

@@ -1,5 +1,5 @@
-"""``pack_corpus``: read -> tokenize -> overflow -> pack -> write shards -> manifest. The only module that knows the
-stage order.
+"""``pack_corpus``: read -> tokenize -> mix (with --weights) -> overflow -> pack -> shuffle rows -> write shards ->
+manifest. The only module that knows the stage order.
 
 The output is built in a staging directory beside ``out`` and moved into place only once its manifest is written,
 so an interrupted run never leaves an output that looks complete, and an existing output stays intact until then.
@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packcli import __version__
 from packcli.encode import cache
 from packcli.encode.corpus import Tokenized, tokenize_corpus
@@ -20,10 +22,13 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
 from packcli.identity import run_identity
 from packcli.options import PackOptions
+from packcli.plan.order import shuffle_rows
 from packcli.plan.overflow import OverflowCounts, Pieces, apply_overflow
+from packcli.plan.sources import Source, group_inputs, mixed_stream, source_entries
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
 from packcli.strategies import Packing, get_strategy, run_strategy
+from packcli.write.layout import exclusive_cumsum
 from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
 from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
@@ -36,13 +41,15 @@ class Setup:
 
     files: list[Path]
     options: PackOptions
-    tokenizer: LoadedTokenizer
+    tokenizer: LoadedTokenizer | None  # None: pre-tokenized records and no --tokenizer
     encoder: Encoder
+    sources: list[Source] | None = None  # mixed runs: one source per INPUT, its files in ``files`` order
     unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
 
     def fingerprint(self) -> str:
-        """The output's identity (see :mod:`packcli.identity`)."""
-        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output")
+        """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it."""
+        extra = None if self.sources is None else {"sources": [len(source.files) for source in self.sources]}
+        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output", extra)
 
     def cache_key(self) -> str:
         """The tokenization cache's key: the identity over what decides the tokens."""
@@ -52,10 +59,17 @@ class Setup:
 def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] = lambda message: None) -> Setup:
     """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
     can be found before reading a record is raised here."""
-    found = find_inputs(inputs, warn)
+    sources = group_inputs(inputs, options.weights, warn) if options.mixing else None
+    if sources is not None:
+        files = [path for source in sources for path in source.files]
+        unread = sum(source.unread for source in sources)
+    else:
+        found = find_inputs(inputs, warn)
+        files, unread = found.files, len(found.unread)
     get_strategy(options.strategy)
-    tokenizer = load_tokenizer(options.tokenizer, options.eos_token)
-    return Setup(found.files, options, tokenizer, make_encoder(options, tokenizer, warn), len(found.unread))
+    pretokenized = options.ids_field is not None and options.tokenizer is None
+    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
+    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn), sources, unread)
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,7 @@ class PackResult:
             "shards": len(self.manifest["shards"]),
             "tokenized_from_cache": self.from_cache,
             **self.manifest["totals"],
+            **({"sources": self.manifest["sources"]} if "sources" in self.manifest else {}),
         }
 
 
@@ -97,7 +112,8 @@ def pack_corpus(
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn)
     fingerprint = setup.fingerprint()
-    with Publication(out, fingerprint, overwrite) as publication:
+    read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]
+    with Publication(out, fingerprint, overwrite, inputs=read) as publication:
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out))
         manifest, from_cache = _build(setup, publication.staging, fingerprint, reporter, warn)
@@ -108,7 +124,7 @@ def pack_corpus(
 def _build(
     setup: Setup, staging: Path, fingerprint: str, reporter: Reporter, warn: Callable[[str], None]
 ) -> tuple[dict[str, Any], bool]:
-    files, options, tokenizer, encoder = setup.files, setup.options, setup.tokenizer, setup.encoder
+    files, options, encoder = setup.files, setup.options, setup.encoder
     key = setup.cache_key()
     cached = cache.load(key)  # left by `packcli stats` on the same corpus: no need to tokenize again
     tokenized = cached or tokenize_corpus(
@@ -122,16 +138,27 @@ def _build(
                 f"{tokenized.counts.bad_records} bad records)",
                 files[0] if len(files) == 1 else None,
             )
-        pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
+        stream = None
+        lengths, starts = tokenized.lengths, None
+        if setup.sources is not None:
+            stream = mixed_stream(setup.sources, tokenized.file_documents, tokenized.lengths, options)
+            lengths, starts = lengths[stream.documents], exclusive_cumsum(lengths)[stream.documents]
+        pieces, overflow = apply_overflow(lengths, options.max_len, options.overflow_policy, starts)
         if len(pieces.length) == 0:
-            raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
+            raise PackcliError(
+                f"no documents: --target-tokens {options.target_tokens} is less than any document"
+                if options.target_tokens is not None and stream is not None and not len(stream.documents)
+                else f"every document is longer than --max-len {options.max_len} and --overflow drop"
+            )
         reporter.stage("packing")
         packing = run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
+        if options.shuffle:
+            packing = shuffle_rows(packing, options.seed)
         reporter.stage("writing")
         metadata = {
             "packcli.format_version": str(FORMAT_VERSION),
             "packcli.max_len": str(options.max_len),
-            "packcli.tokenizer_sha256": tokenizer.sha256,
+            "packcli.tokenizer_sha256": setup.tokenizer.sha256 if setup.tokenizer is not None else "",
         }
         tokenized.store.finish()
         schema = shard_schema(metadata, labels=encoder.supervised)
@@ -142,7 +169,9 @@ def _build(
         else:
             tokenized.store.close()
     reporter.close()
-    manifest = _manifest(files, options, tokenizer, fingerprint, tokenized, pieces, overflow, packing, shards)
+    manifest = _manifest(setup, fingerprint, lengths, tokenized, pieces, overflow, packing, shards)
+    if setup.sources is not None and stream is not None:
+        manifest["sources"] = source_entries(setup.sources, stream, tokenized.file_documents, tokenized.lengths, pieces)
     manifest["totals"]["unread_files"] = setup.unread_files
     if supervision is not None:
         manifest["totals"].update(asdict(supervision))
@@ -154,22 +183,23 @@ def _build(
 
 
 def _manifest(
-    files: list[Path],
-    options: PackOptions,
-    tokenizer: LoadedTokenizer,
+    setup: Setup,
     fingerprint: str,
+    lengths: np.ndarray,
     tokenized: Tokenized,
     pieces: Pieces,
     overflow: OverflowCounts,
     packing: Packing,
     shards: list[ShardInfo],
 ) -> dict[str, Any]:
+    """The manifest; ``lengths`` are the documents packing started from (a mixed run's drawn stream)."""
+    options = setup.options
     totals = {
         "documents": len(pieces.length),
         "tokens": int(pieces.length.sum()),
         "sequences": len(packing),
-        "input_documents": len(tokenized.lengths),
-        "input_tokens": int(tokenized.lengths.sum()),
+        "input_documents": len(lengths),
+        "input_tokens": int(lengths.sum()),
         "bad_records": tokenized.counts.bad_records,
         "empty_documents": tokenized.counts.empty_documents,
         **overflow.to_json(),
@@ -179,11 +209,24 @@ def _manifest(
         "packcli_version": __version__,
         "fingerprint": fingerprint,
         "options": options.to_json(),
-        "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in files],
-        "tokenizer": tokenizer.describe(),
+        "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in setup.files],
+        "tokenizer": _tokenizer_entry(setup),
         "max_len": options.max_len,
         "strategy": options.strategy,
         "columns": list(shard_schema({}).names),
         "totals": totals,
         "shards": [shard.to_json() for shard in shards],
     }
+
+
+def _tokenizer_entry(setup: Setup) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: the tokenizer's description, ``ran`` (false for pre-tokenized records), and
+    for pre-tokenized records the EOS/BOS ids actually appended."""
+    if setup.tokenizer is None:
+        entry: dict[str, Any] = dict.fromkeys(("name", "sha256", "config_sha256", "vocab_size"))
+    else:
+        entry = setup.tokenizer.describe()
+    ran = setup.options.ids_field is None
+    if not ran:
+        entry.update(eos_id=setup.encoder.eos_id, bos_id=setup.encoder.bos_id)
+    return {**entry, "ran": ran}

@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from packcli.errors import PackcliError
+from packcli.extras import requires_extra
 from packcli.write.manifest import read_manifest, shard_path
 from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS, flat_list_column, read_shard
+
+with requires_extra("torch", "packcli.torch"):
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 Row = dict[str, Any]
 STATE_VERSION = 1

@@ -1,22 +1,54 @@
-"""manifest.json: written atomically, read with a version check, shard names kept inside the output."""
+"""manifest.json: written atomically, read with a version check and validated once, so that `verify`, `stats` and
+the loader answer a damaged manifest with one line naming the key; shard names kept inside the output."""
 
 from __future__ import annotations
 
+import copy
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+from typer.testing import CliRunner
 
+from packcli.cli import app
 from packcli.errors import PackcliError
-from packcli.write.manifest import FORMAT_VERSION, dumps, read_manifest, shard_path, write_manifest
+from packcli.options import PackOptions
+from packcli.pipeline import pack_corpus
+from packcli.write.manifest import (
+    FORMAT_VERSION,
+    SHARD,
+    TOKENIZER,
+    TOP,
+    TOTALS,
+    dumps,
+    read_manifest,
+    shard_path,
+    write_manifest,
+)
+
+runner = CliRunner()
 
 
-def test_write_then_read_is_canonical_and_leaves_no_temporary(tmp_path: Path) -> None:
-    manifest = {"format_version": FORMAT_VERSION, "b": 1, "a": [2, 1]}
+@pytest.fixture(scope="module")
+def sft_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small fine-tuning output: its manifest has every key a manifest can have (labels included)."""
+    tmp = tmp_path_factory.mktemp("manifest")
+    records = [{"prompt": r["text"][:300], "response": r["text"][300:900]} for r in read_jsonl(SAMPLE)[:30]]
+    corpus = write_jsonl(tmp / "sft.jsonl", records)
+    options = PackOptions(max_len=256, prompt_field="prompt", response_field="response", overflow="truncate")  # type: ignore[arg-type]
+    pack_corpus([str(corpus)], options, tmp / "out")
+    return tmp / "out"
+
+
+def test_write_then_read_is_canonical_and_leaves_no_temporary(sft_output: Path, tmp_path: Path) -> None:
+    manifest = json.loads((sft_output / "manifest.json").read_text())
     write_manifest(tmp_path, manifest)
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
     assert (tmp_path / "manifest.json").read_text() == dumps(manifest)
-    assert list(json.loads(dumps(manifest))) == ["a", "b", "format_version"]  # sorted keys
+    assert list(json.loads(dumps({"b": 1, "a": 2}))) == ["a", "b"]  # sorted keys
     assert read_manifest(tmp_path) == manifest
 
 
@@ -28,6 +60,7 @@ def test_write_then_read_is_canonical_and_leaves_no_temporary(tmp_path: Path) ->
         ("[1]", "not a JSON object"),
         (json.dumps({"format_version": FORMAT_VERSION + 1}), "format version 2 is not supported"),
         (json.dumps({}), "format version None is not supported"),
+        (json.dumps({"format_version": True}), "format version True is not supported"),
     ],
 )
 def test_unreadable_manifests_are_refused(tmp_path: Path, content: str | None, message: str) -> None:
@@ -42,3 +75,90 @@ def test_shard_paths_stay_inside_the_output(tmp_path: Path, name: object) -> Non
     with pytest.raises(PackcliError, match="leaves the output directory"):
         shard_path(tmp_path, name)
     assert shard_path(tmp_path, "shard-00000.arrow") == tmp_path / "shard-00000.arrow"
+
+
+def key_paths(manifest: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Every key the validator knows, as found in a real manifest: top level, tokenizer, totals, first shard."""
+    paths: list[tuple[str, ...]] = [(key,) for key in TOP]
+    paths += [("tokenizer", key) for key in TOKENIZER]
+    paths += [("totals", key) for key in TOTALS]
+    paths += [("shards", "0", key) for key in SHARD]
+    assert all(path[-1] in _find(manifest, path[:-1]) for path in paths)  # the fixture has every key
+    return paths
+
+
+def _find(manifest: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    node: Any = manifest
+    for step in path:
+        node = node[int(step)] if isinstance(node, list) else node[step]
+    return node  # type: ignore[no-any-return]
+
+
+def _required(path: tuple[str, ...]) -> bool:
+    block = {(): TOP, ("tokenizer",): TOKENIZER, ("totals",): TOTALS, ("shards", "0"): SHARD}[path[:-1]]
+    return block[path[-1]][1]
+
+
+def _loader_error(out: Path) -> str | None:
+    """The one-line error of the loader on ``out``, or None when it loads and yields a row."""
+    from packcli.torch import PackedDataset
+
+    try:
+        next(iter(PackedDataset(out, shuffle=False)))
+    except PackcliError as exc:
+        return str(exc)
+    return None
+
+
+def test_every_key_removed_in_turn_is_named_by_verify_stats_and_the_loader(sft_output: Path, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    manifest = json.loads((sft_output / "manifest.json").read_text())
+    for path in key_paths(manifest):
+        damaged = copy.deepcopy(manifest)
+        del _find(damaged, path[:-1])[path[-1]]
+        out = tmp_path / "-".join(path)
+        shutil.copytree(sft_output, out)
+        (out / "manifest.json").write_text(json.dumps(damaged))
+        name = ".".join(path).replace(".0.", "[0].")
+        for command in (["verify", str(out)], ["stats", str(out), "--json"]):
+            result = runner.invoke(app, command)
+            assert "unexpected" not in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
+            if _required(path):
+                assert result.exit_code == 1 and f"manifest key '{name}' is missing" in result.stderr, (name, command)
+                assert result.stderr.count("\n") == 1, result.stderr  # one line
+            else:
+                assert result.exit_code == 0, (name, command, result.stderr)
+        error = _loader_error(out)
+        assert (error is not None and f"'{name}' is missing" in error) if _required(path) else error is None, name
+
+
+@pytest.mark.parametrize(
+    "path,value,expected",
+    [
+        (("max_len",), "256", 'must be an integer >= 1, not "256"'),
+        (("max_len",), 0, "must be an integer >= 1"),
+        (("totals", "tokens"), -1, "'totals.tokens' must be an integer >= 0"),
+        (("totals", "documents"), 1.5, "'totals.documents' must be an integer >= 0"),
+        (("totals",), [], "'totals' must be an object"),
+        (("shards",), {}, "'shards' must be a list"),
+        (("shards", "0"), 3, "'shards[0]' must be an object"),
+        (("shards", "0", "rows"), True, "'shards[0].rows' must be an integer >= 0"),
+        (("tokenizer", "vocab_size"), "50257", "'tokenizer.vocab_size' must be an integer >= 1 or null"),
+        (("tokenizer", "eos_id"), -5, "'tokenizer.eos_id' must be a token id or null"),
+        (("columns",), ["input_ids", 3], "'columns' must be a list of strings"),
+        (("options",), None, "'options' must be an object"),
+    ],
+)
+def test_wrong_types_are_named(
+    sft_output: Path, tmp_path: Path, path: tuple[str, ...], value: object, expected: str
+) -> None:
+    manifest = json.loads((sft_output / "manifest.json").read_text())
+    node: Any = _find(manifest, path[:-1])
+    if isinstance(node, list):
+        node[int(path[-1])] = value
+    else:
+        node[path[-1]] = value
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PackcliError, match="manifest key") as raised:
+        read_manifest(tmp_path)
+    assert expected in str(raised.value)

@@ -1,20 +1,25 @@
-"""verify: an intact output passes; each kind of damage makes it exit 1 naming the damage."""
+"""verify: an intact output passes; each kind of damage makes it exit 1 naming the damage: checksums, rows (each
+bad row found, however many), columns and their types, the manifest's totals against the shards and against each
+other, stray files. And `stats` on a damaged shard names it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from conftest import SAMPLE
+from conftest import SAMPLE, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
 from packcli.report.verify import verify_output
+from packcli.write.shards import read_shard
 
 runner = CliRunner()
 
@@ -97,27 +102,117 @@ def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None
     assert "format version 2 is not supported" in result.stderr and "reads format version 1" in result.stderr
 
 
-def test_row_level_damage_is_found(tmp_path: Path) -> None:
-    """A shard rewritten with bad positions and an out-of-vocabulary id (checksums updated to match)."""
-    import hashlib
+@pytest.fixture(scope="module")
+def small_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small real outputs: plain text split, plain text dropped, and fine-tuning records (with labels)."""
+    tmp = tmp_path_factory.mktemp("verify-small")
+    records = read_jsonl(SAMPLE)[:60]
+    text = write_jsonl(tmp / "text.jsonl", records)
+    sft = write_jsonl(tmp / "sft.jsonl", [{"prompt": r["text"][:200], "response": r["text"][200:700]} for r in records])
+    runs = {
+        "split": ([str(text)], PackOptions(max_len=256)),
+        "drop": ([str(text)], PackOptions(max_len=256, overflow="drop")),  # type: ignore[arg-type]
+        "sft": ([str(sft)], PackOptions(max_len=128, prompt_field="prompt", response_field="response")),
+    }
+    for name, (inputs, options) in runs.items():
+        pack_corpus(inputs, options, tmp / name)
+        assert verify_output(tmp / name).ok
+    return {name: tmp / name for name in runs}
 
-    import pyarrow as pa
 
-    from packcli.write.shards import read_shard
+def rewrite_shard(out: Path, table: pa.Table, name: str = "shard-00000.arrow") -> None:
+    """Write ``table`` as a shard and record its new size and checksum, as a careful forger would."""
+    path = out / name
+    with pa.ipc.new_stream(str(path), table.schema) as writer:
+        writer.write_table(table)
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = next(shard for shard in manifest["shards"] if shard["file"] == name)
+    entry.update(bytes=path.stat().st_size, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    (out / "manifest.json").write_text(json.dumps(manifest))
 
-    out = tmp_path / "out"
-    pack_corpus([str(SAMPLE)], PackOptions(max_len=512), out)
-    path = out / "shard-00000.arrow"
-    table = read_shard(path)
+
+def edit_totals(**changes: Callable[[int], int]) -> Callable[[Path], None]:
+    def change(manifest: dict) -> None:  # type: ignore[type-arg]
+        for key, edit in changes.items():
+            manifest["totals"][key] = edit(manifest["totals"][key])
+
+    return edit_manifest(change)
+
+
+def drop_labels(out: Path) -> None:
+    table = read_shard(out / "shard-00000.arrow")
+    rewrite_shard(out, table.drop_columns(["labels"]))
+
+
+def widen_input_ids(out: Path) -> None:
+    table = read_shard(out / "shard-00000.arrow")
+    wide = table.column("input_ids").cast(pa.list_(pa.int64()))
+    schema = table.schema.set(0, pa.field("input_ids", pa.list_(pa.int64())))
+    rewrite_shard(out, table.set_column(0, schema.field(0), wide).replace_schema_metadata(table.schema.metadata))
+
+
+def lower_max_len(out: Path) -> None:
+    edit_manifest(lambda m: (m.update(max_len=100), m["options"].update(max_len=100)))(out)
+
+
+def stray_temporary(out: Path) -> None:
+    (out / "shard-00001.arrow.tmp").write_bytes(b"half a shard")
+
+
+SUBTLE_DAMAGE = {
+    "edited input_tokens": ("split", edit_totals(input_tokens=lambda v: v + 1), "totals.input_tokens"),
+    "edited dropped_tokens": ("drop", edit_totals(dropped_tokens=lambda v: v + 7), "+ dropped_tokens"),
+    "split_documents zeroed": ("split", edit_totals(split_documents=lambda v: 0), "split_documents 0 do not add up"),
+    "split_documents raised": ("split", edit_totals(split_documents=lambda v: v + 10_000), "do not add up"),
+    "input_documents raised": ("split", edit_totals(input_documents=lambda v: v + 1), "do not end with EOS"),
+    "edited supervised_tokens": ("sft", edit_totals(supervised_tokens=lambda v: v - 1), "totals.supervised_tokens"),
+    "max_len below the longest row": ("split", lower_max_len, "row(s) not within 1..100 tokens"),
+    "labels column gone": ("sft", drop_labels, "missing column labels"),
+    "another dtype": ("sft", widen_input_ids, "column input_ids is list<item: int64>, expected list<item: int32>"),
+    "stray temporary file": ("split", stray_temporary, "shard-00001.arrow.tmp: a temporary file"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SUBTLE_DAMAGE))
+def test_subtle_damage_is_named(small_outputs: dict[str, Path], tmp_path: Path, kind: str) -> None:
+    output, damage, expected = SUBTLE_DAMAGE[kind]
+    copy = tmp_path / "copy"
+    shutil.copytree(small_outputs[output], copy)
+    damage(copy)
+    result = runner.invoke(app, ["verify", str(copy)])
+    assert result.exit_code == 1, result.stdout
+    assert expected in result.stderr, result.stderr
+    assert "unexpected" not in result.stderr
+
+
+def test_one_bad_row_never_hides_another(small_outputs: dict[str, Path], tmp_path: Path) -> None:
+    """Rows damaged in different ways, and two rows damaged alike, in one shard (checksums updated to match)."""
+    out = tmp_path / "copy"
+    shutil.copytree(small_outputs["split"], out)
+    table = read_shard(out / "shard-00000.arrow")
     rows = table.to_pylist()
     rows[0]["position_ids"][5] += 1
     rows[1]["input_ids"][0] = 99_999_999
     rows[2]["cu_seqlens"][-1] -= 1
-    with pa.ipc.new_stream(str(path), table.schema) as writer:
-        writer.write_table(pa.Table.from_pylist(rows, schema=table.schema))
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest["shards"][0].update(bytes=path.stat().st_size, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
-    (out / "manifest.json").write_text(json.dumps(manifest))
+    rows[4]["cu_seqlens"] = [0]
+    rows[6]["position_ids"] = rows[6]["position_ids"][:-1]
+    rows[7]["position_ids"][0] = 3
+    rewrite_shard(out, pa.Table.from_pylist(rows, schema=table.schema))
     problems = " | ".join(verify_output(out).problems)
-    assert "id outside the vocabulary" in problems
-    assert "cu_seqlens does not start at 0" in problems
+    assert "1 row(s) with an id outside the vocabulary [0, 50257) (first: row 1)" in problems
+    assert (
+        "2 row(s) whose cu_seqlens does not start at 0, rise strictly and end at the row length (first: row 2)"
+        in problems
+    )
+    assert "2 row(s) whose position_ids do not restart exactly at cu_seqlens (first: row 0)" in problems
+    assert "1 row(s) with position_ids and input_ids of different lengths (first: row 6)" in problems
+
+
+def test_stats_on_a_truncated_shard_names_it(small_outputs: dict[str, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(small_outputs["split"], copy)
+    truncate(copy)
+    result = runner.invoke(app, ["stats", str(copy)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {copy / 'shard-00000.arrow'}: unreadable shard"), result.stderr
+    assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr

@@ -2,15 +2,24 @@
 (inputs, tokenizer, record options), so a later ``stats`` at another max_len or strategy, and the ``pack`` that
 follows, do not tokenize again. ``pack`` consumes the entry it uses: the cache does not grow with every corpus.
 
-Location: ``$PACKCLI_CACHE``, else ``~/.cache/packcli``. Entries are written under a temporary name and renamed, so a
-half-written entry is never used.
+Location: ``$PACKCLI_CACHE``, else ``~/.cache/packcli``. Size: at most ``$PACKCLI_CACHE_MAX`` bytes (``4GiB`` by
+default): adding an entry evicts the least recently used others until the cache fits (the new entry stays even if
+it alone is larger).
+
+Safe under concurrent runs: each tokenization writes into a temporary directory of its own (a unique name, claimed by
+a lock on a file inside it for as long as its run lives), and becomes an entry by one rename. Adding, evicting and
+removing entries hold the cache lock (``.lock``) exclusively, opening one holds it shared, so an entry is never
+removed while another run opens it. A temporary directory whose run died is removed by the next update.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,7 +27,15 @@ import numpy as np
 
 from packcli.encode.corpus import Tokenized
 from packcli.encode.store import TokenStore
+from packcli.errors import PackcliError, UsageError
+from packcli.locks import FileLock
 from packcli.read.fields import ReadCounts
+
+DEFAULT_MAX = "4GiB"
+_LOCK_NAME = ".lock"
+_TEMPORARY_PREFIX = ".tmp-"
+_COMPLETE = "counts.json"  # written last into the temporary directory: an entry holding it is complete
+_claims: dict[Path, FileLock] = {}  # temporary directories this process is filling
 
 
 def cache_root() -> Path:
@@ -26,37 +43,145 @@ def cache_root() -> Path:
     return Path(os.environ.get("PACKCLI_CACHE") or Path.home() / ".cache" / "packcli")
 
 
+def cache_limit() -> int:
+    """The size bound in bytes: ``$PACKCLI_CACHE_MAX`` (bytes, or a size such as ``500MB``), else 4 GiB."""
+    from packcli.options import parse_size
+
+    text = os.environ.get("PACKCLI_CACHE_MAX") or DEFAULT_MAX
+    try:
+        return parse_size(text)
+    except UsageError as exc:
+        raise UsageError(f"PACKCLI_CACHE_MAX: {exc.message}") from None
+
+
+def new_store_path(key: str) -> Path:
+    """A fresh path for the token store of a tokenization to cache under ``key`` (pass the result to :func:`save`).
+
+    Raises:
+        PackcliError: the cache directory cannot be created or written (the message names ``PACKCLI_CACHE``).
+    """
+    cache_limit()  # a wrong PACKCLI_CACHE_MAX is reported before the work, not after it
+    with _cache_lock(shared=False, create=True):
+        temporary = cache_root() / f"{_TEMPORARY_PREFIX}{key[:16]}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            temporary.mkdir()
+            claim = FileLock(temporary / _LOCK_NAME)
+            claim.acquire()
+        except OSError as exc:
+            raise _unusable(exc) from None
+    _claims[temporary] = claim
+    return temporary / "tokens"
+
+
 def save(tokenized: Tokenized, key: str) -> Tokenized:
-    """Move a fresh tokenization into the cache; returns it, its store now read from the cache."""
-    entry = cache_root() / key
-    tmp = cache_root() / f".{key}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    """Make a fresh tokenization (its store made at :func:`new_store_path`) the entry for ``key``; returns it,
+    read from the cache. When another run saved the same key first, that entry is kept and this one dropped."""
+    temporary = tokenized.store.path.parent
     tokenized.store.finish()
-    shutil.move(str(tokenized.store.path), tmp / "tokens")
-    if tokenized.store.mask_path is not None:
-        shutil.move(str(tokenized.store.mask_path), tmp / "tokens.mask")
-    tokenized.store.remove()
-    np.save(tmp / "lengths.npy", tokenized.lengths)
-    (tmp / "counts.json").write_text(json.dumps(asdict(tokenized.counts), sort_keys=True))
-    shutil.rmtree(entry, ignore_errors=True)
-    os.replace(tmp, entry)
-    cached = load(key)
+    tokenized.store.close()
+    np.save(temporary / "lengths.npy", tokenized.lengths)
+    np.save(temporary / "file_documents.npy", tokenized.file_documents)
+    (temporary / _COMPLETE).write_text(json.dumps(asdict(tokenized.counts), sort_keys=True))
+    entry = cache_root() / key
+    with _cache_lock(shared=False, create=True):
+        claim = _claims.pop(temporary)
+        if (entry / _COMPLETE).is_file():
+            _remove(temporary)
+        else:
+            _remove(entry)
+            os.replace(temporary, entry)
+            (entry / _LOCK_NAME).unlink()
+        claim.release()
+        _evict(cache_limit(), keep=entry)
+        _remove_abandoned()
+        cached = _open(entry)
     assert cached is not None
     return cached
 
 
 def load(key: str) -> Tokenized | None:
-    """The cached tokenization for ``key``, or None."""
-    entry = cache_root() / key
-    if not (entry / "counts.json").is_file() or not (entry / "tokens").is_file():
+    """The cached tokenization for ``key``, or None (also when the cache cannot be read)."""
+    if not (cache_root() / key / _COMPLETE).is_file():
         return None
-    store = TokenStore.reopen(entry / "tokens")
-    return Tokenized(
-        store, np.load(entry / "lengths.npy"), ReadCounts(**json.loads((entry / "counts.json").read_text()))
-    )
+    try:
+        with _cache_lock(shared=True, create=False):
+            return _open(cache_root() / key)
+    except (OSError, PackcliError):
+        return None
 
 
 def discard(key: str) -> None:
-    """Remove an entry (``pack`` does, once it has used it)."""
-    shutil.rmtree(cache_root() / key, ignore_errors=True)
+    """Remove an entry (``pack`` does, once it has used it); a cache it cannot write is left as it is."""
+    try:
+        with _cache_lock(shared=False, create=False):
+            _remove(cache_root() / key)
+    except (OSError, PackcliError):
+        pass
+
+
+def _open(entry: Path) -> Tokenized | None:
+    """Open a complete entry and mark it used now (eviction goes by last use)."""
+    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy")):
+        return None  # incomplete, or written by a packcli that did not count documents per file
+    store = TokenStore.reopen(entry / "tokens")
+    with suppress(OSError):  # a read-only cache still serves; its entries just age by creation
+        os.utime(entry)
+    counts = ReadCounts(**json.loads((entry / _COMPLETE).read_text()))
+    return Tokenized(store, np.load(entry / "lengths.npy"), counts, np.load(entry / "file_documents.npy"))
+
+
+@contextmanager
+def _cache_lock(shared: bool, create: bool) -> Iterator[None]:
+    """Hold the cache lock; ``create`` makes the cache directory first (an error naming PACKCLI_CACHE if it
+    cannot)."""
+    root = cache_root()
+    lock = FileLock(root / _LOCK_NAME)
+    try:
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        lock.acquire(shared=shared)
+    except OSError as exc:
+        raise _unusable(exc) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _evict(limit: int, keep: Path) -> None:
+    """Remove the least recently used entries, other than ``keep``, until the cache holds at most ``limit`` bytes."""
+    entries = [path for path in cache_root().iterdir() if path.is_dir() and not path.name.startswith(".")]
+    sizes = {path: sum(f.stat().st_size for f in path.iterdir() if f.is_file()) for path in entries}
+    total = sum(sizes.values())
+    for path in sorted(entries, key=lambda path: path.stat().st_mtime_ns):
+        if total <= limit:
+            break
+        if path != keep:
+            _remove(path)
+            total -= sizes[path]
+
+
+def _remove_abandoned() -> None:
+    """Remove temporary directories whose run died (their claim lock is free). Called under the cache lock."""
+    for temporary in cache_root().glob(f"{_TEMPORARY_PREFIX}*"):
+        if temporary in _claims:
+            continue
+        claim = FileLock(temporary / _LOCK_NAME)
+        try:
+            if not claim.acquire(wait=False):
+                continue
+        except OSError:
+            continue
+        _remove(temporary)
+        claim.release()
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _unusable(exc: OSError) -> PackcliError:
+    return PackcliError(
+        f"cannot use the tokenization cache ({exc.strerror or exc}): set PACKCLI_CACHE to a writable directory",
+        cache_root(),
+    )

@@ -24,11 +24,13 @@ IN_FLIGHT = 1
 
 @dataclass(frozen=True)
 class Tokenized:
-    """Every document's tokens in a store, plus per-document lengths and the read counts."""
+    """Every document's tokens in a store, plus per-document lengths, documents per input file, and the read
+    counts."""
 
     store: TokenStore
     lengths: np.ndarray
     counts: ReadCounts
+    file_documents: np.ndarray  # int64, one per input file: the documents it gave, in order
 
 
 def tokenize_corpus(
@@ -47,31 +49,33 @@ def tokenize_corpus(
     store = TokenStore(store_path, with_mask=encoder.supervised)
     lengths: list[np.ndarray] = []
     counts = ReadCounts()
+    file_documents = np.zeros(len(files), dtype=np.int64)
     reporter.start(sum(path.stat().st_size for path in files))
     documents = 0
 
-    def store_batch(encoded: Future[Any], bytes_done: int) -> None:
+    def store_batch(encoded: Future[Any], bytes_done: int, file: int) -> None:
         nonlocal documents
         tokens, batch_lengths, mask = encoder.flatten(encoded.result(), counts)
         store.append(tokens, mask)
         lengths.append(batch_lengths)
         documents += len(batch_lengths)
+        file_documents[file] += len(batch_lengths)
         reporter.advance(bytes_done, documents, store.count)
 
-    def batches() -> Iterator[tuple[Any, int]]:
+    def batches() -> Iterator[tuple[Any, int, int]]:
         bytes_before = 0
-        for path in files:
+        for file, path in enumerate(files):
             for batch in read_records(path, encoder.fields, counts, skip_bad_records, warn, encoder.convert):
                 prepared = encoder.prepare(batch.columns, counts)
                 if prepared:
-                    yield prepared, bytes_before + batch.position
+                    yield prepared, bytes_before + batch.position, file
             bytes_before += path.stat().st_size
 
     try:
         with ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="packcli-encode") as pool:
-            in_flight: deque[tuple[Future[Any], int]] = deque()
-            for prepared, bytes_done in batches():
-                in_flight.append((pool.submit(encoder.encode, prepared), bytes_done))
+            in_flight: deque[tuple[Future[Any], int, int]] = deque()
+            for prepared, bytes_done, file in batches():
+                in_flight.append((pool.submit(encoder.encode, prepared), bytes_done, file))
                 if len(in_flight) > IN_FLIGHT:
                     store_batch(*in_flight.popleft())
             while in_flight:
@@ -80,4 +84,4 @@ def tokenize_corpus(
         store.remove()
         raise
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    return Tokenized(store, all_lengths, counts)
+    return Tokenized(store, all_lengths, counts, file_documents)

@@ -1,5 +1,5 @@
 """How a record becomes a document: which fields are read, and how they turn into tokens (and, for fine-tuning,
-a supervision mask that becomes the ``labels`` column).
+a supervision mask that becomes the ``labels`` column). Pre-tokenized records skip the tokenizer.
 
 Each encoder works in three steps so tokenization can run in a helper thread: ``prepare`` (this thread: drop and
 count empty records, render templates), ``encode`` (the tokenizer, which releases the GIL), ``flatten`` (this
@@ -21,8 +21,9 @@ from tokenizers import Tokenizer
 
 from packcli.encode.chat import ChatML, JinjaTemplate, Segment, load_template
 from packcli.encode.tokenizer import LoadedTokenizer, encode_texts, flatten, special_ids
+from packcli.errors import BadRecordError, UsageError
 from packcli.options import PackOptions
-from packcli.read.fields import Field, ReadCounts
+from packcli.read.fields import IGNORE_LABEL, Field, ReadCounts
 
 Flat = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # tokens, lengths, supervision mask (or None)
 
@@ -140,17 +141,109 @@ class SegmentEncoder:
         per_record = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
         last_segment = np.cumsum(per_record) - 1
         lengths = np.add.reduceat(segment_lengths, last_segment - per_record + 1) if len(records) else per_record
-        if self.eos_id is not None:  # EOS ends the document and is supervised when the last segment is
-            ends = np.cumsum(lengths)
-            tokens = np.insert(tokens, ends, self.eos_id)
-            mask = np.insert(mask, ends, supervised[last_segment])
-            lengths = lengths + 1
-        if self.bos_id is not None:
-            starts = np.cumsum(lengths) - lengths
-            tokens = np.insert(tokens, starts, self.bos_id)
+        flat = add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id)
+        return without_empty(flat, counts)
+
+
+class IdsEncoder:
+    """Pre-tokenized records: token ids packed as given, no tokenizer run; with ``--labels-field``, labels (-100
+    where no loss is taken) become the supervision mask.
+
+    EOS is appended only with ``--eos-id`` or, when a tokenizer is given, its EOS (unless ``--no-eos``). Ids are
+    checked while reading, so a bad one names its file and line: in [0, 2^31), below the tokenizer's vocabulary
+    size when there is one; a label is -100 or the id it sits on. A record without ids (or, with labels, without
+    a supervised token) is counted as empty and skipped.
+    """
+
+    template_sha256: str | None = None
+
+    def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer | None) -> None:
+        assert options.ids_field is not None
+        self.fields = [Field(options.ids_field, "ids", "--ids-field")]
+        if options.labels_field is not None:
+            self.fields.append(Field(options.labels_field, "labels", "--labels-field"))
+        self.supervised = options.labels_field is not None
+        self.vocab_size = tokenizer.vocab_size if tokenizer is not None else None
+        self.tokenizer_name = tokenizer.name if tokenizer is not None else None
+        if tokenizer is None:
+            if options.bos:
+                raise UsageError("--bos with --ids-field needs --tokenizer (to know the BOS id)")
+            self.eos_id, self.bos_id = options.eos_id, None
+        else:
+            self.eos_id, self.bos_id = special_ids(tokenizer, options.eos and options.eos_id is None, options.bos)
+            self.eos_id = options.eos_id if options.eos_id is not None else self.eos_id
+        if self.eos_id is not None and self.vocab_size is not None and self.eos_id >= self.vocab_size:
+            raise UsageError(f"--eos-id {self.eos_id} is not below the vocabulary size {self.vocab_size}")
+        self.convert: Callable[[list[Any]], Any] | None = self._check
+
+    def _check(self, values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+        """One record's ids (and supervision mask), checked against the vocabulary and the labels."""
+        ids = values[0]
+        if self.vocab_size is not None and len(ids) and int(ids.max()) >= self.vocab_size:
+            position = int(np.argmax(ids >= self.vocab_size))
+            raise BadRecordError(
+                f"field {self.fields[0].name!r} holds {int(ids[position])} at position {position}: not below the "
+                f"vocabulary size {self.vocab_size} of tokenizer {self.tokenizer_name}"
+            )
+        if not self.supervised:
+            return ids, None
+        labels = values[1]
+        name = self.fields[1].name
+        if len(labels) != len(ids):
+            raise BadRecordError(f"field {name!r} holds {len(labels)} labels for {len(ids)} ids")
+        mask = labels != IGNORE_LABEL
+        wrong = mask & (labels != ids)
+        if wrong.any():
+            position = int(np.argmax(wrong))
+            raise BadRecordError(
+                f"field {name!r} holds {int(labels[position])} at position {position}: a label is -100 or the id "
+                f"it sits on ({int(ids[position])})"
+            )
+        return ids, mask
+
+    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        records = columns[0]
+        kept = [record for record in records if len(record[0]) and (record[1] is None or record[1].any())]
+        counts.empty_documents += len(records) - len(kept)
+        return kept
+
+    def encode(self, records: list[tuple[np.ndarray, np.ndarray | None]]) -> Any:
+        return records  # nothing to tokenize
+
+    def flatten(self, records: list[tuple[np.ndarray, np.ndarray | None]], counts: ReadCounts) -> Flat:
+        """(``prepare`` left out the records without ids, or without a supervised label: nothing here is empty.)"""
+        lengths = np.fromiter((len(ids) for ids, _ in records), dtype=np.int64, count=len(records))
+        tokens = np.concatenate([ids for ids, _ in records]) if records else np.zeros(0, dtype=np.int32)
+        if not self.supervised:
+            return add_specials(tokens, lengths, None, None, self.eos_id, self.bos_id)
+        mask = np.concatenate([mask for _, mask in records]) if records else np.zeros(0, dtype=bool)
+        last = mask[np.cumsum(lengths) - 1] if len(records) else mask
+        return add_specials(tokens, lengths, mask, last, self.eos_id, self.bos_id)
+
+
+def add_specials(
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+    mask: np.ndarray | None,
+    eos_supervised: np.ndarray | None,
+    eos_id: int | None,
+    bos_id: int | None,
+) -> Flat:
+    """Append EOS to (and prepend BOS to) every document of a flat token array, keeping the mask in step: EOS is
+    supervised where ``eos_supervised`` says (the document's end is), BOS never."""
+    if eos_id is not None:
+        ends = np.cumsum(lengths)
+        tokens = np.insert(tokens, ends, eos_id)
+        if mask is not None and eos_supervised is not None:
+            mask = np.insert(mask, ends, eos_supervised)
+        lengths = lengths + 1
+    if bos_id is not None:
+        starts = np.cumsum(lengths) - lengths
+        tokens = np.insert(tokens, starts, bos_id)
+        if mask is not None:
             mask = np.insert(mask, starts, False)
-            lengths = lengths + 1
-        return without_empty((tokens, lengths, mask), counts)
+        lengths = lengths + 1
+    return tokens, lengths, mask
 
 
 def without_empty(flat: Flat, counts: ReadCounts) -> Flat:
@@ -176,9 +269,13 @@ def without_empty(flat: Flat, counts: ReadCounts) -> Flat:
 
 
 def make_encoder(
-    options: PackOptions, tokenizer: LoadedTokenizer, warn: Callable[[str], None] = lambda message: None
-) -> TextEncoder | SegmentEncoder:
-    """The encoder for the options' record kind: text, prompt/response, or chat messages."""
+    options: PackOptions, tokenizer: LoadedTokenizer | None, warn: Callable[[str], None] = lambda message: None
+) -> TextEncoder | SegmentEncoder | IdsEncoder:
+    """The encoder for the options' record kind: text, prompt/response, chat messages, or token ids (the only
+    kind that needs no tokenizer)."""
+    if options.ids_field is not None:
+        return IdsEncoder(options, tokenizer)
+    assert tokenizer is not None
     if options.fine_tuning:
         return SegmentEncoder(options, tokenizer, warn)
     return TextEncoder(options, tokenizer)

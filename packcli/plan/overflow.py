@@ -37,10 +37,20 @@ class OverflowCounts:
         return asdict(self)
 
 
-def apply_overflow(lengths: np.ndarray, max_len: int, policy: Overflow) -> tuple[Pieces, OverflowCounts]:
-    """Turn document lengths into pieces of at most ``max_len`` tokens under ``policy``."""
+def apply_overflow(
+    lengths: np.ndarray, max_len: int, policy: Overflow, starts: np.ndarray | None = None
+) -> tuple[Pieces, OverflowCounts]:
+    """Turn document lengths into pieces of at most ``max_len`` tokens under ``policy``.
+
+    Args:
+        lengths: the documents' token counts.
+        max_len: the longest piece.
+        policy: what happens to a longer document.
+        starts: each document's first token in the store; default: the documents lie end to end in order
+            (a mixed stream passes its own, where a repeated document appears more than once).
+    """
     lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
+    starts = np.cumsum(lengths) - lengths if starts is None else np.asarray(starts, dtype=np.int64)
     documents = np.arange(len(lengths), dtype=np.int64)
     long = lengths > max_len
     n_long = int(long.sum())
@@ -57,3 +67,16 @@ def apply_overflow(lengths: np.ndarray, max_len: int, policy: Overflow) -> tuple
     piece_start = starts[document] + index_in_document * max_len
     piece_length = np.minimum(max_len, lengths[document] - index_in_document * max_len)
     return Pieces(piece_start, piece_length, document), OverflowCounts(split_documents=n_long)
+
+
+def output_lengths(lengths: np.ndarray, max_len: int, policy: Overflow) -> np.ndarray:
+    """The tokens each document puts into the output under ``policy``: all of them (split), at most ``max_len``
+    (truncate), or none when longer (drop)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if policy is Overflow.truncate:
+        kept: np.ndarray = np.minimum(lengths, max_len)
+    elif policy is Overflow.drop:
+        kept = np.where(lengths > max_len, 0, lengths)
+    else:
+        kept = lengths
+    return kept

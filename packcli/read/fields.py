@@ -11,9 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from packcli.errors import BadRecordError
 
 __all__ = [
+    "ID_LIMIT",
+    "IGNORE_LABEL",
     "ROLES",
     "Columns",
     "Convert",
@@ -26,6 +30,8 @@ __all__ = [
 ]
 
 ROLES = ("system", "user", "assistant", "tool")
+ID_LIMIT = 2**31  # shards store int32 ids
+IGNORE_LABEL = -100
 
 
 @dataclass
@@ -38,7 +44,8 @@ class ReadCounts:
 
 @dataclass(frozen=True)
 class Field:
-    """One record field to read: ``kind`` is "string" or "messages" (a list of ``{role, content}``)."""
+    """One record field to read: ``kind`` is "string", "messages" (a list of ``{role, content}``), "ids" (a list
+    of token ids, each in [0, 2^31)) or "labels" (the same, or -100 where no loss is taken)."""
 
     name: str
     kind: str = "string"
@@ -70,6 +77,8 @@ def check_value(value: Any, field: Field) -> Any:
             raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a string")
         _check_text(value, f"field {field.name!r}")
         return value
+    if field.kind in ("ids", "labels"):
+        return _token_ids(value, field)
     if not isinstance(value, list):
         raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of messages")
     for number, message in enumerate(value, start=1):
@@ -94,6 +103,26 @@ def _check_text(text: str, what: str) -> None:
             f"{what} holds a lone surrogate (\\u{ord(text[exc.start]):04x} at character {exc.start + 1}), "
             "which is not Unicode text"
         ) from None
+
+
+def _token_ids(value: Any, field: Field) -> np.ndarray:
+    """A list of ints as an int32 array, every value in [0, 2^31) (labels: or -100); else BadRecordError."""
+    if not isinstance(value, (list, np.ndarray)):  # an Arrow list column arrives as numpy arrays
+        raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of token ids")
+    try:
+        array = np.asarray(value) if len(value) else np.zeros(0, dtype=np.int64)
+    except (ValueError, OverflowError):  # ragged nesting, or an int beyond 64 bits
+        array = np.asarray(None)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise BadRecordError(f"field {field.name!r} is not a list of ints (token ids)")
+    allowed = (array >= 0) & (array < ID_LIMIT)
+    if field.kind == "labels":
+        allowed |= array == IGNORE_LABEL
+    if not allowed.all():
+        position = int(np.argmin(allowed))
+        what = "an id in [0, 2^31) or -100" if field.kind == "labels" else "token ids must be in [0, 2^31)"
+        raise BadRecordError(f"field {field.name!r} holds {int(array[position])} at position {position}: {what}")
+    return array.astype(np.int32)
 
 
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false"}

@@ -44,7 +44,7 @@ def table_records(
     undecodable value is a bad record named by its 1-based row."""
     values: list[list[Any]] | None
     try:
-        values = [column.to_pylist() for column in columns]
+        values = [_values(column) for column in columns]
     except UnicodeDecodeError:  # a string that is not UTF-8 (not every Arrow writer checks): find its row below
         values = None
     plain = convert is None and all(field.kind == "string" for field in fields)
@@ -67,6 +67,14 @@ def _record(columns: list[pa.Array], values: list[list[Any]] | None, index: int)
         return [column[index].as_py() for column in columns]
     except UnicodeDecodeError as exc:
         raise BadRecordError(f"invalid UTF-8 at byte {exc.start + 1} of a value") from None
+
+
+def _values(column: pa.Array) -> list[Any]:
+    """A column's values; a list of integers stays numpy per row (token ids: no Python int per token)."""
+    kind = column.type
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_integer(kind.value_type):
+        return list(column.to_numpy(zero_copy_only=False))
+    return list(column.to_pylist())
 
 
 def read_parquet(

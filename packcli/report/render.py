@@ -64,8 +64,27 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
             f"  fine-tuning: {stats['supervised_tokens']:,} supervised tokens ({stats['supervised_fraction']:.2%}), "
             f"{stats['unsupervised_sequences']:,} sequences without any supervised token"
         )
+    if "sources" in stats:
+        _sources(console, stats["sources"])
     _histogram(console, "document lengths (tokens)", stats["histograms"]["document_length"], percent=False)
     _histogram(console, "sequence fill", stats["histograms"]["sequence_fill"], percent=True)
+
+
+def _sources(console: Console, sources: list[dict[str, Any]]) -> None:
+    """A mixed output's sources: what each put into the output, and how often its tokens were used."""
+    table = Table(title="sources (mixed)", title_justify="left")
+    for column in ("source", "weight", "documents", "tokens", "share", "used"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for source in sources:
+        table.add_row(
+            source["path"],
+            f"{source['weight']:.1%}",
+            f"{source['documents']:,}",
+            f"{source['tokens']:,}",
+            f"{source['share']:.1%}",
+            f"{source['repeats']:.2f}x",
+        )
+    console.print(table)
 
 
 def print_strategy_comparison(stats: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
@@ -99,7 +100,12 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
     supervised = LABELS_COLUMN in manifest.get("columns", [])
     supervised_tokens = unsupervised_sequences = 0
     for shard in manifest["shards"]:
-        table = read_shard(shard_path(out, shard["file"]), ["cu_seqlens", *([LABELS_COLUMN] if supervised else [])])
+        path = shard_path(out, shard["file"])
+        try:
+            table = read_shard(path, ["cu_seqlens", *([LABELS_COLUMN] if supervised else [])])
+        except (pa.ArrowException, OSError, KeyError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise PackcliError(f"unreadable shard ({reason}); run packcli verify on the output", path) from None
         if supervised:
             labels, label_offsets = flat_list_column(table.column(LABELS_COLUMN))
             taken = (labels != IGNORE_INDEX).astype(np.int64)
@@ -122,6 +128,18 @@ def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE) -> dict[str, A
     stats.update({key: int(totals.get(key, 0)) for key in OVERFLOW_TOTALS})
     stats["strategy"] = manifest["strategy"]
     stats["window"] = manifest["options"].get("window")
+    if "sources" in manifest:  # a mixed output
+        stats["sources"] = [
+            {
+                "path": source["path"],
+                "weight": source["weight"],
+                "documents": source["output_documents"],
+                "tokens": source["output_tokens"],
+                "share": source["share"],
+                "repeats": source["repeats"],
+            }
+            for source in manifest["sources"]
+        ]
     if supervised:
         stats["supervised_tokens"] = supervised_tokens
         stats["supervised_fraction"] = supervised_tokens / stats["tokens"] if stats["tokens"] else 0.0
@@ -151,12 +169,11 @@ def corpus_stats(
     key = setup.cache_key()
     tokenized = cache.load(key)
     if tokenized is None:
-        cache.cache_root().mkdir(parents=True, exist_ok=True)
         fresh = tokenize_corpus(
             setup.files,
             setup.encoder,
             options.skip_bad_records,
-            cache.cache_root() / f".{key}.tokens",
+            cache.new_store_path(key),
             SilentReporter(),
             warn,
         )

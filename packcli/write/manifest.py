@@ -1,20 +1,78 @@
 """manifest.json: the commit point of an output. Written last and atomically; sorted keys, no timestamps.
 
-A directory whose manifest is missing or unreadable is not an output. Readers refuse a newer major format version.
+A directory whose manifest is missing or unreadable is not an output. Readers refuse a newer major format version,
+and :func:`read_manifest` checks every key the readers (``verify``, ``stats``, the loader) use, once, so a damaged
+or hand-edited manifest is one error naming the key, never a ``KeyError`` deep in a reader.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from packcli import __version__
 from packcli.errors import PackcliError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
+TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete
+
+# What a value must be: (its description in an error, the test).
+Kind = tuple[str, Callable[[object], bool]]
+TEXT: Kind = ("a string", lambda value: isinstance(value, str))
+COUNT: Kind = ("an integer >= 0", lambda value: type(value) is int and value >= 0)
+POSITIVE: Kind = ("an integer >= 1", lambda value: type(value) is int and value >= 1)
+TOKEN_ID: Kind = ("a token id or null", lambda value: value is None or (type(value) is int and value >= 0))
+OBJECT: Kind = ("an object", lambda value: isinstance(value, dict))
+LIST: Kind = ("a list", lambda value: isinstance(value, list))
+OPTIONAL_TEXT: Kind = ("a string or null", lambda value: value is None or isinstance(value, str))
+OPTIONAL_POSITIVE: Kind = (
+    "an integer >= 1 or null",
+    lambda value: value is None or (type(value) is int and value >= 1),
+)
+NAMES: Kind = ("a list of strings", lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+# Each block: its keys, each with its kind and whether every manifest has it (False: the additive keys of format
+# version 1, which older outputs may lack; checked when present).
+TOP: dict[str, tuple[Kind, bool]] = {
+    "packcli_version": (TEXT, True),
+    "fingerprint": (TEXT, True),
+    "options": (OBJECT, True),
+    "tokenizer": (OBJECT, True),
+    "max_len": (POSITIVE, True),
+    "strategy": (TEXT, True),
+    "totals": (OBJECT, True),
+    "shards": (LIST, True),
+    "columns": (NAMES, False),
+    "inputs": (LIST, False),
+}
+# A run on pre-tokenized records without a tokenizer has none: its sha256 and vocab_size are null.
+TOKENIZER: dict[str, tuple[Kind, bool]] = {
+    "sha256": (OPTIONAL_TEXT, True),
+    "vocab_size": (OPTIONAL_POSITIVE, True),
+    "name": (OPTIONAL_TEXT, False),
+    "eos_id": (TOKEN_ID, False),
+    "bos_id": (TOKEN_ID, False),
+}
+TOTALS: dict[str, tuple[Kind, bool]] = {
+    **{key: (COUNT, True) for key in ("documents", "tokens", "sequences", "dropped_documents")},
+    **{key: (COUNT, True) for key in ("truncated_tokens", "split_documents", "bad_records")},
+    **{key: (COUNT, False) for key in ("input_documents", "input_tokens", "truncated_documents", "dropped_tokens")},
+    **{key: (COUNT, False) for key in ("empty_documents", "supervised_tokens", "unsupervised_sequences")},
+}
+SHARD: dict[str, tuple[Kind, bool]] = {
+    "file": (TEXT, True),
+    "rows": (COUNT, True),
+    "tokens": (COUNT, True),
+    "bytes": (COUNT, True),
+    "sha256": (TEXT, True),
+    "documents": (COUNT, False),
+}
 
 
 def dumps(manifest: dict[str, Any]) -> str:
@@ -35,10 +93,11 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
-    """Read and version-check an output's manifest.
+    """Read, version-check and validate an output's manifest.
 
     Raises:
-        PackcliError: no manifest, unreadable JSON, or a format version this packcli cannot read.
+        PackcliError: no manifest, unreadable JSON, a format version this packcli cannot read, or a key that is
+            missing or of the wrong type (the error names it, e.g. ``totals.tokens``).
     """
     path = directory / MANIFEST_NAME
     if not path.is_file():
@@ -50,13 +109,47 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise PackcliError("manifest is not a JSON object", path)
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+    if type(version) is not int or version > FORMAT_VERSION or version < 1:
         raise PackcliError(
             f"format version {version!r} is not supported: this packcli {__version__} reads format version "
             f"{FORMAT_VERSION}; upgrade packcli or repack",
             path,
         )
+    validate_manifest(manifest, path)
     return manifest
+
+
+def validate_manifest(manifest: dict[str, Any], path: Path) -> None:
+    """Check every key the readers use: present where every manifest has it, of its kind where present.
+
+    Raises:
+        PackcliError: naming the first key at fault, e.g. ``manifest key 'shards[3].bytes' is missing``.
+    """
+    _check_block(manifest, TOP, "", path)
+    _check_block(manifest["tokenizer"], TOKENIZER, "tokenizer.", path)
+    _check_block(manifest["totals"], TOTALS, "totals.", path)
+    for index, shard in enumerate(manifest["shards"]):
+        if not isinstance(shard, dict):
+            _fail(f"shards[{index}]", f"must be {OBJECT[0]}, not {_shown(shard)}", path)
+        _check_block(shard, SHARD, f"shards[{index}].", path)
+
+
+def _check_block(block: dict[str, Any], keys: dict[str, tuple[Kind, bool]], prefix: str, path: Path) -> None:
+    for key, ((description, test), required) in keys.items():
+        if key not in block:
+            if required:
+                _fail(prefix + key, "is missing", path)
+        elif not test(block[key]):
+            _fail(prefix + key, f"must be {description}, not {_shown(block[key])}", path)
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _fail(key: str, problem: str, path: Path) -> NoReturn:
+    raise PackcliError(f"manifest key {key!r} {problem}: the manifest was edited or damaged; repack", path)
 
 
 def shard_path(directory: Path, name: object) -> Path:

@@ -1,10 +1,23 @@
-"""Publishing an output: build it in a staging directory, then move it into place whole. The manifest, written
-last, is the commit point; an interrupted run never leaves an output that looks complete, and an existing output
-stays intact until the new one is in place.
+"""Publishing an output: one run at a time builds it in a staging directory of its own beside the output, then
+swaps it into place whole. The manifest, written last, is the commit point.
+
+Invariants:
+
+- Only packcli's own work is replaced: an output (a readable manifest, its shards and packcli's temporary files) or
+  an empty directory. A directory holding an input, or any other file, is refused, naming it.
+- One writer per output: an exclusive ``fcntl.flock`` on ``.NAME.packcli-lock`` beside it, held for the whole run;
+  a second run is refused at once with "in use by pid N".
+- An existing output stays in place until the new one is: on Linux the two directories are exchanged by one atomic
+  ``renameat2(RENAME_EXCHANGE)``; where that is missing, by two renames in a row. The parent directory is fsynced
+  after, so the swap survives a power cut.
+- Nothing is left behind: SIGTERM, SIGHUP and Ctrl-C remove the staging directory (the signal then takes effect);
+  what a run killed outright leaves (``kill -9``, power loss) the next run removes, under the lock.
+- A symlinked output (``--out`` linking to scratch storage) is written through: the output lands in the link's
+  target and the link stays a link.
 
 Usage::
 
-    with Publication(out, fingerprint, overwrite) as publication:
+    with Publication(out, fingerprint, overwrite, inputs=files) as publication:
         if not publication.up_to_date:
             build_into(publication.staging)   # shards, then manifest.json last
             publication.commit()              # staging -> out; without it, the staging is removed on exit
@@ -12,78 +25,291 @@ Usage::
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import glob
 import os
+import re
+import secrets
 import shutil
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Literal
 
 from packcli.errors import PackcliError
-from packcli.write.manifest import read_manifest, shard_path
+from packcli.locks import FileLock
+from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 
-__all__ = ["Publication", "existing_output"]
+__all__ = ["OWN_FILE", "Publication", "Terminated", "existing_output"]
+
+# Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
+OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
+# Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
+_DEBRIS = ("staging-*", "old-*", "partial", "old")
+_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+Existing = Literal["absent", "same", "other"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a run: unwinds like Ctrl-C so that every cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
 
 
 class Publication:
-    """One run's claim on an output directory: its staging area, and the final move into place."""
+    """One run's claim on an output directory: the lock, its staging area, and the final swap into place.
 
-    def __init__(self, out: Path, fingerprint: str, overwrite: bool) -> None:
+    Args:
+        out: the output directory as given (it may be a symbolic link, which is written through).
+        fingerprint: the run identity; an output with the same one and intact shards is up to date.
+        overwrite: replace an existing packcli output of another fingerprint.
+        inputs: the files and directories the run reads; none may lie inside ``out``, nor ``out`` inside them.
+    """
+
+    def __init__(self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
         self.out = out
+        self.target = out.resolve()  # where the output lives: through any link
         self.fingerprint = fingerprint
         self.overwrite = overwrite
-        self.staging = out.parent / f".{out.name}.packcli-partial"
+        self.inputs = list(inputs)
+        self.staging = self._sibling(f"staging-{os.getpid()}-{secrets.token_hex(4)}")
         self.up_to_date = False
+        self._lock = FileLock(self._sibling("lock"))
         self._committed = False
+        self._staged = False
+        self._deferring = False
+        self._pending: int | None = None
+        self._previous_handlers: dict[int, object] = {}
+
+    def _sibling(self, kind: str) -> Path:
+        return self.target.parent / f".{self.target.name}.packcli-{kind}"
 
     def __enter__(self) -> Publication:
-        existing = existing_output(self.out, self.fingerprint)
-        if existing == "same":
-            self.up_to_date = True
-            return self
-        if existing == "other" and not self.overwrite:
-            raise PackcliError("holds another output or other files; pass --overwrite to replace it", self.out)
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.staging.mkdir(parents=True)
+        if self.target.parent == self.target:
+            raise PackcliError("cannot write an output over the filesystem root; choose another --out", self.out)
+        _check_inputs(self.out, self.target, self.inputs)
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            if not self._lock.acquire(wait=False):
+                holder = self._lock.holder()
+                who = f"pid {holder}" if holder else "another process"
+                raise PackcliError(
+                    f"in use by {who}: another packcli run is writing this output; wait for it to finish or choose "
+                    "another --out",
+                    self.out,
+                )
+        except OSError as exc:
+            raise _plain(exc, "cannot lock the output") from None
+        try:
+            self._install_handlers()
+            with self._deferred_signals():
+                self._remove_debris()
+            existing = existing_output(self.target, self.fingerprint, self.out)
+            if existing == "same":
+                self.up_to_date = True
+                return self
+            if existing == "other" and not self.overwrite:
+                raise PackcliError(
+                    "holds another packcli output (other inputs, tokenizer or options); pass --overwrite to replace it",
+                    self.out,
+                )
+            self.staging.mkdir()
+            self._staged = True
+        except BaseException as error:
+            self._close(error)
+            raise
         return self
 
     def commit(self) -> None:
-        """Move the staged output (manifest written) into place, replacing an earlier output."""
-        _move_into_place(self.staging, self.out)
-        self._committed = True
+        """Swap the staged output (manifest written) into place; the previous output, if any, is then removed."""
+        with self._deferred_signals():
+            try:
+                _fsync_directory(self.staging)
+                old = self._sibling(f"old-{os.getpid()}-{secrets.token_hex(4)}")
+                retired = _swap_into_place(self.staging, self.target, old)
+                self._committed = True
+                _fsync_directory(self.target.parent)
+                if retired is not None:
+                    _remove(retired)
+            except OSError as exc:
+                raise _plain(exc, "cannot move the new output into place") from None
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        if not self._committed and not self.up_to_date:
-            shutil.rmtree(self.staging, ignore_errors=True)
+        self._close(error)
+
+    def _close(self, error: BaseException | None) -> None:
+        """Remove the staging unless committed, unlock (removing the lock file), restore the signal handlers, then
+        let a terminating signal take effect."""
+        if isinstance(error, Terminated):
+            self._pending = error.signum
+        with self._deferred_signals():
+            if self._staged and not self._committed:
+                _remove(self.staging)
+        self._lock.release(remove=True)
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous_handlers.clear()
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            os.kill(os.getpid(), pending)  # its usual effect, now that nothing is left behind
+
+    def _install_handlers(self) -> None:
+        """Turn SIGTERM/SIGHUP into :class:`Terminated` while the run holds the output (their default action would
+        skip every cleanup); Ctrl-C raises KeyboardInterrupt as before. All three are held back during the swap and
+        the cleanup. Only signals left at their defaults (not ignored, not handled by the caller); main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in _HANDLED_SIGNALS:
+            current = signal.getsignal(signum)
+            if current in (signal.SIG_DFL, signal.default_int_handler):
+                self._previous_handlers[signum] = current
+                signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._deferring:
+            self._pending = signum
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    @contextmanager
+    def _deferred_signals(self) -> Iterator[None]:
+        """Hold signals back while the output is swapped or the staging removed: those steps are never cut."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+
+    def _remove_debris(self) -> None:
+        """Remove what dead runs left beside the output (we hold the lock: no live run owns any of it)."""
+        for pattern in _DEBRIS:
+            for path in self.target.parent.glob(f".{glob.escape(self.target.name)}.packcli-{pattern}"):
+                _remove(path)
 
 
-def existing_output(out: Path, fingerprint: str) -> str:
-    """ "absent" (nothing, or an empty directory), "same" (complete output, same fingerprint) or "other"."""
-    if not out.exists():
+def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -> Existing:
+    """What ``target`` holds: "absent" (nothing, or an empty directory), "same" (a complete output of this
+    fingerprint) or "other" (another packcli output, which ``--overwrite`` may replace).
+
+    Raises:
+        PackcliError: ``target`` is not a directory, or holds a file that is not part of a packcli output
+            (named, as ``shown``): such a directory is never replaced.
+    """
+    shown = shown or target
+    if not target.exists():
         return "absent"
-    if not out.is_dir():
-        raise PackcliError("exists and is not a directory", out)
-    if not any(out.iterdir()):
+    if not target.is_dir():
+        raise PackcliError("exists and is not a directory; choose another --out", shown)
+    names = sorted(path.name for path in target.iterdir())
+    if not names:
         return "absent"
     try:
-        manifest = read_manifest(out)
-    except PackcliError:
-        return "other"
-    if manifest.get("fingerprint") != fingerprint:
-        return "other"
-    for shard in manifest.get("shards", []):
-        path = shard_path(out, shard.get("file"))
-        if not path.is_file() or path.stat().st_size != shard.get("bytes"):
-            return "other"
-    return "same"
+        manifest = read_manifest(target)
+    except PackcliError as exc:
+        stranger = next((name for name in names if not OWN_FILE.fullmatch(name)), names[0])
+        why = f"no {MANIFEST_NAME}" if MANIFEST_NAME not in names else f"its manifest is unusable: {exc.message}"
+        raise PackcliError(
+            f"holds {stranger!r} but is not a packcli output ({why}); packcli replaces only its own outputs or an "
+            "empty directory: choose another --out, or remove it yourself",
+            shown,
+        ) from None
+    listed = {MANIFEST_NAME, *(shard["file"] for shard in manifest["shards"])}
+    intact = manifest["fingerprint"] == fingerprint and all(
+        _has_size(shard_path(target, shard["file"]), shard["bytes"]) for shard in manifest["shards"]
+    )
+    if intact:
+        return "same"
+    foreign = next((name for name in names if name not in listed and not OWN_FILE.fullmatch(name)), None)
+    if foreign is not None:
+        raise PackcliError(
+            f"holds {foreign!r}, which is not part of the packcli output there: packcli replaces only its own "
+            "outputs; move that file away or choose another --out",
+            shown,
+        )
+    return "other"
 
 
-def _move_into_place(staging: Path, out: Path) -> None:
-    if out.exists():
-        old = out.parent / f".{out.name}.packcli-old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(staging, out)
-        shutil.rmtree(old)
+def _has_size(path: Path, size: int) -> bool:
+    return path.is_file() and path.stat().st_size == size
+
+
+def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
+    """Refuse an output that would cover an input: an input inside it, or it inside an input directory."""
+    for path in inputs:
+        resolved = path.resolve()
+        if resolved.is_relative_to(target):
+            raise PackcliError(
+                f"the input {path} is or lies inside the output directory: packcli never writes over its inputs; "
+                "choose another --out",
+                out,
+            )
+        if path.is_dir() and target.is_relative_to(resolved):
+            raise PackcliError(
+                f"the output directory lies inside the input directory {path}, whose files it would mix with; "
+                "choose an --out outside it",
+                out,
+            )
+
+
+def _swap_into_place(staging: Path, target: Path, old: Path) -> Path | None:
+    """Put ``staging`` at ``target``; returns the directory now holding what was there before (to remove), if any.
+    ``old`` is where that goes when the system cannot exchange two directories in one step."""
+    if not target.exists():
+        os.replace(staging, target)
+        return None
+    if _exchange(staging, target):
+        return staging
+    os.replace(target, old)
+    os.replace(staging, target)
+    return old
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Atomically exchange two paths (Linux ``renameat2``); False where the system or file system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def _fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a link (never what it points to) or a directory tree; absent is fine."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
     else:
-        os.replace(staging, out)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _plain(exc: OSError, what: str) -> PackcliError:
+    """An OS error as one plain line naming the file (no ``[Errno N]``)."""
+    return PackcliError(f"{what}: {exc.strerror or exc}", exc.filename)

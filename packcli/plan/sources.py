@@ -1,0 +1,140 @@
+"""Sources of a mixed run: every INPUT (a file, a directory or a glob) is one source. Which tokenized documents
+each source holds, the mixed document stream that is packed, and the manifest's per-source entries.
+
+The stream lists store documents, a repeated one as often as it was drawn; its per-source output adds up to the
+totals. A document that ``--overflow drop`` removes is never drawn but enters the stream once, so it is counted as
+dropped exactly as in an unmixed run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.errors import PackcliError, UsageError
+from packcli.options import PackOptions
+from packcli.plan.mixing import Draw, interleave, mix
+from packcli.plan.overflow import Pieces, output_lengths
+from packcli.read.inputs import find_inputs
+
+
+@dataclass(frozen=True)
+class Source:
+    """One INPUT as given on the command line, the files it resolved to, and how many files found beside them
+    packcli does not read."""
+
+    spec: str
+    files: list[Path]
+    unread: int = 0
+
+
+def group_inputs(
+    specs: Sequence[str], weights: Sequence[float] | None, warn: Callable[[str], None] = lambda message: None
+) -> list[Source]:
+    """Resolve each INPUT on its own; a file may belong to one source only.
+
+    Raises:
+        UsageError: the weights do not match the inputs in number, or two inputs share a file.
+    """
+    if weights is not None and len(weights) != len(specs):
+        raise UsageError(
+            f"--weights has {len(weights)} value(s) for {len(specs)} input(s): give one weight per INPUT "
+            "(a directory or a glob is one input)"
+        )
+    found = [find_inputs([spec], warn) for spec in specs]
+    sources = [Source(spec, inputs.files, len(inputs.unread)) for spec, inputs in zip(specs, found)]
+    owner: dict[Path, str] = {}
+    for source in sources:
+        for path in source.files:
+            if owner.setdefault(path, source.spec) != source.spec:
+                raise UsageError(
+                    f"{path} is in two inputs, {owner[path]!r} and {source.spec!r}: a file belongs to "
+                    "one source when mixing"
+                )
+    return sources
+
+
+@dataclass(frozen=True)
+class Stream:
+    """The documents to pack, in order: store document indices with their source, and each source's draw."""
+
+    documents: np.ndarray
+    source: np.ndarray
+    draws: list[Draw]
+    weights: list[float]  # normalised
+
+
+def mixed_stream(
+    sources: list[Source], file_documents: np.ndarray, lengths: np.ndarray, options: PackOptions
+) -> Stream:
+    """Draw every source's documents (:func:`packcli.plan.mixing.mix`) on the tokens each puts into the output
+    after overflow, and interleave them into one stream."""
+    first = _first_documents(sources, file_documents)
+    effective = output_lengths(lengths, options.max_len, options.overflow_policy)
+    per_source = [effective[first[k] : first[k + 1]] for k in range(len(sources))]
+    # Without --weights (only --target-tokens), sources keep their natural proportions.
+    weights = list(options.weights) if options.weights is not None else [float(part.sum()) for part in per_source]
+    for given, part, weight in zip(sources, per_source, options.weights or [1.0] * len(sources)):
+        if weight > 0 and not part.any():
+            raise PackcliError(
+                "no document of this input can go into the output (none read, or all too long for "
+                f"--max-len {options.max_len} with --overflow drop); give it weight 0 or fix it",
+                given.spec,
+            )
+    draws = mix(per_source, weights, options.target_tokens, options.seed)
+    source, position = interleave([len(draw.documents) for draw in draws])
+    drawn = np.concatenate([first[k] + draw.documents for k, draw in enumerate(draws)])
+    starts = np.cumsum([0] + [len(draw.documents) for draw in draws])
+    documents = drawn[starts[source] + position]
+    # Documents too long to place: in the stream once, so that overflow counts them as it would unmixed (except in
+    # an input that --weights leaves out with weight 0).
+    used = np.repeat(np.asarray(options.weights or weights) > 0, np.diff(first))
+    left_out = np.flatnonzero(used & (effective == 0))
+    owner = np.searchsorted(first, left_out, side="right") - 1
+    total = sum(weights)
+    return Stream(
+        np.concatenate([documents, left_out]).astype(np.int64),
+        np.concatenate([source, owner]).astype(np.int64),
+        draws,
+        [weight / total for weight in weights],
+    )
+
+
+def _first_documents(sources: list[Source], file_documents: np.ndarray) -> np.ndarray:
+    """Document index at which each source starts (files are tokenized source after source), plus the end."""
+    files_per_source = [len(source.files) for source in sources]
+    file_bounds = np.cumsum([0, *np.asarray(file_documents, dtype=np.int64)])
+    return np.asarray(file_bounds[np.cumsum([0, *files_per_source])], dtype=np.int64)
+
+
+def source_entries(
+    sources: list[Source], stream: Stream, file_documents: np.ndarray, lengths: np.ndarray, pieces: Pieces
+) -> list[dict[str, Any]]:
+    """The manifest's ``sources``: per input, what it held and what the output took of it."""
+    first = _first_documents(sources, file_documents)
+    count = len(sources)
+    piece_source = stream.source[pieces.document]
+    output_documents = np.bincount(piece_source, minlength=count)
+    output_tokens = np.bincount(piece_source, weights=pieces.length, minlength=count).astype(np.int64)
+    total_tokens = int(pieces.length.sum())
+    entries = []
+    for k, (source, draw) in enumerate(zip(sources, stream.draws)):
+        entries.append(
+            {
+                "path": source.spec,
+                "files": len(source.files),
+                "weight": round(stream.weights[k], 6),
+                "input_documents": int(first[k + 1] - first[k]),
+                "input_tokens": int(lengths[first[k] : first[k + 1]].sum()),
+                "output_documents": int(output_documents[k]),
+                "output_tokens": int(output_tokens[k]),
+                "share": round(int(output_tokens[k]) / total_tokens, 6) if total_tokens else 0.0,
+                "passes": draw.passes,
+                "repeats": round(draw.tokens / draw.total, 6) if draw.total else 0.0,
+            }
+        )
+    return entries

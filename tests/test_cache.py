@@ -1,0 +1,127 @@
+"""The tokenization cache through the real CLI: concurrent `stats` runs, a run killed mid-way, the size bound with
+least-recently-used eviction, and a cache directory that cannot be used."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict[str, str]]:
+    return read_jsonl(SAMPLE)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ["PACKCLI_CACHE"])  # a fresh one per test (conftest)
+
+
+def entries() -> list[str]:
+    return sorted(path.name for path in cache_dir().iterdir() if path.is_dir() and not path.name.startswith("."))
+
+
+def temporaries() -> list[str]:
+    return sorted(path.name for path in cache_dir().glob(".tmp-*"))
+
+
+def stats(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "packcli", "stats", *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_two_stats_at_once_both_work_and_leave_one_entry(tmp_path: Path, records: list[dict[str, str]]) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:150])
+    runs = [stats(str(corpus), "--max-len", "512") for _ in range(2)]
+    outcomes = [run.communicate() for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [stderr for _, stderr in outcomes]
+    first, second = (json.loads(stdout) for stdout, _ in outcomes)
+    assert first == second and first["tokens"] > 0
+    assert len(entries()) == 1 and temporaries() == []
+    packed = runner.invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "o"), "--json"])
+    assert packed.exit_code == 0 and json.loads(packed.stdout)["tokenized_from_cache"] is True
+    assert entries() == []  # pack consumed it
+
+
+def test_a_killed_stats_leaves_a_temporary_that_the_next_update_removes(
+    tmp_path: Path, records: list[dict[str, str]]
+) -> None:
+    copies = []
+    for k in range(4):  # enough text that tokenizing takes seconds
+        (tmp_path / f"copy{k}.jsonl.gz").write_bytes(SAMPLE.read_bytes())
+        copies.append(str(tmp_path / f"copy{k}.jsonl.gz"))
+    run = stats(*copies)
+    for _ in range(1200):
+        if (cache_dir().is_dir() and temporaries()) or run.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert run.poll() is None, run.communicate()
+    run.kill()
+    run.communicate()
+    assert len(temporaries()) == 1
+    small = write_jsonl(tmp_path / "small.jsonl", records[:20])
+    assert runner.invoke(app, ["stats", str(small), "--json"]).exit_code == 0
+    assert temporaries() == [] and len(entries()) == 1
+
+
+def entry_size(name: str) -> int:
+    return sum(path.stat().st_size for path in (cache_dir() / name).iterdir())
+
+
+def test_the_size_bound_evicts_the_least_recently_used(
+    tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # c holds b's records under another name: another entry of the same size.
+    corpora = [write_jsonl(tmp_path / f"{name}.jsonl", records[k * 40 : (k + 1) * 40]) for k, name in enumerate("ab")]
+    corpora.append(write_jsonl(tmp_path / "c.jsonl", records[40:80]))
+
+    def run_stats(corpus: Path) -> str:
+        result = runner.invoke(app, ["stats", str(corpus), "--json"])
+        assert result.exit_code == 0, result.stderr
+        return Path(json.loads(result.stdout)["tokenization_cache"]).name
+
+    a, b = run_stats(corpora[0]), run_stats(corpora[1])
+    assert entries() == sorted([a, b])
+    time.sleep(0.01)
+    assert run_stats(corpora[0]) == a  # a cache hit: `a` is now the most recently used
+    # Room for two of the three entries: adding `c` evicts `b`, the least recently used.
+    limit = entry_size(a) + entry_size(b) + 1000
+    monkeypatch.setenv("PACKCLI_CACHE_MAX", str(limit))
+    c = run_stats(corpora[2])
+    assert entries() == sorted([a, c])
+    assert entry_size(a) + entry_size(c) <= limit
+    monkeypatch.setenv("PACKCLI_CACHE_MAX", "1")  # smaller than any entry: only the newest stays
+    assert run_stats(corpora[1]) == b and entries() == [b]
+
+
+def test_an_unusable_cache_is_one_line_naming_the_variable(
+    tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:20])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("PACKCLI_CACHE", str(blocker / "cache"))
+    result = runner.invoke(app, ["stats", str(corpus)])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1 and "PACKCLI_CACHE" in result.stderr and "[Errno" not in result.stderr
+    packed = runner.invoke(app, ["pack", str(corpus), "--out", str(tmp_path / "o"), "--quiet"])
+    assert packed.exit_code == 0, packed.stderr  # pack needs no cache
+    monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PACKCLI_CACHE_MAX", "lots")
+    result = runner.invoke(app, ["stats", str(corpus)])
+    assert result.exit_code == 2 and "PACKCLI_CACHE_MAX" in result.stderr

@@ -1,0 +1,274 @@
+"""Weighted mixing to a token budget: two real corpora mixed through the CLI, each output document traced back to
+its source by hash (not by the manifest); the pure draw under hypothesis; bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.encode.store import TokenStore
+from packcli.encode.tokenizer import load_tokenizer
+from packcli.options import PackOptions
+from packcli.pipeline import pack_corpus, set_up
+from packcli.plan.mixing import interleave, mix, quotas, sample_to_budget
+from packcli.report.stats import packed_stats
+from packcli.report.verify import verify_output
+from packcli.write.shards import read_shard
+
+runner = CliRunner()
+EOS = 50256
+MAX_LEN = 4096
+
+
+def digest(tokens: list[int]) -> bytes:
+    return hashlib.sha256(np.asarray(tokens, dtype=np.int32).tobytes()).digest()
+
+
+def piece_owners(sources: dict[str, list[str]], max_len: int) -> dict[bytes, str]:
+    """Hash of every piece a document of each source can become (split at max_len) -> the source's name."""
+    tokenizer = load_tokenizer().tokenizer
+    owners: dict[bytes, str] = {}
+    for name, texts in sources.items():
+        for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False):
+            ids = [*encoding.ids, EOS]
+            for start in range(0, len(ids), max_len):
+                key = digest(ids[start : start + max_len])
+                assert owners.setdefault(key, name) == name, "a piece is in both sources: cannot tell them apart"
+    return owners
+
+
+def output_pieces(out: Path) -> list[list[int]]:
+    pieces = []
+    for path in sorted(out.glob("shard-*.arrow")):
+        table = read_shard(path)
+        for ids, cu in zip(table.column("input_ids").to_pylist(), table.column("cu_seqlens").to_pylist()):
+            pieces += [ids[a:b] for a, b in zip(cu, cu[1:])]
+    return pieces
+
+
+def shard_bytes(out: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(out.glob("shard-*.arrow"))}
+
+
+def test_two_real_corpora_at_70_30_with_the_second_repeated(tmp_path: Path) -> None:
+    small = shared_path("data/bigbench_sft.jsonl")  # ~330k tokens: 30% of 2M needs it 1.8 times
+    budget = 2_000_000
+    args = ["pack", str(SAMPLE), str(small), "--weights", "0.7,0.3", "--target-tokens", "2M", "--json"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+
+    # Trace every output piece to its source by hash, independently of the manifest.
+    owners = piece_owners(
+        {"sample": [r["text"] for r in read_jsonl(SAMPLE)], "bigbench": [r["text"] for r in read_jsonl(small)]},
+        MAX_LEN,
+    )
+    pieces = output_pieces(tmp_path / "a")
+    traced: Counter[str] = Counter()
+    copies: Counter[bytes] = Counter()
+    for piece in pieces:
+        key = digest(piece)
+        traced[owners[key]] += len(piece)  # KeyError: a piece that is in neither source
+        copies[key] += 1
+    tokens = sum(traced.values())
+    assert abs(tokens - budget) <= 0.01 * budget
+    assert abs(traced["sample"] / tokens - 0.7) <= 0.01 * 0.7
+    assert abs(traced["bigbench"] / tokens - 0.3) <= 0.01 * 0.3
+    repeated = [key for key, count in copies.items() if count > 1 and owners[key] == "bigbench"]
+    assert len(repeated) > 1000  # 1.8 passes: most bigbench documents appear twice
+
+    # The manifest agrees with the trace, and its per-source figures add up to the totals.
+    sample_entry, bigbench_entry = manifest["sources"]
+    assert (sample_entry["output_tokens"], bigbench_entry["output_tokens"]) == (traced["sample"], traced["bigbench"])
+    totals = manifest["totals"]
+    assert sum(s["output_tokens"] for s in manifest["sources"]) == totals["tokens"] == tokens
+    assert sum(s["output_documents"] for s in manifest["sources"]) == totals["documents"] == len(pieces)
+    assert bigbench_entry["input_documents"] == 2232 and bigbench_entry["passes"] == 1
+    assert 1.5 < bigbench_entry["repeats"] < 2 and sample_entry["repeats"] < 1 and sample_entry["passes"] == 0
+    assert totals["input_tokens"] == totals["tokens"] + totals["truncated_tokens"] + totals["dropped_tokens"]
+    assert summary["sources"] == manifest["sources"]
+    assert verify_output(tmp_path / "a").ok
+    stats = packed_stats(tmp_path / "a")
+    assert [s["tokens"] for s in stats["sources"]] == [traced["sample"], traced["bigbench"]]
+
+    # Deterministic: the same command gives the same bytes.
+    again = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
+    assert again.exit_code == 0, again.output
+    assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b") != {}
+
+
+def corpus(path: Path, words: list[str], count: int) -> Path:
+    """Short real-word documents, distinct per source."""
+    return write_jsonl(path, [{"text": f"{words[k % len(words)]} number {k}."} for k in range(count)])
+
+
+def test_summary_says_which_source_was_repeated_and_a_directory_is_one_source(tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    corpus(folder / "a.jsonl", ["apple", "pear"], 30)
+    corpus(folder / "b.jsonl", ["plum", "fig"], 30)
+    small = corpus(tmp_path / "small.jsonl", ["walnut"], 10)
+    result = runner.invoke(
+        app,
+        ["pack", str(folder), str(small), "--weights", "1,1", "--target-tokens", "600", "--out", str(tmp_path / "o")],
+    )
+    assert result.exit_code == 0, result.output
+    assert f"source {small}: " in result.stdout and "repeated" in result.stdout.split(f"source {small}: ")[1]
+    sources = json.loads((tmp_path / "o" / "manifest.json").read_text())["sources"]
+    assert [s["files"] for s in sources] == [2, 1] and sources[0]["input_documents"] == 60
+    assert sources[1]["passes"] >= 4 and sources[0]["repeats"] <= 1
+    assert all(abs(s["share"] - 0.5) < 0.01 for s in sources)
+
+
+def test_default_budget_repeats_nothing_and_target_alone_keeps_natural_proportions(tmp_path: Path) -> None:
+    big, small = corpus(tmp_path / "big.jsonl", ["oak"], 200), corpus(tmp_path / "small.jsonl", ["elm"], 40)
+    default = pack_corpus([str(big), str(small)], PackOptions(max_len=64, weights=(0.5, 0.5)), tmp_path / "d")
+    entries = default.manifest["sources"]
+    assert entries[1]["repeats"] == 1.0 and entries[0]["repeats"] < 1  # the small source limits the budget
+    assert entries[0]["output_tokens"] == pytest.approx(entries[1]["output_tokens"], rel=0.01)
+    natural = pack_corpus([str(big), str(small)], PackOptions(max_len=64, target_tokens=5000), tmp_path / "n")
+    shares = [s["share"] for s in natural.manifest["sources"]]
+    inputs = [s["input_tokens"] for s in natural.manifest["sources"]]
+    assert shares == pytest.approx([inputs[0] / sum(inputs), inputs[1] / sum(inputs)], abs=0.01)
+    assert natural.manifest["totals"]["tokens"] == pytest.approx(5000, rel=0.01)
+
+
+@pytest.mark.parametrize("overflow", ["drop", "truncate"])
+def test_shares_are_output_tokens_and_overflow_is_counted_once(tmp_path: Path, overflow: str) -> None:
+    long_docs = write_jsonl(tmp_path / "long.jsonl", [{"text": " word" * (10 + 40 * (k % 3))} for k in range(30)])
+    short = corpus(tmp_path / "short.jsonl", ["ash"], 50)
+    options = PackOptions(max_len=32, overflow=overflow, weights=(0.5, 0.5), target_tokens=3000)  # type: ignore[arg-type]
+    manifest = pack_corpus([str(long_docs), str(short)], options, tmp_path / "o").manifest
+    totals, sources = manifest["totals"], manifest["sources"]
+    assert [s["share"] for s in sources] == pytest.approx([0.5, 0.5], abs=0.01)
+    assert totals["input_tokens"] == totals["tokens"] + totals["truncated_tokens"] + totals["dropped_tokens"]
+    if overflow == "drop":  # 20 of the 30 long documents are over 32 tokens: each counted once, none drawn
+        assert totals["dropped_documents"] == 20
+    else:
+        assert totals["truncated_documents"] >= 20 and totals["dropped_documents"] == 0
+    assert sum(s["output_tokens"] for s in sources) == totals["tokens"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--weights", "0.7"], "--weights has 1 value(s) for 2 input(s)"),
+        (["--weights", "0.7,-0.3"], "--weights must not be negative"),
+        (["--weights", "0,0"], "--weights are all zero"),
+        (["--weights", "0.7,x"], "cannot read --weights '0.7,x'"),
+        (["--weights", "1,1", "--target-tokens", "lots"], "--target-tokens 'lots' is not a size"),
+        (["--weights", "1,1", "--target-tokens", "0"], "--target-tokens must be at least 1"),
+    ],
+)
+def test_bad_mixing_options_are_one_line_usage_errors(tmp_path: Path, extra: list[str], message: str) -> None:
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
+    result = runner.invoke(app, ["pack", str(a), str(b), *extra, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and message in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_how_files_are_grouped_into_sources_is_part_of_the_run_identity(tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for name in "abc":
+        corpus(folder / f"{name}.jsonl", ["yew"], 5)
+    options = PackOptions(weights=(1.0, 1.0))
+    by_folder = set_up([str(folder / "[ab].jsonl"), str(folder / "c.jsonl")], options)
+    by_file = set_up([str(folder / "a.jsonl"), str(folder / "[bc].jsonl")], options)
+    assert by_folder.files == by_file.files  # the same files in the same order, grouped otherwise
+    assert by_folder.fingerprint() != by_file.fingerprint() and by_folder.cache_key() == by_file.cache_key()
+
+
+def test_a_file_in_two_inputs_is_refused(tmp_path: Path) -> None:
+    a = corpus(tmp_path / "a.jsonl", ["yew"], 5)
+    result = runner.invoke(app, ["pack", str(a), str(tmp_path), "--weights", "1,1", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "is in two inputs" in result.stderr
+
+
+def test_the_token_store_gathers_a_document_more_than_once(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path / "tokens")
+    store.append(np.arange(10, dtype=np.int32))
+    store.finish()
+    starts, lengths = np.array([0, 0, 3, 3, 0]), np.array([3, 3, 2, 2, 3])
+    assert store.gather(starts, lengths).tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 3, 4, 0, 1, 2]
+    store.remove()
+
+
+# The pure draw: every document from its source, shares within one document of the quota.
+
+source_lengths = st.lists(st.integers(0, 300), min_size=1, max_size=40).filter(lambda ls: sum(ls) > 0)
+
+
+@given(
+    st.lists(st.tuples(source_lengths, st.integers(0, 5)), min_size=1, max_size=5).filter(
+        lambda sources: any(weight for _, weight in sources)
+    ),
+    st.one_of(st.none(), st.integers(1, 20_000)),
+    st.integers(0, 2**32),
+)
+def test_draws_stay_in_their_source_and_meet_their_quota(
+    sources: list[tuple[list[int], int]], budget: int | None, seed: int
+) -> None:
+    lengths = [np.array(ls, dtype=np.int64) for ls, _ in sources]
+    weights = [float(weight) for _, weight in sources]
+    draws = mix(lengths, weights, budget, seed)
+    wanted = quotas([int(ls.sum()) for ls in lengths], weights, budget)
+    for source, draw, quota in zip(lengths, draws, wanted):
+        assert draw.quota == quota
+        indices = draw.documents
+        assert np.all((indices >= 0) & (indices < len(source))) and np.all(source[indices] > 0)
+        assert draw.tokens == int(source[indices].sum()) <= quota
+        total = int(source.sum())
+        assert draw.passes == quota // total
+        counts = np.bincount(indices, minlength=len(source))
+        assert np.all(counts[source > 0] >= draw.passes) and np.all(counts <= draw.passes + 1)
+        if quota % total:
+            assert quota - draw.tokens < int(source.max())  # short by less than one document
+        else:
+            assert draw.tokens == quota
+    if budget is not None:
+        scale = budget / sum(weights)
+        assert all(abs(quota - weight * scale) <= 0.5 for quota, weight in zip(wanted, weights))
+    else:  # the largest budget that repeats nothing: one source is used whole, none more than once
+        assert all(draw.tokens <= int(ls.sum()) for draw, ls in zip(draws, lengths))
+        assert any(draw.passes == 1 and w > 0 for draw, w in zip(draws, weights))
+    again = mix(lengths, weights, budget, seed)
+    assert all(np.array_equal(a.documents, b.documents) for a, b in zip(draws, again))
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=60), st.integers(0, 2000), st.integers(0, 2**16))
+def test_the_sample_is_the_one_by_one_walk(lengths: list[int], budget: int, seed: int) -> None:
+    array = np.array(lengths, dtype=np.int64)
+    taken = sample_to_budget(array, budget, np.random.default_rng(seed))
+    order, left, expected = np.random.default_rng(seed).permutation(np.flatnonzero(array)), budget, []
+    for document in order.tolist():
+        if lengths[document] <= left:
+            expected.append(document)
+            left -= lengths[document]
+    assert taken.tolist() == expected
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=6))
+def test_interleave_spreads_each_source_over_the_stream(counts: list[int]) -> None:
+    source, index = interleave(counts)
+    assert sorted(zip(source.tolist(), index.tolist())) == [(s, k) for s, c in enumerate(counts) for k in range(c)]
+    total = sum(counts)
+    for s, count in enumerate(counts):
+        assert index[source == s].tolist() == list(range(count))  # each source keeps its draw order
+        seen = np.cumsum(source == s)
+        expected = np.arange(1, total + 1) * count / max(total, 1)
+        # Every prefix holds about the source's share: within 1/2 for its own rounding, plus what ties with the
+        # other sources can shift (a source-by-source concatenation is off by up to count * (1 - count / total)).
+        assert np.all(np.abs(seen - expected) <= 1 + len(counts) * count / max(total, 1) + 1e-9)

@@ -1,0 +1,259 @@
+"""Publishing through the real CLI on real files: what --overwrite may replace, a symlinked --out, concurrent runs
+under the lock, and signals mid-run that leave nothing behind."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.locks import FileLock
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict[str, str]]:
+    return read_jsonl(SAMPLE)[:40]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, records: list[dict[str, str]]) -> Path:
+    return write_jsonl(tmp_path / "corpus.jsonl", records)
+
+
+def pack(corpus: Path, out: Path, *extra: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["pack", str(corpus), "--out", str(out), "--quiet", *extra])
+    return result.exit_code, result.stderr
+
+
+def verified(out: Path) -> bool:
+    return runner.invoke(app, ["verify", str(out)]).exit_code == 0
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every file under ``directory`` (links not followed) with its sha256."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def debris(parent: Path) -> list[str]:
+    return sorted(path.name for path in parent.iterdir() if ".packcli-" in path.name)
+
+
+# --- what --overwrite may replace -------------------------------------------------------------------------------
+
+
+def test_overwrite_never_replaces_a_directory_holding_inputs(tmp_path: Path, records: list[dict[str, str]]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = write_jsonl(data / "corpus.jsonl", records)
+    before = snapshot(data)
+    code, stderr = pack(data, data, "--overwrite")
+    assert code == 1 and "lies inside the output directory" in stderr and "never writes over its inputs" in stderr
+    code, stderr = pack(corpus, data, "--overwrite")
+    assert code == 1 and "lies inside the output directory" in stderr
+    code, stderr = pack(data, data / "packed", "--overwrite")
+    assert code == 1 and "lies inside the input directory" in stderr
+    assert snapshot(data) == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_overwrite_never_replaces_a_foreign_directory(tmp_path: Path, corpus: Path) -> None:
+    thesis = tmp_path / "thesis"
+    (thesis / "chapters").mkdir(parents=True)
+    (thesis / "notes.txt").write_text("precious")
+    (thesis / "chapters" / "one.tex").write_text("also precious")
+    for extra in ([], ["--overwrite"]):
+        code, stderr = pack(corpus, thesis, *extra)
+        assert code == 1 and "not a packcli output" in stderr and "'chapters'" in stderr
+    assert snapshot(thesis) == {"notes.txt": hashlib.sha256(b"precious").hexdigest()} | {
+        "chapters/one.tex": hashlib.sha256(b"also precious").hexdigest()
+    }
+
+
+def test_an_empty_directory_is_used_without_overwrite(tmp_path: Path, corpus: Path) -> None:
+    (tmp_path / "out").mkdir()
+    assert pack(corpus, tmp_path / "out") == (0, "")
+    assert verified(tmp_path / "out") and debris(tmp_path) == []
+
+
+def test_overwrite_replaces_an_output_but_not_files_put_beside_its_shards(tmp_path: Path, corpus: Path) -> None:
+    out = tmp_path / "out"
+    assert pack(corpus, out, "--max-len", "256")[0] == 0
+    code, stderr = pack(corpus, out, "--max-len", "128")
+    assert code == 1 and "--overwrite" in stderr
+    (out / "shard-00000.arrow.tmp").write_bytes(b"left by an interrupted write")  # packcli's own debris
+    assert pack(corpus, out, "--max-len", "128", "--overwrite")[0] == 0
+    assert verified(out) and '"max_len": 128' in (out / "manifest.json").read_text()
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    code, stderr = pack(corpus, out, "--max-len", "64", "--overwrite")
+    assert code == 1 and "'notes.txt'" in stderr
+    assert snapshot(out) == before and debris(tmp_path) == []
+
+
+def test_a_damaged_output_is_not_replaced(tmp_path: Path, corpus: Path) -> None:
+    out = tmp_path / "out"
+    assert pack(corpus, out)[0] == 0
+    (out / "manifest.json").write_text("{broken")
+    code, stderr = pack(corpus, out, "--overwrite")
+    assert code == 1 and "its manifest is unusable" in stderr and "remove it yourself" in stderr
+
+
+# --- a symlinked --out ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target_exists", [True, False])
+def test_a_symlinked_out_is_written_through(tmp_path: Path, corpus: Path, target_exists: bool) -> None:
+    scratch, work = tmp_path / "scratch", tmp_path / "work"
+    work.mkdir()
+    (scratch / "packed").mkdir(parents=True) if target_exists else scratch.mkdir()
+    link = work / "packed"
+    link.symlink_to(scratch / "packed")
+    for max_len in ("256", "128"):
+        assert pack(corpus, link, "--max-len", max_len, "--overwrite") == (0, "")
+        assert link.is_symlink() and os.readlink(link) == str(scratch / "packed")
+        assert f'"max_len": {max_len}' in (scratch / "packed" / "manifest.json").read_text()
+        assert verified(link)
+        assert [p.name for p in work.iterdir()] == ["packed"] and [p.name for p in scratch.iterdir()] == ["packed"]
+
+
+# --- one writer at a time ---------------------------------------------------------------------------------------
+
+
+def test_a_held_lock_refuses_naming_the_pid(tmp_path: Path, corpus: Path) -> None:
+    lock = FileLock(tmp_path / ".out.packcli-lock")
+    assert lock.acquire(wait=False)
+    try:
+        code, stderr = pack(corpus, tmp_path / "out")
+        assert code == 1 and f"in use by pid {os.getpid()}" in stderr
+        assert not (tmp_path / "out").exists()
+    finally:
+        lock.release(remove=True)
+    assert pack(corpus, tmp_path / "out")[0] == 0 and debris(tmp_path) == []
+
+
+def test_the_lock_is_free_once_its_holder_dies(tmp_path: Path) -> None:
+    path = tmp_path / "x.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import time; from packcli.locks import FileLock; FileLock({str(path)!r}).acquire(); time.sleep(600)",
+        ]
+    )
+    try:
+        for _ in range(600):
+            if FileLock(path).holder() == holder.pid:
+                break
+            time.sleep(0.05)
+        first = FileLock(path)
+        assert not first.acquire(wait=False) and first.holder() == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    second = FileLock(path)
+    assert second.acquire(wait=False) and second.holder() == os.getpid()
+    second.release(remove=True)
+    assert not path.exists()
+
+
+def packcli(*args: str) -> subprocess.Popen[str]:
+    """``packcli`` in a subprocess, with SIGINT and SIGTERM at their defaults whatever this process ignores."""
+
+    def default_signals() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "packcli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.3, 1.0, None])  # None: the second starts once the first has finished
+def test_concurrent_runs_leave_a_verified_output(tmp_path: Path, corpus: Path, gap: float | None) -> None:
+    out = tmp_path / "out"
+    first = packcli("pack", str(corpus), "--out", str(out), "--max-len", "256", "--overwrite", "--quiet")
+    if gap is None:
+        first.wait()
+    else:
+        time.sleep(gap)
+    second = packcli("pack", str(corpus), "--out", str(out), "--max-len", "512", "--overwrite", "--quiet")
+    results = [(run.wait(), run.communicate()[1]) for run in (first, second)]
+    for code, stderr in results:
+        assert code in (0, 1), stderr
+        assert "[Errno" not in stderr and "unexpected" not in stderr and "Traceback" not in stderr, stderr
+        if code == 1:
+            assert f"in use by pid {first.pid}" in stderr or f"in use by pid {second.pid}" in stderr, stderr
+    assert any(code == 0 for code, _ in results)
+    if gap is None:
+        assert [code for code, _ in results] == [0, 0]
+    assert verified(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "out"]
+
+
+# --- signals and dead runs --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def long_corpus(tmp_path: Path) -> list[str]:
+    """Enough text that tokenizing it takes seconds: four copies of the sample, as four files."""
+    copies = []
+    for k in range(4):
+        (tmp_path / f"copy{k}.jsonl.gz").write_bytes(SAMPLE.read_bytes())
+        copies.append(str(tmp_path / f"copy{k}.jsonl.gz"))
+    return copies
+
+
+def start_and_wait_for_staging(inputs: list[str], out: Path) -> subprocess.Popen[str]:
+    run = packcli("pack", *inputs, "--out", str(out), "--overwrite", "--quiet")
+    for _ in range(1200):
+        if list(out.parent.glob(f".{out.name}.packcli-staging-*")) or run.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert run.poll() is None, run.communicate()
+    return run
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_run_removes_the_staging_and_keeps_the_old_output(
+    tmp_path: Path, corpus: Path, long_corpus: list[str], signum: signal.Signals
+) -> None:
+    out = tmp_path / "out"
+    assert pack(corpus, out)[0] == 0
+    before = snapshot(out)
+    run = start_and_wait_for_staging(long_corpus, out)
+    run.send_signal(signum)
+    code = run.wait(timeout=120)
+    stderr = run.communicate()[1]
+    if signum == signal.SIGTERM:
+        assert code == -signal.SIGTERM, stderr  # cleaned up, then terminated by the signal as by default
+    else:
+        assert code == 130, stderr
+    assert debris(tmp_path) == [] and snapshot(out) == before and verified(out)
+
+
+def test_the_next_run_removes_what_a_killed_run_left(tmp_path: Path, corpus: Path, long_corpus: list[str]) -> None:
+    out = tmp_path / "out"
+    run = start_and_wait_for_staging(long_corpus, out)
+    run.kill()  # SIGKILL: no cleanup can run
+    run.communicate()
+    assert any(name.startswith(".out.packcli-staging-") for name in debris(tmp_path))
+    assert pack(corpus, out) == (0, "")
+    assert debris(tmp_path) == [] and verified(out)

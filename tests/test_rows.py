@@ -1,0 +1,69 @@
+"""Writing rows: every row holds exactly its pieces' tokens, whatever the batch and shard boundaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packcli.encode.store import TokenStore
+from packcli.plan.overflow import Pieces
+from packcli.strategies import Packing
+from packcli.write import rows
+from packcli.write.shards import IGNORE_INDEX, read_shard, shard_schema
+
+
+def store_of(path: Path, tokens: np.ndarray, mask: np.ndarray | None = None) -> TokenStore:
+    store = TokenStore(path, with_mask=mask is not None)
+    store.append(tokens, mask)
+    store.finish()
+    return store
+
+
+def read_rows(directory: Path) -> list[dict[str, list[int]]]:
+    out: list[dict[str, list[int]]] = []
+    for shard in sorted(directory.glob("*.arrow")):
+        out += read_shard(shard).to_pylist()
+    return out
+
+
+@pytest.mark.parametrize("shard_size", [10**9, 300])
+def test_rows_hold_their_pieces_across_batches_and_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shard_size: int
+) -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 9, size=60).astype(np.int64)
+    tokens = rng.integers(0, 50_000, size=int(lengths.sum())).astype(np.int32)
+    starts = np.cumsum(lengths) - lengths
+    pieces = Pieces(starts, lengths, np.arange(len(lengths)))
+    order = rng.permutation(len(lengths)).astype(np.int64)
+    offsets = np.arange(0, len(lengths) + 1, 3, dtype=np.int64)  # 3 pieces a row
+    monkeypatch.setattr(rows, "BATCH_BYTES", 200)  # many record batches
+    store = store_of(tmp_path / "tokens", tokens)
+    shards = rows.write_rows(tmp_path, store, pieces, Packing(order, offsets), shard_schema({}), shard_size)
+    store.remove()
+    written = read_rows(tmp_path)
+    assert (len(shards) > 1) == (shard_size == 300)
+    assert sum(shard.rows for shard in shards) == len(written) == len(offsets) - 1
+    for k, row in enumerate(written):
+        docs = order[offsets[k] : offsets[k + 1]]
+        assert row["input_ids"] == [int(t) for d in docs for t in tokens[starts[d] : starts[d] + lengths[d]]]
+        assert row["position_ids"] == [p for d in docs for p in range(lengths[d])]
+        assert row["cu_seqlens"] == [0, *np.cumsum(lengths[docs]).tolist()]
+
+
+def test_labels_follow_the_mask_and_supervision_is_counted(tmp_path: Path) -> None:
+    tokens = np.arange(1, 9, dtype=np.int32)
+    mask = np.array([0, 1, 1, 0, 0, 0, 0, 1], dtype=bool)  # no document's first token: it never takes loss
+    pieces = Pieces(np.array([0, 3, 6]), np.array([3, 3, 2]), np.arange(3))
+    store = store_of(tmp_path / "tokens", tokens, mask)
+    supervision = rows.Supervision()
+    packing = Packing(np.array([0, 1, 2]), np.array([0, 1, 2, 3]))
+    rows.write_rows(tmp_path, store, pieces, packing, shard_schema({}, labels=True), 10**9, supervision)
+    store.remove()
+    labels = [row["labels"] for row in read_rows(tmp_path)]
+    assert labels[1] == [IGNORE_INDEX] * 3  # no supervised token in the second piece
+    assert [t for row in labels for t in row if t != IGNORE_INDEX] == [2, 3, 8]
+    assert supervision.unsupervised_sequences == 1
+    assert supervision.supervised_tokens == 3
