@@ -161,7 +161,8 @@ def test_an_output_inside_an_input_directory_is_never_read(tmp_path: Path) -> No
     data.mkdir()
     write_jsonl(data / "corpus.jsonl", RECORDS)
     runner = CliRunner()
-    assert runner.invoke(app, ["pack", str(data), "--out", str(data / "packed")]).exit_code == 0
+    other = write_jsonl(tmp_path / "other.jsonl", RECORDS)  # an output of another corpus, kept beside this one
+    assert runner.invoke(app, ["pack", str(other), "--out", str(data / "packed")]).exit_code == 0
     staging = data / ".old.packcli-partial"  # a dead run's staging directory
     staging.mkdir()
     write_jsonl(staging / "leftover.jsonl", RECORDS)
