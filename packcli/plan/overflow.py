@@ -1,8 +1,9 @@
 """Apply the overflow policy to documents longer than max_len, before packing; count what it did.
 
 Works on lengths only: a document (of at least one token: the encoders count documents of none as empty) becomes
-zero or more *pieces* (token start in the store, length), each of 1..max_len tokens. Example, max_len 4, lengths [6, 2]: split -> pieces (0, 4), (4, 2), (6, 2);
-truncate -> (0, 4), (6, 2) with 2 truncated tokens; drop -> (6, 2) with 1 dropped document of 6 tokens.
+zero or more *pieces* (token start in the store, length), each of 1..max_len tokens. Example, max_len 4, lengths
+[6, 2]: split -> pieces (0, 4), (4, 2), (6, 2); truncate -> (0, 4), (6, 2) with 2 truncated tokens; drop -> (6, 2)
+with 1 dropped document of 6 tokens.
 """
 
 from __future__ import annotations
