@@ -8,6 +8,7 @@ from pathlib import Path
 
 BENCHES = [
     "bench_strategies.py",
+    "bench_max_len.py",
     "bench_pack.py",
     "bench_loader.py",
     "bench_help.py",

@@ -176,7 +176,9 @@ class _Warnings:
 def pack(
     inputs: Annotated[
         list[str],
-        typer.Argument(help="Files (.jsonl, .json, .jsonl.gz, .jsonl.zst, .parquet, .arrow), directories or globs."),
+        typer.Argument(
+            help="Files (.jsonl, .ndjson, .json, each also .gz/.zst/.bz2/.xz; .parquet; .arrow), directories or globs."
+        ),
     ],
     max_len: MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: TokenizerOption = None,

@@ -13,6 +13,7 @@ from typing import Any
 from packcli.errors import UsageError
 
 DEFAULT_MAX_LEN = 4096
+MAX_LEN_LIMIT = 2**31 - 1  # the largest value of the int32 columns (cu_seqlens ends at a row's length)
 DEFAULT_SHARD_SIZE = 512 * 2**20
 MAX_TOKEN_ID = 2**31 - 1  # shards store int32 ids
 ENGINES = ("local", "ray")
@@ -99,6 +100,8 @@ class PackOptions:
             object.__setattr__(self, "overflow", Overflow(self.overflow))
         if self.max_len < 1:
             raise UsageError(f"--max-len must be at least 1, got {self.max_len}")
+        if self.max_len > MAX_LEN_LIMIT:
+            raise UsageError(f"--max-len must fit the int32 columns (at most {MAX_LEN_LIMIT:,}), got {self.max_len:,}")
         if self.shard_size < 1:
             raise UsageError(f"--shard-size must be positive, got {self.shard_size}")
         if self.window is not None and self.window < 1:

@@ -46,6 +46,7 @@ class Setup:
     tokenizer: LoadedTokenizer | None  # None: pre-tokenized records and no --tokenizer
     encoder: Encoder
     sources: list[Source] | None = None  # mixed runs: one source per INPUT, its files in ``files`` order
+    unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
 
     def fingerprint(self, plan_hash: str | None = None) -> str:
         """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it, and
@@ -65,12 +66,17 @@ class Setup:
 def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] = lambda message: None) -> Setup:
     """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
     can be found before reading a record is raised here."""
-    sources = group_inputs(inputs, options.weights) if options.mixing else None
-    files = find_inputs(inputs) if sources is None else [path for source in sources for path in source.files]
+    sources = group_inputs(inputs, options.weights, warn) if options.mixing else None
+    if sources is not None:
+        files = [path for source in sources for path in source.files]
+        unread = sum(source.unread for source in sources)
+    else:
+        found = find_inputs(inputs, warn)
+        files, unread = found.files, len(found.unread)
     get_strategy(options.strategy)
     pretokenized = options.ids_field is not None and options.tokenizer is None
     tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
-    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn), sources)
+    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn), sources, unread)
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,7 @@ def _build(
         manifest["sources"] = source_entries(
             setup.sources, stream, tokenized.file_documents, tokenized.lengths, packed.pieces
         )
+    manifest["totals"]["unread_files"] = setup.unread_files
     write_manifest(staging, manifest)
     if cached is not None:
         cache.discard(key)

@@ -71,7 +71,7 @@ def test_a_list_per_line_is_named(tmp_path: Path) -> None:
     one = tmp_path / "one.jsonl"
     one.write_text('{"text": "fine"}\n"just a string"\n')
     result = runner.invoke(app, ["pack", str(one), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1 and f"{one}:2: the record is a string, not an object" in result.stderr
+    assert result.exit_code == 1 and f"{one}:2: record is a string, not an object" in result.stderr
 
 
 def test_the_default_tokenizer_is_named(tmp_path: Path) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from packcli.errors import PackcliError
 from packcli.options import Overflow
 from packcli.plan.overflow import apply_overflow
 
@@ -36,3 +38,9 @@ def test_tokens_are_accounted_for(lengths_: list[int], max_len: int, policy: Ove
     if policy is Overflow.split:
         assert covered.sum() == len(covered)
         assert counts.split_documents == int((lengths > max_len).sum())
+
+
+def test_a_document_of_no_tokens_is_refused_not_lost() -> None:
+    for policy in Overflow:
+        with pytest.raises(PackcliError, match="document 1 has no tokens"):
+            apply_overflow(np.array([3, 0, 2]), 4, policy)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import write_jsonl
+from typer.testing import CliRunner
 
+from packcli.cli import app
 from packcli.errors import BadRecordError, PackcliError
 from packcli.read.fields import Field, ReadCounts
 from packcli.read.inputs import find_inputs, read_records
@@ -57,13 +60,13 @@ def test_find_inputs_dirs_globs_and_errors(tmp_path: Path) -> None:
     b = write_jsonl(tmp_path / "sub" / "b.jsonl", RECORDS)
     a = write_jsonl(tmp_path / "a.jsonl", RECORDS)
     (tmp_path / "notes.txt").write_text("not an input")
-    assert find_inputs([str(tmp_path)]) == [a.resolve(), b.resolve()]
-    assert find_inputs([str(tmp_path / "**" / "*.jsonl"), str(a)]) == [a.resolve(), b.resolve()]
+    assert find_inputs([str(tmp_path)]).files == [a.resolve(), b.resolve()]
+    assert find_inputs([str(tmp_path / "**" / "*.jsonl"), str(a)]).files == [a.resolve(), b.resolve()]
     with pytest.raises(PackcliError, match="no such file"):
         find_inputs([str(tmp_path / "missing.jsonl")])
     with pytest.raises(PackcliError, match="unsupported input format"):
         find_inputs([str(tmp_path / "notes.txt")])
-    with pytest.raises(PackcliError, match="no input file matches"):
+    with pytest.raises(PackcliError, match="matches this pattern"):
         find_inputs([str(tmp_path / "*.parquet")])
 
 
@@ -113,3 +116,84 @@ def test_parquet_without_the_field_and_with_nulls(tmp_path: Path) -> None:
         texts_of(tmp_path / "b.parquet")
     assert texts_of(tmp_path / "b.parquet", skip=True)[0] == ["x", "z"]
     assert texts_of(tmp_path / "a.parquet", field="body")[0] == ["x"]
+
+
+def mixed_directory(root: Path) -> Path:
+    """The issue's folder: one file per compression and spelling, plus files packcli does not read."""
+    import bz2
+    import lzma
+
+    data = root / "data"
+    data.mkdir()
+    body = {name: "".join(f'{{"text": "{name} {i}"}}\n' for i in range(3)).encode() for name in "abcde"}
+    (data / "a.jsonl.gz").write_bytes(gzip.compress(body["a"]))
+    (data / "b.jsonl.bz2").write_bytes(bz2.compress(body["b"]))
+    (data / "c.JSONL").write_bytes(body["c"])
+    (data / "d.ndjson").write_bytes(body["d"])
+    (data / "e.jsonl.xz").write_bytes(lzma.compress(body["e"]))
+    (data / "README.md").write_text("about the corpus")
+    (data / "sub").mkdir()
+    (data / "sub" / "table.csv").write_text("text\nx\n")
+    return data
+
+
+def test_a_mixed_directory_is_read_whole_and_what_is_not_read_is_named(tmp_path: Path) -> None:
+    data = mixed_directory(tmp_path)
+    warnings: list[str] = []
+    found = find_inputs([str(data)], warnings.append)
+    assert [path.name for path in found.files] == ["a.jsonl.gz", "b.jsonl.bz2", "c.JSONL", "d.ndjson", "e.jsonl.xz"]
+    assert found.unread == [data / "README.md", data / "sub" / "table.csv"]
+    assert len(warnings) == 1 and "2 file(s) found in the inputs are not read" in warnings[0]
+    assert f"{data / 'README.md'}, {data / 'sub' / 'table.csv'}" in warnings[0]
+    for path in found.files:
+        assert len(texts_of(path)[0]) == 3, path
+
+    result = CliRunner().invoke(app, ["pack", str(data), "--out", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["input_documents"], summary["unread_files"]) == (15, 2)
+    assert "README.md" in result.stderr and "table.csv" in result.stderr
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["totals"]["unread_files"] == 2
+
+
+def test_an_output_inside_an_input_directory_is_never_read(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "corpus.jsonl", RECORDS)
+    runner = CliRunner()
+    other = write_jsonl(tmp_path / "other.jsonl", RECORDS)  # an output of another corpus, kept beside this one
+    assert runner.invoke(app, ["pack", str(other), "--out", str(data / "packed")]).exit_code == 0
+    staging = data / ".old.packcli-partial"  # a dead run's staging directory
+    staging.mkdir()
+    write_jsonl(staging / "leftover.jsonl", RECORDS)
+    warnings: list[str] = []
+    assert find_inputs([str(data)], warnings.append).files == [(data / "corpus.jsonl").resolve()]
+    assert sorted(warnings) == [
+        f"skipping {data / '.old.packcli-partial'}: a packcli output, not input",
+        f"skipping {data / 'packed'}: a packcli output, not input",
+    ]
+    result = runner.invoke(app, ["pack", str(data), "--out", str(tmp_path / "again"), "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == 2  # RECORDS: 2 texts, 1 empty
+    assert find_inputs([str(data / "*")]).files == [(data / "corpus.jsonl").resolve()]  # a glob's match too
+    result = runner.invoke(app, ["pack", str(data / "packed"), "--out", str(tmp_path / "o3")])
+    assert result.exit_code == 1 and "packed: is a packcli output, not a corpus" in result.stderr
+
+
+def test_symlinked_directories_are_followed_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "inner").mkdir(parents=True)
+    write_jsonl(data / "inner" / "a.jsonl", RECORDS)
+    (data / "inner" / "loop").symlink_to(data, target_is_directory=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    write_jsonl(outside / "b.jsonl", RECORDS)
+    (data / "linked").symlink_to(outside, target_is_directory=True)
+    assert find_inputs([str(data)]).files == [(data / "inner" / "a.jsonl").resolve(), (outside / "b.jsonl").resolve()]
+
+
+def test_a_glob_names_what_it_matches_but_packcli_does_not_read(tmp_path: Path) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    (tmp_path / "a.txt").write_text("x")
+    warnings: list[str] = []
+    found = find_inputs([str(tmp_path / "a.*")], warnings.append)
+    assert found.files == [a.resolve()] and found.unread == [tmp_path / "a.txt"] and "a.txt" in warnings[0]

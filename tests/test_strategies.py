@@ -161,3 +161,72 @@ def test_entry_point_strategies_are_found(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     assert available_strategies()["reverse"] == "One document per sequence, last first."
     assert rows_of(run_strategy("reverse", np.array([1, 2, 3]), 3)) == [[2], [1], [0]]
+
+
+@st.composite
+def out_of_range(draw: st.DrawFn) -> tuple[np.ndarray, int]:
+    """Lengths with at least one value outside 1..max_len: 0, negative, or longer than max_len."""
+    max_len = draw(st.integers(1, 64))
+    good = draw(st.lists(st.integers(1, max_len), max_size=40))
+    bad = draw(st.lists(st.one_of(st.integers(-3, 0), st.integers(max_len + 1, 4 * max_len + 8)), min_size=1))
+    lengths = draw(st.permutations([*good, *bad]))
+    return np.array(lengths, dtype=np.int64), max_len
+
+
+@pytest.mark.parametrize("name", ["bfd", "ffd", "greedy"])
+@given(case=out_of_range())
+@settings(max_examples=60, deadline=None)
+def test_lengths_outside_one_to_max_len_are_a_usage_error_never_a_hang(name: str, case: tuple[np.ndarray, int]) -> None:
+    lengths, max_len = case
+    with pytest.raises(UsageError, match=r"a strategy packs lengths in 1\.\.max_len"):
+        get_strategy(name)(lengths, max_len)
+    with pytest.raises(UsageError, match=r"lengths\[\d+\] is -?\d+"):
+        run_strategy(name, lengths, max_len)
+
+
+def test_run_strategy_checks_lengths_before_any_strategy_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def counting(lengths: np.ndarray, max_len: int) -> Packing:
+        """Records that it ran."""
+        calls.append(len(lengths))
+        return Packing(order=np.arange(len(lengths)), offsets=np.arange(len(lengths) + 1))
+
+    import packcli.strategies as registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations end with the test
+    register_strategy("counting", counting)
+    for lengths, max_len in (([3, 0, 2], 4), ([3, 5, 2], 4), ([[1, 2]], 4), ([1.5], 4), ([1], 0)):
+        with pytest.raises(UsageError):
+            run_strategy("counting", np.array(lengths), max_len)
+    assert calls == []
+    run_strategy("counting", np.array([], dtype=np.int64), 4)
+    assert calls == [0]
+
+
+@st.composite
+def long_context(draw: st.DrawFn) -> tuple[np.ndarray, int]:
+    """Long-context max_len values (up to the int32 limit) with short and long documents."""
+    max_len = draw(st.sampled_from([2**16, 2**20 + 7, 2**31 - 1]))
+    lengths = draw(st.lists(st.one_of(st.integers(1, 40), st.integers(1, max_len)), max_size=60))
+    return np.array(lengths, dtype=np.int64), max_len
+
+
+@pytest.mark.parametrize("name,best", [("bfd", True), ("ffd", False)])
+@given(case=long_context())
+@settings(max_examples=80, deadline=None)
+def test_fit_decreasing_at_long_context_lengths(name: str, best: bool, case: tuple[np.ndarray, int]) -> None:
+    """The engine's work follows the lengths present, not max_len: 2**31 - 1 is as quick as 64 (it was O(max_len))."""
+    lengths, max_len = case
+    assert rows_of(get_strategy(name)(lengths, max_len)) == reference_fit(lengths.tolist(), max_len, best)
+
+
+@pytest.mark.parametrize("first_fit", [False, True])
+def test_the_worked_trace_in_the_engine_docstring(first_fit: bool) -> None:
+    from packcli.strategies._fit import fit_decreasing, place
+
+    events, groups, sequences = place([3, 1], [2, 3], 4, first_fit)
+    assert events == [(0, 2, 1, 0), (0, 2, 1, 1), (2, 1, 1, 0)] and sequences == 3
+    assert groups.all_groups().tolist() == [[0, 2, 2], [2, 1, 1]]
+    packing = fit_decreasing(np.array([3, 3, 1, 1, 1]), 4, first_fit)
+    assert packing.order.tolist() == [0, 2, 1, 3, 4] and packing.offsets.tolist() == [0, 2, 4, 5]

@@ -57,7 +57,7 @@ def tokenize_corpus(
 
     def store_batch(encoded: Future[Any], bytes_done: int, file: int) -> None:
         nonlocal documents
-        tokens, batch_lengths, mask = encoder.flatten(encoded.result())
+        tokens, batch_lengths, mask = encoder.flatten(encoded.result(), counts)
         store.append(tokens, mask)
         lengths.append(batch_lengths)
         documents += len(batch_lengths)

@@ -4,6 +4,10 @@ a supervision mask that becomes the ``labels`` column). Pre-tokenized records sk
 Each encoder works in three steps so tokenization can run in a helper thread: ``prepare`` (this thread: drop and
 count empty records, render templates), ``encode`` (the tokenizer, which releases the GIL), ``flatten`` (this
 thread: one flat token array, per-document lengths, EOS/BOS added, and the mask).
+
+Invariant: every document that ``flatten`` returns has at least one token (and, with a mask, one supervised token).
+A record that comes to nothing, empty before tokenization or after it (whitespace under a WordPiece tokenizer with
+``--no-eos``), is counted in ``empty_documents`` instead.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ class Encoder(Protocol):
         """A helper thread: the tokenizer calls (they release the GIL)."""
         ...
 
-    def flatten(self, encoded: Any) -> Flat:
-        """This thread: flat tokens, per-document lengths (EOS/BOS added) and the supervision mask or None."""
+    def flatten(self, encoded: Any, counts: ReadCounts) -> Flat:
+        """This thread: flat tokens, per-document lengths (EOS/BOS added) and the supervision mask or None; the
+        documents that come to nothing are left out and counted."""
         ...
 
 
@@ -68,9 +73,9 @@ class TextEncoder:
     def encode(self, texts: list[str]) -> list[list[int]]:
         return encode_texts(self.tokenizer, texts)
 
-    def flatten(self, ids: list[list[int]]) -> Flat:
+    def flatten(self, ids: list[list[int]], counts: ReadCounts) -> Flat:
         tokens, lengths = flatten(ids, self.eos_id, self.bos_id)
-        return tokens, lengths, None
+        return without_empty((tokens, lengths, None), counts)
 
 
 class SegmentEncoder:
@@ -127,7 +132,7 @@ class SegmentEncoder:
                 ids[k] = encoded
         return records, ids
 
-    def flatten(self, encoded: tuple[list[list[Segment]], list[list[int]]]) -> Flat:
+    def flatten(self, encoded: tuple[list[list[Segment]], list[list[int]]], counts: ReadCounts) -> Flat:
         records, ids = encoded
         segment_lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         supervised = np.fromiter((s.supervised for r in records for s in r), dtype=bool, count=len(ids))
@@ -136,7 +141,8 @@ class SegmentEncoder:
         per_record = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
         last_segment = np.cumsum(per_record) - 1
         lengths = np.add.reduceat(segment_lengths, last_segment - per_record + 1) if len(records) else per_record
-        return add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id)
+        flat = add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id)
+        return without_empty(flat, counts)
 
 
 class IdsEncoder:
@@ -204,7 +210,8 @@ class IdsEncoder:
     def encode(self, records: list[tuple[np.ndarray, np.ndarray | None]]) -> Any:
         return records  # nothing to tokenize
 
-    def flatten(self, records: list[tuple[np.ndarray, np.ndarray | None]]) -> Flat:
+    def flatten(self, records: list[tuple[np.ndarray, np.ndarray | None]], counts: ReadCounts) -> Flat:
+        """(``prepare`` left out the records without ids, or without a supervised label: nothing here is empty.)"""
         lengths = np.fromiter((len(ids) for ids, _ in records), dtype=np.int64, count=len(records))
         tokens = np.concatenate([ids for ids, _ in records]) if records else np.zeros(0, dtype=np.int32)
         if not self.supervised:
@@ -237,6 +244,28 @@ def add_specials(
             mask = np.insert(mask, starts, False)
         lengths = lengths + 1
     return tokens, lengths, mask
+
+
+def without_empty(flat: Flat, counts: ReadCounts) -> Flat:
+    """``flat`` without its documents of no tokens (with a mask: of no supervised token), which are counted as empty.
+
+    Example: lengths [2, 0, 1] -> [2, 1], one empty document; with mask [T, T, F], lengths [2, 1] -> [2], one empty.
+    """
+    tokens, lengths, mask = flat
+    if mask is None:
+        keep = lengths > 0
+    else:
+        supervised_before = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+        ends = np.cumsum(lengths)
+        keep = supervised_before[ends] > supervised_before[ends - lengths]
+    empty = len(keep) - int(np.count_nonzero(keep))
+    if empty == 0:
+        return flat
+    counts.empty_documents += empty
+    if mask is None:
+        return tokens, lengths[keep], None  # an empty document holds no tokens
+    kept_tokens = np.repeat(keep, lengths)
+    return tokens[kept_tokens], lengths[keep], mask[kept_tokens]
 
 
 def make_encoder(

@@ -55,6 +55,7 @@ def pack_partitioned(
         totals, shards = merge_parts([area.read(k) for k in range(len(plan))], facts)
         check_documents(totals["input_documents"], totals, files, options)
         manifest = base_manifest(setup, fingerprint)
+        totals["unread_files"] = setup.unread_files
         manifest.update(totals=totals, shards=shards, partitions=plan.describe())
         area.finish()
         write_manifest(publication.staging, manifest)

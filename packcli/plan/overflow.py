@@ -1,8 +1,9 @@
 """Apply the overflow policy to documents longer than max_len, before packing; count what it did.
 
-Works on lengths only: a document becomes zero or more *pieces* (token start in the store, length), each of
-1..max_len tokens. Example, max_len 4, lengths [6, 2]: split -> pieces (0, 4), (4, 2), (6, 2);
-truncate -> (0, 4), (6, 2) with 2 truncated tokens; drop -> (6, 2) with 1 dropped document of 6 tokens.
+Works on lengths only: a document (of at least one token: the encoders count documents of none as empty) becomes
+zero or more *pieces* (token start in the store, length), each of 1..max_len tokens. Example, max_len 4, lengths
+[6, 2]: split -> pieces (0, 4), (4, 2), (6, 2); truncate -> (0, 4), (6, 2) with 2 truncated tokens; drop -> (6, 2)
+with 1 dropped document of 6 tokens.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from packcli.errors import PackcliError
 from packcli.options import Overflow
 
 
@@ -48,8 +50,13 @@ def apply_overflow(
         policy: what happens to a longer document.
         starts: each document's first token in the store; default: the documents lie end to end in order
             (a mixed stream passes its own, where a repeated document appears more than once).
+
+    Raises:
+        PackcliError: a document of no tokens, which ``split`` would lose without a count.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) and int(lengths.min()) < 1:
+        raise PackcliError(f"document {int(np.argmin(lengths))} has no tokens; empty documents are counted, not packed")
     starts = np.cumsum(lengths) - lengths if starts is None else np.asarray(starts, dtype=np.int64)
     documents = np.arange(len(lengths), dtype=np.int64)
     long = lengths > max_len

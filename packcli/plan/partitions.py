@@ -30,8 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packcli.errors import PackcliError, UsageError
-from packcli.read.inputs import InputSlice, Span
+from packcli.read.inputs import InputSlice
 from packcli.read.jsonl import is_json_array
+from packcli.read.streams import Span
 
 SLICES_PER_PARTITION = 16  # pieces a partition reads on average: more mixing, against more files opened
 _PLAIN_JSON = (".jsonl", ".json", ".ndjson")

@@ -8,7 +8,7 @@ dropped exactly as in an unmixed run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,17 @@ from packcli.read.inputs import find_inputs
 
 @dataclass(frozen=True)
 class Source:
-    """One INPUT as given on the command line, and the files it resolved to."""
+    """One INPUT as given on the command line, the files it resolved to, and how many files found beside them
+    packcli does not read."""
 
     spec: str
     files: list[Path]
+    unread: int = 0
 
 
-def group_inputs(specs: Sequence[str], weights: Sequence[float] | None) -> list[Source]:
+def group_inputs(
+    specs: Sequence[str], weights: Sequence[float] | None, warn: Callable[[str], None] = lambda message: None
+) -> list[Source]:
     """Resolve each INPUT on its own; a file may belong to one source only.
 
     Raises:
@@ -41,7 +45,8 @@ def group_inputs(specs: Sequence[str], weights: Sequence[float] | None) -> list[
             f"--weights has {len(weights)} value(s) for {len(specs)} input(s): give one weight per INPUT "
             "(a directory or a glob is one input)"
         )
-    sources = [Source(spec, find_inputs([spec])) for spec in specs]
+    found = [find_inputs([spec], warn) for spec in specs]
+    sources = [Source(spec, inputs.files, len(inputs.unread)) for spec, inputs in zip(specs, found)]
     owner: dict[Path, str] = {}
     for source in sources:
         for path in source.files:

@@ -1,7 +1,8 @@
 """Records read from inputs: which fields, what a valid value is, and how valid records are collected.
 
-A bad record (a missing field, a value of the wrong kind, a message without a role) raises BadRecordError, which
-the reader turns into an error naming file and line, or a counted skip.
+A bad record (a missing field, a value of the wrong kind, a message without a role, text that is not valid Unicode)
+raises BadRecordError, which the reader turns into an error naming file and line, or a counted skip. Every value
+that reaches a batch has passed :func:`check_value`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,20 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import BadRecordError
+
+__all__ = [
+    "ID_LIMIT",
+    "IGNORE_LABEL",
+    "ROLES",
+    "Columns",
+    "Convert",
+    "Field",
+    "FieldBatch",
+    "ReadCounts",
+    "Reject",
+    "check_value",
+    "values_of",
+]
 
 ROLES = ("system", "user", "assistant", "tool")
 ID_LIMIT = 2**31  # shards store int32 ids
@@ -39,7 +54,7 @@ class Field:
 
 @dataclass(frozen=True)
 class FieldBatch:
-    """Valid records read from one file, as one list of values per field, and how far into the file (in bytes
+    """Valid records read from one file, as one list of values per column, and how far into the file (in bytes
     on disk) reading has come."""
 
     columns: list[list[Any]]
@@ -54,14 +69,14 @@ _JSON_KINDS = {
     str: "a string",
     int: "a number",
     float: "a number",
-    bool: "true/false",
-    list: "a list",
+    bool: "true or false",
+    list: "an array",
     dict: "an object",
 }
 
 
 def json_kind(value: Any) -> str:
-    """What a parsed JSON value is, in JSON's words: "a list", "a string", "null"."""
+    """What a parsed JSON value is, in JSON's words: "an array", "a string", "null"."""
     return "null" if value is None else _JSON_KINDS.get(type(value), type(value).__name__)
 
 
@@ -75,6 +90,7 @@ def check_value(value: Any, field: Field) -> Any:
     if field.kind == "string":
         if not isinstance(value, str):
             raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a string")
+        _check_text(value, f"field {field.name!r}")
         return value
     if field.kind in ("ids", "labels"):
         return _token_ids(value, field)
@@ -87,7 +103,21 @@ def check_value(value: Any, field: Field) -> Any:
             raise BadRecordError(f"message {number} has unknown role {message['role']!r} (known: {', '.join(ROLES)})")
         if not isinstance(message.get("content"), str):
             raise BadRecordError(f"message {number} of {field.name!r} has no string content")
+        _check_text(message["content"], f"message {number} of {field.name!r}")
     return value
+
+
+def _check_text(text: str, what: str) -> None:
+    """A JSON ``\\ud800`` escape decodes to a lone surrogate, which no tokenizer (and no UTF-8 file) can hold."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRecordError(
+            f"{what} holds a lone surrogate (\\u{ord(text[exc.start]):04x} at character {exc.start + 1}), "
+            "which is not Unicode text"
+        ) from None
 
 
 def _token_ids(value: Any, field: Field) -> np.ndarray:
@@ -110,50 +140,43 @@ def _token_ids(value: Any, field: Field) -> np.ndarray:
     return array.astype(np.int32)
 
 
-@dataclass(frozen=True)
-class Converted(Field):
-    """A field whose record is converted after checking (see ``read_records``' ``convert``)."""
-
-    convert: Convert | None = None
-
-
-def checked(values: list[Any], fields: Sequence[Field]) -> list[Any]:
-    """Check each value against its field, then convert the record when the fields ask for it."""
-    values = [check_value(value, field) for value, field in zip(values, fields)]
-    first = fields[0]
-    if isinstance(first, Converted) and first.convert is not None:
-        return [first.convert(values)]
-    return values
-
-
 def values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
-    """The checked (and converted) values of a JSON record's fields."""
+    """The values of a JSON record's fields, in field order (checked when they are added to :class:`Columns`)."""
     if not isinstance(record, dict):
-        raise BadRecordError(f"the record is {json_kind(record)}, not an object")
+        raise BadRecordError(f"record is {json_kind(record)}, not an object")
     for field in fields:
         if field.name not in record:
             raise BadRecordError(f"record has no field {field.name!r} (use {field.flag} to pick another)")
-    return checked([record[field.name] for field in fields], fields)
-
-
-def width(fields: Sequence[Field]) -> int:
-    """Columns per batch: one per field, or one for converted records."""
-    return 1 if fields and isinstance(fields[0], Converted) else len(fields)
+    return [record[field.name] for field in fields]
 
 
 class Columns:
-    """Accumulates valid records column by column."""
+    """Accumulates valid records column by column.
 
-    def __init__(self, width: int) -> None:
-        self.columns: list[list[Any]] = [[] for _ in range(width)]
+    Each record's values are checked against their fields. With ``convert``, the checked values of a record become
+    one value (the batch then has one column), converted here, while reading, so that its errors name the line.
+    """
 
-    def add(self, values: list[Any]) -> None:
-        for column, value in zip(self.columns, values):
+    def __init__(self, fields: Sequence[Field], convert: Convert | None = None) -> None:
+        self.fields = list(fields)
+        self.convert = convert
+        self.columns: list[list[Any]] = self._empty()
+
+    def _empty(self) -> list[list[Any]]:
+        return [[] for _ in range(1 if self.convert is not None else len(self.fields))]
+
+    def add(self, values: Sequence[Any]) -> None:
+        """Check one record's values and append them; BadRecordError leaves the columns as they were."""
+        checked = [check_value(value, field) for value, field in zip(values, self.fields)]
+        if self.convert is not None:
+            checked = [self.convert(checked)]
+        for column, value in zip(self.columns, checked):
             column.append(value)
 
     def take(self, position: int) -> FieldBatch:
+        """The records so far as a batch; the columns start empty again."""
         batch = FieldBatch(self.columns, position)
-        self.columns = [[] for _ in self.columns]
+        self.columns = self._empty()
         return batch
 
     def __len__(self) -> int:

@@ -1,24 +1,34 @@
-"""Find input files (files, directories, globs) and stream the chosen fields of their records in batches, counting
-(or rejecting) bad records. Every reader yields the same ``FieldBatch`` whatever the format.
+"""Find the input files (files, directories, globs) and stream the chosen fields of their records in batches,
+counting (or rejecting) bad records. Every reader yields the same ``FieldBatch`` whatever the format.
+
+Nothing is skipped silently: a file found in a directory (or by a glob) that packcli does not read is named in a
+warning and counted; a packcli output or staging directory found inside an input directory is never read as input
+(and said so); a Hugging Face ``save_to_disk`` folder is read through the Arrow files its ``state.json`` lists.
 """
 
 from __future__ import annotations
 
 import glob
+import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.read.fields import Convert, Converted, Field, FieldBatch, ReadCounts
+from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
+from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 
-JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
-SUPPORTED_SUFFIXES = (*JSONL_SUFFIXES, ".parquet", ".arrow")
+__all__ = ["SUPPORTED_SUFFIXES", "InputSlice", "Inputs", "find_inputs", "input_format", "read_records"]
+
+JSON_SUFFIXES = tuple(kind + packed for kind in (".jsonl", ".ndjson", ".json") for packed in ("", *COMPRESSIONS))
+SUPPORTED_SUFFIXES = (*JSON_SUFFIXES, ".parquet", ".arrow")
+FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .parquet, .arrow"
+_NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
-Span = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -31,38 +41,144 @@ class InputSlice:
     span: Span | None = None
 
 
-def _is_supported(path: Path) -> bool:
-    return path.name.endswith(SUPPORTED_SUFFIXES)
+@dataclass(frozen=True)
+class Inputs:
+    """The files to read (resolved, in order, each once) and the files found beside them that are not read."""
+
+    files: list[Path]
+    unread: list[Path]
 
 
-def find_inputs(specs: Sequence[str]) -> list[Path]:
-    """Expand files, directories (searched recursively) and glob patterns into a sorted, de-duplicated list.
+def input_format(path: Path) -> str | None:
+    """The format by the name's suffixes, in any case: json, parquet or arrow; None if packcli reads no such file."""
+    name = path.name.lower()
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith(".arrow"):
+        return "arrow"
+    return "json" if name.endswith(JSON_SUFFIXES) else None
+
+
+def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inputs:
+    """Expand files, directories (searched recursively) and glob patterns; each argument's files in sorted order.
+
+    Files that a directory or a glob holds but packcli does not read, and outputs skipped inside directories, are
+    named through ``warn``.
 
     Raises:
-        PackcliError: an input does not exist, matches nothing, or has an unsupported format.
+        PackcliError: an input does not exist, matches nothing, is a packcli output or a Hugging Face DatasetDict,
+            or (named as a file) has a format packcli does not read.
     """
     found: list[Path] = []
+    unread: list[Path] = []
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            matches = sorted(p for p in path.rglob("*") if p.is_file() and _is_supported(p))
+            if _is_output(path):
+                raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", path)
+            matches = _walk(path, unread, warn)
             if not matches:
-                raise PackcliError(f"directory holds no input file ({', '.join(SUPPORTED_SUFFIXES)})", path)
+                raise PackcliError(f"directory holds no file packcli reads ({FORMATS_READ})", path)
         elif path.is_file():
-            if not _is_supported(path):
-                raise PackcliError(f"unsupported input format; use one of {', '.join(SUPPORTED_SUFFIXES)}", path)
+            if input_format(path) is None:
+                raise PackcliError(f"unsupported input format; packcli reads {FORMATS_READ}", path)
             matches = [path]
         elif glob.has_magic(spec):
-            matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if _is_supported(Path(p)))
+            matches = []
+            for match in sorted(Path(name) for name in glob.glob(spec, recursive=True)):
+                if match.is_dir() and (_is_staging(match.name) or _is_output(match)):
+                    warn(f"skipping {match}: a packcli output, not input")
+                elif match.is_dir():
+                    matches.extend(_walk(match, unread, warn))
+                elif match.is_file():
+                    (matches if input_format(match) else unread).append(match)
             if not matches:
-                raise PackcliError("no input file matches this pattern", spec)
+                raise PackcliError(f"no file that packcli reads ({FORMATS_READ}) matches this pattern", spec)
         else:
             raise PackcliError("no such file or directory", path)
         found.extend(matches)
+    if unread:
+        names = ", ".join(str(path) for path in unread[:_NAMED_UNREAD])
+        more = f" and {len(unread) - _NAMED_UNREAD:,} more" if len(unread) > _NAMED_UNREAD else ""
+        warn(f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}): {names}{more}")
     unique: dict[Path, None] = {}
     for path in found:
         unique.setdefault(path.resolve(), None)
-    return list(unique)
+    return Inputs(list(unique), unread)
+
+
+def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
+    """The files packcli reads under ``root``, sorted; the others go to ``unread``. Symlinked directories are
+    followed once; packcli outputs and staging directories are skipped, with a warning."""
+    found: list[Path] = []
+    seen: set[str] = set()
+    for directory, subdirectories, names in os.walk(root, followlinks=True):
+        here = Path(directory)
+        real = os.path.realpath(here)
+        if real in seen:  # a symlink back to a directory already read
+            subdirectories[:] = []
+            continue
+        seen.add(real)
+        kept = []
+        for name in sorted(subdirectories):
+            if _is_staging(name) or _is_output(here / name):
+                warn(f"skipping {here / name}: a packcli output, not input")
+            else:
+                kept.append(name)
+        subdirectories[:] = kept
+        metadata, data_files = _saved_dataset(here)
+        for name in sorted(names):
+            path = here / name
+            if name in metadata or _is_staging(name):
+                continue
+            if input_format(path) is not None and (data_files is None or name in data_files):
+                found.append(path)
+            else:
+                unread.append(path)
+    return sorted(found)
+
+
+def _is_staging(name: str) -> bool:
+    """A run's staging directory (or lock) beside its output: ``.NAME.packcli-...``."""
+    return name.startswith(".") and ".packcli-" in name
+
+
+def _is_output(directory: Path) -> bool:
+    """A directory with a packcli manifest (``manifest.json`` naming a packcli version)."""
+    manifest = directory / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        content = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(content, dict) and "packcli_version" in content
+
+
+def _saved_dataset(directory: Path) -> tuple[frozenset[str], frozenset[str] | None]:
+    """For a Hugging Face ``save_to_disk`` folder: its metadata file names and the data files its ``state.json``
+    lists; else (no names, None). A DatasetDict (a folder of such folders, one per split) is refused: packing every
+    split together would mix evaluation data into training data."""
+    if (directory / "dataset_dict.json").is_file():
+        splits = sorted(entry.name for entry in directory.iterdir() if (entry / "state.json").is_file())
+        example = directory / (splits[0] if splits else "train")
+        raise PackcliError(
+            f"is a Hugging Face DatasetDict (splits: {', '.join(splits) or 'none'}); pass one split's folder, "
+            f"e.g. {example}",
+            directory,
+        )
+    state, info = directory / "state.json", directory / "dataset_info.json"
+    if not (state.is_file() and info.is_file()):
+        return frozenset(), None
+    try:
+        listed = json.loads(state.read_bytes())["_data_files"]
+        data_files = frozenset(str(entry["filename"]) for entry in listed)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PackcliError(f"cannot read the Hugging Face dataset state ({exc})", state) from None
+    for name in sorted(data_files):
+        if not (directory / name).is_file():
+            raise PackcliError(f"Hugging Face dataset data file {name}, listed in state.json, is missing", directory)
+    return frozenset((state.name, info.name)), data_files
 
 
 def read_records(
@@ -82,8 +198,8 @@ def read_records(
         counts: updated with bad records as they are met.
         skip_bad_records: count and warn about a bad record instead of raising.
         warn: called with a one-line message for each skipped record.
-        convert: applied to each record's values while reading (so its errors name the line); the batch then
-            has one column of its results.
+        convert: applied to each record's checked values while reading (so its errors name the line); the batch
+            then has one column of its results.
         span: only this part of the file; errors still name the line (or row) in the whole file.
     """
 
@@ -93,13 +209,10 @@ def read_records(
         counts.bad_records += 1
         warn(f"skipped bad record: {exc}")
 
-    if convert is not None:
-        fields = [Converted(field.name, field.kind, field.flag, convert) for field in fields]
-
-    name = path.name
-    if name.endswith(".parquet"):
-        yield from read_parquet(path, fields, reject, span)
-    elif name.endswith(".arrow"):
-        yield from read_arrow(path, fields, reject, span)
+    kind = input_format(path)
+    if kind == "parquet":
+        yield from read_parquet(path, fields, reject, convert, span)
+    elif kind == "arrow":
+        yield from read_arrow(path, fields, reject, convert, span)
     else:
-        yield from read_json(path, fields, reject, span)
+        yield from read_json(path, fields, reject, convert, span)

@@ -1,31 +1,49 @@
-"""JSON Lines (plain, .gz, .zst) and JSON-array inputs: the chosen fields of each record, checked, in batches.
+"""JSON Lines inputs (``.jsonl``, ``.ndjson``, ``.json``; each also compressed) and ``.json`` files holding one array
+of records: the chosen fields of each record, checked, in batches.
 
-JSON Lines are parsed by pyarrow (fast) in line-aligned pieces of about 1 MB. When pyarrow rejects a piece, or a
-record lacks a field, the file is re-read from that record on by a line-by-line parser that names the line at fault.
+One semantics, whichever parser reads a line: a line holds one JSON object, as Python's ``json`` module parses it
+(a UTF-8 BOM at the start of the file is not part of line 1; blank lines are skipped). Anything else on a line,
+two objects included, is a bad record named by file and line.
+
+The file is read in line-aligned pieces of about 1 MB. pyarrow's parser (fast) takes a piece only when its result
+provably equals the line parser's (:func:`_agrees`); any other piece is parsed line by line, from its first line,
+so a piece's records are exactly its lines' records whichever parser reads it: none lost, none read twice.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
+import re
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.read.fields import Columns, Converted, Field, FieldBatch, Reject, values_of, width
+from packcli.read.fields import Columns, Convert, Field, FieldBatch, Reject, values_of
+from packcli.read.streams import STREAM_ERRORS, Span, open_decompressed
+
+__all__ = ["is_json_array", "read_json"]
 
 _BLOCK_BYTES = 1 << 20  # measured: bigger tokenizer batches run slower (cache misses), smaller gain nothing
-_SLOW_BATCH_RECORDS = 4096
+_BOM = b"\xef\xbb\xbf"
+_JSON_SPACE = b" \t\r\n"
+# pyarrow takes no piece with a line holding more opening brackets than this: Python's parser stops near 1,000
+# levels of nesting (a bad record there), pyarrow's does not.
+_MAX_FAST_BRACKETS = 512
+# Numbers pyarrow reads and Python's json module refuses (it takes NaN, Infinity and -Infinity only).
+_NON_JSON_NUMBER = re.compile(rb"[:,\[][ \t\r\n]*(?:-?Inf(?!inity)|-NaN)")
 
 
 def read_json(
-    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None = None
+    path: Path,
+    fields: Sequence[Field],
+    reject: Reject,
+    convert: Convert | None = None,
+    span: Span | None = None,
 ) -> Iterator[FieldBatch]:
     """The records of a JSON Lines file, or of a ``.json`` file holding one array of records.
 
@@ -33,153 +51,47 @@ def read_json(
     line start (a partition plan cuts files this way); errors still name the line in the whole file.
     """
     if span is None and is_json_array(path):
-        yield from _read_json_array(path, fields, reject)
+        yield from _read_json_array(path, fields, reject, convert)
     else:
-        yield from _read_jsonl(path, fields, reject, span)
-
-
-def _codec(path: Path) -> str | None:
-    if path.name.endswith(".gz"):
-        return "gzip"
-    if path.name.endswith(".zst"):
-        return "zstd"
-    return None
-
-
-class _ByteRange(io.RawIOBase):
-    """The bytes [start, end) of an open file, as a stream of their own."""
-
-    def __init__(self, raw: IO[bytes], start: int, end: int) -> None:
-        raw.seek(start)
-        self.raw = raw
-        self.left = end - start
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")[: self.left]
-        count = self.raw.readinto(view) or 0  # type: ignore[attr-defined]
-        self.left -= count
-        return count
-
-
-@contextmanager
-def _decompressed(path: Path, span: tuple[int, int] | None = None) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
-    """(decompressed stream, raw file): the raw file's position is how far into the file on disk reading is."""
-    try:
-        raw = open(path, "rb")  # noqa: SIM115 (closed below, after the stream on top of it)
-    except OSError as exc:
-        raise PackcliError(f"cannot read: {exc}", path) from exc
-    with raw:
-        codec = _codec(path)
-        if span is not None:
-            assert codec is None, "a compressed file is read whole"
-            yield cast(IO[bytes], io.BufferedReader(_ByteRange(raw, *span))), raw
-        elif codec == "gzip":
-            yield cast(IO[bytes], gzip.GzipFile(fileobj=raw)), raw
-        elif codec == "zstd":
-            yield (
-                cast(IO[bytes], io.BufferedReader(pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd"))),
-                raw,
-            )
-        else:
-            yield raw, raw
+        yield from _read_jsonl(path, fields, reject, convert, span)
 
 
 def is_json_array(path: Path) -> bool:
     """True when a JSON file holds one array of records rather than JSON Lines."""
     try:
-        with _decompressed(path) as (stream, _):
-            head = stream.read(4096).lstrip()
-    except (OSError, EOFError) as exc:
-        raise PackcliError(f"cannot read: {exc}", path) from exc
-    return head.startswith(b"[")
-
-
-class _SlowPathNeeded(Exception):
-    """pyarrow could not take the file past ``records_done`` records; re-read from there line by line."""
-
-    def __init__(self, records_done: int) -> None:
-        super().__init__(records_done)
-        self.records_done = records_done
+        with open_decompressed(path) as (stream, _):
+            head = stream.read(4096)
+    except STREAM_ERRORS as exc:
+        raise PackcliError(f"cannot read: {exc}", path) from None
+    return head.removeprefix(_BOM).lstrip(_JSON_SPACE).startswith(b"[")
 
 
 def _read_jsonl(
-    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None
+    path: Path, fields: Sequence[Field], reject: Reject, convert: Convert | None, span: Span | None
 ) -> Iterator[FieldBatch]:
-    try:
-        if any(field.kind != "string" or isinstance(field, Converted) for field in fields):
-            raise _SlowPathNeeded(0)  # nested values: the line parser checks them record by record
-        yield from _read_jsonl_fast(path, fields, span)
-    except _SlowPathNeeded as slow:
-        yield from _read_jsonl_lines(path, fields, slow.records_done, reject, span)
-
-
-def _line_chunks(path: Path, span: tuple[int, int] | None) -> Iterator[tuple[bytes, int]]:
-    """Decompressed data in pieces of about _BLOCK_BYTES that end at a line end, each with the bytes of the file
-    on disk read so far (for progress: a reader that reads ahead of what it parsed would overstate it)."""
-    with _decompressed(path, span) as (stream, raw):
-        rest = b""
-        while chunk := stream.read(_BLOCK_BYTES):
-            data = rest + chunk
-            end = data.rfind(b"\n") + 1
-            rest = data[end:]
-            if end:
-                yield data[:end], raw.tell()
-        if rest.strip():
-            yield rest, raw.tell()
-
-
-def _read_jsonl_fast(path: Path, fields: Sequence[Field], span: tuple[int, int] | None) -> Iterator[FieldBatch]:
-    """pyarrow's JSON parser, a piece at a time; raises _SlowPathNeeded at the first piece it cannot take whole."""
-    schema = pa.schema([(field.name, pa.string()) for field in fields])
-    parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    records = 0
-    try:
-        for piece, position in _line_chunks(path, span):
-            read = pa_json.ReadOptions(block_size=len(piece) + 1, use_threads=False)  # no record straddles blocks
-            table = pa_json.read_json(pa.BufferReader(piece), read_options=read, parse_options=parse)
-            if any(column.null_count for column in table.columns):
-                raise _SlowPathNeeded(records)
-            columns = [table.column(field.name).to_pylist() for field in fields]
-            records += table.num_rows
+    fast = convert is None and all(field.kind == "string" for field in fields)
+    parse = _parse_options(fields)
+    if span is not None and span[0] > 0:
+        reject = _shifted(reject, path, span[0])
+    for piece, first_line, position in _pieces(path, span):
+        columns = _parse_fast(piece, fields, parse) if fast else None
+        if columns is None:
+            columns = _parse_lines(piece, first_line, path, fields, reject, convert)
+        if columns[0]:
             yield FieldBatch(columns, position)
-    except (pa.ArrowInvalid, UnicodeDecodeError, OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise _SlowPathNeeded(records) from exc
 
 
-def _read_jsonl_lines(
-    path: Path, fields: Sequence[Field], records_done: int, reject: Reject, span: tuple[int, int] | None
-) -> Iterator[FieldBatch]:
-    """Parse line by line from record ``records_done`` on, naming the line of each bad record."""
-    batch = Columns(width(fields))
-    records = line_number = 0
-    lines_before: int | None = None  # lines ahead of the span, counted only when an error needs them
-    with _decompressed(path, span) as (stream, raw):
-        lines = enumerate(stream, start=1)
-        while True:
-            try:
-                line_number, raw_line = next(lines)
-            except StopIteration:
-                break
-            except (OSError, EOFError, pa.ArrowInvalid) as exc:  # a damaged compressed stream
-                raise PackcliError(f"cannot read past line {line_number}: {exc}", path) from None
-            if not raw_line.strip():
-                continue
-            records += 1
-            if records <= records_done:
-                continue
-            try:
-                batch.add(values_of(_parse_line(raw_line), fields))
-            except BadRecordError as exc:
-                if lines_before is None:
-                    lines_before = _count_lines(path, span[0]) if span else 0
-                exc.path, exc.line = str(path), lines_before + line_number
-                reject(exc)
-            if len(batch) >= _SLOW_BATCH_RECORDS:
-                yield batch.take(raw.tell())
-    yield batch.take(path.stat().st_size)
+def _shifted(reject: Reject, path: Path, start: int) -> Reject:
+    """``reject`` for lines numbered from byte ``start``: it adds the lines before it, counted at the first error."""
+    before: list[int] = []
+
+    def shifted(exc: BadRecordError) -> None:
+        if not before:
+            before.append(_count_lines(path, start))
+        exc.line = (exc.line or 0) + before[0]
+        reject(exc)
+
+    return shifted
 
 
 def _count_lines(path: Path, end: int) -> int:
@@ -192,22 +104,133 @@ def _count_lines(path: Path, end: int) -> int:
     return count
 
 
+def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
+    """Decompressed data in pieces of about _BLOCK_BYTES that end at a line end (the last perhaps not), each with
+    the number of its first line and the bytes of the file on disk read so far (for progress: a reader that reads
+    ahead of what it parsed would overstate it). A leading BOM is dropped."""
+    lines_before = 0
+    rest = b""
+    with open_decompressed(path, span) as (stream, raw):
+        while True:
+            try:
+                chunk = stream.read(_BLOCK_BYTES)
+            except STREAM_ERRORS as exc:  # a damaged compressed stream
+                raise PackcliError(f"cannot read past line {lines_before}: {exc}", path) from None
+            if not chunk:
+                break
+            data = rest + chunk
+            if lines_before == 0 and not rest:
+                data = data.removeprefix(_BOM)
+            end = data.rfind(b"\n") + 1
+            rest = data[end:]
+            if end:
+                yield data[:end], lines_before + 1, raw.tell()
+                lines_before += data.count(b"\n", 0, end)
+        if rest:
+            yield rest, lines_before + 1, raw.tell()
+
+
+def _parse_options(fields: Sequence[Field]) -> pa_json.ParseOptions:
+    """pyarrow reads the fields as strings and ignores the others."""
+    schema = pa.schema([(field.name, pa.string()) for field in fields])
+    return pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+
+
+def _parse_fast(piece: bytes, fields: Sequence[Field], parse: pa_json.ParseOptions) -> list[list[Any]] | None:
+    """The piece's columns by pyarrow's parser, or None where it might differ from the line parser."""
+    lines = _object_lines(piece)
+    if lines is None:  # checked first: pyarrow 26 crashes (SIGSEGV) on a piece that starts with `null`
+        return None
+    read = pa_json.ReadOptions(block_size=len(piece) + 1, use_threads=False)  # one block: no record straddles two
+    try:
+        table = pa_json.read_json(pa.BufferReader(piece), read_options=read, parse_options=parse)
+        if table.num_rows != lines or any(column.null_count for column in table.columns):
+            return None  # two objects on a line, or a missing field or null: the line parser names the line
+        return [table.column(field.name).to_pylist() for field in fields]
+    except (pa.ArrowInvalid, UnicodeDecodeError):  # invalid JSON or UTF-8 somewhere: the line parser finds where
+        return None
+
+
+def _object_lines(piece: bytes) -> int | None:
+    """The number of non-blank lines when each starts with ``{`` and ends with ``}`` (before an optional CR) and
+    holds nothing pyarrow reads otherwise than Python's json module; else None.
+
+    pyarrow reads a stream of whitespace-separated values, not lines: ``{..}{..}`` on one line is two records to
+    it, and one object may span lines. When every non-blank line starts with ``{`` and ends with ``}``, and pyarrow
+    reads as many records as there are such lines, each line holds exactly one object: a ``{`` right after a
+    ``}`` can only open a new top-level value (inside an object or array a comma would come first), so no object
+    crosses a line end, and the count leaves one object per line. What pyarrow accepts beyond Python's json
+    module (deep nesting, ``Inf``, ``-NaN``) sends the piece to the line parser too.
+    """
+    if not piece.strip(_JSON_SPACE):
+        return None  # blank lines only: nothing to parse
+    data = np.frombuffer(piece, dtype=np.uint8)
+    ends = np.flatnonzero(data == ord("\n"))
+    if not piece.endswith(b"\n"):
+        ends = np.append(ends, len(data))
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    last = ends - 1
+    last -= (last >= starts) & (data[np.maximum(last, 0)] == ord("\r"))
+    filled = last >= starts
+    lines = int(np.count_nonzero(filled))
+    if not (np.all(data[starts[filled]] == ord("{")) and np.all(data[last[filled]] == ord("}"))):
+        return None
+    opening = np.flatnonzero((data == ord("{")) | (data == ord("[")))
+    if len(opening) - lines >= _MAX_FAST_BRACKETS:  # else no line can hold that many
+        per_line = np.bincount(np.searchsorted(ends, opening), minlength=len(ends))
+        if int(per_line.max()) > _MAX_FAST_BRACKETS:
+            return None
+    if (b"Inf" in piece or b"-NaN" in piece) and _NON_JSON_NUMBER.search(piece):
+        return None
+    return lines
+
+
+def _parse_lines(
+    piece: bytes,
+    first_line: int,
+    path: Path,
+    fields: Sequence[Field],
+    reject: Reject,
+    convert: Convert | None,
+) -> list[list[Any]]:
+    """The piece's columns, line by line, naming the line of each bad record."""
+    batch = Columns(fields, convert)
+    for number, raw_line in enumerate(piece.split(b"\n"), start=first_line):
+        if not raw_line.strip(_JSON_SPACE):
+            continue
+        try:
+            batch.add(values_of(_parse_line(raw_line), fields))
+        except BadRecordError as exc:
+            exc.path, exc.line = str(path), number
+            reject(exc)
+    return batch.columns
+
+
 def _parse_line(raw_line: bytes) -> Any:
     try:
         line = raw_line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadRecordError(f"invalid UTF-8 at byte {exc.start} of the line") from None
+        raise BadRecordError(f"invalid UTF-8 at byte {exc.start + 1} of the line") from None
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":
+            raise BadRecordError(
+                f"more than one JSON value on the line (the second starts at column {exc.colno}); "
+                "JSON Lines hold one object per line"
+            ) from None
         raise BadRecordError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise BadRecordError("JSON nested too deeply to read") from None
 
 
-def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Iterator[FieldBatch]:
+def _read_json_array(
+    path: Path, fields: Sequence[Field], reject: Reject, convert: Convert | None
+) -> Iterator[FieldBatch]:
     """A ``.json`` file holding one array of records; errors name the 1-based record number."""
     try:
-        with _decompressed(path) as (stream, _):
-            records = json.loads(stream.read().decode("utf-8"))
+        with open_decompressed(path) as (stream, _):
+            records = json.loads(stream.read().decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise PackcliError(f"invalid UTF-8 at byte {exc.start}", path) from None
     except json.JSONDecodeError as exc:
@@ -218,11 +241,13 @@ def _read_json_array(path: Path, fields: Sequence[Field], reject: Reject) -> Ite
                 path,
             ) from None
         raise PackcliError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
-    except (OSError, EOFError) as exc:
+    except RecursionError:
+        raise PackcliError("JSON nested too deeply to read", path) from None
+    except STREAM_ERRORS as exc:
         raise PackcliError(f"cannot read: {exc}", path) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
-    batch = Columns(width(fields))
+    batch = Columns(fields, convert)
     for number, record in enumerate(records, start=1):
         try:
             batch.add(values_of(record, fields))

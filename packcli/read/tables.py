@@ -1,4 +1,8 @@
-"""Parquet and Arrow IPC inputs: the requested columns, checked, in record batches; errors name the 1-based row."""
+"""Parquet and Arrow IPC inputs: the requested columns, checked, in record batches; errors name the 1-based row.
+
+Plain string fields without nulls are taken whole (Arrow strings are UTF-8, which cannot hold a lone surrogate);
+anything else, and a column with a string that is not valid UTF-8, is checked row by row like a JSON record.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.read.fields import Columns, Converted, Field, FieldBatch, Reject, checked, width
+from packcli.read.fields import Columns, Convert, Field, FieldBatch, Reject
+from packcli.read.streams import Span
+
+__all__ = ["check_columns", "read_arrow", "read_parquet", "table_records"]
 
 
 def check_columns(path: Path, schema: pa.Schema, fields: Sequence[Field]) -> list[int]:
@@ -27,21 +34,40 @@ def check_columns(path: Path, schema: pa.Schema, fields: Sequence[Field]) -> lis
 
 
 def table_records(
-    path: Path, columns: list[pa.Array], fields: Sequence[Field], first_row: int, reject: Reject
+    path: Path,
+    columns: list[pa.Array],
+    fields: Sequence[Field],
+    first_row: int,
+    reject: Reject,
+    convert: Convert | None = None,
 ) -> list[list[Any]]:
-    """Column values as Python objects; a null or mistyped value is a bad record named by its 1-based row."""
-    values = [_values(column) for column in columns]
-    plain = all(field.kind == "string" and not isinstance(field, Converted) for field in fields)
-    if plain and not any(column.null_count for column in columns):
+    """Column values as Python objects (each record converted with ``convert``, if given); a null, mistyped or
+    undecodable value is a bad record named by its 1-based row."""
+    values: list[list[Any]] | None
+    try:
+        values = [_values(column) for column in columns]
+    except UnicodeDecodeError:  # a string that is not UTF-8 (not every Arrow writer checks): find its row below
+        values = None
+    plain = convert is None and all(field.kind == "string" for field in fields)
+    if values is not None and plain and not any(column.null_count for column in columns):
         return values
-    batch = Columns(width(fields))
-    for row, record in enumerate(zip(*values), start=first_row + 1):
+    batch = Columns(fields, convert)
+    for index in range(len(columns[0]) if columns else 0):
         try:
-            batch.add(checked(list(record), fields))
+            batch.add(_record(columns, values, index))
         except BadRecordError as exc:
-            exc.path, exc.line = str(path), row
+            exc.path, exc.line = str(path), first_row + index + 1
             reject(exc)
     return batch.columns
+
+
+def _record(columns: list[pa.Array], values: list[list[Any]] | None, index: int) -> list[Any]:
+    if values is not None:
+        return [column[index] for column in values]
+    try:
+        return [column[index].as_py() for column in columns]
+    except UnicodeDecodeError as exc:
+        raise BadRecordError(f"invalid UTF-8 at byte {exc.start + 1} of a value") from None
 
 
 def _values(column: pa.Array) -> list[Any]:
@@ -53,7 +79,11 @@ def _values(column: pa.Array) -> list[Any]:
 
 
 def read_parquet(
-    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None = None
+    path: Path,
+    fields: Sequence[Field],
+    reject: Reject,
+    convert: Convert | None = None,
+    span: Span | None = None,
 ) -> Iterator[FieldBatch]:
     """A Parquet file, one row group at a time (only the row groups [start, end) of ``span``)."""
     try:
@@ -68,12 +98,17 @@ def read_parquet(
     for group in range(first, last):
         table = parquet.read_row_group(group, columns=[field.name for field in fields])
         columns = [table.column(field.name).combine_chunks() for field in fields]
-        yield FieldBatch(table_records(path, columns, fields, rows, reject), size * (group + 1) // groups)
+        records = table_records(path, columns, fields, rows, reject, convert)
+        yield FieldBatch(records, size * (group + 1) // groups)
         rows += table.num_rows
 
 
 def read_arrow(
-    path: Path, fields: Sequence[Field], reject: Reject, span: tuple[int, int] | None = None
+    path: Path,
+    fields: Sequence[Field],
+    reject: Reject,
+    convert: Convert | None = None,
+    span: Span | None = None,
 ) -> Iterator[FieldBatch]:
     """Arrow IPC, stream format (as ``datasets`` writes it) or file format (only the record batches [start, end)
     of ``span``)."""
@@ -101,5 +136,5 @@ def read_arrow(
             rows += batch.num_rows
             continue
         columns = [batch.column(index) for index in indices]
-        yield FieldBatch(table_records(path, columns, fields, rows, reject), min(size, source.tell()))
+        yield FieldBatch(table_records(path, columns, fields, rows, reject, convert), min(size, source.tell()))
         rows += batch.num_rows

@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 import numpy as np
 
 from packcli.errors import PackcliError, UsageError
-from packcli.strategies._packing import Packing, Strategy, check_packing, empty_packing
+from packcli.strategies._packing import Packing, Strategy, check_lengths, check_packing, empty_packing
 from packcli.strategies.bfd import bfd
 from packcli.strategies.ffd import ffd
 from packcli.strategies.greedy import greedy
@@ -21,6 +21,7 @@ __all__ = [
     "Packing",
     "Strategy",
     "available_strategies",
+    "check_lengths",
     "check_packing",
     "empty_packing",
     "get_strategy",
@@ -73,14 +74,18 @@ def run_strategy(name: str, lengths: np.ndarray, max_len: int, seed: int = 0, wi
 
     ``seed`` is passed to strategies that take a ``seed`` keyword. Windows of ``window`` consecutive documents are
     packed on their own and their sequences concatenated in window order.
+
+    Raises:
+        UsageError: a length outside ``1..max_len`` (checked before any strategy runs), or an unknown strategy.
+        PackcliError: the strategy returned an invalid packing.
     """
+    lengths = check_lengths(lengths, max_len)
     strategy = get_strategy(name)
     call: Callable[[np.ndarray], Packing] = (
         (lambda part: strategy(part, max_len, seed=seed))  # type: ignore[call-arg]
         if "seed" in inspect.signature(strategy).parameters
         else (lambda part: strategy(part, max_len))
     )
-    lengths = np.asarray(lengths, dtype=np.int64)
     if window is None or window >= len(lengths):
         packing = call(lengths)
     else:

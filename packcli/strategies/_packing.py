@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, UsageError
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,27 @@ class Strategy(Protocol):
     """A pure, deterministic function of the length array; may assume ``1 <= lengths <= max_len``."""
 
     def __call__(self, lengths: np.ndarray, max_len: int) -> Packing: ...
+
+
+def check_lengths(lengths: np.ndarray, max_len: int) -> np.ndarray:
+    """``lengths`` as a 1-D int64 array, or UsageError unless every value is in ``1..max_len``: what a strategy may
+    assume. (A document of no tokens has no place in a sequence; a longer one never fits: the overflow policy
+    and the empty-document count deal with both before packing.)"""
+    if max_len < 1:
+        raise UsageError(f"max_len must be at least 1, got {max_len}")
+    array = np.asarray(lengths)
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise UsageError(f"lengths must be a 1-D integer array, got shape {array.shape} of {array.dtype}")
+    array = array.astype(np.int64, copy=False)
+    if array.size:
+        low, high = int(array.min()), int(array.max())
+        if low < 1 or high > max_len:
+            bad = int(np.argmax((array < 1) | (array > max_len)))
+            raise UsageError(
+                f"lengths[{bad}] is {int(array[bad])}: a strategy packs lengths in 1..max_len ({max_len}); "
+                "count empty documents and apply an overflow policy first"
+            )
+    return array
 
 
 def check_packing(packing: Packing, lengths: np.ndarray, max_len: int, name: str = "strategy") -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcli.strategies._packing import Packing, empty_packing
+from packcli.strategies._packing import Packing, check_lengths, empty_packing
 
 
 def greedy(lengths: np.ndarray, max_len: int) -> Packing:
     """Next-fit in input order: keeps document order, opens a sequence when the next document does not fit."""
-    lengths = np.asarray(lengths, dtype=np.int64)
+    lengths = check_lengths(lengths, max_len)  # a length over max_len would never advance the loop below
     n = len(lengths)
     if n == 0:
         return empty_packing()

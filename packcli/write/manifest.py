@@ -64,6 +64,7 @@ TOTALS: dict[str, tuple[Kind, bool]] = {
     **{key: (COUNT, True) for key in ("truncated_tokens", "split_documents", "bad_records")},
     **{key: (COUNT, False) for key in ("input_documents", "input_tokens", "truncated_documents", "dropped_tokens")},
     **{key: (COUNT, False) for key in ("empty_documents", "supervised_tokens", "unsupervised_sequences")},
+    "unread_files": (COUNT, False),
 }
 SHARD: dict[str, tuple[Kind, bool]] = {
     "file": (TEXT, True),

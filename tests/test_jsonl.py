@@ -1,0 +1,243 @@
+"""JSON Lines: one semantics whichever parser reads a line (pyarrow's fast one or the line parser), exact records
+after a fallback, the BOM, lone surrogates, and every compression, through the reader and the real CLI."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
+from test_pipeline import documents_of
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.encode.tokenizer import load_tokenizer
+from packcli.errors import BadRecordError
+from packcli.read import jsonl
+from packcli.read.fields import Field, ReadCounts
+from packcli.read.inputs import read_records
+
+runner = CliRunner()
+TEXT = [Field("text")]
+
+
+def read(path: Path, line_parser: bool = False, skip: bool = False) -> tuple[list[str], ReadCounts, list[str]]:
+    """The texts of ``path``; ``line_parser`` forces every piece through the line parser (a per-record convert
+    does, as chat records do)."""
+    counts, warnings = ReadCounts(), []
+    convert = (lambda values: values[0]) if line_parser else None
+    batches = read_records(path, TEXT, counts, skip, warnings.append, convert)
+    return [text for batch in batches for text in batch.columns[0]], counts, warnings
+
+
+def pack(*args: str) -> Any:
+    return runner.invoke(app, ["pack", *args])
+
+
+def packed_texts(out: Path) -> Counter[str]:
+    """The texts of every document of an output (EOS removed), as a multiset."""
+    tokenizer = load_tokenizer().tokenizer
+    return Counter(tokenizer.decode(ids[:-1]) for ids in documents_of(out))
+
+
+def line(text: str, **extra: Any) -> bytes:
+    return (json.dumps({"text": text, **extra}) + "\n").encode()
+
+
+def test_cat_of_two_files_is_read_the_same_by_both_parsers(tmp_path: Path) -> None:
+    """``cat a.jsonl b.jsonl`` where ``a`` lacks its last newline: its last line and ``b``'s first share a line.
+    The file spans several pieces; later lines are read by one parser only (a duplicate key: pyarrow refuses it,
+    Python's json takes the last value; ``Inf``: pyarrow takes it, Python's json refuses it)."""
+    a = [f"a {i} " + "x" * 200 for i in range(6000)]
+    b = [f"b {i} " + "y" * 200 for i in range(6000)]
+    data = b"".join(map(line, a)).rstrip(b"\n") + b"".join(map(line, b[:4000]))
+    data += b'{"text": "first", "text": "dup kept"}\n' + b"".join(map(line, b[4000:5000]))
+    data += b'{"text": "inf refused", "n": Inf}\n' + b"".join(map(line, b[5000:]))
+    corpus = tmp_path / "cat.jsonl"
+    corpus.write_bytes(data)
+    block = jsonl._BLOCK_BYTES  # the joined line sits in the second piece, the others in the third
+    assert block < data.index(b'"a 5999') < 2 * block < data.index(b'"dup kept"') < data.index(b"Inf}") < 3 * block
+    joined, inf = 6000, 6000 + 3999 + 1 + 1000 + 1  # physical line numbers: b[1:4000], the dup, b[4000:5000]
+
+    for line_parser in (False, True):
+        with pytest.raises(BadRecordError) as info:
+            read(corpus, line_parser)
+        assert (info.value.path, info.value.line) == (str(corpus), joined)
+        assert "more than one JSON value on the line" in info.value.message
+        texts, counts, warnings = read(corpus, line_parser, skip=True)
+        assert texts == [*a[:-1], *b[1:4000], "dup kept", *b[4000:]]
+        assert counts.bad_records == 2
+        assert [re.search(r"cat\.jsonl:(\d+): ", w).group(1) for w in warnings] == [str(joined), str(inf)]  # type: ignore[union-attr]
+
+    result = pack(str(corpus), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and f"cat.jsonl:{joined}: more than one JSON value" in result.stderr
+    assert not (tmp_path / "out").exists()
+    result = pack(str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", "--json", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["bad_records"] == 2 and summary["input_documents"] == len(a) + len(b) - 1
+    assert packed_texts(tmp_path / "out") == Counter([*a[:-1], *b[1:], "dup kept"])
+
+
+# Lines that one parser reads and the other does not, or reads otherwise (measured with pyarrow 26).
+TRICKY = [
+    b'{"text": "a"}{"text": "b"}',
+    b'{"text": "a"} {"text": "b"}',
+    b'{"text": "a"}\r{"text": "b"}',
+    b'{"text":\n"a"}',
+    b'{"text": "a", "text": "b"}',
+    b'{"text": "a", "n": Inf}',
+    b'{"text": "a", "n": -Inf}',
+    b'{"text": "a", "n": -NaN}',
+    b'{"text": "a", "n": NaN}',
+    b'{"text": "a", "n": -Infinity}',
+    b'{"text": "a", "n": 1e999}',
+    b'{"text": "a", "n": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+    b'{"text": "\\ud800"}',
+    b'{"text": "\\ud83d\\ude00"}',
+    b'\xef\xbb\xbf{"text": "a"}',
+    b'  {"text": "a"}  ',
+    b'{"text": "a"}\r',
+    b"\x0b",
+    b'{"text": "a\xffb"}',
+    b'{"te\\u0078t": "a"}',
+    b'{"text": 5}',
+    b"[1]",
+]
+
+
+def parsed(piece: bytes, fast: bool) -> list[list[Any]] | str | None:
+    if fast:
+        return jsonl._parse_fast(piece, TEXT, jsonl._parse_options(TEXT))
+
+    def refuse(exc: BadRecordError) -> None:
+        raise exc
+
+    try:
+        return jsonl._parse_lines(piece, 1, Path("x.jsonl"), TEXT, refuse, None)
+    except BadRecordError as exc:
+        return f"bad line {exc.line}"
+
+
+@pytest.mark.parametrize("tricky", TRICKY)
+def test_the_fast_parser_takes_a_piece_only_when_it_agrees(tricky: bytes) -> None:
+    for piece in (tricky + b"\n", b'{"text": "before"}\n' + tricky + b'\n{"text": "after"}', tricky):
+        fast = parsed(piece, fast=True)
+        assert fast is None or fast == parsed(piece, fast=False), piece
+
+
+FRAGMENTS = [
+    '{"text": "a"}', '{"text": "b", "n": 1}', "{", "}", '"text"', ":", ",", '"x"', " ", "\t", "\r", "[", "]",
+    "NaN", "Inf", "-Inf", "-NaN", "Infinity", "1", "null", "\\ud800", "\ufeff", '"te\\u0078t"', "\x0b",
+    '{"text": null}', "{}",
+]  # fmt: skip
+
+
+@given(st.lists(st.lists(st.sampled_from(FRAGMENTS), max_size=6).map("".join), min_size=1, max_size=8), st.booleans())
+def test_the_parsers_agree_on_random_lines(lines: list[str], final_newline: bool) -> None:
+    piece = "\n".join(lines).encode() + (b"\n" if final_newline else b"")
+    fast = parsed(piece, fast=True)
+    assert fast is None or fast == parsed(piece, fast=False)
+
+
+def test_a_line_that_is_null_is_a_bad_record_not_a_crash(tmp_path: Path) -> None:
+    """pyarrow 26 dies of SIGSEGV on a JSON block that starts with ``null``; a subprocess shows it as a failure."""
+    corpus = tmp_path / "null.jsonl"
+    corpus.write_bytes(b'null\n{"text": "after"}\n')
+    command = [sys.executable, "-m", "packcli", "pack", str(corpus), "--out", str(tmp_path / "out")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "null.jsonl:1: record is null, not an object" in result.stderr, result.stderr
+    assert subprocess.run([*command, "--skip-bad-records"], capture_output=True, timeout=300).returncode == 0
+
+
+RECORDS = b'{"text": "one"}\n{"text": "two"}\n'
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_bom_at_the_start_is_not_part_of_line_one(tmp_path: Path, skip: bool) -> None:
+    plain = tmp_path / "bom.jsonl"
+    plain.write_bytes(b"\xef\xbb\xbf" + RECORDS)
+    zipped = tmp_path / "bom.jsonl.gz"
+    zipped.write_bytes(gzip.compress(b"\xef\xbb\xbf" + RECORDS))
+    array = tmp_path / "bom.json"
+    array.write_bytes(b'\xef\xbb\xbf[{"text": "one"}, {"text": "two"}]')
+    for path in (plain, zipped, array):
+        for line_parser in (False, True):
+            texts, counts, _ = read(path, line_parser, skip)
+            assert texts == ["one", "two"] and counts.bad_records == 0, (path, line_parser)
+    # A BOM later in the file is no BOM but a character outside JSON: a bad record, on both paths.
+    plain.write_bytes(RECORDS + b"\xef\xbb\xbf" + RECORDS)
+    for line_parser in (False, True):
+        assert read(plain, line_parser, skip=True)[1].bad_records == 1
+
+
+def test_a_bom_through_the_cli_with_skip_bad_records(tmp_path: Path) -> None:
+    corpus = tmp_path / "bom.jsonl"
+    corpus.write_bytes(b"\xef\xbb\xbf" + RECORDS)
+    chat = tmp_path / "chat.jsonl"
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    chat.write_bytes(b"\xef\xbb\xbf" + (json.dumps({"messages": messages}) + "\n").encode() * 2)
+    for number, args in enumerate(([str(corpus)], [str(chat), "--messages-field", "messages"])):
+        result = pack(*args, "--out", str(tmp_path / f"out{number}"), "--skip-bad-records", "--json", "--quiet")
+        assert result.exit_code == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert (summary["bad_records"], summary["input_documents"]) == (0, 2), args
+
+
+SURROGATE = b'{"text": "fine"}\n{"text": "half a pair \\ud800 here"}\n{"text": "after"}\n'
+
+
+def test_a_lone_surrogate_is_a_bad_record_naming_file_and_line(tmp_path: Path) -> None:
+    corpus = tmp_path / "sur.jsonl"
+    corpus.write_bytes(SURROGATE)
+    for line_parser in (False, True):
+        with pytest.raises(BadRecordError, match=r"sur\.jsonl:2: field 'text' holds a lone surrogate \(\\ud800"):
+            read(corpus, line_parser)
+        assert read(corpus, line_parser, skip=True)[:2] == (["fine", "after"], ReadCounts(bad_records=1))
+    result = pack(str(corpus), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and result.stderr.startswith(f"error: {corpus}:2: field 'text' holds a lone")
+    assert len(result.stderr.splitlines()) == 1
+    result = pack(str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", "--json", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["bad_records"] == 1
+
+
+def test_a_lone_surrogate_in_a_chat_or_a_json_array(tmp_path: Path) -> None:
+    chat = write_jsonl(
+        tmp_path / "chat.jsonl",
+        [{"messages": [{"role": "user", "content": "hi \ud800"}, {"role": "assistant", "content": "yes"}]}],
+    )
+    result = pack(str(chat), "--messages-field", "messages", "--out", str(tmp_path / "o1"))
+    assert result.exit_code == 1 and "chat.jsonl:1: message 1 of 'messages' holds a lone surrogate" in result.stderr
+    array = tmp_path / "a.json"
+    array.write_text('[{"text": "ok"}, {"text": "\\udc00"}]')
+    result = pack(str(array), "--out", str(tmp_path / "o2"))
+    assert result.exit_code == 1 and "a.json: record 2: field 'text' holds a lone surrogate" in result.stderr
+
+
+COMPRESSORS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
+def test_every_compression_reads_and_a_cut_stream_names_the_line(tmp_path: Path, suffix: str) -> None:
+    whole = COMPRESSORS[suffix](b"".join(line(f"document {i}") for i in range(20000)))
+    path = tmp_path / f"a.JSONL{suffix.upper()}"
+    path.write_bytes(whole)
+    for line_parser in (False, True):
+        assert read(path, line_parser)[0] == [f"document {i}" for i in range(20000)]
+    path.write_bytes(whole[: len(whole) // 2])
+    result = pack(str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and f"{path.name}: cannot read" in result.stderr, result.stderr  # past line N, or
+    # nothing at all: a bzip2 block yields no byte until it is whole
+    assert len(result.stderr.splitlines()) == 1
