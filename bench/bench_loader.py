@@ -80,7 +80,10 @@ def memory(out: Path) -> list[list[object]]:
     rows = []
     for workers in (0, 2):
         child = subprocess.run(
-            [sys.executable, __file__, "--peak-growth", str(out), str(workers)], capture_output=True, text=True, check=True
+            [sys.executable, __file__, "--peak-growth", str(out), str(workers)],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         growth = json.loads(child.stdout)
         rows.append([workers, len(growth), f"{max(growth) / MIB:.1f}"])
@@ -94,7 +97,14 @@ def dense_masks(out: Path) -> list[list[object]]:
         start = time.perf_counter()
         mask = block_causal_mask(document_ids, dtype=dtype)
         seconds = time.perf_counter() - start
-        rows.append([name, "x".join(map(str, mask.shape)), f"{mask.numel() * mask.element_size() / MIB:.0f}", f"{seconds * 1e3:.0f}"])
+        rows.append(
+            [
+                name,
+                "x".join(map(str, mask.shape)),
+                f"{mask.numel() * mask.element_size() / MIB:.0f}",
+                f"{seconds * 1e3:.0f}",
+            ]
+        )
         del mask
     return rows
 

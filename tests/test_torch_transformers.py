@@ -109,9 +109,15 @@ def assert_documents_alone(
 ) -> None:
     if layout == "varlen":
         offsets = np.concatenate(([0], np.cumsum([len(row["input_ids"]) for row in rows])))
-        got = [logits[0, o + a : o + b] for o, row in zip(offsets, rows) for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])]
+        got = [
+            logits[0, o + a : o + b]
+            for o, row in zip(offsets, rows)
+            for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])
+        ]
     else:
-        got = [logits[k, a:b] for k, row in enumerate(rows) for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])]
+        got = [
+            logits[k, a:b] for k, row in enumerate(rows) for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])
+        ]
     assert len(got) == len(expected)
     for have, (want, _) in zip(got, expected):
         torch.testing.assert_close(have, want, atol=TOLERANCE, rtol=0)
@@ -146,7 +152,9 @@ MASKS: dict[str, Callable[[torch.Tensor], Any]] = {
 def test_explicit_masks_in_each_form(model: Any, rows: Any, alone: Any, implementation: str) -> None:
     batch = collate_padded(rows, max_len=WIDTH)
     mask = MASKS[implementation](batch["document_ids"])
-    output = run(model, implementation, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask)
+    output = run(
+        model, implementation, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask
+    )
     assert_documents_alone(output.logits, batch["labels"], rows, alone, "padded")
 
 

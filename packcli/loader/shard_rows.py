@@ -50,4 +50,5 @@ class ShardRows:
         """Row ``index``: each column a view into its shard."""
         batch = int(np.searchsorted(self.starts, index, side="right")) - 1
         local = index - int(self.starts[batch])
-        return {name: values[offsets[local] : offsets[local + 1]] for name, (values, offsets) in self.batches[batch].items()}
+        columns = self.batches[batch]
+        return {name: values[offsets[local] : offsets[local + 1]] for name, (values, offsets) in columns.items()}
