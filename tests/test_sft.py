@@ -92,8 +92,8 @@ def test_packing_keeps_every_label_on_its_token(
     pack_corpus([str(path)], options, tmp / "out")
     ids_total = 0
     for ids, labels in packed_documents(tmp / "out"):
-        for token, label in zip(ids, labels):
-            assert label == (token if token in (world, EOS) else -100)
+        for k, (token, label) in enumerate(zip(ids, labels)):  # a piece's first token is a document start
+            assert label == (token if k > 0 and token in (world, EOS) else -100)
             assert token in (hello, world, EOS)
         ids_total += len(ids)
     assert ids_total == sum(p + r + 1 for p, r in sizes)
@@ -132,7 +132,8 @@ def test_chatml_supervises_assistant_turns(tmp_path: Path) -> None:
     everything = pack_corpus(
         [str(path)], PackOptions(max_len=256, messages_field="messages", loss_on="all"), tmp_path / "all"
     )
-    assert everything.manifest["totals"]["supervised_tokens"] == everything.manifest["totals"]["tokens"]
+    totals = everything.manifest["totals"]
+    assert totals["supervised_tokens"] == totals["tokens"] - totals["documents"]  # all but each first token
 
 
 JINJA = (

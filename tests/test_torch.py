@@ -199,8 +199,38 @@ def test_set_epoch_reshuffles_the_same_rows(packed: Path) -> None:
 def test_padded_loader_batches(packed: Path) -> None:
     batch = next(iter(loader(packed, batch_size=2, layout="padded")))
     assert batch["input_ids"].shape == (2, MAX_LEN)
-    assert ((batch["document_ids"] == -1) == (batch["attention_mask"] == 0)).all()
-    assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
+    assert "attention_mask" not in batch  # a 2D mask would turn off a transformers model's document detection
+    assert (batch["labels"][batch["document_ids"] == -1] == -100).all()
+
+
+def test_padded_layout_against_a_plain_loop(packed: Path) -> None:
+    dataset = PackedDataset(packed, shuffle=False)
+    rows = rows_with_most_documents(dataset, 3)
+    width = MAX_LEN + 5
+    batch = collate_padded(rows, max_len=width, pad_id=7)
+    for k, row in enumerate(rows):
+        ids, labels, positions, documents = [], [], [], []
+        cu = row["cu_seqlens"].tolist()
+        for d, (a, b) in enumerate(zip(cu[:-1], cu[1:])):
+            for t in range(a, b):
+                ids.append(int(row["input_ids"][t]))
+                labels.append(-100 if t == a else int(row["input_ids"][t]))
+                positions.append(t - a)
+                documents.append(d)
+        pad = width - len(ids)
+        assert batch["input_ids"][k].tolist() == ids + [7] * pad
+        assert batch["labels"][k].tolist() == labels + [-100] * pad
+        assert batch["position_ids"][k].tolist() == positions + list(range(pad))  # padding: one more document
+        assert batch["document_ids"][k].tolist() == documents + [-1] * pad
+
+
+def test_additive_mask_is_the_boolean_one_in_scores() -> None:
+    documents = torch.tensor([[0, 0, 1, 1, 1, -1], [0, 1, 1, -1, -1, -1]])
+    allowed = block_causal_mask(documents)
+    additive = block_causal_mask(documents, dtype=torch.bfloat16)
+    assert additive.dtype == torch.bfloat16 and additive.shape == allowed.shape == (2, 1, 6, 6)
+    assert (additive[allowed] == 0).all()
+    assert (additive[~allowed] == torch.finfo(torch.bfloat16).min).all()
 
 
 @pytest.mark.gpu

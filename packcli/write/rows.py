@@ -1,6 +1,9 @@
 """Write packed rows: gather each row's documents from the token store, lay out its columns, write the shards.
 
-Rows go out in packing order, in record batches of about BATCH_BYTES, rolling shards at the shard size.
+Rows go out in packing order, in record batches of about BATCH_BYTES, rolling shards at the shard size. A
+``labels`` column (fine-tuning) has -100 at every document's first token, whatever the supervision mask says
+(``--loss-on all`` included): :func:`ignore_document_starts` is the one place that rule lives, and the loader uses
+it too.
 """
 
 from __future__ import annotations
@@ -14,11 +17,22 @@ import pyarrow as pa
 from packcli.encode.store import TokenStore
 from packcli.plan.overflow import Pieces
 from packcli.strategies import Packing
-from packcli.write.layout import cu_seqlens, position_ids, row_token_offsets
+from packcli.write.layout import cu_seqlens, exclusive_cumsum, position_ids, row_token_offsets
 from packcli.write.shards import IGNORE_INDEX, ShardInfo, ShardWriter, list_array
 
 # Small enough that numpy's temporaries are recycled by the allocator instead of faulted in afresh.
 BATCH_BYTES = 8 << 20
+
+
+def ignore_document_starts(labels: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Set -100 at the first token of every document, in place, and return ``labels``.
+
+    ``labels`` holds documents of ``lengths`` (each at least 1) back to back. Models shift labels by one (logit t
+    is scored against label t + 1), so this is what keeps the last token of one document from being trained to
+    predict the first token of the next. Example: lengths [3, 2], labels [5 6 7 8 9] -> [-100 6 7 -100 9].
+    """
+    labels[exclusive_cumsum(lengths)[:-1]] = IGNORE_INDEX
+    return labels
 
 
 @dataclass
@@ -83,9 +97,11 @@ def row_batch(
     ]
     if store.has_mask:
         mask = store.gather_mask(starts, lengths)
-        columns.append(list_array(token_offsets, np.where(mask, tokens, IGNORE_INDEX)))
+        labels = ignore_document_starts(np.where(mask, tokens, IGNORE_INDEX), lengths)
+        columns.append(list_array(token_offsets, labels))
         if supervision is not None:
-            per_row = np.add.reduceat(mask.astype(np.int64), token_offsets[:-1]) if len(mask) else mask[:0]
+            taken = (labels != IGNORE_INDEX).astype(np.int64)
+            per_row = np.add.reduceat(taken, token_offsets[:-1]) if len(taken) else taken
             supervision.supervised_tokens += int(per_row.sum())
             supervision.unsupervised_sequences += int(np.count_nonzero(per_row == 0))
     return pa.RecordBatch.from_arrays(columns, schema=schema)

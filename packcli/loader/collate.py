@@ -1,0 +1,149 @@
+"""Collate functions: a list of rows -> one batch of tensors, in the varlen (FlashAttention) or padded layout.
+
+Both layouts keep what a transformers causal LM needs to find the documents by itself, so a batch passed whole
+as ``model(**batch, use_cache=False)`` is right with sdpa, eager, flex_attention and flash_attention_2:
+``position_ids`` restart at 0 at every document (and at the padding, which is one more document), and no 2D
+``attention_mask`` key is present (transformers turns its packed-document detection off when it sees one).
+Labels get -100 at every document's first token (:func:`packcli.write.rows.ignore_document_starts`, the rule the
+writer applies too) and on padding.
+
+Example, two rows [a0 a1 a2 | b0 b1] and [c0 c1]; varlen flattens them, padded stacks them to width 6:
+    varlen  input_ids [a0 a1 a2 b0 b1 c0 c1]          position_ids [0 1 2 0 1 0 1]     cu_seqlens [0 3 5 7]
+            labels    [-100 a1 a2 -100 b1 -100 c1]
+    padded  input_ids [[a0 a1 a2 b0 b1 p ], [c0 c1 p p p p]]   position_ids [[0 1 2 0 1 0], [0 1 0 1 2 3]]
+            document_ids [[0 0 0 1 1 -1], [0 0 -1 -1 -1 -1]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from packcli.errors import PackcliError
+from packcli.extras import requires_extra
+from packcli.write.layout import exclusive_cumsum, position_ids
+from packcli.write.rows import ignore_document_starts
+from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN
+
+with requires_extra("torch", "packcli.torch"):
+    import torch
+
+Row = dict[str, Any]
+
+
+def _document_lengths(rows: Sequence[Row]) -> np.ndarray:
+    return np.concatenate([np.diff(row["cu_seqlens"]) for row in rows]).astype(np.int64)
+
+
+def _flat_tokens(rows: Sequence[Row], lengths: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` ([3, T] int64) with the rows' input_ids, position_ids and labels, back to back."""
+    total = int(lengths.sum())
+    input_ids, positions, labels = out[:, :total]
+    np.concatenate([row["input_ids"] for row in rows], out=input_ids)
+    np.concatenate([row["position_ids"] for row in rows], out=positions)
+    if LABELS_COLUMN in rows[0]:
+        np.concatenate([row[LABELS_COLUMN] for row in rows], out=labels)
+    else:
+        labels[:] = input_ids
+    ignore_document_starts(labels, lengths)  # also for outputs written before labels carried it
+
+
+def _row_index(rows: Sequence[Row]) -> torch.Tensor:
+    return torch.tensor([row["row_index"] for row in rows], dtype=torch.int64)
+
+
+def collate_varlen(
+    rows: Sequence[Row],
+    pad_to_multiple_of: int | None = None,
+    cu_seqlens_length: int | None = None,
+    pad_id: int = 0,
+) -> dict[str, Any]:
+    """Flatten a batch of rows into one row, FlashAttention varlen style.
+
+    Returns ``input_ids``, ``position_ids``, ``labels`` ([1, T] int64), ``cu_seqlens`` (int32 [documents + 1]),
+    ``max_seqlen`` (int), ``document_ids`` and ``seq_idx`` (int32 [1, T], the document of each token), and
+    ``row_index`` ([B]).
+
+    Args:
+        pad_to_multiple_of: pad T up to a multiple (8 suits tensor cores); the padding is one extra document with
+            labels -100 and positions 0, 1, ...
+        cu_seqlens_length: repeat the last offset up to this length, so shapes stay static (CUDA graphs,
+            torch.compile); a zero-length document attends to nothing.
+        pad_id: the token id of padding.
+    """
+    lengths = _document_lengths(rows)
+    total = int(lengths.sum())
+    pad = -total % pad_to_multiple_of if pad_to_multiple_of else 0
+    # One buffer for the three token tensors, one for the int32 ones: fewer transfers from DataLoader workers.
+    tokens = np.empty((3, total + pad), dtype=np.int64)
+    _flat_tokens(rows, lengths, tokens)
+    if pad:
+        tokens[0, total:], tokens[1, total:], tokens[2, total:] = pad_id, np.arange(pad), IGNORE_INDEX
+        lengths = np.append(lengths, pad)
+    if cu_seqlens_length is not None and cu_seqlens_length < len(lengths) + 1:
+        raise PackcliError(f"cu_seqlens_length {cu_seqlens_length} < {len(lengths) + 1} boundaries in this batch")
+    boundaries = max(cu_seqlens_length or 0, len(lengths) + 1)
+    small = np.empty(total + pad + boundaries, dtype=np.int32)
+    document_ids, cu_seqlens = small[: total + pad], small[total + pad :]
+    document_ids[:] = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    cu_seqlens[: len(lengths) + 1] = exclusive_cumsum(lengths)
+    cu_seqlens[len(lengths) + 1 :] = total + pad  # repeated last offset: empty documents keep shapes static
+    token_tensors, small_tensors = torch.from_numpy(tokens), torch.from_numpy(small)
+    document_tensor = small_tensors[: total + pad][None]
+    return {
+        "input_ids": token_tensors[0:1],
+        "position_ids": token_tensors[1:2],
+        "labels": token_tensors[2:3],
+        "cu_seqlens": small_tensors[total + pad :],
+        "max_seqlen": int(lengths.max(initial=0)),
+        "document_ids": document_tensor,
+        "seq_idx": document_tensor,
+        "row_index": _row_index(rows),
+    }
+
+
+def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int = 0) -> dict[str, Any]:
+    """Stack a batch of rows into [B, L] tensors padded with ``pad_id`` (L = ``max_len``, else the longest row).
+
+    Returns ``input_ids``, ``position_ids``, ``labels`` (-100 at document starts and on padding),
+    ``document_ids`` (int32, numbered from 0 in each row, -1 on padding) and ``row_index``. A row's padding is
+    one more document (positions 0, 1, ...), so it never joins the row's last document; there is no
+    ``attention_mask``: :func:`packcli.torch.block_causal_mask` turns ``document_ids`` into a 4D mask where one is
+    wanted, and ``document_ids >= 0`` marks the real tokens.
+    """
+    row_lengths = np.array([len(row["input_ids"]) for row in rows], dtype=np.int64)
+    width = max_len or int(row_lengths.max(initial=0))
+    if row_lengths.max(initial=0) > width:
+        raise PackcliError(f"row of {int(row_lengths.max())} tokens does not fit max_len {width}")
+    lengths = _document_lengths(rows)
+    flat = np.empty((3, int(row_lengths.sum())), dtype=np.int64)
+    _flat_tokens(rows, lengths, flat)
+    tokens = np.empty((3, len(rows), width), dtype=np.int64)
+    tokens[0], tokens[2] = pad_id, IGNORE_INDEX
+    tokens[1] = np.arange(width) - row_lengths[:, None]  # the padding's own positions 0, 1, ...
+    real = np.arange(width) < row_lengths[:, None]  # row-major, like the flat arrays
+    tokens[:, real] = flat
+    document_ids = np.full((len(rows), width), -1, dtype=np.int32)
+    documents_per_row = np.array([len(row["cu_seqlens"]) - 1 for row in rows], dtype=np.int64)
+    document_ids[real] = np.repeat(position_ids(documents_per_row), lengths)
+    token_tensors = torch.from_numpy(tokens)
+    return {
+        "input_ids": token_tensors[0],
+        "position_ids": token_tensors[1],
+        "labels": token_tensors[2],
+        "document_ids": torch.from_numpy(document_ids),
+        "row_index": _row_index(rows),
+    }
+
+
+def flash_attention_kwargs(batch: dict[str, Any]) -> dict[str, Any]:
+    """The explicit document boundaries of a varlen batch under the names transformers' ``flash_attention_2``
+    takes (``cu_seq_lens_q/k``, ``max_length_q/k``): with them it need not derive boundaries from
+    ``position_ids`` (a device-to-host sync per step)."""
+    return {
+        "cu_seq_lens_q": batch["cu_seqlens"],
+        "cu_seq_lens_k": batch["cu_seqlens"],
+        "max_length_q": batch["max_seqlen"],
+        "max_length_k": batch["max_seqlen"],
+    }

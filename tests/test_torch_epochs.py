@@ -1,0 +1,186 @@
+"""The loader over epochs: a second pass is the next epoch, the documented resume loop resumes exactly (with and
+without workers, and under torchdata's StatefulDataLoader), a plain DataLoader with workers is refused, and rows
+are views into the memory map whatever the number of record batches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
+from conftest import REPO, SAMPLE, read_jsonl, write_jsonl  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from packcli.errors import PackcliError  # noqa: E402
+from packcli.options import PackOptions  # noqa: E402
+from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.torch import PackedDataset, PackedLoader, collate_varlen, loader  # noqa: E402
+from packcli.write.manifest import read_manifest  # noqa: E402
+
+BATCH = 30
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("epochs")
+    corpus = write_jsonl(folder / "corpus.jsonl", read_jsonl(SAMPLE)[:12])  # a few hundred rows: fast epochs
+    pack_corpus([str(corpus)], PackOptions(max_len=96, shard_size=60_000), folder / "packed")
+    return folder / "packed"
+
+
+def rows_of(batches: Any) -> list[list[int]]:
+    return [batch["row_index"].tolist() for batch in batches]
+
+
+def flat(batches: list[list[int]]) -> list[int]:
+    return [row for batch in batches for row in batch]
+
+
+def test_a_second_for_loop_runs_the_next_epoch(packed: Path) -> None:
+    dataset = PackedDataset(packed, seed=3)
+    first = [row["row_index"] for row in dataset]
+    assert (dataset.epoch, dataset.consumed) == (1, 0)
+    second = [row["row_index"] for row in dataset]
+    assert len(second) == len(first) == len(dataset) == dataset.num_rows
+    assert second != first and sorted(second) == sorted(first)
+    epoch_one = PackedDataset(packed, seed=3)
+    epoch_one.set_epoch(1)
+    assert second == epoch_one.rank_rows().tolist() and dataset.epoch == 2
+    dataset.set_epoch(0)  # back to the start of an earlier epoch: the same order again
+    assert [row["row_index"] for row in dataset] == first
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_passes_follow_the_epochs(packed: Path, workers: int) -> None:
+    batches = loader(packed, batch_size=BATCH, num_workers=workers, seed=1)
+    passes = [flat(rows_of(batches)) for _ in range(2)]
+    dataset = PackedDataset(packed, seed=1)
+    expected = []
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        expected.append(dataset.rank_rows().tolist())
+    assert passes == expected and batches.epoch == 2
+
+
+def documented_loop(batches: PackedLoader, epochs: int, stop_after: int | None = None) -> tuple[list[Any], Any]:
+    """The training loop of docs/loader.md; returns the batches seen and, when stopped, the checkpointed state."""
+    seen = []
+    for epoch in range(batches.epoch, epochs):
+        batches.set_epoch(epoch)
+        for batch in batches:
+            seen.append(batch["row_index"].tolist())
+            if len(seen) == stop_after:
+                return seen, batches.state_dict()
+    return seen, None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("where", ["mid-epoch", "epoch end"])
+def test_the_documented_loop_resumes_exactly(packed: Path, workers: int, where: str) -> None:
+    make = partial(loader, packed, batch_size=BATCH, num_workers=workers, seed=1)
+    full, _ = documented_loop(make(), epochs=3)
+    per_epoch = len(make())
+    stop = per_epoch + (3 if where == "mid-epoch" else per_epoch)
+    first, state = documented_loop(make(), epochs=3, stop_after=stop)
+    resumed = make()
+    resumed.load_state_dict(json.loads(json.dumps(state)))  # a checkpoint round trip
+    rest, _ = documented_loop(resumed, epochs=3)
+    assert first + rest == full
+    assert len(full) == 3 * per_epoch
+
+
+def test_a_plain_dataloader_with_workers_is_refused(packed: Path) -> None:
+    plain = DataLoader(
+        PackedDataset(packed, batch_size=BATCH), batch_size=BATCH, num_workers=1, collate_fn=collate_varlen
+    )
+    with pytest.raises(PackcliError, match=r"packcli\.torch\.loader.*StatefulDataLoader"):
+        next(iter(plain))
+
+
+def test_a_worker_state_needs_its_worker(packed: Path) -> None:
+    dataset = PackedDataset(packed)
+    state = {**dataset.state_dict(), "worker": {"id": 1, "num_workers": 2, "taken": 30}}
+    with pytest.raises(PackcliError, match="worker"):
+        dataset.load_state_dict(state)
+    with pytest.raises(PackcliError, match="seed"):
+        dataset.load_state_dict({**dataset.state_dict(), "seed": 9})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stateful_dataloader_resumes_exactly(packed: Path, workers: int) -> None:
+    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="needs torchdata (the dev extra)")
+
+    def make() -> Any:
+        dataset = PackedDataset(packed, seed=2, batch_size=BATCH)
+        with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function in its constructor
+            warnings.simplefilter("ignore", UserWarning)
+            return stateful.StatefulDataLoader(
+                dataset, batch_size=BATCH, num_workers=workers, collate_fn=collate_varlen
+            )
+
+    full = rows_of(make())
+    interrupted = make()
+    taken = []
+    for batch in interrupted:
+        taken.append(batch["row_index"].tolist())
+        if len(taken) == 5:
+            break
+    state = interrupted.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert taken + rows_of(resumed) == full
+    assert sorted(flat(full)) == list(range(PackedDataset(packed).num_rows))
+
+
+MEMORY_SCRIPT = """
+import json, sys
+from pathlib import Path
+import numpy as np
+import pyarrow as pa
+from packcli.loader.shard_rows import ShardRows
+from packcli.write.manifest import read_manifest, shard_path
+
+def anon():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("RssAnon:"))
+
+out = Path(sys.argv[1])
+manifest = read_manifest(out)
+count = sum(shard["rows"] for shard in manifest["shards"])
+# pyarrow's first to_numpy() loads code worth ~30 MiB of anonymous memory: pay it before measuring.
+pa.Array.from_buffers(pa.int32(), 2, [None, pa.py_buffer(np.zeros(2, np.int32))]).to_numpy()
+before, peak, tokens = anon(), 0, 0
+rows = ShardRows([shard_path(out, shard["file"]) for shard in manifest["shards"]], count)
+for index in range(count):
+    row = rows.row(index)
+    tokens += int(row["input_ids"].sum() % 7) + len(row["input_ids"])  # touch every token
+    if index % 50 == 0:
+        peak = max(peak, anon() - before)
+print(json.dumps({"growth": max(peak, anon() - before), "tokens": tokens}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc (Linux)")
+def test_reading_every_row_of_multi_batch_shards_copies_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "packed"
+    pack_corpus([str(SAMPLE)], PackOptions(max_len=2048), out)
+    shards = read_manifest(out)["shards"]
+    batches = sum(len(pa.ipc.open_stream(pa.memory_map(str(out / s["file"]))).read_all().to_batches()) for s in shards)
+    assert batches > len(shards)  # the shards really hold several record batches
+    shard_bytes = sum(s["bytes"] for s in shards)
+    result = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, str(out)], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    growth = json.loads(result.stdout)["growth"]
+    # A copy of the columns would add about the shards' size; views add only the interpreter's small change.
+    assert growth < shard_bytes / 8, (
+        f"reading every row grew anonymous memory by {growth} bytes ({shard_bytes} in shards)"
+    )

@@ -1,0 +1,238 @@
+"""The loader's batches in a model nobody here wrote: transformers' LlamaForCausalLM (random weights from a config,
+no download) takes each layout whole and gives every document the logits and losses it gets alone."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
+transformers = pytest.importorskip("transformers", reason="these tests need transformers (the dev extra)")
+import torch.nn.functional as F  # noqa: E402
+from conftest import SAMPLE  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from packcli.options import PackOptions  # noqa: E402
+from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.torch import (  # noqa: E402
+    PackedDataset,
+    block_causal_mask,
+    collate_padded,
+    collate_varlen,
+    flash_attention_kwargs,
+    flex_block_mask,
+)
+
+MAX_LEN = 96
+# Padded width of these tests: torch 2.13's CPU inductor fails to build flex_attention for some shapes (a C++
+# codegen error at 128 padded tokens here, and for shapes recompiled as dynamic) and builds it at 256, 384, 512.
+WIDTH = 384
+TOLERANCE = 1e-4
+CONFIG: dict[str, Any] = {
+    "vocab_size": 50257,  # the bundled GPT-2 tokenizer's ids
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("hf") / "packed"
+    pack_corpus([str(SAMPLE)], PackOptions(max_len=MAX_LEN, shard_size=300_000), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG)).eval()
+
+
+@pytest.fixture(scope="module")
+def rows(packed: Path) -> list[dict[str, Any]]:
+    dataset = PackedDataset(packed, shuffle=False)
+    every = sorted((dataset.row(i) for i in range(dataset.num_rows)), key=lambda row: -len(row["cu_seqlens"]))
+    chosen = every[:4]
+    assert sum(len(row["cu_seqlens"]) - 1 for row in chosen) > 8  # the rows really hold several documents
+    return chosen
+
+
+def documents(rows: list[dict[str, Any]]) -> list[np.ndarray]:
+    return [row["input_ids"][a:b] for row in rows for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])]
+
+
+def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token loss with the HF shift, over the tokens whose label is not -100."""
+    shifted = labels[:, 1:].reshape(-1)
+    losses = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), shifted, ignore_index=-100, reduction="none")
+    return losses[shifted != -100]
+
+
+def run(model: Any, implementation: str, **inputs: Any) -> Any:
+    """The model's output with ``implementation``; skips (saying why) where flex_attention cannot compile."""
+    model.set_attn_implementation(implementation)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            if implementation == "flex_attention":
+                # A second shape would make torch.compile recompile with dynamic shapes, whose CPU kernel torch 2.13
+                # fails to build: each test compiles its own static shape.
+                torch._dynamo.reset()
+                warnings.simplefilter("ignore", DeprecationWarning)  # torch.compile and transformers' flex path
+            return model(**inputs)
+    except Exception as error:
+        if implementation == "flex_attention" and type(error).__name__ in ("InductorError", "BackendCompilerFailed"):
+            pytest.skip(f"flex_attention does not compile here: {str(error).splitlines()[0][:200]}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def alone(model: Any, rows: list[dict[str, Any]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each document run on its own (eager attention, a plain causal mask): its logits and per-token losses."""
+    out = []
+    for document in documents(rows):
+        ids = torch.from_numpy(document.astype(np.int64))[None]
+        logits = run(model, "eager", input_ids=ids).logits
+        labels = ids.clone()
+        labels[0, 0] = -100
+        out.append((logits[0], token_losses(logits, labels)))
+    return out
+
+
+def assert_documents_alone(
+    logits: torch.Tensor, labels: torch.Tensor, rows: list[dict[str, Any]], expected: list[Any], layout: str
+) -> None:
+    if layout == "varlen":
+        offsets = np.concatenate(([0], np.cumsum([len(row["input_ids"]) for row in rows])))
+        got = [
+            logits[0, o + a : o + b]
+            for o, row in zip(offsets, rows)
+            for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])
+        ]
+    else:
+        got = [
+            logits[k, a:b] for k, row in enumerate(rows) for a, b in zip(row["cu_seqlens"][:-1], row["cu_seqlens"][1:])
+        ]
+    assert len(got) == len(expected)
+    for have, (want, _) in zip(got, expected):
+        torch.testing.assert_close(have, want, atol=TOLERANCE, rtol=0)
+    want_losses = torch.cat([losses for _, losses in expected])
+    torch.testing.assert_close(token_losses(logits, labels), want_losses, atol=TOLERANCE, rtol=0)
+
+
+def collate(layout: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return collate_varlen(rows) if layout == "varlen" else collate_padded(rows, max_len=WIDTH)
+
+
+@pytest.mark.parametrize("layout", ["varlen", "padded"])
+@pytest.mark.parametrize("implementation", ["sdpa", "eager", "flex_attention"])
+def test_model_takes_a_batch_whole(model: Any, rows: Any, alone: Any, implementation: str, layout: str) -> None:
+    batch = collate(layout, rows)
+    output = run(model, implementation, **batch, use_cache=False)
+    assert not torch.isnan(output.logits).any()
+    assert_documents_alone(output.logits, batch["labels"], rows, alone, layout)
+    # The model's own loss is the mean of those per-token losses.
+    want = torch.cat([losses for _, losses in alone]).mean()
+    torch.testing.assert_close(output.loss, want, atol=TOLERANCE, rtol=0)
+
+
+MASKS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "sdpa": block_causal_mask,
+    "eager": partial(block_causal_mask, dtype=torch.float32),
+    "flex_attention": flex_block_mask,
+}
+
+
+@pytest.mark.parametrize("implementation", list(MASKS))
+def test_explicit_masks_in_each_form(model: Any, rows: Any, alone: Any, implementation: str) -> None:
+    batch = collate_padded(rows, max_len=WIDTH)
+    mask = MASKS[implementation](batch["document_ids"])
+    output = run(
+        model, implementation, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask
+    )
+    assert_documents_alone(output.logits, batch["labels"], rows, alone, "padded")
+
+
+@pytest.mark.parametrize("pitfall", ["2d attention_mask", "use_cache"])
+def test_the_pitfalls_really_mix_documents(model: Any, rows: Any, alone: Any, pitfall: str) -> None:
+    """What docs/loader.md warns about: a 2D mask, or a cache, turns off transformers' packed-document detection."""
+    batch = collate_padded(rows, max_len=WIDTH)
+    if pitfall == "use_cache":
+        output = run(model, "sdpa", **batch, use_cache=True)
+    else:
+        output = run(model, "sdpa", **batch, attention_mask=(batch["document_ids"] >= 0).long(), use_cache=False)
+    with pytest.raises(AssertionError):
+        assert_documents_alone(output.logits, batch["labels"], rows, alone, "padded")
+
+
+def test_varlen_equals_transformers_flattening_collator(rows: Any) -> None:
+    from transformers import DataCollatorWithFlattening
+
+    theirs = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_tensors="pt")(
+        [{"input_ids": document.tolist()} for document in documents(rows)]
+    )
+    ours = collate_varlen(rows)
+    for key in ("input_ids", "labels", "position_ids"):
+        assert ours[key].tolist() == theirs[key].tolist(), key
+    kwargs = flash_attention_kwargs(ours)
+    assert kwargs["cu_seq_lens_q"].tolist() == theirs["cu_seq_lens_q"].tolist() == kwargs["cu_seq_lens_k"].tolist()
+    assert kwargs["max_length_q"] == theirs["max_length_q"] == kwargs["max_length_k"]
+
+
+def test_trainer_runs_on_packed_shards(packed: Path, tmp_path: Path) -> None:
+    """The recipe of docs/loader.md: a Trainer over a PackedDataset and a collator, a few steps, on the CPU."""
+    from transformers import Trainer, TrainingArguments
+
+    dataset = PackedDataset(packed, seed=0, batch_size=4)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG))
+    before = model.model.embed_tokens.weight.detach().clone()
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        max_steps=3,
+        learning_rate=1e-3,
+        remove_unused_columns=False,  # else the Trainer drops the rows' cu_seqlens before collating
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        dataloader_num_workers=0,
+    )
+    collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
+    trainer = Trainer(model=model, args=arguments, train_dataset=dataset, data_collator=collator)
+    result = trainer.train()
+    assert trainer.state.global_step == 3
+    assert np.isfinite(result.training_loss) and result.training_loss > 0
+    assert not torch.equal(before, model.model.embed_tokens.weight.detach())
+    # Rows counted by the dataset: the 12 trained on, and up to one batch that accelerate's loader reads ahead.
+    assert 3 * 4 <= dataset.consumed <= 4 * 4
+
+
+@pytest.mark.gpu
+def test_flash_attention_varlen_on_a_gpu(rows: Any) -> None:
+    """bf16 flash_attention_2 on a packed batch against each document alone (GPU only; figures in docs)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the flash-attn varlen check needs a GPU")
+    pytest.importorskip("flash_attn", reason="flash_attention_2 needs the flash-attn package")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG)).to("cuda", torch.bfloat16).eval()
+    model.set_attn_implementation("flash_attention_2")
+    batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in collate_varlen(rows).items()}
+    with torch.no_grad():
+        packed_logits = model(**batch, **flash_attention_kwargs(batch)).logits[0].float()
+        cu = batch["cu_seqlens"].tolist()
+        worst = 0.0
+        for document, a, b in zip(documents(rows), cu[:-1], cu[1:]):
+            ids = torch.from_numpy(document.astype(np.int64))[None].cuda()
+            single = model(input_ids=ids).logits[0].float()
+            worst = max(worst, (packed_logits[a:b] - single).abs().max().item())
+    assert worst < 5e-2  # bf16: both runs round the same kernels' inputs, not the same sums
