@@ -35,6 +35,10 @@ class Encoder(Protocol):
         """This thread: turn a batch of records into what ``encode`` takes; count the records it skips."""
         ...
 
+    def sizes(self, prepared: Any) -> list[int]:
+        """Each prepared document's text size in characters: what encoding it costs, to balance batches."""
+        ...
+
     def encode(self, prepared: Any) -> Any:
         """A helper thread: the tokenizer calls (they release the GIL)."""
         ...
@@ -60,6 +64,9 @@ class TextEncoder:
         texts = [text for text in columns[0] if text]
         counts.empty_documents += len(columns[0]) - len(texts)
         return texts
+
+    def sizes(self, texts: list[str]) -> list[int]:
+        return [len(text) for text in texts]
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return encode_texts(self.tokenizer, texts)
@@ -118,6 +125,9 @@ class SegmentEncoder:
         kept = [segments for segments in records if any(s.supervised and s.text for s in segments)]
         counts.empty_documents += len(records) - len(kept)
         return kept
+
+    def sizes(self, records: list[list[Segment]]) -> list[int]:
+        return [sum(len(segment.text) for segment in segments) for segments in records]
 
     def encode(self, records: list[list[Segment]]) -> tuple[list[list[Segment]], list[list[int]]]:
         segments = [segment for record in records for segment in record]
