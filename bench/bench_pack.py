@@ -1,15 +1,19 @@
-"""`packcli pack` against its floor (read + tokenize only) on the shared corpora, and peak memory as the corpus
-grows 4x. Each figure comes from a fresh process; pack and floor alternate, and the best of the rounds counts."""
+"""`packcli pack` against its floor (read + tokenize only) on short documents (gcide), long ones (CPython) and a
+skewed mix (five huge documents among both, built by skewed.py), and peak memory as the corpus grows 4x. Each
+figure comes from a fresh process; floor and pack alternate, corpus after corpus, and the median of the rounds
+counts."""
 
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 
-from common import REPO, python, run_child, shared, table
+from common import REPO, SHARED, python, run_child, shared, table
+from skewed import build_skewed
 
-ROUNDS = 2
+ROUNDS = 3
 
 
 def pack_args(inputs: list[Path], out: Path) -> list[str]:
@@ -27,43 +31,62 @@ def pack_args(inputs: list[Path], out: Path) -> list[str]:
     )
 
 
+def floor_args(corpus: Path) -> list[str]:
+    return python(str(REPO / "bench" / "floor.py"), str(corpus))
+
+
+def median(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}"
+
+
 def main() -> None:
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "packed"
-        for name in ("data/gcide.jsonl.gz", "data/cpython_stdlib.jsonl"):
-            corpus = shared(name)
-            if corpus is None:
-                continue
-            floor_s, pack_s = [], []
-            for _ in range(ROUNDS):
-                floor_s.append(run_child(python(str(REPO / "bench" / "floor.py"), str(corpus)))[0])
+        gcide, cpython = shared("data/gcide.jsonl.gz"), shared("data/cpython_stdlib.jsonl")
+        corpora = [path for path in (gcide, cpython) if path]
+        if gcide and cpython:
+            corpora.append(build_skewed(SHARED / "data", Path(tmp) / "skewed.jsonl"))
+        floor_s: dict[Path, list[float]] = {corpus: [] for corpus in corpora}
+        pack_s: dict[Path, list[float]] = {corpus: [] for corpus in corpora}
+        pack_mib: dict[Path, list[float]] = {corpus: [] for corpus in corpora}
+        for _ in range(ROUNDS):
+            for corpus in corpora:
+                floor_s[corpus].append(run_child(floor_args(corpus))[0])
                 shutil.rmtree(out, ignore_errors=True)
-                pack_s.append(run_child(pack_args([corpus], out))[0])
-            rows.append(
-                [
-                    corpus.name,
-                    f"{min(floor_s):.2f}",
-                    f"{min(pack_s):.2f}",
-                    f"{min(floor_s) / min(pack_s):.2f}",
-                ]
-            )
-        print("pack vs floor (read + tokenize only), bundled GPT-2 tokenizer, max_len 4096, seconds")
-        table(["corpus", "floor s", "pack s", "speed vs floor"], rows)
+                seconds, mib = run_child(pack_args([corpus], out))
+                pack_s[corpus].append(seconds)
+                pack_mib[corpus].append(mib)
+        rows = [
+            [
+                corpus.name,
+                median(floor_s[corpus]),
+                median(pack_s[corpus]),
+                f"{statistics.median(floor_s[corpus]) / statistics.median(pack_s[corpus]):.2f}",
+                " ".join(f"{s:.2f}" for s in floor_s[corpus]),
+                " ".join(f"{s:.2f}" for s in pack_s[corpus]),
+                f"{statistics.median(pack_mib[corpus]):.0f}",
+            ]
+            for corpus in corpora
+        ]
+        print(
+            f"pack vs floor (read + tokenize only), bundled GPT-2 tokenizer, max_len 4096, seconds "
+            f"(median of {ROUNDS}, interleaved)"
+        )
+        table(["corpus", "floor s", "pack s", "speed vs floor", "floor runs", "pack runs", "pack peak MiB"], rows)
 
-        corpus = shared("data/gcide.jsonl.gz")
+        corpus = gcide
         if corpus is not None:  # how to use the cores: the tokenizer's threads, or worker processes
-            threads = min(run_child(python(str(REPO / "bench" / "floor.py"), str(corpus)))[0] for _ in range(ROUNDS))
-            processes = min(
-                run_child(python(str(REPO / "bench" / "floor_processes.py"), str(corpus), "2"))[0]
-                for _ in range(ROUNDS)
-            )
+            threads_s, processes_s = [], []
+            for _ in range(ROUNDS):
+                threads_s.append(run_child(floor_args(corpus))[0])
+                processes_s.append(run_child(python(str(REPO / "bench" / "floor_processes.py"), str(corpus), "2"))[0])
+            threads, processes = statistics.median(threads_s), statistics.median(processes_s)
             print(
                 f"\ntokenizing gcide on all cores: the tokenizer's batch call (threads) {threads:.2f} s, "
                 f"2 worker processes {processes:.2f} s ({processes / threads:.2f}x the time)"
             )
 
-        corpus = shared("data/gcide.jsonl.gz")
+        corpus = gcide
         if corpus is None:
             return
         copies = []

@@ -42,6 +42,10 @@ class Encoder(Protocol):
         """This thread: turn a batch of records into what ``encode`` takes; count the records it skips."""
         ...
 
+    def sizes(self, prepared: Any) -> list[int]:
+        """Each prepared document's text size in characters: what encoding it costs, to balance batches."""
+        ...
+
     def encode(self, prepared: Any) -> Any:
         """A helper thread: the tokenizer calls (they release the GIL)."""
         ...
@@ -69,6 +73,9 @@ class TextEncoder:
         texts = [text for text in columns[0] if text]
         counts.empty_documents += len(columns[0]) - len(texts)
         return texts
+
+    def sizes(self, texts: list[str]) -> list[int]:
+        return [len(text) for text in texts]
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return encode_texts(self.tokenizer, texts)
@@ -120,6 +127,9 @@ class SegmentEncoder:
         kept = [segments for segments in records if any(s.supervised and s.text for s in segments)]
         counts.empty_documents += len(records) - len(kept)
         return kept
+
+    def sizes(self, records: list[list[Segment]]) -> list[int]:
+        return [sum(len(segment.text) for segment in segments) for segments in records]
 
     def encode(self, records: list[list[Segment]]) -> tuple[list[list[Segment]], list[list[int]]]:
         segments = [segment for record in records for segment in record]
@@ -206,6 +216,9 @@ class IdsEncoder:
         kept = [record for record in records if len(record[0]) and (record[1] is None or record[1].any())]
         counts.empty_documents += len(records) - len(kept)
         return kept
+
+    def sizes(self, records: list[tuple[np.ndarray, np.ndarray | None]]) -> list[int]:
+        return [1] * len(records)  # nothing to tokenize: any batch is balanced
 
     def encode(self, records: list[tuple[np.ndarray, np.ndarray | None]]) -> Any:
         return records  # nothing to tokenize

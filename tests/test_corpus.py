@@ -1,0 +1,121 @@
+"""tokenize_corpus on skewed corpora: huge documents among short ones keep their exact tokens, and the output is
+byte-identical to what packcli wrote before batches were balanced, with one tokenizer thread or two."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+
+from packcli.encode.corpus import balanced
+from packcli.encode.tokenizer import load_tokenizer
+from packcli.read.fields import Field, ReadCounts
+from packcli.read.inputs import read_records
+from packcli.write.shards import read_shard
+
+HUGE_BYTES = (600_000, 900_000)  # each far over half a ~1 MB read piece: the tokenizer would have it alone
+SHORT_BYTES = 1_000_000
+
+# sha256 of each shard packcli wrote for the skewed corpus below before batches were balanced (one batch of about
+# 1 MB in flight), with --workers 1 and 2 alike.
+BEFORE = {"shard-00000.arrow": "e17dd41dab41d5fa4c556df9f3815ecca8cec995431905dd97f680c2d8b711f6"}
+
+
+def skewed_corpus(path: Path) -> tuple[Path, list[str]]:
+    """Short documents (paragraphs of the sample's modules) with two huge ones (modules concatenated) among them,
+    written as JSON Lines; also return the texts in order."""
+    modules = [record["text"] for record in read_jsonl(SAMPLE)]
+    short: list[str] = []
+    for text in modules:
+        short.extend(paragraph for paragraph in text.split("\n\n") if paragraph.strip())
+        if sum(map(len, short)) >= SHORT_BYTES:
+            break
+    huge = []
+    at = 0
+    for size in HUGE_BYTES:
+        parts: list[str] = []
+        while sum(map(len, parts)) < size:
+            parts.append(modules[at % len(modules)])
+            at += 1
+        huge.append("\n".join(parts))
+    third = len(short) // 3
+    texts = [*short[:third], huge[0], *short[third : 2 * third], huge[1], *short[2 * third :]]
+    write_jsonl(path, [{"text": text} for text in texts])
+    return path, texts
+
+
+def pack(corpus: Path, out: Path, *flags: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "packcli", "pack", str(corpus), "--out", str(out), "--quiet", *flags],
+        check=True,
+    )
+
+
+def shard_digests(out: Path) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(out.glob("shard-*.arrow"))}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_skewed_output_is_byte_identical_to_before(tmp_path: Path, workers: int) -> None:
+    corpus, _ = skewed_corpus(tmp_path / "skewed.jsonl")
+    pack(corpus, tmp_path / "out", "--workers", str(workers), "--max-len", "2048")
+    assert shard_digests(tmp_path / "out") == BEFORE
+
+
+def test_the_skewed_corpus_makes_joined_batches_for_two_threads(tmp_path: Path) -> None:
+    """The corpus above exercises the joining: read as pack reads it, some batches are joined for two threads."""
+    corpus, texts = skewed_corpus(tmp_path / "skewed.jsonl")
+    read = [
+        (batch.columns[0], batch.position, 0)
+        for batch in read_records(corpus, [Field("text")], ReadCounts(), False, print)
+    ]
+    sizes = lambda texts: [len(text) for text in texts]  # noqa: E731
+    for threads in (1, 2):
+        joined = list(balanced(read, sizes, threads))
+        assert [text for batch, _, _ in joined for text in batch] == texts
+        assert joined[-1][1] == read[-1][1] == corpus.stat().st_size
+        if threads == 1:
+            assert len(joined) == len(read)
+        else:
+            assert len(joined) < len(read)
+            for batch, _, _ in joined[:-1]:
+                assert max(sizes(batch)) * threads <= sum(sizes(batch))
+
+
+def test_balanced_joins_only_until_the_largest_is_a_fair_share() -> None:
+    batches = [(["a", "b"], 10, 0), (["x" * 6, "c"], 20, 0), (["dd"], 30, 0), (["eee"], 40, 0), (["f", "g"], 50, 0)]
+    joined = list(balanced(batches, lambda texts: [len(t) for t in texts], threads=2))
+    assert joined == [(["a", "b"], 10, 0), (["x" * 6, "c", "dd", "eee"], 40, 0), (["f", "g"], 50, 0)]
+    capped = list(balanced(batches, lambda texts: [len(t) for t in texts], threads=2, limit=8))
+    assert capped == [(["a", "b"], 10, 0), (["x" * 6, "c", "dd"], 30, 0), (["eee", "f", "g"], 50, 0)]
+    assert list(balanced(batches[1:2], lambda texts: [len(t) for t in texts], threads=4)) == batches[1:2]
+
+
+def test_balanced_never_joins_two_files() -> None:
+    """Each file's documents are counted per batch (mixing and partitions need them), so a file ends a batch."""
+    batches = [(["x" * 6], 10, 0), (["a"], 20, 1), (["b"], 30, 1), (["y" * 9], 40, 2)]
+    joined = list(balanced(batches, lambda texts: [len(t) for t in texts], threads=2))
+    assert joined == [(["x" * 6], 10, 0), (["a", "b"], 30, 1), (["y" * 9], 40, 2)]
+
+
+def test_a_huge_document_among_short_ones_keeps_its_exact_tokens(tmp_path: Path) -> None:
+    corpus, texts = skewed_corpus(tmp_path / "skewed.jsonl")
+    pack(corpus, tmp_path / "out", "--workers", "2", "--max-len", "4096", "--strategy", "greedy", "--no-shuffle")
+    tokens = np.concatenate(
+        [
+            np.concatenate(read_shard(path).column("input_ids").to_numpy())
+            for path in sorted((tmp_path / "out").glob("shard-*.arrow"))
+        ]
+    )
+    tokenizer = load_tokenizer().tokenizer
+    eos = 50256
+    # One batch call over every text: other batches than pack's, and the same ids for every document.
+    expected = [[*encoding.ids, eos] for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    huge = [k for k, text in enumerate(texts) if len(text) >= min(HUGE_BYTES)]
+    assert len(huge) == 2 and 0 < huge[0] < huge[1] < len(texts) - 1
+    assert tokens.tolist() == [token for ids in expected for token in ids]
