@@ -33,9 +33,9 @@ with requires_extra("torch", "packcli.torch"):
     import torch
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from packcli.loader.collate import Row, collate_padded, collate_varlen, flash_attention_kwargs  # noqa: E402
-from packcli.loader.masks import block_causal_mask, flex_block_mask  # noqa: E402
-from packcli.loader.shard_rows import ShardRows  # noqa: E402
+from packcli.loader.collate import Row, collate_padded, collate_varlen, flash_attention_kwargs
+from packcli.loader.masks import block_causal_mask, flex_block_mask
+from packcli.loader.shard_rows import ShardRows
 
 __all__ = [
     "PackedDataset",

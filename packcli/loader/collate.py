@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
 from packcli.errors import PackcliError
 from packcli.extras import requires_extra
 from packcli.write.layout import exclusive_cumsum, position_ids
