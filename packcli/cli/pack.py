@@ -11,25 +11,7 @@ from typing import Annotated
 
 import typer
 
-from packcli.cli.flags import (
-    BosOption,
-    ChatTemplateOption,
-    EosTokenOption,
-    JsonOption,
-    LossOnOption,
-    MaxLenOption,
-    MessagesFieldOption,
-    NoEosOption,
-    OverflowOption,
-    PromptFieldOption,
-    QuietOption,
-    ResponseFieldOption,
-    SkipBadRecordsOption,
-    StrategyOption,
-    TextFieldOption,
-    TokenizerOption,
-    WindowOption,
-)
+from packcli.cli import flags
 from packcli.cli.notices import Warnings, warn_loss
 from packcli.options import DEFAULT_MAX_LEN
 
@@ -43,17 +25,17 @@ def pack(
             help="Files (.jsonl, .ndjson, .json, each also .gz/.zst/.bz2/.xz; .parquet; .arrow), directories or globs."
         ),
     ],
-    max_len: MaxLenOption = DEFAULT_MAX_LEN,
-    tokenizer: TokenizerOption = None,
-    strategy: StrategyOption = "bfd",
+    max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
+    tokenizer: flags.TokenizerOption = None,
+    strategy: flags.StrategyOption = "bfd",
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
-    text_field: TextFieldOption = "text",
-    overflow: OverflowOption = None,
-    prompt_field: PromptFieldOption = None,
-    response_field: ResponseFieldOption = None,
-    messages_field: MessagesFieldOption = None,
-    chat_template: ChatTemplateOption = None,
-    loss_on: LossOnOption = "assistant",
+    text_field: flags.TextFieldOption = "text",
+    overflow: flags.OverflowOption = None,
+    prompt_field: flags.PromptFieldOption = None,
+    response_field: flags.ResponseFieldOption = None,
+    messages_field: flags.MessagesFieldOption = None,
+    chat_template: flags.ChatTemplateOption = None,
+    loss_on: flags.LossOnOption = "assistant",
     shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB, 0.5GB, 1TB.")] = "512MiB",
     workers: Annotated[
         int | None,
@@ -87,11 +69,11 @@ def pack(
         int | None,
         typer.Option(help="Pre-tokenized records: append this EOS id.", show_default="the tokenizer's, if any"),
     ] = None,
-    window: WindowOption = None,
-    no_eos: NoEosOption = False,
-    bos: BosOption = False,
-    eos_token: EosTokenOption = None,
-    skip_bad_records: SkipBadRecordsOption = False,
+    window: flags.WindowOption = None,
+    no_eos: flags.NoEosOption = False,
+    bos: flags.BosOption = False,
+    eos_token: flags.EosTokenOption = None,
+    skip_bad_records: flags.SkipBadRecordsOption = False,
     partitions: Annotated[
         int | None,
         typer.Option(min=1, help="Pack as this many partitions (mixtures of the whole corpus), then merge."),
@@ -106,8 +88,8 @@ def pack(
         str | None, typer.Option(help="The Ray cluster for --engine ray [default: RAY_ADDRESS, else a local Ray].")
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
-    json_output: JsonOption = False,
-    quiet: QuietOption = False,
+    json_output: flags.JsonOption = False,
+    quiet: flags.QuietOption = False,
 ) -> None:
     """Tokenize INPUTS and pack whole documents into sequences of at most --max-len tokens.
 

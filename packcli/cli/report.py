@@ -11,32 +11,14 @@ from typing import Annotated
 
 import typer
 
-from packcli.cli.flags import (
-    BosOption,
-    ChatTemplateOption,
-    EosTokenOption,
-    JsonOption,
-    LossOnOption,
-    MaxLenOption,
-    MessagesFieldOption,
-    NoEosOption,
-    OverflowOption,
-    PromptFieldOption,
-    QuietOption,
-    ResponseFieldOption,
-    SkipBadRecordsOption,
-    StrategyOption,
-    TextFieldOption,
-    TokenizerOption,
-    WindowOption,
-)
+from packcli.cli import flags
 from packcli.cli.notices import Warnings, warn_loss
 from packcli.options import DEFAULT_MAX_LEN
 
 __all__ = ["show", "stats", "strategies", "verify"]
 
 
-def strategies(json_output: JsonOption = False) -> None:
+def strategies(json_output: flags.JsonOption = False) -> None:
     """List the registered packing strategies, one line each.
 
     Example:
@@ -67,23 +49,23 @@ def stats(
     plot: Annotated[
         Path | None, typer.Option(help="Also draw the figures into this .png, .svg or .pdf (needs packcli\\[plot]).")
     ] = None,
-    max_len: MaxLenOption = DEFAULT_MAX_LEN,
-    tokenizer: TokenizerOption = None,
-    strategy: StrategyOption = "bfd",
-    window: WindowOption = None,
-    text_field: TextFieldOption = "text",
-    overflow: OverflowOption = None,
-    prompt_field: PromptFieldOption = None,
-    response_field: ResponseFieldOption = None,
-    messages_field: MessagesFieldOption = None,
-    chat_template: ChatTemplateOption = None,
-    loss_on: LossOnOption = "assistant",
-    no_eos: NoEosOption = False,
-    bos: BosOption = False,
-    eos_token: EosTokenOption = None,
-    skip_bad_records: SkipBadRecordsOption = False,
-    json_output: JsonOption = False,
-    quiet: QuietOption = False,
+    max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
+    tokenizer: flags.TokenizerOption = None,
+    strategy: flags.StrategyOption = "bfd",
+    window: flags.WindowOption = None,
+    text_field: flags.TextFieldOption = "text",
+    overflow: flags.OverflowOption = None,
+    prompt_field: flags.PromptFieldOption = None,
+    response_field: flags.ResponseFieldOption = None,
+    messages_field: flags.MessagesFieldOption = None,
+    chat_template: flags.ChatTemplateOption = None,
+    loss_on: flags.LossOnOption = "assistant",
+    no_eos: flags.NoEosOption = False,
+    bos: flags.BosOption = False,
+    eos_token: flags.EosTokenOption = None,
+    skip_bad_records: flags.SkipBadRecordsOption = False,
+    json_output: flags.JsonOption = False,
+    quiet: flags.QuietOption = False,
 ) -> None:
     """Report what packing bought: compute against random padded batches, the lower bound, steps per epoch, overflow.
 
@@ -176,7 +158,7 @@ def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
 
 def verify(
     path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
-    json_output: JsonOption = False,
+    json_output: flags.JsonOption = False,
 ) -> None:
     """Re-read a packed output and check every invariant and checksum; exit 0 only if all hold, else 1.
 
@@ -214,7 +196,7 @@ def show(
         str | None,
         typer.Option(help="The tokenizer to decode with.", show_default="the one the output was packed with"),
     ] = None,
-    json_output: JsonOption = False,
+    json_output: flags.JsonOption = False,
 ) -> None:
     """Decode one packed row: its documents separated and numbered, supervised tokens (fine-tuning) marked.
 
