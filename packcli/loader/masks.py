@@ -45,7 +45,8 @@ def flex_block_mask(document_ids: torch.Tensor, block_size: int = 128) -> Any:
         block_size: flex_attention's tile size; 128 is its default.
     """
     try:
-        from torch.nn.attention.flex_attention import create_block_mask
+        with requires_extra("torch", "packcli.torch"):
+            from torch.nn.attention.flex_attention import create_block_mask
     except ImportError as error:  # pragma: no cover - torch < 2.5
         raise PackcliError(f"flex_attention needs torch >= 2.5, this is torch {torch.__version__}") from error
 
