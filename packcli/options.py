@@ -12,6 +12,8 @@ from typing import Any
 
 from packcli.errors import UsageError
 
+__all__ = ["DEFAULT_MAX_LEN", "MAX_LEN_LIMIT", "Overflow", "PackOptions", "parse_count", "parse_size", "parse_weights"]
+
 DEFAULT_MAX_LEN = 4096
 MAX_LEN_LIMIT = 2**31 - 1  # the largest value of the int32 columns (cu_seqlens ends at a row's length)
 DEFAULT_SHARD_SIZE = 512 * 2**20

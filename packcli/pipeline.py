@@ -36,6 +36,17 @@ from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.shards import ShardInfo, shard_schema
 
+__all__ = [
+    "PackResult",
+    "Setup",
+    "base_manifest",
+    "check_documents",
+    "pack_corpus",
+    "pack_tokens",
+    "set_up",
+    "tokenizer_entry",
+]
+
 
 @dataclass(frozen=True)
 class Setup:

@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError
-from packcli.extras import requires_extra
+from packcli.errors import PackcliError, requires_extra
 from packcli.write.manifest import read_manifest, shard_path
 
 with requires_extra("torch", "packcli.torch"):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from packcli.extras import EXTRA_MODULES
+from packcli.errors import EXTRA_MODULES
 
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
 

@@ -150,6 +150,6 @@ def test_installed_chat_template_pack(venv: Path, tmp_path: Path) -> None:
 def test_loader_without_torch_names_the_extra(venv: Path, tmp_path: Path) -> None:
     result = run(venv / "python", "-c", "import packcli.torch", cwd=tmp_path, check=False)
     assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == f"packcli.extras.MissingExtraError: {TORCH_MESSAGE}"
+    assert result.stderr.splitlines()[-1] == f"packcli.errors.MissingExtraError: {TORCH_MESSAGE}"
     caught = "try:\n import packcli.torch\nexcept ImportError as exc:\n print(exc)"  # an ImportError to callers
     assert run(venv / "python", "-c", caught, cwd=tmp_path).stdout == TORCH_MESSAGE + "\n"

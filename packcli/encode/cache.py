@@ -28,8 +28,10 @@ import numpy as np
 from packcli.encode.corpus import Tokenized
 from packcli.encode.store import TokenStore
 from packcli.errors import PackcliError, UsageError
-from packcli.locks import FileLock
 from packcli.read.fields import ReadCounts
+from packcli.write.locks import FileLock
+
+__all__ = ["cache_root", "discard", "load", "new_store_path", "save"]
 
 DEFAULT_MAX = "4GiB"
 _LOCK_NAME = ".lock"

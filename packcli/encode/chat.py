@@ -21,6 +21,8 @@ from typing import Any
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import BadRecordError, PackcliError, UsageError
 
+__all__ = ["ChatML", "JinjaTemplate", "Segment", "load_template"]
+
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
 
 

@@ -27,6 +27,8 @@ from packcli.read.fields import ReadCounts
 from packcli.read.inputs import InputSlice, read_records
 from packcli.report.progress import Reporter
 
+__all__ = ["Tokenized", "balanced", "tokenize_corpus"]
+
 # Batches encoded at once in helper threads; more only contend for the cores (measured: 2 was slower on short
 # documents). Skewed batches are joined instead (balanced below).
 IN_FLIGHT = 1

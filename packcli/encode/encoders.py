@@ -25,6 +25,8 @@ from packcli.errors import BadRecordError, UsageError
 from packcli.options import PackOptions
 from packcli.read.fields import IGNORE_LABEL, Field, ReadCounts
 
+__all__ = ["Encoder", "make_encoder", "without_empty"]
+
 Flat = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # tokens, lengths, supervision mask (or None)
 
 

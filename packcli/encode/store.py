@@ -11,6 +11,8 @@ import numpy as np
 
 from packcli.write.layout import exclusive_cumsum
 
+__all__ = ["TokenStore"]
+
 TOKEN_DTYPE = np.int32
 
 

@@ -19,6 +19,8 @@ from tokenizers import Tokenizer
 
 from packcli.errors import PackcliError, UsageError
 
+__all__ = ["LoadedTokenizer", "encode_texts", "flatten", "load_tokenizer", "special_ids"]
+
 BUNDLED_NAME = "gpt2 (bundled)"
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")

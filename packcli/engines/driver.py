@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from packcli.engines.local import LocalEngine
     from packcli.engines.ray import RayEngine
 
+__all__ = ["pack_partitioned"]
+
 
 def pack_partitioned(
     setup: Setup, out: Path, overwrite: bool, read: list[Path], reporter: Reporter, warn: Callable[[str], None]

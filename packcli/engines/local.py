@@ -18,6 +18,8 @@ from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
 from packcli.errors import PackcliError
 
+__all__ = ["LocalEngine"]
+
 _tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer (None: pre-tokenized records)
 
 

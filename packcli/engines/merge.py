@@ -19,6 +19,8 @@ from packcli.plan.partitions import Plan
 from packcli.write.manifest import FORMAT_VERSION
 from packcli.write.shards import shard_schema
 
+__all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "packing_gap", "run_facts"]
+
 PARTITIONING_WARNING = 0.005  # a packing gap above 0.5% is worth a warning
 AGREED = (
     "fingerprint",

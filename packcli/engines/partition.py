@@ -26,6 +26,8 @@ from packcli.pipeline import pack_tokens
 from packcli.read.inputs import InputSlice
 from packcli.report.progress import SilentReporter
 
+__all__ = ["PartitionJob", "PartitionResult", "ShippedTokenizer", "run_partition"]
+
 
 @dataclass(frozen=True)
 class ShippedTokenizer:

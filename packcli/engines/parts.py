@@ -24,6 +24,8 @@ from typing import Any
 
 from packcli.write.manifest import dumps
 
+__all__ = ["PartsArea", "part_prefix"]
+
 PARTS = ".parts"
 RUN_RECORD = "run.json"
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"

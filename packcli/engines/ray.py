@@ -20,8 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
-from packcli.errors import PackcliError
-from packcli.extras import requires_extra
+from packcli.errors import PackcliError, requires_extra
+
+__all__ = ["RayEngine"]
 
 CONNECT_TIMEOUT_S = 5.0
 LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through it, never tokens

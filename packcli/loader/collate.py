@@ -21,14 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError
-from packcli.extras import requires_extra
+from packcli.errors import PackcliError, requires_extra
 from packcli.write.layout import exclusive_cumsum, position_ids
 from packcli.write.rows import ignore_document_starts
 from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN
 
 with requires_extra("torch", "packcli.torch"):
     import torch
+
+__all__ = ["Row", "collate_padded", "collate_varlen", "flash_attention_kwargs"]
 
 Row = dict[str, Any]
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from packcli.errors import PackcliError
-from packcli.extras import requires_extra
+from packcli.errors import PackcliError, requires_extra
 
 with requires_extra("torch", "packcli.torch"):
     import torch
+
+__all__ = ["block_causal_mask", "flex_block_mask"]
 
 
 def block_causal_mask(document_ids: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -16,6 +16,8 @@ import pyarrow as pa
 from packcli.errors import PackcliError
 from packcli.write.shards import LABELS_COLUMN, TOKEN_COLUMNS, read_shard
 
+__all__ = ["ShardRows"]
+
 Columns = dict[str, tuple[np.ndarray, np.ndarray]]
 
 

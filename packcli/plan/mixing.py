@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["Draw", "interleave", "mix", "quotas", "sample_to_budget"]
+
 _STREAM = 0x6D6978  # "mix": keeps these draws apart from other uses of the same --seed
 
 

@@ -12,6 +12,8 @@ import numpy as np
 
 from packcli.strategies import Packing
 
+__all__ = ["permute_rows", "shuffle_rows"]
+
 _STREAM = 0x726F7773  # "rows": keeps this permutation apart from other uses of the same --seed
 
 

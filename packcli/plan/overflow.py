@@ -15,6 +15,8 @@ import numpy as np
 from packcli.errors import PackcliError
 from packcli.options import Overflow
 
+__all__ = ["Pieces", "apply_overflow", "output_lengths"]
+
 
 @dataclass(frozen=True)
 class Pieces:

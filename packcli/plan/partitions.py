@@ -34,6 +34,8 @@ from packcli.read.inputs import InputSlice
 from packcli.read.jsonl import is_json_array
 from packcli.read.streams import Span
 
+__all__ = ["Plan", "partition_count", "plan_partitions"]
+
 SLICES_PER_PARTITION = 16  # pieces a partition reads on average: more mixing, against more files opened
 _PLAIN_JSON = (".jsonl", ".json", ".ndjson")
 _SCAN_BYTES = 1 << 16

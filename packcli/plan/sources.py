@@ -21,6 +21,8 @@ from packcli.plan.mixing import Draw, interleave, mix
 from packcli.plan.overflow import Pieces, output_lengths
 from packcli.read.inputs import find_inputs
 
+__all__ = ["Source", "group_inputs", "mixed_stream", "source_entries"]
+
 
 @dataclass(frozen=True)
 class Source:

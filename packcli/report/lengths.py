@@ -17,6 +17,8 @@ from packcli.plan.overflow import apply_overflow
 from packcli.report.padding import padded
 from packcli.strategies import run_strategy
 
+__all__ = ["candidate_max_lens", "length_percentiles", "max_len_candidates", "overflow_costs"]
+
 PERCENTILES = (50, 90, 99)
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["baselines", "padded"]
+
 
 def padded(tokens: int, slots: int) -> dict[str, Any]:
     """``efficiency`` (real tokens over slots) and ``padding_tokens`` (slots minus tokens) of one layout."""

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError, UsageError
-from packcli.extras import requires_extra
+from packcli.errors import PackcliError, UsageError, requires_extra
 from packcli.report.stats import Measured, histogram
+
+__all__ = ["check_plot_path", "plot_stats"]
 
 FORMATS = (".png", ".svg", ".pdf")
 _FEATURE = "stats --plot"

@@ -12,6 +12,8 @@ from typing import Any, Protocol, TextIO
 
 from packcli.errors import UsageError
 
+__all__ = ["INTERVAL_ENV", "PlainReporter", "Reporter", "SilentReporter", "make_reporter"]
+
 INTERVAL_ENV = "PACKCLI_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 5.0  # seconds between plain progress lines
 

@@ -13,6 +13,8 @@ from rich.table import Table
 
 from packcli.write.manifest import TOTALS
 
+__all__ = ["console", "count", "loss_warning", "pack_summary", "print_corpus_choices", "print_stats"]
+
 LOSS_WARNING_SHARE = 0.01  # drop/truncate throwing away more than this share of the input tokens is a warning
 _BAR_WIDTH = 40
 _HEADLINE = ("documents", "tokens", "sequences", "input_documents")  # said in the summary's first line

@@ -26,6 +26,8 @@ from packcli.report.render import console, count
 from packcli.write.manifest import read_manifest, shard_path
 from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, read_shard
 
+__all__ = ["decode_row", "output_tokenizer", "print_row", "read_row"]
+
 OPEN_MARK, CLOSE_MARK = "⟦", "⟧"  # around supervised tokens when colour is not available
 
 

@@ -24,6 +24,8 @@ from packcli.report.progress import Reporter, SilentReporter
 from packcli.write.manifest import TOTALS, read_manifest, shard_path
 from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
 
+__all__ = ["Measured", "histogram", "measure_corpus", "measure_output", "packed_stats", "sequence_stats"]
+
 DEFAULT_BATCH_SIZE = 8
 HISTOGRAM_BINS = 16
 

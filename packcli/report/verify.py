@@ -26,6 +26,8 @@ from packcli.write.layout import exclusive_cumsum
 from packcli.write.manifest import FORMAT_VERSION, SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS, flat_list_column, read_shard
 
+__all__ = ["MAX_LISTED", "verify_output"]
+
 MAX_LISTED = 20
 COLUMN_TYPE = pa.list_(pa.int32())
 

@@ -15,6 +15,8 @@ import numpy as np
 from packcli.strategies._fit import fit_decreasing
 from packcli.strategies._packing import Packing
 
+__all__ = ["bfd"]
+
 
 def bfd(lengths: np.ndarray, max_len: int) -> Packing:
     """Best-fit decreasing (the default): the tightest packing, deterministic, O(n) plus O(events log rooms)."""

@@ -13,6 +13,8 @@ import numpy as np
 from packcli.strategies._fit import fit_decreasing
 from packcli.strategies._packing import Packing
 
+__all__ = ["ffd"]
+
 
 def ffd(lengths: np.ndarray, max_len: int) -> Packing:
     """First-fit decreasing: textbook FFD sequence count, deterministic, O(n) plus O(events x rooms) vectorized."""

@@ -11,6 +11,8 @@ import numpy as np
 
 from packcli.strategies._packing import Packing, check_lengths, empty_packing
 
+__all__ = ["greedy"]
+
 
 def greedy(lengths: np.ndarray, max_len: int) -> Packing:
     """Next-fit in input order: keeps document order, opens a sequence when the next document does not fit."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["cu_seqlens", "exclusive_cumsum", "gather_index", "position_ids", "row_token_offsets"]
+
 
 def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     """[0, v0, v0+v1, ...] of length len(values) + 1, int64."""

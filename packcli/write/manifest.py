@@ -17,6 +17,21 @@ from typing import Any, NoReturn
 from packcli import __version__
 from packcli.errors import PackcliError
 
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "SHARD",
+    "SHARD_FILE",
+    "TEMPORARY_SUFFIX",
+    "TOKENIZER",
+    "TOP",
+    "TOTALS",
+    "dumps",
+    "read_manifest",
+    "shard_path",
+    "write_manifest",
+]
+
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards

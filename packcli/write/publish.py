@@ -44,7 +44,7 @@ from types import FrameType, TracebackType
 from typing import Literal
 
 from packcli.errors import PackcliError
-from packcli.locks import FileLock
+from packcli.write.locks import FileLock
 from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 
 __all__ = ["OWN_FILE", "Publication", "Terminated", "existing_output"]

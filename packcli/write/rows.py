@@ -20,6 +20,8 @@ from packcli.strategies import Packing
 from packcli.write.layout import cu_seqlens, exclusive_cumsum, position_ids, row_token_offsets
 from packcli.write.shards import IGNORE_INDEX, ShardInfo, ShardWriter, list_array
 
+__all__ = ["Supervision", "ignore_document_starts", "row_batch", "write_rows"]
+
 # Small enough that numpy's temporaries are recycled by the allocator instead of faulted in afresh.
 BATCH_BYTES = 8 << 20
 

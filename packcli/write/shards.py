@@ -16,6 +16,18 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
+__all__ = [
+    "IGNORE_INDEX",
+    "LABELS_COLUMN",
+    "TOKEN_COLUMNS",
+    "ShardInfo",
+    "ShardWriter",
+    "flat_list_column",
+    "list_array",
+    "read_shard",
+    "shard_schema",
+]
+
 TOKEN_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")
 LABELS_COLUMN = "labels"
 IGNORE_INDEX = -100

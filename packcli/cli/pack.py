@@ -1,0 +1,164 @@
+"""The ``pack`` command: its options map one to one to :class:`~packcli.options.PackOptions`; the work is
+:func:`packcli.pipeline.pack_corpus`'s. Heavy modules are imported inside the command so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from packcli.cli import flags
+from packcli.cli.notices import Warnings, warn_loss
+from packcli.options import DEFAULT_MAX_LEN
+
+__all__ = ["pack"]
+
+
+def pack(
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files (.jsonl, .ndjson, .json, each also .gz/.zst/.bz2/.xz; .parquet; .arrow), directories or globs."
+        ),
+    ],
+    max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
+    tokenizer: flags.TokenizerOption = None,
+    strategy: flags.StrategyOption = "bfd",
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
+    text_field: flags.TextFieldOption = "text",
+    overflow: flags.OverflowOption = None,
+    prompt_field: flags.PromptFieldOption = None,
+    response_field: flags.ResponseFieldOption = None,
+    messages_field: flags.MessagesFieldOption = None,
+    chat_template: flags.ChatTemplateOption = None,
+    loss_on: flags.LossOnOption = "assistant",
+    shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB, 0.5GB, 1TB.")] = "512MiB",
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Tokenizer threads; with partitions, worker processes (or Ray actors), each with its share of the "
+            "cores.",
+            show_default="all cores",
+        ),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of the row order, of mixing samples, and of strategies that take one.")
+    ] = 0,
+    no_shuffle: Annotated[
+        bool, typer.Option("--no-shuffle", help="Write rows in packing order instead of a seeded random order.")
+    ] = False,
+    weights: Annotated[
+        str | None, typer.Option(help="Mix the inputs by weight, one per INPUT (a directory or glob is one): 0.7,0.3")
+    ] = None,
+    target_tokens: Annotated[
+        str | None,
+        typer.Option(help="Mixing: output tokens, e.g. 3M.", show_default="the most that repeats no input"),
+    ] = None,
+    ids_field: Annotated[
+        str | None, typer.Option(help="Pre-tokenized records: the field of token ids, packed as given.")
+    ] = None,
+    labels_field: Annotated[
+        str | None, typer.Option(help="Pre-tokenized fine-tuning: the field of labels (-100: no loss).")
+    ] = None,
+    eos_id: Annotated[
+        int | None,
+        typer.Option(help="Pre-tokenized records: append this EOS id.", show_default="the tokenizer's, if any"),
+    ] = None,
+    window: flags.WindowOption = None,
+    no_eos: flags.NoEosOption = False,
+    bos: flags.BosOption = False,
+    eos_token: flags.EosTokenOption = None,
+    skip_bad_records: flags.SkipBadRecordsOption = False,
+    partitions: Annotated[
+        int | None,
+        typer.Option(min=1, help="Pack as this many partitions (mixtures of the whole corpus), then merge."),
+    ] = None,
+    partition_size: Annotated[
+        str | None, typer.Option(help="Or as many partitions as it takes at about this many input bytes each.")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="What runs the partitions: 'local' (worker processes) or 'ray' (packcli[ray]).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="The Ray cluster for --engine ray [default: RAY_ADDRESS, else a local Ray].")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
+    json_output: flags.JsonOption = False,
+    quiet: flags.QuietOption = False,
+) -> None:
+    """Tokenize INPUTS and pack whole documents into sequences of at most --max-len tokens.
+
+    Examples:
+
+      packcli pack corpus.jsonl --max-len 4096
+
+      packcli pack data/ --tokenizer tokenizer.json --strategy ffd --out packed-ffd
+
+      packcli pack 'shards/*.parquet' --overflow drop --json
+
+      packcli pack sft.jsonl --prompt-field prompt --response-field response --max-len 2048
+
+      packcli pack web.jsonl code/ --weights 0.7,0.3 --target-tokens 3M
+
+      packcli pack tokens.parquet --ids-field input_ids --eos-id 2
+
+      packcli pack corpus/ --partitions 64 --engine ray --ray-address head:6379
+    """
+    from packcli.options import PackOptions, parse_count, parse_size, parse_weights
+    from packcli.pipeline import pack_corpus
+    from packcli.report.progress import make_reporter
+    from packcli.report.render import loss_warning, pack_summary
+
+    if workers is not None and partitions is None and partition_size is None:
+        os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    options = PackOptions(
+        max_len=max_len,
+        tokenizer=tokenizer,
+        strategy=strategy,
+        text_field=text_field,
+        overflow=overflow,
+        prompt_field=prompt_field,
+        response_field=response_field,
+        messages_field=messages_field,
+        chat_template=chat_template,
+        loss_on=loss_on,
+        shard_size=parse_size(shard_size),
+        workers=workers,
+        seed=seed,
+        window=window,
+        eos=not no_eos,
+        bos=bos,
+        eos_token=eos_token,
+        skip_bad_records=skip_bad_records,
+        ids_field=ids_field,
+        labels_field=labels_field,
+        eos_id=eos_id,
+        weights=None if weights is None else parse_weights(weights),
+        target_tokens=None if target_tokens is None else parse_count(target_tokens),
+        shuffle=not no_shuffle,
+        partitions=partitions,
+        partition_size=None if partition_size is None else parse_size(partition_size),
+        engine=engine,
+        ray_address=ray_address,
+    )
+    reporter = make_reporter(quiet)
+    warnings = Warnings(quiet)
+    try:
+        result = pack_corpus(inputs, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)
+    finally:
+        reporter.close()
+        warnings.close()
+    summary = result.summary()
+    warn_loss(loss_warning(summary, summary["max_len"]))
+    if json_output:
+        print(json.dumps(summary, sort_keys=True))
+    elif result.status == "up-to-date":
+        print(f"{out} is up to date (same inputs, tokenizer and options); nothing to do")
+    else:
+        print("\n".join(pack_summary(summary, out)))

@@ -1,0 +1,220 @@
+"""The commands that read and report, writing nothing: ``stats`` (of an output or a raw corpus), ``verify``,
+``show`` and ``strategies``. Heavy modules are imported inside each command so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from packcli.cli import flags
+from packcli.cli.notices import Warnings, warn_loss
+from packcli.options import DEFAULT_MAX_LEN
+
+__all__ = ["show", "stats", "strategies", "verify"]
+
+
+def strategies(json_output: flags.JsonOption = False) -> None:
+    """List the registered packing strategies, one line each.
+
+    Example:
+
+      packcli strategies
+    """
+    from packcli.strategies import available_strategies
+
+    listing = available_strategies()
+    if json_output:
+        print(json.dumps(listing, sort_keys=True))
+        return
+    width = max(map(len, listing))
+    for name, line in listing.items():
+        print(f"{name:<{width}}  {line}")
+
+
+def stats(
+    ctx: typer.Context,
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="A packed output, or raw corpus files (as for pack).", show_default="packed"),
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Documents per batch of the padding baselines; sequences per step.")
+    ] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the random batches (and of strategies that take one).")] = 0,
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the figures into this .png, .svg or .pdf (needs packcli\\[plot]).")
+    ] = None,
+    max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
+    tokenizer: flags.TokenizerOption = None,
+    strategy: flags.StrategyOption = "bfd",
+    window: flags.WindowOption = None,
+    text_field: flags.TextFieldOption = "text",
+    overflow: flags.OverflowOption = None,
+    prompt_field: flags.PromptFieldOption = None,
+    response_field: flags.ResponseFieldOption = None,
+    messages_field: flags.MessagesFieldOption = None,
+    chat_template: flags.ChatTemplateOption = None,
+    loss_on: flags.LossOnOption = "assistant",
+    no_eos: flags.NoEosOption = False,
+    bos: flags.BosOption = False,
+    eos_token: flags.EosTokenOption = None,
+    skip_bad_records: flags.SkipBadRecordsOption = False,
+    json_output: flags.JsonOption = False,
+    quiet: flags.QuietOption = False,
+) -> None:
+    """Report what packing bought: compute against random padded batches, the lower bound, steps per epoch, overflow.
+
+    On a raw corpus (pack's record options apply): tokenize it once and compare every registered strategy.
+
+    Also length percentiles and what other --max-len values would cost. Nothing is written.
+
+    Examples:
+
+      packcli stats packed/ --plot packing.png
+
+      packcli stats packed/ --batch-size 32 --json
+
+      packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
+    """
+    from packcli.report.render import loss_warning, print_corpus_choices, print_stats
+    from packcli.report.stats import measure_corpus, measure_output
+    from packcli.write.manifest import MANIFEST_NAME
+
+    if plot is not None:
+        from packcli.report.plot import check_plot_path
+
+        check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
+    targets = paths or ["packed"]
+    raw = not (len(targets) == 1 and (Path(targets[0]) / MANIFEST_NAME).is_file())
+    if raw:
+        from packcli.options import PackOptions
+        from packcli.report.progress import make_reporter
+
+        options = PackOptions(
+            max_len=max_len,
+            tokenizer=tokenizer,
+            strategy=strategy,
+            window=window,
+            seed=seed,
+            text_field=text_field,
+            overflow=overflow,
+            prompt_field=prompt_field,
+            response_field=response_field,
+            messages_field=messages_field,
+            chat_template=chat_template,
+            loss_on=loss_on,
+            eos=not no_eos,
+            bos=bos,
+            eos_token=eos_token,
+            skip_bad_records=skip_bad_records,
+        )
+        warnings, reporter = Warnings(quiet), make_reporter(quiet)
+        try:
+            measured = measure_corpus(targets, options, batch_size, warnings, reporter)
+        finally:
+            reporter.close()
+            warnings.close()
+    else:
+        _refuse_corpus_options(ctx, targets[0])
+        measured = measure_output(Path(targets[0]), batch_size, seed)
+    figures = measured.figures
+    warn_loss(loss_warning(figures, figures["max_len"]))
+    if plot is not None:
+        from packcli.report.plot import plot_stats
+
+        plot_stats(measured, plot, " ".join(targets), raw)
+    if json_output:
+        print(json.dumps(figures, sort_keys=True))
+        return
+    print_stats(figures, " ".join(targets))
+    if raw:
+        print_corpus_choices(figures)
+        print(f"the tokenized corpus is kept for the next `packcli pack` of it: {figures['tokenization_cache']}")
+    if plot is not None:
+        print(f"plot written to {plot}")
+
+
+# Options that describe how to read and pack a raw corpus: a packed output already fixed them.
+_CORPUS_ONLY = (
+    "max_len", "tokenizer", "strategy", "window", "text_field", "overflow", "prompt_field", "response_field",
+    "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
+)  # fmt: skip
+
+
+def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
+    sources = {name: ctx.get_parameter_source(name) for name in _CORPUS_ONLY}
+    given = [name for name, source in sources.items() if source is not None and source.name != "DEFAULT"]
+    if given:
+        from packcli.errors import UsageError
+
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise UsageError(f"{flags}: for a raw corpus; {output} is a packed output, which already fixed them")
+
+
+def verify(
+    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    json_output: flags.JsonOption = False,
+) -> None:
+    """Re-read a packed output and check every invariant and checksum; exit 0 only if all hold, else 1.
+
+    Examples:
+
+      packcli verify packed/
+
+      packcli verify packed/ --json
+    """
+    from packcli.errors import EXIT_DATA
+    from packcli.report.verify import MAX_LISTED, verify_output
+
+    report = verify_output(path)
+    if json_output:
+        print(json.dumps(report.to_json(), sort_keys=True))
+    elif report.ok:
+        print(f"{path}: OK ({report.shards} shards, {report.rows:,} sequences, {report.tokens:,} tokens checked)")
+    else:
+        for problem in report.problems:
+            print(f"problem: {problem}", file=sys.stderr)
+        if report.count > MAX_LISTED:
+            print(f"... and {report.count - MAX_LISTED} more problems", file=sys.stderr)
+        print(f"error: {path}: {report.count} problem(s) found", file=sys.stderr)
+    if not report.ok:
+        raise typer.Exit(EXIT_DATA)
+
+
+def show(
+    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    row: Annotated[int, typer.Option(min=0, help="The row to show, counted from 0 over all shards.")] = 0,
+    positions: Annotated[
+        bool, typer.Option("--positions", help="List every token with its position, id and supervision.")
+    ] = False,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="The tokenizer to decode with.", show_default="the one the output was packed with"),
+    ] = None,
+    json_output: flags.JsonOption = False,
+) -> None:
+    """Decode one packed row: its documents separated and numbered, supervised tokens (fine-tuning) marked.
+
+    Supervised tokens are green on a terminal, between ⟦ and ⟧ otherwise. The quickest check that masks are right.
+
+    Examples:
+
+      packcli show packed/
+
+      packcli show packed/ --row 17 --positions
+
+      packcli show sft-packed/ --json
+    """
+    from packcli.report.show import decode_row, output_tokenizer, print_row, read_row
+
+    manifest, shown = read_row(path, row)
+    decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
+    if json_output:
+        print(json.dumps(decoded, sort_keys=True, ensure_ascii=False))
+    else:
+        print_row(decoded, str(path))
