@@ -169,13 +169,17 @@ def verify(
       packcli verify packed/ --json
     """
     from packcli.errors import EXIT_DATA
+    from packcli.report.render import count
     from packcli.report.verify import MAX_LISTED, verify_output
 
     report = verify_output(path)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
     elif report.ok:
-        print(f"{path}: OK ({report.shards} shards, {report.rows:,} sequences, {report.tokens:,} tokens checked)")
+        print(
+            f"{path}: OK ({count(report.shards, 'shard')}, {count(report.rows, 'sequence')}, "
+            f"{report.tokens:,} tokens checked)"
+        )
     else:
         for problem in report.problems:
             print(f"problem: {problem}", file=sys.stderr)
