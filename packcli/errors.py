@@ -1,7 +1,9 @@
 """Errors users see: one line naming the file (and line) at fault, and the exit code it maps to.
 
 Exit codes: 0 success, 1 a data or runtime error (:class:`PackcliError`), 2 a usage error (:class:`UsageError`).
-A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here rather than alone.
+A file that stands in for what the user gave (the spool of standard input) is named as the user knows it
+(:func:`named_as`). A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here
+rather than alone.
 
 Optional dependencies: every import of an extra's module sits inside ``with requires_extra(...)``
 (tests/test_imports.py checks it), so a missing one reads ``packcli.torch needs torch, which is not installed: pip
@@ -24,6 +26,8 @@ __all__ = [
     "MissingExtraError",
     "PackcliError",
     "UsageError",
+    "named_as",
+    "path_name",
     "requires_extra",
 ]
 
@@ -46,14 +50,41 @@ class PackcliError(Exception):
     def __init__(self, message: str, path: str | Path | None = None, line: int | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.path = None if path is None else str(path)
+        self.path = path
         self.line = line
+
+    @property
+    def path(self) -> str | None:
+        """The file at fault, named as the user knows it (see :func:`named_as`)."""
+        return self._path
+
+    @path.setter
+    def path(self, path: str | Path | None) -> None:
+        self._path = None if path is None else path_name(path)
 
     def __str__(self) -> str:
         where = ""
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
         return f"{where}{self.message}"
+
+
+_names: dict[str, str] = {}  # path -> the name messages give it (a spool of standard input is "<stdin>")
+
+
+def path_name(path: str | Path) -> str:
+    """How messages and the manifest name ``path``: as given, unless :func:`named_as` renamed it."""
+    return _names.get(str(path), str(path))
+
+
+@contextmanager
+def named_as(path: Path, name: str) -> Iterator[None]:
+    """Within the block, messages name ``path`` ``name`` (a temporary file that stands for what the user gave)."""
+    _names[str(path)] = name
+    try:
+        yield
+    finally:
+        del _names[str(path)]
 
 
 class UsageError(PackcliError):

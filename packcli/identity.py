@@ -1,8 +1,9 @@
 """The run identity: one hash over the resolved facts that decide the output bytes. The output fingerprint and the
 tokenization-cache key are the same function over two scopes, so they cannot drift apart.
 
-Facts, not spellings: inputs by resolved path, size and mtime; the tokenizer by the sha256 of its file and of its
-``tokenizer_config.json``; the EOS/BOS ids actually appended and the chat template actually used; packcli's version.
+Facts, not spellings: inputs by resolved path, size and mtime (standard input by its bytes' sha256); the
+tokenizer by the sha256 of its file and of its ``tokenizer_config.json``; the EOS/BOS ids actually appended and the
+chat template actually used; packcli's version.
 ``--tokenizer tok``, ``./tok/`` and ``/abs/tok/tokenizer.json`` give the same identity. Pre-tokenized records
 without a tokenizer: the ids field (and labels field) and the EOS id appended decide the bytes, and those are hashed.
 """
@@ -17,7 +18,9 @@ from typing import Any, Literal
 from packcli import __version__
 from packcli.encode.encoders import Encoder
 from packcli.encode.tokenizer import LoadedTokenizer
+from packcli.errors import path_name
 from packcli.options import PackOptions
+from packcli.read.stdin import spool_digest
 from packcli.write.manifest import FORMAT_VERSION
 
 __all__ = ["TOKENIZATION_OPTIONS", "Scope", "run_identity"]
@@ -82,5 +85,9 @@ def run_identity(
 
 
 def _describe_input(path: Path) -> list[Any]:
+    """A file by resolved path, size and mtime; standard input's spool (a new file each run) by its bytes' sha256."""
     stat = path.stat()
+    digest = spool_digest(path)
+    if digest is not None:
+        return [path_name(path), stat.st_size, digest]
     return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]

@@ -21,7 +21,7 @@ from packcli.encode import cache
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, path_name
 from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.plan.order import shuffle_rows
@@ -266,7 +266,7 @@ def base_manifest(setup: Setup, fingerprint: str) -> dict[str, Any]:
         "packcli_version": __version__,
         "fingerprint": fingerprint,
         "options": options.output_relevant(),
-        "inputs": [{"path": str(path), "bytes": path.stat().st_size} for path in setup.files],
+        "inputs": [{"path": path_name(path), "bytes": path.stat().st_size} for path in setup.files],
         "tokenizer": tokenizer_entry(setup),
         "max_len": options.max_len,
         "strategy": options.strategy,

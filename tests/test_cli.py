@@ -61,7 +61,7 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["utf8.jsonl"], 1, "utf8.jsonl:2: invalid UTF-8"),
         (["empty.jsonl"], 1, "empty.jsonl: no documents"),
         (["missing.jsonl"], 1, "missing.jsonl: no such file or directory"),
-        (["cut.jsonl.gz"], 1, "cut.jsonl.gz: cannot read past line"),
+        (["cut.jsonl.gz"], 1, "cut.jsonl.gz: the compressed data is damaged or cut short"),
         ([good, "--tokenizer", "tok.json"], 1, "tok.json: not a valid tokenizer.json"),
         ([good, "--tokenizer", "absent/tokenizer"], 1, "no hub model of that name in the local cache"),
         ([good, "--max-len", "0"], 2, "--max-len"),

@@ -22,7 +22,8 @@ def pack(
     inputs: Annotated[
         list[str],
         typer.Argument(
-            help="Files (.jsonl, .ndjson, .json, each also .gz/.zst/.bz2/.xz; .parquet; .arrow), directories or globs."
+            help="Files (.jsonl, .ndjson, .json, each also .gz/.zst/.bz2/.xz; .parquet; .arrow), directories, globs, "
+            "or - for standard input."
         ),
     ],
     max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
@@ -107,10 +108,13 @@ def pack(
 
       packcli pack tokens.parquet --ids-field input_ids --eos-id 2
 
+      zcat corpus.jsonl.gz | packcli pack - --out packed
+
       packcli pack corpus/ --partitions 64 --engine ray --ray-address head:6379
     """
     from packcli.options import PackOptions, parse_count, parse_size, parse_weights
     from packcli.pipeline import pack_corpus
+    from packcli.read.stdin import spooled_stdin
     from packcli.report.progress import make_reporter
     from packcli.report.render import loss_warning, pack_summary
 
@@ -150,7 +154,8 @@ def pack(
     reporter = make_reporter(quiet)
     warnings = Warnings(quiet)
     try:
-        result = pack_corpus(inputs, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)
+        with spooled_stdin(inputs, options.partitioned) as files:
+            result = pack_corpus(files, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)
     finally:
         reporter.close()
         warnings.close()

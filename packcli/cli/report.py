@@ -93,6 +93,7 @@ def stats(
     raw = not (len(targets) == 1 and (Path(targets[0]) / MANIFEST_NAME).is_file())
     if raw:
         from packcli.options import PackOptions
+        from packcli.read.stdin import spooled_stdin
         from packcli.report.progress import make_reporter
 
         options = PackOptions(
@@ -115,7 +116,8 @@ def stats(
         )
         warnings, reporter = Warnings(quiet), make_reporter(quiet)
         try:
-            measured = measure_corpus(targets, options, batch_size, warnings, reporter)
+            with spooled_stdin(targets) as files:
+                measured = measure_corpus(files, options, batch_size, warnings, reporter)
         finally:
             reporter.close()
             warnings.close()

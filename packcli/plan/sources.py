@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError, UsageError, path_name
 from packcli.options import PackOptions
 from packcli.plan.mixing import Draw, interleave, mix
 from packcli.plan.overflow import Pieces, output_lengths
@@ -127,7 +127,7 @@ def source_entries(
     for k, (source, draw) in enumerate(zip(sources, stream.draws)):
         entries.append(
             {
-                "path": source.spec,
+                "path": path_name(source.spec),
                 "files": len(source.files),
                 "weight": round(stream.weights[k], 6),
                 "input_documents": int(first[k + 1] - first[k]),

@@ -115,7 +115,8 @@ def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
             try:
                 chunk = stream.read(_BLOCK_BYTES)
             except STREAM_ERRORS as exc:  # a damaged compressed stream
-                raise PackcliError(f"cannot read past line {lines_before}: {exc}", path) from None
+                where = f"after line {lines_before:,}" if lines_before else f"in its first {_BLOCK_BYTES:,} bytes"
+                raise PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path) from None
             if not chunk:
                 break
             data = rest + chunk

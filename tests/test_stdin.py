@@ -1,0 +1,184 @@
+"""``-`` reads standard input: every format by its first bytes, the same shards as the file, errors named
+``<stdin>:LINE``, the same identity for the same bytes, and no spool left behind."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import lzma
+import os
+import pty
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import SAMPLE, read_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+
+runner = CliRunner()
+RECORDS = read_jsonl(SAMPLE)[:40]
+JSONL = "".join(json.dumps(record) + "\n" for record in RECORDS).encode()
+
+
+@pytest.fixture(autouse=True)
+def spool_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Spools go here, so a test can see that none is left."""
+    directory = tmp_path / "spools"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    return directory
+
+
+def pack_stdin(data: bytes, out: Path, *flags: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, ["pack", "-", "--out", str(out), "--max-len", "1024", *flags], input=data)
+
+
+def shard_bytes(out: Path) -> list[bytes]:
+    return [path.read_bytes() for path in sorted(out.glob("*.arrow"))]
+
+
+def table() -> pa.Table:
+    return pa.table({"text": [record["text"] for record in RECORDS]})
+
+
+def parquet(_: bytes) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table(), sink)
+    return sink.getvalue()
+
+
+def arrow_stream(_: bytes) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table().schema) as writer:
+        writer.write_table(table())
+    return bytes(sink.getvalue())
+
+
+def arrow_file(_: bytes) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table().schema) as writer:
+        writer.write_table(table())
+    return bytes(sink.getvalue())
+
+
+def zstd(data: bytes) -> bytes:
+    return bytes(pa.compress(data, codec="zstd", asbytes=True))
+
+
+def json_array(_: bytes) -> bytes:
+    return json.dumps(RECORDS).encode()
+
+
+ENCODINGS: dict[str, Callable[[bytes], bytes]] = {
+    "jsonl": lambda data: data,
+    "gzip": lambda data: gzip.compress(data, mtime=0),
+    "zstd": zstd,
+    "bzip2": bz2.compress,
+    "xz": lzma.compress,
+    "json array": json_array,
+    "parquet": parquet,
+    "arrow stream": arrow_stream,
+    "arrow file": arrow_file,
+}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_every_format_is_read_by_its_first_bytes(encoding: str, tmp_path: Path, spool_dir: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(JSONL)
+    by_path = runner.invoke(app, ["pack", str(corpus), "--out", str(tmp_path / "file"), "--max-len", "1024"])
+    assert by_path.exit_code == 0, by_path.stderr
+    result = pack_stdin(ENCODINGS[encoding](JSONL), tmp_path / "stdin")
+    assert result.exit_code == 0, result.stderr
+    assert shard_bytes(tmp_path / "stdin") == shard_bytes(tmp_path / "file")
+    manifest = json.loads((tmp_path / "stdin" / "manifest.json").read_text())
+    assert [entry["path"] for entry in manifest["inputs"]] == ["<stdin>"]
+    assert manifest["totals"]["input_documents"] == len(RECORDS)
+    assert list(spool_dir.iterdir()) == []
+
+
+def test_the_same_bytes_are_up_to_date_and_other_bytes_are_not(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert pack_stdin(JSONL, out, "--json").exit_code == 0
+    again = pack_stdin(JSONL, out, "--json")
+    assert json.loads(again.stdout)["status"] == "up-to-date"
+    changed = pack_stdin(JSONL + b'{"text": "one more document"}\n', out)
+    assert changed.exit_code == 1 and "holds another packcli output" in changed.stderr
+
+
+def test_stats_of_stdin_leaves_tokens_that_pack_of_stdin_reuses(tmp_path: Path) -> None:
+    stats = runner.invoke(app, ["stats", "-", "--max-len", "1024", "--json"], input=JSONL)
+    assert stats.exit_code == 0, stats.stderr
+    packed = pack_stdin(JSONL, tmp_path / "out", "--json")
+    assert json.loads(packed.stdout)["tokenized_from_cache"] is True
+
+
+def test_a_bad_record_is_named_by_stdin_and_line(tmp_path: Path, spool_dir: Path) -> None:
+    result = pack_stdin(JSONL + b'{"text": 7}\n', tmp_path / "out")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: <stdin>:{len(RECORDS) + 1}: field 'text' is int, not a string"
+    assert not (tmp_path / "out").exists() and list(spool_dir.iterdir()) == []
+
+
+def test_stdin_beside_a_file_is_one_source_named_stdin(tmp_path: Path) -> None:
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(JSONL)
+    result = runner.invoke(
+        app,
+        ["pack", "-", str(other), "--weights", "1,1", "--out", str(tmp_path / "out"), "--max-len", "1024", "--json"],
+        input=JSONL,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert [source["path"] for source in json.loads(result.stdout)["sources"]] == ["<stdin>", str(other)]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["-", "-"], "given more than once"),
+        (["-", "--partitions", "2"], "cannot be cut into partitions"),
+    ],
+)
+def test_usage_errors(arguments: list[str], message: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["pack", *arguments, "--out", str(tmp_path / "out")], input=JSONL)
+    assert result.exit_code == 2 and message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_terminal_on_stdin_is_a_usage_error(tmp_path: Path) -> None:
+    primary, terminal = pty.openpty()
+    try:
+        process = subprocess.run(
+            [sys.executable, "-m", "packcli", "pack", "-", "--out", str(tmp_path / "out")],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(primary)
+        os.close(terminal)
+    assert process.returncode == 2
+    assert "nothing is piped in" in process.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_pipe_in_a_real_process(tmp_path: Path) -> None:
+    process = subprocess.run(
+        [sys.executable, "-m", "packcli", "pack", "-", "--out", str(tmp_path / "out"), "--max-len", "1024", "--json"],
+        input=gzip.compress(JSONL),
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert process.returncode == 0, process.stderr
+    assert json.loads(process.stdout)["input_documents"] == len(RECORDS)
+    assert (tmp_path / "out" / "manifest.json").is_file() and not list(tmp_path.glob("packcli-stdin-*"))
