@@ -13,6 +13,7 @@ import pty
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from conftest import SAMPLE, read_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.write.locks import FileLock
 
 runner = CliRunner()
 RECORDS = read_jsonl(SAMPLE)[:40]
@@ -182,3 +184,31 @@ def test_a_pipe_in_a_real_process(tmp_path: Path) -> None:
     assert process.returncode == 0, process.stderr
     assert json.loads(process.stdout)["input_documents"] == len(RECORDS)
     assert (tmp_path / "out" / "manifest.json").is_file() and not list(tmp_path.glob("packcli-stdin-*"))
+
+
+def test_a_killed_runs_spool_is_removed_by_the_next_and_a_live_one_is_kept(tmp_path: Path, spool_dir: Path) -> None:
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "packcli", "pack", "-", "--out", str(tmp_path / "killed")],
+        stdin=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(spool_dir)},
+    )
+    assert killed.stdin is not None
+    killed.stdin.write(JSONL)  # and keep the pipe open: the run waits in the spool
+    killed.stdin.flush()
+    deadline = time.monotonic() + 120
+    while not list(spool_dir.glob("packcli-stdin-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait()
+    killed.stdin.close()
+    left = list(spool_dir.glob("packcli-stdin-*"))
+    assert len(left) == 1, "kill -9 leaves the spool"
+    live = spool_dir / "packcli-stdin-live"
+    live.mkdir()
+    lock = FileLock(live / "lock")
+    lock.acquire()
+    try:
+        assert pack_stdin(JSONL, tmp_path / "out").exit_code == 0
+        assert not left[0].exists() and live.is_dir()
+    finally:
+        lock.release()

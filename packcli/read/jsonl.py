@@ -62,8 +62,14 @@ def is_json_array(path: Path) -> bool:
         with open_decompressed(path) as (stream, _):
             head = stream.read(4096)
     except STREAM_ERRORS as exc:
-        raise PackcliError(f"cannot read: {exc}", path) from None
+        raise _damaged(path, exc, lines_before=0) from None
     return head.removeprefix(_BOM).lstrip(_JSON_SPACE).startswith(b"[")
+
+
+def _damaged(path: Path, exc: Exception, lines_before: int) -> PackcliError:
+    """A compressed stream that cannot be read on: where it broke, as near as the reader knows."""
+    where = f"after line {lines_before:,}" if lines_before else f"in its first {_BLOCK_BYTES:,} bytes"
+    return PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path)
 
 
 def _read_jsonl(
@@ -114,9 +120,8 @@ def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
         while True:
             try:
                 chunk = stream.read(_BLOCK_BYTES)
-            except STREAM_ERRORS as exc:  # a damaged compressed stream
-                where = f"after line {lines_before:,}" if lines_before else f"in its first {_BLOCK_BYTES:,} bytes"
-                raise PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path) from None
+            except STREAM_ERRORS as exc:
+                raise _damaged(path, exc, lines_before) from None
             if not chunk:
                 break
             data = rest + chunk
@@ -245,7 +250,7 @@ def _read_json_array(
     except RecursionError:
         raise PackcliError("JSON nested too deeply to read", path) from None
     except STREAM_ERRORS as exc:
-        raise PackcliError(f"cannot read: {exc}", path) from None
+        raise _damaged(path, exc, lines_before=0) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
     batch = Columns(fields, convert)
