@@ -322,3 +322,10 @@ def test_raw_stats_bos_with_a_tokenizer_that_has_one(tmp_path: Path) -> None:
     args = ["stats", str(corpus), "--max-len", "8", "--tokenizer", str(tokenizer), "--json", "-q"]
     plain, with_bos = (json.loads(runner.invoke(app, args + extra).stdout) for extra in ([], ["--bos"]))
     assert with_bos["input_tokens"] == plain["input_tokens"] + 2
+
+
+def test_a_packing_that_costs_more_says_more(tmp_path: Path) -> None:
+    one = write_jsonl(tmp_path / "one.jsonl", [{"text": " hello" * 4}])  # 5 tokens with EOS, in a row of 8
+    pack_corpus([str(one)], PackOptions(max_len=8), tmp_path / "out")
+    human = runner.invoke(app, ["stats", str(tmp_path / "out")])
+    assert human.exit_code == 0 and "packing needs 1.60x more compute than random batches" in human.stdout

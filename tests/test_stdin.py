@@ -10,12 +10,13 @@ import json
 import lzma
 import os
 import pty
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,7 +37,7 @@ def spool_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Spools go here, so a test can see that none is left."""
     directory = tmp_path / "spools"
     directory.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    monkeypatch.setenv("TMPDIR", str(directory))
     return directory
 
 
@@ -156,6 +157,23 @@ def test_usage_errors(arguments: list[str], message: str, tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists()
 
 
+def packcli(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """``packcli`` in a subprocess with SIGTERM and SIGHUP at their defaults, as a shell or a scheduler starts it."""
+
+    def default_signals() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+    return subprocess.Popen([sys.executable, "-m", "packcli", *args], preexec_fn=default_signals, **popen)
+
+
+def wait_for(found: Callable[[], object], run: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while not found() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert found() and run.poll() is None
+
+
 def test_a_terminal_on_stdin_is_a_usage_error(tmp_path: Path) -> None:
     primary, terminal = pty.openpty()
     try:
@@ -170,7 +188,18 @@ def test_a_terminal_on_stdin_is_a_usage_error(tmp_path: Path) -> None:
         os.close(primary)
         os.close(terminal)
     assert process.returncode == 2
-    assert "nothing is piped in" in process.stderr and not (tmp_path / "out").exists()
+    assert "which is a terminal: pipe a corpus in" in process.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> None:
+    process = subprocess.run(
+        [sys.executable, "-m", "packcli", "pack", "-", "--out", str(tmp_path / "out")],
+        preexec_fn=lambda: os.close(0),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 2 and "which is closed" in process.stderr
 
 
 def test_a_pipe_in_a_real_process(tmp_path: Path) -> None:
@@ -187,24 +216,17 @@ def test_a_pipe_in_a_real_process(tmp_path: Path) -> None:
 
 
 def test_a_killed_runs_spool_is_removed_by_the_next_and_a_live_one_is_kept(tmp_path: Path, spool_dir: Path) -> None:
-    killed = subprocess.Popen(
-        [sys.executable, "-m", "packcli", "pack", "-", "--out", str(tmp_path / "killed")],
-        stdin=subprocess.PIPE,
-        env={**os.environ, "TMPDIR": str(spool_dir)},
-    )
-    assert killed.stdin is not None
-    killed.stdin.write(JSONL)  # and keep the pipe open: the run waits in the spool
-    killed.stdin.flush()
-    deadline = time.monotonic() + 120
-    while not list(spool_dir.glob("packcli-stdin-*")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    killed.kill()
-    killed.wait()
-    killed.stdin.close()
+    with packcli("pack", "-", "--out", str(tmp_path / "killed"), stdin=subprocess.PIPE) as killed:
+        assert killed.stdin is not None
+        killed.stdin.write(JSONL)  # and keep the pipe open: the run waits in the spool
+        killed.stdin.flush()
+        wait_for(lambda: list(spool_dir.glob("packcli-stdin-*")), killed)
+        killed.kill()
+        killed.wait()
     left = list(spool_dir.glob("packcli-stdin-*"))
     assert len(left) == 1, "kill -9 leaves the spool"
     live = spool_dir / "packcli-stdin-live"
-    live.mkdir()
+    live.mkdir(mode=0o700)
     lock = FileLock(live / "lock")
     lock.acquire()
     try:
@@ -212,3 +234,71 @@ def test_a_killed_runs_spool_is_removed_by_the_next_and_a_live_one_is_kept(tmp_p
         assert not left[0].exists() and live.is_dir()
     finally:
         lock.release()
+
+
+def test_the_cleanup_touches_nothing_that_is_not_a_dead_spool(tmp_path: Path, spool_dir: Path) -> None:
+    mine = spool_dir / "packcli-stdin-notes"  # the user's own folder, by chance of that name
+    mine.mkdir()
+    (mine / "todo.txt").write_text("keep me")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "lock").write_text("precious")
+    (spool_dir / "packcli-stdin-link").symlink_to(victim)  # a planted link to someone's directory
+    planted = spool_dir / "packcli-stdin-planted"
+    planted.mkdir(mode=0o700)
+    (planted / "lock").symlink_to(victim / "lock")  # a planted lock that points at someone's file
+    packed = spool_dir / "packcli-stdin-output"  # an output the user packed there
+    assert pack_stdin(JSONL, packed).exit_code == 0
+    assert pack_stdin(JSONL, tmp_path / "out").exit_code == 0
+    assert (mine / "todo.txt").read_text() == "keep me" and (victim / "lock").read_text() == "precious"
+    assert (spool_dir / "packcli-stdin-link").is_symlink() and planted.is_dir()
+    assert (packed / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_spooling_removes_the_spool(tmp_path: Path, spool_dir: Path, signum: int) -> None:
+    with packcli("pack", "-", "--out", str(tmp_path / "out"), stdin=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        assert run.stdin is not None and run.stderr is not None
+        run.stdin.write(JSONL)
+        run.stdin.flush()
+        wait_for(lambda: list(spool_dir.glob("packcli-stdin-*")), run)
+        run.send_signal(signum)
+        assert run.wait(timeout=120) == -signum  # cleaned up, then ended by the signal as by default
+        assert b"Traceback" not in run.stderr.read()
+    assert list(spool_dir.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_a_signal_while_packing_removes_the_spool_and_the_staging(tmp_path: Path, spool_dir: Path) -> None:
+    out = tmp_path / "out"
+    assert pack_stdin(JSONL, out).exit_code == 0
+    before = shard_bytes(out)
+    corpus = tmp_path / "long.jsonl.gz"
+    corpus.write_bytes(gzip.compress(b"".join(gzip.decompress(SAMPLE.read_bytes()) for _ in range(4))))
+    with (
+        corpus.open("rb") as piped,
+        packcli("pack", "-", "--out", str(out), "--overwrite", stdin=piped, stderr=subprocess.PIPE) as run,
+    ):
+        assert run.stderr is not None
+        wait_for(lambda: list(tmp_path.glob(".out.packcli-staging-*")), run)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=120) == -signal.SIGTERM
+        assert b"Traceback" not in run.stderr.read()
+    assert list(spool_dir.iterdir()) == [] and shard_bytes(out) == before
+    assert not list(tmp_path.glob(".out.packcli-*"))  # no staging, no lock
+
+
+def test_stats_of_stdin_reads_stdin_even_beside_an_output_named_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert pack_stdin(JSONL[: JSONL.index(b"\n") + 1], Path("-")).exit_code == 0  # an output called "-"
+    result = runner.invoke(app, ["stats", "-", "--max-len", "1024", "--json"], input=JSONL)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["input_documents"] == len(RECORDS)
+
+
+def test_an_unusable_tmpdir_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+    result = pack_stdin(JSONL, tmp_path / "out")
+    assert result.exit_code == 1
+    assert f"cannot keep standard input in {tmp_path / 'missing'} (TMPDIR)" in result.stderr

@@ -133,3 +133,11 @@ def test_a_saved_hugging_face_dataset_is_packed_from_its_arrow_files(tmp_path: P
     assert "is a Hugging Face DatasetDict (splits: test, train); pass one split's folder" in result.stderr
     result = runner.invoke(app, ["pack", str(tmp_path / "splits" / "train"), "--out", str(tmp_path / "out2"), "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == 50
+
+
+def test_a_cut_arrow_stream_names_the_file(tmp_path: Path) -> None:
+    whole = write_arrow(tmp_path / "whole.arrow", pa.table({"text": ["x" * 1000] * 400}), max_chunksize=100)
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(PackcliError, match=r"cut\.arrow: the Arrow data is damaged or cut short after 1 record batch"):
+        batches(cut)

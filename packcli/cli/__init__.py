@@ -41,20 +41,22 @@ class Command(TyperCommand):
 class OneLineErrors(TyperGroup):
     """The one error mapper: usage errors exit 2, packcli and OS errors exit 1, each as one ``error: ...`` line on
     stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
-    Bare ``packcli`` prints the help and exits 0."""
+    SIGTERM and SIGHUP unwind the command's cleanups, then end it by the signal. Bare ``packcli`` prints the help
+    and exits 0."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _untyped_flags(super().get_params(ctx))
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
-        from packcli.errors import EXIT_DATA, PackcliError
+        from packcli.errors import EXIT_DATA, PackcliError, ending_by_signal
 
         arguments = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in arguments
         arguments = [argument for argument in arguments if argument != "--debug"]
         kwargs["standalone_mode"] = False
         try:
-            code = super().main(arguments, *rest, **kwargs)
+            with ending_by_signal():  # SIGTERM/SIGHUP unwind every cleanup first
+                code = super().main(arguments, *rest, **kwargs)
         except click_exceptions.NoArgsIsHelpError as exc:
             print(exc.ctx.get_help() if exc.ctx else exc.format_message())
             sys.exit(0)

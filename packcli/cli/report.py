@@ -81,6 +81,7 @@ def stats(
 
       packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
     """
+    from packcli.read.stdin import STDIN, STDIN_NAME
     from packcli.report.render import loss_warning, print_corpus_choices, print_stats
     from packcli.report.stats import measure_corpus, measure_output
     from packcli.write.manifest import MANIFEST_NAME
@@ -90,7 +91,8 @@ def stats(
 
         check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
     targets = paths or ["packed"]
-    raw = not (len(targets) == 1 and (Path(targets[0]) / MANIFEST_NAME).is_file())
+    raw = not (len(targets) == 1 and targets[0] != STDIN and (Path(targets[0]) / MANIFEST_NAME).is_file())
+    title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
         from packcli.options import PackOptions
         from packcli.read.stdin import spooled_stdin
@@ -129,11 +131,11 @@ def stats(
     if plot is not None:
         from packcli.report.plot import plot_stats
 
-        plot_stats(measured, plot, " ".join(targets), raw)
+        plot_stats(measured, plot, title, raw)
     if json_output:
         print(json.dumps(figures, sort_keys=True))
         return
-    print_stats(figures, " ".join(targets))
+    print_stats(figures, title)
     if raw:
         print_corpus_choices(figures)
         print(f"the tokenized corpus is kept for the next `packcli pack` of it: {figures['tokenization_cache']}")

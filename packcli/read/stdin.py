@@ -11,7 +11,10 @@ removed when the command ends, and one that a killed run left is removed by the 
 from __future__ import annotations
 
 import hashlib
+import os
+import select
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -27,6 +30,7 @@ __all__ = ["STDIN", "STDIN_NAME", "spool_digest", "spooled_stdin"]
 STDIN = "-"  # the INPUT that means standard input
 STDIN_NAME = "<stdin>"  # how messages and the manifest name it
 _CHUNK = 1 << 20
+_WAIT_S = 0.2  # the longest a signal waits while standard input is idle
 _PREFIX = "packcli-stdin-"  # $TMPDIR/packcli-stdin-*: one run's spool and its lock
 _LOCK_NAME = "lock"
 _MAGIC = (  # first bytes -> the spool's suffix, which picks the reader
@@ -38,6 +42,8 @@ _MAGIC = (  # first bytes -> the spool's suffix, which picks the reader
     (b"ARROW1", ".arrow"),
     (b"\xff\xff\xff\xff", ".arrow"),  # an Arrow IPC stream (continuation marker)
 )
+_MAGIC_BYTES = max(len(magic) for magic, _ in _MAGIC)
+_SPOOL_NAMES = frozenset({"stdin.jsonl", *(f"stdin{suffix}" for _, suffix in _MAGIC)})
 _digests: dict[Path, str] = {}  # spool -> sha256 of its bytes, while its command runs
 
 
@@ -46,8 +52,9 @@ def spooled_stdin(specs: Sequence[str], partitioned: bool = False) -> Iterator[l
     """``specs`` with ``-`` replaced by a spool of standard input (removed on exit); unchanged without ``-``.
 
     Raises:
-        UsageError: ``-`` is given twice, standard input is a terminal (nothing piped in), or the run is partitioned
-            (partitions read their inputs by path, possibly on other machines).
+        UsageError: ``-`` is given twice, standard input is a terminal or closed (nothing piped in), or the run is
+            partitioned (partitions read their inputs by path, possibly on other machines).
+        PackcliError: standard input cannot be kept in ``$TMPDIR``.
     """
     if STDIN not in specs:
         yield list(specs)
@@ -57,8 +64,9 @@ def spooled_stdin(specs: Sequence[str], partitioned: bool = False) -> Iterator[l
     if partitioned:
         raise UsageError(f"{STDIN} (standard input) cannot be cut into partitions: save it to a file and pass the file")
     if sys.stdin is None or sys.stdin.isatty():
+        state = "closed" if sys.stdin is None else "a terminal"
         raise UsageError(
-            f"{STDIN} reads standard input, but nothing is piped in: e.g. zcat corpus.jsonl.gz | packcli pack -"
+            f"{STDIN} reads standard input, which is {state}: pipe a corpus in (zcat corpus.jsonl.gz | packcli pack -)"
         )
     directory, lock = _new_spool_directory()
     spool = directory / "stdin"
@@ -79,39 +87,78 @@ def spool_digest(path: Path) -> str | None:
 
 
 def _new_spool_directory() -> tuple[Path, FileLock]:
-    """A directory ``$TMPDIR/packcli-stdin-*`` for this run's spool, locked while the run lives. Spools of runs that
-    died (kill -9) are removed first: their locks died with them. The directory is locked before it gets the name
-    that other runs look for, so none can mistake a new spool for a dead one."""
-    root = Path(tempfile.gettempdir()).resolve()
-    for dead in root.glob(f"{_PREFIX}*"):
-        stale = FileLock(dead / _LOCK_NAME)
-        try:
-            if not stale.acquire(wait=False):
-                continue  # a live run's spool
-        except OSError:  # another user's, or removed meanwhile
-            continue
-        shutil.rmtree(dead, ignore_errors=True)
-        stale.release()
-    fresh = Path(tempfile.mkdtemp(prefix=f".{_PREFIX}new-", dir=root))
+    """A directory ``$TMPDIR/packcli-stdin-*`` (mode 0700) for this run's spool, locked while the run lives, after
+    removing the spools of runs that died. It is locked before it gets the name that other runs look for, so none
+    can mistake a new spool for a dead one."""
+    root = Path(os.environ.get("TMPDIR") or tempfile.gettempdir())
+    try:
+        root = root.resolve(strict=True)
+        _remove_dead_spools(root)
+        fresh = Path(tempfile.mkdtemp(prefix=f".{_PREFIX}new-", dir=root))
+    except OSError as exc:
+        raise PackcliError(f"cannot keep standard input in {root} (TMPDIR): {exc.strerror or exc}") from None
     lock = FileLock(fresh / _LOCK_NAME)
     lock.acquire()
     directory = fresh.rename(root / fresh.name.replace(f".{_PREFIX}new-", _PREFIX))
     return directory, lock
 
 
+def _remove_dead_spools(root: Path) -> None:
+    """Remove what runs killed outright (kill -9) left: this user's own spool directories (mode 0700, holding only
+    a lock file and a spool) whose lock is free, since a lock dies with its run. Anything else of that name, another
+    user's, a symbolic link, a folder of the user's own, is never touched."""
+    for candidate in root.glob(f"{_PREFIX}*"):
+        try:
+            info = candidate.lstat()
+            if not (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700):
+                continue
+            names = {entry.name for entry in os.scandir(candidate)}
+            if not (names <= {_LOCK_NAME, *_SPOOL_NAMES} and stat.S_ISREG((candidate / _LOCK_NAME).lstat().st_mode)):
+                continue
+        except OSError:  # removed meanwhile, or unreadable
+            continue
+        stale = FileLock(candidate / _LOCK_NAME)
+        if stale.acquire(wait=False):  # the run that made it is gone
+            shutil.rmtree(candidate, ignore_errors=True)
+            stale.release()
+
+
 def _spool(stream: BinaryIO, directory: Path) -> tuple[Path, str]:
     """Copy ``stream`` into ``directory/stdin.SUFFIX``; (that file, the sha256 of its bytes)."""
-    head = stream.read(_CHUNK)
+    chunks = _chunks(stream)
+    head = b""
+    for chunk in chunks:  # enough bytes to tell the format
+        head += chunk
+        if len(head) >= _MAGIC_BYTES:
+            break
     suffix = next((suffix for magic, suffix in _MAGIC if head.startswith(magic)), ".jsonl")
     spool = directory / f"stdin{suffix}"
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(head)
     try:
         with open(spool, "wb") as out:
-            chunk = head
-            while chunk:
+            out.write(head)
+            for chunk in chunks:
                 digest.update(chunk)
                 out.write(chunk)
-                chunk = stream.read(_CHUNK)
     except OSError as exc:
-        raise PackcliError(f"cannot keep standard input in {directory.parent}: {exc.strerror or exc}") from None
+        raise PackcliError(
+            f"cannot keep standard input in {directory.parent} (TMPDIR): {exc.strerror or exc}"
+        ) from None
     return spool, digest.hexdigest()
+
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    """The bytes of ``stream`` as they arrive. A pipe is waited on in short steps: a signal that the kernel hands to
+    another thread (pyarrow's pool is running) would otherwise wait for the main thread's read to return, which
+    an idle writer never makes happen."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # an in-memory stream
+        yield from iter(lambda: stream.read(_CHUNK), b"")
+        return
+    while True:
+        if select.select([fd], [], [], _WAIT_S)[0]:
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                return
+            yield chunk

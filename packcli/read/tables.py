@@ -6,7 +6,7 @@ anything else, and a column with a string that is not valid UTF-8, is checked ro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,7 @@ def read_arrow(
     first, last = span or (0, None)
     rows = 0
     size = path.stat().st_size
-    for number, batch in enumerate(batches):
+    for number, batch in enumerate(_named_failures(path, batches)):
         if last is not None and number >= last:
             break
         if number < first:  # memory-mapped: skipping a batch reads its header, not its data
@@ -138,3 +138,20 @@ def read_arrow(
         columns = [batch.column(index) for index in indices]
         yield FieldBatch(table_records(path, columns, fields, rows, reject, convert), min(size, source.tell()))
         rows += batch.num_rows
+
+
+def _named_failures(path: Path, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, with a damaged or cut-short file named where reading it stopped."""
+    iterator = iter(batches)
+    count = 0
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as exc:
+            raise PackcliError(
+                f"the Arrow data is damaged or cut short after {count} record batch(es): {exc}", path
+            ) from None
+        count += 1
+        yield batch

@@ -125,10 +125,12 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
     window = f", windows of {stats['window']:,} documents" if stats.get("window") else ""
     out.print(f"[bold]{title}[/bold]  strategy {stats['strategy']}{window}, max_len {stats['max_len']:,}")
     random = stats["pad_to_longest"]
+    saved = stats["compute_saved"]["vs_pad_to_longest"]
+    ratio = f"{saved:.2f}x less" if saved >= 1 else f"{1 / saved:.2f}x more"  # more: fewer documents than a row holds
     out.print(
-        f"  [bold]packing needs {stats['compute_saved']['vs_pad_to_longest']:.2f}x less compute than random batches "
-        f"of {random['batch_size']}, each padded to its longest[/bold] ({stats['packing']['efficiency']:.2%} of the "
-        f"computed slots hold real tokens, against {random['efficiency']:.2%})"
+        f"  [bold]packing needs {ratio} compute than random batches of {random['batch_size']}, each padded to its "
+        f"longest[/bold] ({stats['packing']['efficiency']:.2%} of the computed slots hold real tokens, against "
+        f"{random['efficiency']:.2%})"
     )
     documents, pieces = stats.get("input_documents", stats["documents"]), stats["documents"]
     split = f" in {pieces:,} pieces" if pieces != documents and stats.get("split_documents") else ""

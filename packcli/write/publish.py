@@ -43,11 +43,11 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Literal
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, Terminated, path_name, unwinds
 from packcli.write.locks import FileLock
 from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 
-__all__ = ["OWN_FILE", "Publication", "Terminated", "existing_output"]
+__all__ = ["OWN_FILE", "Publication", "existing_output"]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
@@ -56,14 +56,6 @@ _DEBRIS = ("staging-*", "old-*", "partial", "old")
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 Existing = Literal["absent", "same", "other"]
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP during a run: unwinds like Ctrl-C so that every cleanup runs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"terminated by {signal.Signals(signum).name}")
-        self.signum = signum
 
 
 class Publication:
@@ -172,12 +164,13 @@ class Publication:
     def _install_handlers(self) -> None:
         """Turn SIGTERM/SIGHUP into :class:`Terminated` while the run holds the output (their default action would
         skip every cleanup); Ctrl-C raises KeyboardInterrupt as before. All three are held back during the swap and
-        the cleanup. Only signals left at their defaults (not ignored, not handled by the caller); main thread only."""
+        the cleanup. Only signals left at their defaults, or to the CLI's :func:`~packcli.errors.ending_by_signal` (not
+        ignored, not handled by another caller); main thread only."""
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in _HANDLED_SIGNALS:
             current = signal.getsignal(signum)
-            if current in (signal.SIG_DFL, signal.default_int_handler):
+            if current in (signal.SIG_DFL, signal.default_int_handler) or unwinds(current):
                 self._previous_handlers[signum] = current
                 signal.signal(signum, self._on_signal)
 
@@ -257,8 +250,8 @@ def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
         resolved = path.resolve()
         if resolved.is_relative_to(target):
             raise PackcliError(
-                f"the input {path} is or lies inside the output directory: packcli never writes over its inputs; "
-                "choose another --out",
+                f"the input {path_name(path)} is or lies inside the output directory: packcli never writes over its "
+                "inputs; choose another --out",
                 out,
             )
         if path.is_dir() and target.is_relative_to(resolved):
