@@ -151,6 +151,16 @@ def test_the_parsers_agree_on_random_lines(lines: list[str], final_newline: bool
     assert fast is None or fast == parsed(piece, fast=False)
 
 
+# What pyarrow reads and Python's json refuses, as a regular expression: the scan must find exactly this.
+NON_JSON_NUMBER = re.compile(rb"[:,\[][ \t\r\n]*(?:-?Inf(?!inity)|-NaN)")
+NUMBER_FRAGMENTS = [b"Inf", b"inity", b"-", b"NaN", b" ", b"\t", b"\r", b"\n", b":", b",", b"[", b"I", b"n", b"{", b"x"]
+
+
+@given(st.lists(st.sampled_from(NUMBER_FRAGMENTS), max_size=14).map(b"".join))
+def test_the_non_json_number_scan_finds_what_the_expression_finds(piece: bytes) -> None:
+    assert jsonl._non_json_number(piece) == (NON_JSON_NUMBER.search(piece) is not None)
+
+
 def test_a_line_that_is_null_is_a_bad_record_not_a_crash(tmp_path: Path) -> None:
     """pyarrow 26 dies of SIGSEGV on a JSON block that starts with ``null``; a subprocess shows it as a failure."""
     corpus = tmp_path / "null.jsonl"

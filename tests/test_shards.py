@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -80,3 +81,25 @@ def test_failed_write_removes_every_shard_and_propagates(tmp_path: Path) -> None
         assert (tmp_path / "shard-00000.arrow").exists()
         raise RuntimeError("disk on fire")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ahead, sync", [(1 << 12, 1 << 12), (1 << 30, 1 << 30)])
+def test_the_checksum_is_the_files_with_hashing_and_flushing_beside_the_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int, sync: int
+) -> None:
+    """Small limits: the writer waits on the hash thread and flushes early many times; large: neither happens."""
+    from packcli.write import shards
+
+    monkeypatch.setattr(shards, "HASH_AHEAD", ahead)
+    monkeypatch.setattr(shards, "SYNC_BYTES", sync)
+    schema = shard_schema({})
+    with ShardWriter(tmp_path, schema, shard_size=1 << 30) as writer:
+        for k in range(40):
+            tokens = np.arange(k * 1000, (k + 1) * 1000, dtype=np.int32)
+            rows = [{"input_ids": tokens.tolist(), "position_ids": list(range(1000)), "cu_seqlens": [0, 1000]}]
+            writer.write(pa.RecordBatch.from_pylist(rows, schema=schema), 1, 1000, 8_000)
+    [info] = writer.shards
+    data = (tmp_path / info.file).read_bytes()
+    assert len(data) == info.bytes > 40 * 8_000 > 64 * (1 << 12)
+    assert hashlib.sha256(data).hexdigest() == info.sha256
+    assert read_shard(tmp_path / info.file).column("input_ids").to_pylist()[39][:2] == [39_000, 39_001]

@@ -230,3 +230,20 @@ def test_the_worked_trace_in_the_engine_docstring(first_fit: bool) -> None:
     assert groups.all_groups().tolist() == [[0, 2, 2], [2, 1, 1]]
     packing = fit_decreasing(np.array([3, 3, 1, 1, 1]), 4, first_fit)
     assert packing.order.tolist() == [0, 2, 1, 3, 4] and packing.offsets.tolist() == [0, 2, 4, 5]
+
+
+def test_a_built_in_strategy_needs_no_entry_point_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken third-party entry point fails only the names that are not built in (and the listing)."""
+    import packcli.strategies as registry
+
+    info = tmp_path / "broken_packer-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-packer\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[packcli.strategies]\nbroken = no_such_module:pack\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    assert rows_of(run_strategy("bfd", np.array([1, 2, 3]), 3)) == [[2], [1, 0]]
+    assert not registry._entry_points_loaded
+    with pytest.raises(PackcliError, match="cannot load strategy 'broken'"):
+        get_strategy("anything-else")

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from packcli.encode.chat import ChatML, JinjaTemplate, Segment, load_template
-from packcli.encode.tokenizer import LoadedTokenizer, encode_texts, flatten, special_ids
+from packcli.encode.tokenizer import LoadedTokenizer, encode_batch, encode_texts, flatten, special_ids
 from packcli.errors import BadRecordError, UsageError
 from packcli.options import PackOptions
 from packcli.read.fields import IGNORE_LABEL, Field, ReadCounts
@@ -79,11 +79,12 @@ class TextEncoder:
     def sizes(self, texts: list[str]) -> list[int]:
         return [len(text) for text in texts]
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        return encode_texts(self.tokenizer, texts)
+    def encode(self, texts: list[str]) -> list[Encoding]:
+        return encode_batch(self.tokenizer, texts)
 
-    def flatten(self, ids: list[list[int]], counts: ReadCounts) -> Flat:
-        tokens, lengths = flatten(ids, self.eos_id, self.bos_id)
+    def flatten(self, encodings: list[Encoding], counts: ReadCounts) -> Flat:
+        # The ids are taken here, not in encode: the helper thread is then free to encode the next batch at once.
+        tokens, lengths = flatten([encoding.ids for encoding in encodings], self.eos_id, self.bos_id)
         return without_empty((tokens, lengths, None), counts)
 
 

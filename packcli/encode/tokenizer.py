@@ -15,11 +15,11 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from packcli.errors import PackcliError, UsageError
 
-__all__ = ["LoadedTokenizer", "encode_texts", "flatten", "load_tokenizer", "special_ids"]
+__all__ = ["LoadedTokenizer", "encode_batch", "encode_texts", "flatten", "load_tokenizer", "special_ids"]
 
 BUNDLED_NAME = "gpt2 (bundled)"
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -163,16 +163,24 @@ def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | No
     return (loaded.eos_id if eos else None), (loaded.bos_id if bos else None)
 
 
+def encode_batch(tokenizer: Tokenizer, texts: list[str]) -> list[Encoding]:
+    """Each text encoded as text, on all cores (the tokenizer releases the GIL meanwhile)."""
+    return tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+
+
 def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids of each text, encoded as text on all cores (the tokenizer releases the GIL meanwhile)."""
-    return [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    """Token ids of each text (see :func:`encode_batch`)."""
+    return [encoding.ids for encoding in encode_batch(tokenizer, texts)]
 
 
 def flatten(ids: list[list[int]], eos_id: int | None, bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate per-document ids into one int32 array with EOS/BOS added; also return the int64 lengths."""
-    if eos_id is not None or bos_id is not None:  # cheaper on the lists than inserting into the flat array
-        head, tail = ([bos_id] if bos_id is not None else []), ([eos_id] if eos_id is not None else [])
-        ids = [head + doc + tail if head else doc + tail for doc in ids]
+    """Concatenate per-document ids into one int32 array with EOS/BOS added (the lists of ``ids`` are changed);
+    also return the int64 lengths."""
+    if bos_id is not None:  # cheaper on the lists than inserting into the flat array
+        ids = [[bos_id, *doc] for doc in ids]
+    if eos_id is not None:  # appended in place: ``ids`` is the caller's to give up
+        for doc in ids:
+            doc.append(eos_id)
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
     return flat, lengths

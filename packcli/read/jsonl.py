@@ -13,7 +13,6 @@ so a piece's records are exactly its lines' records whichever parser reads it: n
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,6 @@ _JSON_SPACE = b" \t\r\n"
 # pyarrow takes no piece with a line holding more opening brackets than this: Python's parser stops near 1,000
 # levels of nesting (a bad record there), pyarrow's does not.
 _MAX_FAST_BRACKETS = 512
-# Numbers pyarrow reads and Python's json module refuses (it takes NaN, Infinity and -Infinity only).
-_NON_JSON_NUMBER = re.compile(rb"[:,\[][ \t\r\n]*(?:-?Inf(?!inity)|-NaN)")
 
 
 def read_json(
@@ -186,9 +183,34 @@ def _object_lines(piece: bytes) -> int | None:
         per_line = np.bincount(np.searchsorted(ends, opening), minlength=len(ends))
         if int(per_line.max()) > _MAX_FAST_BRACKETS:
             return None
-    if (b"Inf" in piece or b"-NaN" in piece) and _NON_JSON_NUMBER.search(piece):
+    if _non_json_number(piece):
         return None
     return lines
+
+
+def _non_json_number(piece: bytes) -> bool:
+    """Whether ``piece`` may hold a number that pyarrow reads and Python's json module refuses (it takes NaN,
+    Infinity and -Infinity only): ``Inf`` or ``-Inf`` (not followed by ``inity``), or ``-NaN``, after ``:``, ``,`` or
+    ``[`` and optional whitespace. (Inside a string it is text, but telling takes a parser: such a piece is only
+    read line by line.)
+
+    Each occurrence of the word is found with ``bytes.find`` and only its left context is looked at: a regular
+    expression that starts with the delimiters tries a match at every ``:`` and ``,`` (9 ms per MB of JSON Lines,
+    against 2 ms). Each look back crosses one run of whitespace, never another's: linear in all.
+    """
+    for word in (b"Inf", b"-NaN"):
+        at = piece.find(word)
+        while at >= 0:
+            if word == b"-NaN" or not piece.startswith(b"inity", at + 3):
+                before = at - 1
+                if word == b"Inf" and before >= 0 and piece[before] == ord("-"):
+                    before -= 1
+                while before >= 0 and piece[before] in _JSON_SPACE:
+                    before -= 1
+                if before >= 0 and piece[before] in b":,[":
+                    return True
+            at = piece.find(word, at + 1)
+    return False
 
 
 def _parse_lines(

@@ -6,12 +6,13 @@ columns: a log line or a piped table keeps its shape.
 from __future__ import annotations
 
 import sys
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from packcli.write.manifest import TOTALS
+
+if TYPE_CHECKING:  # rich is imported where it draws: the pack summary is plain lines (spares pack 40 ms)
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = ["console", "count", "loss_warning", "pack_summary", "print_corpus_choices", "print_stats"]
 
@@ -22,8 +23,17 @@ _HEADLINE = ("documents", "tokens", "sequences", "input_documents")  # said in t
 
 def console() -> Console:
     """A console for stdout; not a terminal (a pipe, a log file): as wide as each line needs."""
+    from rich.console import Console
+
     terminal = sys.stdout.isatty()
     return Console(highlight=False, soft_wrap=not terminal, width=None if terminal else 1000)
+
+
+def _table(title: str) -> Table:
+    """An empty table, titled on the left."""
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left")
 
 
 def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
@@ -138,7 +148,7 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         f"  {documents:,} documents{split}, {stats['tokens']:,} tokens, {stats['sequences']:,} sequences "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"
     )
-    table = Table(title="compute per layout", title_justify="left")
+    table = _table("compute per layout")
     for column in ("layout", "slots", "padding tokens", "efficiency", "compute / packing"):
         table.add_column(column, justify="right" if column != "layout" else "left")
     packed_slots = stats["tokens"] + stats["packing"]["padding_tokens"]
@@ -187,7 +197,7 @@ def print_corpus_choices(stats: dict[str, Any]) -> None:
         f"p99 {lengths['p99']:,}, max {lengths['max']:,} (mean {lengths['mean']:,.1f}, {lengths['documents']:,} "
         f"documents)"
     )
-    table = Table(title="choosing --max-len", title_justify="left")
+    table = _table("choosing --max-len")
     for column in (
         "max_len",
         "documents over",
@@ -216,7 +226,7 @@ def print_corpus_choices(stats: dict[str, Any]) -> None:
 
 def _print_sources(out: Console, sources: list[dict[str, Any]]) -> None:
     """A mixed output's sources: what each put into the output, and how often its tokens were used."""
-    table = Table(title="sources (mixed)", title_justify="left")
+    table = _table("sources (mixed)")
     for column in ("source", "weight", "documents", "tokens", "share", "used"):
         table.add_column(column, justify="left" if column == "source" else "right")
     for source in sources:
@@ -232,10 +242,8 @@ def _print_sources(out: Console, sources: list[dict[str, Any]]) -> None:
 
 
 def _print_strategy_comparison(out: Console, stats: dict[str, Any]) -> None:
-    table = Table(
-        title=f"strategies at max_len {stats['max_len']:,} ({stats['tokens']:,} tokens, "
-        f"{stats['documents']:,} documents)",
-        title_justify="left",
+    table = _table(
+        f"strategies at max_len {stats['max_len']:,} ({stats['tokens']:,} tokens, {stats['documents']:,} documents)"
     )
     for column in ("strategy", "sequences", "gap to lower bound", "efficiency", "docs / sequence", "steps / epoch"):
         table.add_column(column, justify="right" if column != "strategy" else "left")

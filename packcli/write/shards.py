@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -31,6 +33,9 @@ __all__ = [
 TOKEN_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")
 LABELS_COLUMN = "labels"
 IGNORE_INDEX = -100
+HASH_AHEAD = 32 << 20  # bytes written but not yet hashed, at most (each holds its buffer alive)
+SYNC_BYTES = 8 << 20  # a shard's written part is flushed to disk early every this many bytes
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def int32_array(values: np.ndarray) -> pa.Array:
@@ -71,28 +76,68 @@ class ShardInfo:
 
 
 class _HashingFile:
-    """A binary sink that hashes every byte on its way to disk (so no second read is needed)."""
+    """A binary sink that hashes every byte on its way to disk (so no second read is needed).
+
+    Two helper threads keep this off the writer's path (hashlib and fdatasync release the GIL): one hashes the
+    buffers in order, at most HASH_AHEAD bytes behind the writes; the other flushes the written part to disk every
+    SYNC_BYTES, so the fsync at :meth:`close` waits for little more than the last batch.
+    """
 
     def __init__(self, path: Path) -> None:
         self.file: IO[bytes] = open(path, "wb")  # noqa: SIM115 (closed by close(), after fsync)
         self.hash = hashlib.sha256()
         self.size = 0
         self.closed = False
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-hash")
+        self._hashing: deque[tuple[Future[None], int]] = deque()  # in write order, with their sizes
+        self._hashing_bytes = 0
+        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packcli-sync")
+        self._syncs: list[Future[None]] = []
+        self._unsynced = 0
 
     def write(self, data: bytes | memoryview) -> int:
-        self.hash.update(data)
-        self.size += len(data)
-        return self.file.write(data)
+        size = len(data)
+        self._hashing.append((self._hasher.submit(self.hash.update, data), size))  # holds ``data`` until hashed
+        self._hashing_bytes += size
+        while self._hashing_bytes > HASH_AHEAD:
+            future, hashed = self._hashing.popleft()
+            future.result()
+            self._hashing_bytes -= hashed
+        self.size += size
+        written = self.file.write(data)
+        self._unsynced += size
+        if self._unsynced >= SYNC_BYTES and (not self._syncs or self._syncs[-1].done()):
+            self.file.flush()
+            self._syncs.append(self._syncer.submit(_fdatasync, self.file.fileno()))
+            self._unsynced = 0
+        return written
 
     def flush(self) -> None:
         self.file.flush()
 
     def close(self) -> None:
+        """Wait for the hash and the early flushes (raising their errors: a failed fdatasync may not show again),
+        then fsync and close."""
         if not self.closed:
             self.closed = True
-            self.file.flush()
-            os.fsync(self.file.fileno())
-            self.file.close()
+            try:
+                self.file.flush()
+                for future in [*(future for future, _ in self._hashing), *self._syncs]:
+                    future.result()
+                os.fsync(self.file.fileno())
+            finally:
+                self._stop()
+                self.file.close()
+
+    def discard(self) -> None:
+        """Stop the helpers and close the file, whatever state they are in (the file is deleted after)."""
+        self.closed = True
+        self._stop()
+        self.file.close()
+
+    def _stop(self) -> None:
+        for helper in (self._hasher, self._syncer):
+            helper.shutdown(wait=True, cancel_futures=True)
 
 
 class ShardWriter:
@@ -161,7 +206,7 @@ class ShardWriter:
     def abort(self) -> None:
         """Remove the open temporary shard and every shard this writer finished."""
         if self._sink is not None:
-            self._sink.file.close()
+            self._sink.discard()
             self._tmp_path().unlink(missing_ok=True)
         for info in self.shards:
             (self.directory / info.file).unlink(missing_ok=True)
