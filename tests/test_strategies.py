@@ -140,9 +140,22 @@ def test_check_packing_rejects_a_lost_document() -> None:
         check_packing(Packing(np.array([0]), np.array([0, 1])), np.array([1, 1]), 4)
 
 
+def install_plugin(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, entry_point: str) -> None:
+    """A distribution ``name`` on sys.path declaring ``entry_point`` in the packcli.strategies group, with the
+    registry reset to the built-in strategies (for this test only)."""
+    import packcli.strategies as registry
+
+    info = directory / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[packcli.strategies]\n{entry_point}\n")
+    monkeypatch.syspath_prepend(str(directory))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+
+
 def test_entry_point_strategies_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A package that declares a strategy in the packcli.strategies entry-point group, installed on sys.path."""
-    import packcli.strategies as registry
 
     (tmp_path / "my_packer.py").write_text(
         "import numpy as np\n"
@@ -152,13 +165,7 @@ def test_entry_point_strategies_are_found(tmp_path: Path, monkeypatch: pytest.Mo
         "    n = len(lengths)\n"
         "    return Packing(np.arange(n)[::-1].copy(), np.arange(n + 1))\n"
     )
-    info = tmp_path / "my_packer-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-packer\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[packcli.strategies]\nreverse = my_packer:reverse\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    install_plugin(tmp_path, monkeypatch, "my-packer", "reverse = my_packer:reverse")
     assert available_strategies()["reverse"] == "One document per sequence, last first."
     assert rows_of(run_strategy("reverse", np.array([1, 2, 3]), 3)) == [[2], [1], [0]]
 
@@ -236,13 +243,7 @@ def test_a_built_in_strategy_needs_no_entry_point_scan(tmp_path: Path, monkeypat
     """A broken third-party entry point fails only the names that are not built in (and the listing)."""
     import packcli.strategies as registry
 
-    info = tmp_path / "broken_packer-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-packer\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[packcli.strategies]\nbroken = no_such_module:pack\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    install_plugin(tmp_path, monkeypatch, "broken-packer", "broken = no_such_module:pack")
     assert rows_of(run_strategy("bfd", np.array([1, 2, 3]), 3)) == [[2], [1, 0]]
     assert not registry._entry_points_loaded
     with pytest.raises(PackcliError, match="cannot load strategy 'broken'"):
