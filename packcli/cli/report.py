@@ -81,7 +81,7 @@ def stats(
 
       packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
     """
-    from packcli.read.stdin import STDIN, STDIN_NAME
+    from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.render import loss_warning, print_corpus_choices, print_stats
     from packcli.report.stats import measure_corpus, measure_output
     from packcli.write.manifest import MANIFEST_NAME
@@ -95,7 +95,6 @@ def stats(
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
         from packcli.options import PackOptions
-        from packcli.read.stdin import spooled_stdin
         from packcli.report.progress import make_reporter
 
         options = PackOptions(
