@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -250,3 +251,52 @@ def test_partition_size_sets_the_partition_count(plain: Path, tmp_path: Path) ->
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["partitions"] == -(-plain.stat().st_size // 700_000) > 1
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid`` (children by /proc, recursively)."""
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = [int(child) for child in task.read_text().split()]
+            except OSError:
+                continue
+            found.update(children)
+            frontier.extend(children)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize(("signum", "delay"), [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.3), (signal.SIGHUP, 0.3)])
+def test_a_signal_stops_the_partition_workers_too(tmp_path: Path, signum: int, delay: float) -> None:
+    corpus = tmp_path / "big.jsonl"  # partitions that take seconds: the signal comes while workers start or work
+    corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()) * 3)
+    command = [sys.executable, "-m", "packcli", "pack", str(corpus), "--partitions", "2", "--workers", "2"]
+    with subprocess.Popen(
+        [*command, "--out", str(tmp_path / "out"), "--quiet"],
+        preexec_fn=lambda: [signal.signal(number, signal.SIG_DFL) for number in (signal.SIGTERM, signal.SIGHUP)],
+        stderr=subprocess.DEVNULL,
+    ) as process:
+        deadline = time.monotonic() + 120
+        while len(descendants(process.pid)) < 3 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the resource tracker and two workers
+        time.sleep(delay)
+        workers = descendants(process.pid)
+        assert process.poll() is None and len(workers) >= 3
+        process.send_signal(signum)
+        assert process.wait(timeout=120) == -signum
+    time.sleep(2)
+    assert not [pid for pid in workers if alive(pid)], "worker processes outlived the run"
+    resumed = invoke("pack", str(corpus), "--partitions", "2", "--out", str(tmp_path / "out"))
+    assert resumed.exit_code == 0, resumed.output
+    assert verify_output(tmp_path / "out").ok

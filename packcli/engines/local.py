@@ -64,8 +64,8 @@ class LocalEngine:
         pool = ProcessPoolExecutor(
             size, mp_context=context, initializer=_start_worker, initargs=(tokenizer, max(1, cores // size))
         )
-        futures: list[Future[PartitionResult]] = [pool.submit(_run, job) for job in jobs]
         try:
+            futures: list[Future[PartitionResult]] = [pool.submit(_run, job) for job in jobs]  # starts the workers
             for future in as_completed(futures):
                 if future.cancelled():
                     continue
@@ -77,5 +77,9 @@ class LocalEngine:
                 "a worker process died (killed, or out of memory?); the partitions it committed are kept: "
                 "rerun the same command to resume"
             ) from None
+        except BaseException:  # a signal, Ctrl-C or a failed partition: no worker may outlive the run or its lock
+            for process in list(pool._processes.values()):  # no public way to stop them before Python 3.14
+                process.terminate()
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
