@@ -3,13 +3,15 @@
 ``.bin``: every sequence's tokens back to back (uint16 when the vocabulary is below 65500, Megatron's own rule in
 ``DType.optimal_dtype``; else int32). ``.idx``: the 9-byte magic ``MMIDIDX\\0\\0``, version 1 (uint64), the dtype
 code (uint8), the sequence count and the document-index count (uint64 each), then the sequence lengths (int32),
-their byte offsets in ``.bin`` (int64) and the document index (int64: 0, then after each document the number of
-sequences so far). One sequence per stored document (piece), its EOS included, in output order; a split
-document's pieces are consecutive sequences of one document. Megatron's ``GPTDataset`` samples and concatenates
-itself. Labels have no place here: a fine-tuning output is refused (see ``bridge``).
+their byte offsets in ``.bin`` (int64) and the document index (int64: 0, 1, ..., one sequence per document). One
+sequence per document, its EOS included, in output order; Megatron's ``GPTDataset`` samples and concatenates
+itself. A document split by ``--overflow split`` is one sequence again, its pieces joined in order: ``GPTDataset``
+shuffles sequences, not documents (its ``numel_low_level_dataset`` counts sequences), so pieces kept as sequences
+of one document would still be trained apart, each merged with whatever it is shuffled next to. Labels have no
+place here: a fine-tuning output is refused (see ``bridge``).
 
-Memory: the lengths and document ends are spilled to temporary files while ``.bin`` is written, and the index is
-assembled from them a block at a time.
+Memory: the lengths are spilled to a temporary file while ``.bin`` is written, and the index is assembled from it a
+block at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from packcli.errors import UsageError
+from packcli.errors import PackcliError, UsageError
 from packcli.export.base import ExportTotals, check_ids_fit, token_dtype, write_array
 from packcli.export.reading import DocumentBatch, PackedOutput
 
@@ -45,24 +47,24 @@ class MegatronExporter:
         self.dtype = token_dtype(packed, "uint16", 65500, "int32")
         self.bin = open(directory / f"{PREFIX}.bin", "wb")  # noqa: SIM115 (closed by finish)
         self.lengths = open(directory / f"{PREFIX}.lengths.tmp", "wb")  # noqa: SIM115
-        self.ends = open(directory / f"{PREFIX}.ends.tmp", "wb")  # noqa: SIM115
         self.totals = ExportTotals()
 
     def write(self, batch: DocumentBatch) -> None:
         check_ids_fit(batch.tokens, self.dtype, "megatron", self.directory)
         write_array(self.bin, batch.tokens, self.dtype)
-        write_array(self.lengths, batch.lengths, np.int32)
-        ends = self.totals.sequences + 1 + np.nonzero(batch.ends)[0]
-        write_array(self.ends, ends, np.int64)
-        self.totals.sequences += len(batch.lengths)
-        self.totals.documents += len(ends)
+        document_ends = np.cumsum(batch.lengths)[batch.ends]  # a batch ends with a document's end
+        lengths = np.diff(document_ends, prepend=0)
+        if len(lengths) and int(lengths.max()) > np.iinfo(np.int32).max:
+            raise PackcliError("a document of over 2**31 tokens does not fit megatron's int32 sequence lengths")
+        write_array(self.lengths, lengths, np.int32)
+        self.totals.sequences += len(lengths)
+        self.totals.documents += len(lengths)
         self.totals.tokens += len(batch.tokens)
 
     def finish(self) -> ExportTotals:
-        for handle in (self.bin, self.lengths, self.ends):
+        for handle in (self.bin, self.lengths):
             handle.close()
         lengths_path = self.directory / f"{PREFIX}.lengths.tmp"
-        ends_path = self.directory / f"{PREFIX}.ends.tmp"
         count = self.totals.sequences
         with open(self.directory / f"{PREFIX}.idx", "wb") as idx:
             idx.write(MAGIC)
@@ -78,11 +80,8 @@ class MegatronExporter:
                 block = lengths[start : start + BLOCK].astype(np.int64) * self.dtype.itemsize
                 write_array(idx, offset + np.cumsum(block) - block, np.int64)
                 offset += int(block.sum())
-            write_array(idx, np.zeros(1), np.int64)
-            with open(ends_path, "rb") as ends:
-                while chunk := ends.read(8 * BLOCK):
-                    idx.write(chunk)
+            for start in range(0, count + 1, BLOCK):
+                write_array(idx, np.arange(start, min(start + BLOCK, count + 1)), np.int64)
             del lengths
         lengths_path.unlink()
-        ends_path.unlink()
         return self.totals
