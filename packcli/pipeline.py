@@ -34,8 +34,8 @@ from packcli.write.layout import exclusive_cumsum
 from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
 from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
-from packcli.write.splits import shard_entries, split_pieces
 from packcli.write.shards import ShardInfo, shard_schema
+from packcli.write.splits import shard_entries, split_pieces
 
 __all__ = [
     "PackResult",

@@ -10,7 +10,7 @@ import json
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -133,7 +133,7 @@ def encoded_corpus(corpus: Path, tokenizer: Path) -> list[list[int]]:
     """The corpus as the tokenizer encodes it, each document with its EOS: what the export must conserve."""
     encoder = Tokenizer.from_file(str(tokenizer))
     eos = encoder.token_to_id("<|endoftext|>")
-    return [encoder.encode(record["text"]).ids + [eos] for record in read_jsonl(corpus)]
+    return [[*encoder.encode(record["text"]).ids, eos] for record in read_jsonl(corpus)]
 
 
 def split_by(values: np.ndarray, lengths: list[int] | np.ndarray) -> list[list[int]]:
@@ -185,7 +185,7 @@ def test_megatron_gpt_dataset_builds_on_the_export(text_packed: Path, tmp_path: 
             eod = 50256
             pad = 50256
             vocab_size = 50257
-            unique_identifiers: dict[str, Any] = {"class": "gpt2"}
+            unique_identifiers: ClassVar[dict[str, Any]] = {"class": "gpt2"}
 
         config = GPTDatasetConfig(
             random_seed=1,
@@ -304,7 +304,9 @@ def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
         restart = positions[window].copy()
         restart -= restart[0] if restart[0] else 0
         starts = np.nonzero(positions[window] == 0)[0]
-        expected_positions = np.arange(64) - np.maximum.accumulate(np.where(np.isin(np.arange(64), starts), np.arange(64), 0))
+        expected_positions = np.arange(64) - np.maximum.accumulate(
+            np.where(np.isin(np.arange(64), starts), np.arange(64), 0)
+        )
         assert item["positions"].tolist() == expected_positions.tolist()
     metadata = (tmp_path / "nt" / "packcli.ds.metadata").read_text().split("\n")
     import humanize

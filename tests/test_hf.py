@@ -49,7 +49,9 @@ def test_fine_tuning_columns_and_options_pass_through(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "sft" / "manifest.json").read_text())
     assert manifest["strategy"] == "ffd" and manifest["options"]["seed"] == 3
     assert "labels" in packed.column_names
-    assert sum(sum(label != -100 for label in row) for row in packed["labels"]) == manifest["totals"]["supervised_tokens"]
+    assert (
+        sum(sum(label != -100 for label in row) for row in packed["labels"]) == manifest["totals"]["supervised_tokens"]
+    )
 
 
 def test_bad_options_and_columns_are_one_clear_error(records: list[dict[str, str]], tmp_path: Path) -> None:

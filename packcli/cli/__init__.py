@@ -3,7 +3,8 @@ instant. Every error becomes one ``error: ...`` line on stderr with exit 1 (data
 place (:class:`OneLineErrors`); ``--debug`` anywhere on the command line shows the traceback instead.
 
 Here: the app, the error mapper and the entry point :func:`main`. ``flags`` holds the option aliases commands
-share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``report`` stats, verify, show and strategies, ``export`` the export command.
+share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``report`` stats, verify, show and strategies,
+``export`` the export command.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def export_output(
         split = int(packed.manifest["totals"].get("split_documents", 0))
         if exporter.view == "rows" and split:
             warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
-        for batch in (row_batches(packed) if exporter.view == "rows" else document_batches(packed)):
+        for batch in row_batches(packed) if exporter.view == "rows" else document_batches(packed):
             exporter.write(batch)
         totals: ExportTotals = exporter.finish()
         files = sorted(path for path in publication.staging.iterdir() if path.is_file())

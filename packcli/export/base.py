@@ -16,7 +16,7 @@ import numpy as np
 from packcli.errors import PackcliError
 from packcli.export.reading import PackedOutput
 
-__all__ = ["Exporter", "ExportTotals", "check_ids_fit", "token_dtype", "write_array"]
+__all__ = ["ExportTotals", "Exporter", "check_ids_fit", "token_dtype", "write_array"]
 
 
 @dataclass
@@ -71,4 +71,3 @@ def check_ids_fit(tokens: np.ndarray, dtype: np.dtype[Any], fmt: str, path: Path
 def write_array(handle: BinaryIO, values: np.ndarray, dtype: Any) -> None:
     """Append ``values`` as raw little-endian ``dtype``."""
     handle.write(np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<")).data)
-

@@ -91,7 +91,9 @@ class MdsExporter:
 def encode_tokens(tokens: np.ndarray) -> np.ndarray:
     """One sample's bytes: column size, ndarray header (1-D, length in the smallest unsigned dtype), uint32 tokens."""
     length = len(tokens)
-    code, shape_dtype = next((code, dtype) for code, dtype in enumerate("<u1 <u2 <u4 <u8".split()) if length < 1 << (8 << code))
+    code, shape_dtype = next(
+        (code, dtype) for code, dtype in enumerate(["<u1", "<u2", "<u4", "<u8"]) if length < 1 << (8 << code)
+    )
     header = np.array([(1 << 2) | code], dtype=np.uint8).tobytes() + np.array([length], dtype=shape_dtype).tobytes()
     body = tokens.astype("<u4").tobytes()
     size = np.array([len(header) + len(body)], dtype="<u4").tobytes()
