@@ -1,7 +1,7 @@
 """``--to nanotron``: datatrove's tokenized files, as nanotron's ``DatatroveFolderDataset`` reads them.
 
-``packcli.ds``: tokens back to back (uint16 when the vocabulary is below 65536 ids, else uint32; the reader's
-``token_size`` 2 or 4). ``packcli.ds.index``: uint64 token offsets of each document's end. ``packcli.ds.loss``
+``packcli.ds``: tokens back to back (uint16 when the vocabulary has fewer than 65535 ids, nanotron's rule for its
+``token_size``; else uint32). ``packcli.ds.index``: uint64 token offsets of each document's end. ``packcli.ds.loss``
 (fine-tuning): one bool byte per token, True where loss is taken. ``packcli.ds.metadata``: three lines, the
 tokenizer name and token size (``NAME|2``), the token count, and the count in datatrove's short form (``1.23 MT``).
 Documents in output order; a split document's pieces are consecutive and end at one index entry.
@@ -28,7 +28,7 @@ class NanotronExporter:
 
     def __init__(self, directory: Path, packed: PackedOutput, options: dict[str, Any]) -> None:
         self.directory = directory
-        self.dtype = token_dtype(packed, "uint16", 65536, "uint32")
+        self.dtype = token_dtype(packed, "uint16", 65535, "uint32")
         self.name = packed.manifest["tokenizer"].get("name") or f"Unknown Tokenizer|{self.dtype.itemsize}"
         self.tokens = open(directory / NAME, "wb")  # noqa: SIM115 (closed by finish)
         self.index = open(directory / f"{NAME}.index", "wb")  # noqa: SIM115
