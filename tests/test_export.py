@@ -42,22 +42,18 @@ def export(packed: Path, fmt: str, out: Path, *extra: str) -> dict[str, Any]:
 # -- the packed outputs, and what their documents are ---------------------------------------------------------------
 
 
+def first_records(path: Path, count: int) -> list[dict[str, Any]]:
+    """The first records of a large JSON Lines file, without reading the rest."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line, _ in zip(handle, range(count))]
+
+
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Small slices of the real corpora: long code files (split by --overflow split) and prompt/response pairs."""
     root = tmp_path_factory.mktemp("corpora")
-    code = []
-    with open(shared_path("data/cpython_stdlib.jsonl"), encoding="utf-8") as handle:
-        for line in handle:
-            code.append(json.loads(line))
-            if len(code) == 24:
-                break
-    sft = []
-    with open(shared_path("data/bigbench_sft.jsonl"), encoding="utf-8") as handle:
-        for line in handle:
-            sft.append(json.loads(line))
-            if len(sft) == 40:
-                break
+    code = first_records(shared_path("data/cpython_stdlib.jsonl"), 24)
+    sft = first_records(shared_path("data/bigbench_sft.jsonl"), 40)
     return {
         "code": write_jsonl(root / "code.jsonl", [{"text": record["text"]} for record in code]),
         "sft": write_jsonl(root / "sft.jsonl", [{"prompt": r["prompt"], "response": r["response"]} for r in sft]),

@@ -16,7 +16,7 @@ from typing import Any
 from packcli import __version__
 from packcli.errors import PackcliError
 from packcli.write.manifest import dumps, write_manifest
-from packcli.write.publish import Existing
+from packcli.write.publish import Existing, directory_names
 
 __all__ = ["EXPORT_NAME", "LAYOUT_VERSION", "existing_export", "export_fingerprint", "write_record"]
 
@@ -43,11 +43,7 @@ def existing_export(target: Path, fingerprint: str, shown: Path) -> Existing:
         PackcliError: ``target`` is not a directory, or holds files but no readable ``export.json``, or a file the
             export does not list: such a directory is never replaced.
     """
-    if not target.exists():
-        return "absent"
-    if not target.is_dir():
-        raise PackcliError("exists and is not a directory; choose another --out", shown)
-    names = sorted(path.name for path in target.iterdir())
+    names = directory_names(target, shown)
     if not names:
         return "absent"
     try:

@@ -47,7 +47,7 @@ from packcli.errors import PackcliError, Terminated, path_name, unwinds
 from packcli.write.locks import FileLock
 from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 
-__all__ = ["OWN_FILE", "Existing", "Publication", "existing_output"]
+__all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output"]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
@@ -216,11 +216,7 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             (named, as ``shown``): such a directory is never replaced.
     """
     shown = shown or target
-    if not target.exists():
-        return "absent"
-    if not target.is_dir():
-        raise PackcliError("exists and is not a directory; choose another --out", shown)
-    names = sorted(path.name for path in target.iterdir())
+    names = directory_names(target, shown)
     if not names:
         return "absent"
     try:
@@ -247,6 +243,19 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             shown,
         )
     return "other"
+
+
+def directory_names(target: Path, shown: Path) -> list[str]:
+    """The names ``target`` holds, sorted; none when it does not exist.
+
+    Raises:
+        PackcliError: ``target`` exists and is not a directory (named as ``shown``).
+    """
+    if not target.exists():
+        return []
+    if not target.is_dir():
+        raise PackcliError("exists and is not a directory; choose another --out", shown)
+    return sorted(path.name for path in target.iterdir())
 
 
 def _has_size(path: Path, size: int) -> bool:
