@@ -494,3 +494,19 @@ def test_export_refuses_what_is_not_its_own(small_packed: Path, tmp_path: Path) 
     assert result.exit_code == 2 and "--to must be one of" in result.output
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "mds", "--pad-to-multiple", "8", "--out", str(tmp_path / "x")])  # fmt: skip
     assert result.exit_code == 2 and "--pad-to-multiple is for --to bridge" in result.output
+
+
+def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
+    text_packed: Path, tmp_path: Path
+) -> None:
+    """An output packed before split_pieces existed: its pieces are exported as they are stored, with a warning."""
+    packed = tmp_path / "old"
+    shutil.copytree(text_packed, packed)
+    manifest = json.loads((packed / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        shard.pop("split_pieces", None)
+    (packed / "manifest.json").write_text(json.dumps(manifest))
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "nt")])
+    assert result.exit_code == 0 and "does not record which pieces belong together" in result.output
+    index = np.fromfile(tmp_path / "nt" / "packcli.ds.index", dtype=np.uint64)
+    assert len(index) == manifest["totals"]["documents"]  # one per stored piece

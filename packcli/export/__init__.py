@@ -34,6 +34,12 @@ ROW_FORMAT_SPLITS = (
     "{count} document(s) longer than max_len were split by --overflow split: {fmt} stores packed rows, so each "
     "piece stays a document of its own in its row, as packcli's loader trains it"
 )
+# and what the document formats do with them when the output does not record where the pieces are
+UNRECORDED_SPLITS = (
+    "{count} document(s) longer than max_len were split by --overflow split, and this output does not record "
+    "which pieces belong together (packed before split_pieces existed): {fmt} gets each piece as a document of "
+    "its own; pack again to export them whole"
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ def export_output(
     from packcli.export.reading import check_intact, document_batches, open_packed, row_batches
     from packcli.export.record import EXPORT_NAME, existing_export, export_fingerprint, write_record
     from packcli.write.publish import Publication
+    from packcli.write.splits import SPLIT_PIECES
 
     if fmt not in FORMATS:
         raise UsageError(f"--to must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -88,6 +95,8 @@ def export_output(
         split = int(packed.manifest["totals"].get("split_documents", 0))
         if exporter.view == "rows" and split:
             warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
+        elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
+            warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
         for batch in row_batches(packed) if exporter.view == "rows" else document_batches(packed):
             exporter.write(batch)
         totals: ExportTotals = exporter.finish()
