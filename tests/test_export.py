@@ -194,6 +194,7 @@ def test_megatron_gpt_dataset_builds_on_the_export(text_packed: Path, tmp_path: 
             eod_mask_loss=False,
             path_to_cache=str(tmp_path / "cache"),
             mid_level_dataset_surplus=0.005,
+            create_attention_mask=False,
         )
         documents = np.arange(len(dataset.document_indices) - 1, dtype=np.int32)
         gpt = GPTDataset(dataset, str(tmp_path / "mg" / "tokens"), documents, 16, Split.train, config)
