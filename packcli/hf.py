@@ -6,7 +6,7 @@ A dataset is streamed, a thousand records at a time, into one Arrow stream file 
 only the columns the options name (``text_field``, ``prompt_field``/``response_field``, ``messages_field``,
 ``ids_field``, ``labels_field``), which ``pack`` then reads like any input: the same records from a dataset and
 from a file give the same shards. ``datasets`` is imported only here, when called, so the command line never pays
-for it.
+for it. Needs the ``hf`` extra (``pip install 'packcli[hf]'``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from packcli.errors import UsageError
+from packcli.errors import UsageError, requires_extra
 from packcli.options import PackOptions, parse_size
 
 __all__ = ["pack"]
@@ -52,7 +52,8 @@ def pack(
         UsageError: an unknown option, or a dataset without the columns the options name.
         PackcliError: as ``packcli pack`` (a bad record, an output in the way, ...).
     """
-    import datasets
+    with requires_extra("hf", "packcli.pack()"):
+        import datasets
 
     known = {field.name for field in fields(PackOptions)}
     unknown = sorted(set(options) - known)
