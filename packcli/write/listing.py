@@ -2,8 +2,8 @@
 
 ``verify`` hashes every byte; a reader (the loader, ``stats``) cannot afford that on every open, but an edited
 manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open: every
-file is listed once, the shards' rows and tokens add up to the totals, and each shard file holds the rows and
-tokens its entry says (from the record batches' lengths and the last offset of ``input_ids``: no token is read).
+shard file of the directory is listed, once; the shards' rows and tokens add up to the totals; and each shard file
+holds the rows and tokens its entry says (from the record batches' lengths and the last offset of ``input_ids``: no token is read).
 Any mismatch is one error naming the manifest key.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.write.manifest import MANIFEST_NAME, shard_path
+from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, shard_path
 from packcli.write.shards import list_views, read_shard
 
 __all__ = ["check_listing", "open_listed_shard"]
@@ -24,8 +24,8 @@ REPACK = "the manifest was edited or the output is damaged: run packcli verify, 
 
 
 def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
-    """Each shard file listed once, and the shards' rows and tokens equal to ``totals.sequences`` and
-    ``totals.tokens``. ``manifest`` is validated already (:func:`packcli.write.manifest.read_manifest`).
+    """Each shard file of ``directory`` listed once, and the shards' rows and tokens equal to ``totals.sequences``
+    and ``totals.tokens``. ``manifest`` is validated already (:func:`packcli.write.manifest.read_manifest`).
 
     Raises:
         PackcliError: naming the manifest key at fault.
@@ -36,6 +36,14 @@ def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
         if shard["file"] in seen:
             _fail(directory, f"shards[{index}].file", f"lists {shard['file']} again (shards[{seen[shard['file']]}])")
         seen[shard["file"]] = index
+    unlisted = sorted(path.name for path in directory.iterdir() if SHARD_FILE.fullmatch(path.name))
+    unlisted = [name for name in unlisted if name not in seen]
+    if unlisted:
+        _fail(
+            directory,
+            "shards",
+            f"leaves out {unlisted[0]}" + (f" and {len(unlisted) - 1} more" if unlisted[1:] else ""),
+        )
     for total, key in (("sequences", "rows"), ("tokens", "tokens")):
         listed = sum(shard[key] for shard in shards)
         if listed != manifest["totals"][total]:
