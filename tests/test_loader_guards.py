@@ -119,7 +119,9 @@ def test_a_truncated_shard_names_the_file(outputs: dict[int, Path], tmp_path: Pa
         ({"batch_size": -1}, r"batch_size must be an integer >= 1 .*, not -1"),
     ],
 )
-def test_arguments_out_of_range_say_the_range(outputs: dict[int, Path], arguments: dict[str, int], message: str) -> None:
+def test_arguments_out_of_range_say_the_range(
+    outputs: dict[int, Path], arguments: dict[str, int], message: str
+) -> None:
     for make in (PackedDataset, lambda path, **kw: loader(path, **{"batch_size": 4, **kw})):
         with pytest.raises(ValueError, match=message):
             make(outputs[0], **arguments)

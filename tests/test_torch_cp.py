@@ -55,7 +55,7 @@ def padded_sequence(rows: list[dict[str, Any]], cp_size: int, pad: int = PAD) ->
             out["position_ids"] += list(range(b - a + padding))
             out["real"].append(b - a)
             out["padded"].append(b - a + padding)
-    out["shift_labels"] = out["labels"][1:] + [-100]
+    out["shift_labels"] = [*out["labels"][1:], -100]
     return out
 
 

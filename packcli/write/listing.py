@@ -3,8 +3,8 @@
 ``verify`` hashes every byte; a reader (the loader, ``stats``) cannot afford that on every open, but an edited
 manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open: every
 shard file of the directory is listed, once; the shards' rows and tokens add up to the totals; and each shard file
-holds the rows and tokens its entry says (from the record batches' lengths and the last offset of ``input_ids``: no token is read).
-Any mismatch is one error naming the manifest key.
+holds the rows and tokens its entry says (from the record batches' lengths and the offsets of ``input_ids``: no
+token is read). Any mismatch is one error naming the manifest key.
 """
 
 from __future__ import annotations
