@@ -7,7 +7,7 @@ a whole number of sequences, or with ``%`` a share of the lower bound). Shares a
 Invariants: a threshold no figure can meet or miss (an efficiency above 1 or below 0, a negative loss or gap) is a
 usage error before any work; a gate on a packed output first passes verify's cheap checks (manifest, the shards'
 presence and sizes, the totals against what ``stats`` reads), so a damaged output is reported as damaged, never as
-a poor packing; a failing gate exits :data:`EXIT_GATE`, apart from data errors (1) and usage errors (2).
+a poor packing; a failing gate exits ``EXIT_GATE`` (3), apart from data errors (1) and usage errors (2).
 """
 
 from __future__ import annotations
@@ -19,20 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import EXIT_GATE, PackcliError, UsageError
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.render import token_loss
 from packcli.report.stats import Measured, measure_output
 from packcli.write.manifest import read_manifest, shard_path
 
-__all__ = ["EXIT_GATE", "Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
+__all__ = ["Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
 
-EXIT_GATE = 3  # a gate failed: the output is sound, its figures miss a threshold
 _NUMBER = re.compile(r"\d+(\.\d*)?|\.\d+")
 
 
 class GateFailed(PackcliError):
-    """One or more gates failed: exit :data:`EXIT_GATE`."""
+    """One or more gates failed: exit ``EXIT_GATE`` (3), apart from data (1) and usage (2) errors."""
 
     exit_code = EXIT_GATE
 
