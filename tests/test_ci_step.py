@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 from conftest import SAMPLE, read_jsonl, write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.errors import UsageError
+from packcli.report.gates import parse_gates
 
 runner = CliRunner()
 
@@ -78,9 +82,9 @@ def test_dry_run_reports_what_it_would_read(tmp_path: Path, corpus: Path) -> Non
     assert plan["input_documents"] is None  # JSON Lines: only reading would tell
     assert plan["partitions"]["count"] == 3 and sum(plan["partitions"]["bytes"]) == corpus.stat().st_size
     assert plan["tokenizer"]["name"] and "records are not read" in plan["checked"]
-    human = invoke("pack", str(corpus), "--out", str(tmp_path / "o"), "--dry-run")
-    assert human.exit_code == 0 and human.stdout.startswith(f"fingerprint {plan['fingerprint'][:0]}")
-    assert "would read 1 file(s)" in human.stdout
+    human = invoke("pack", str(corpus), "--partitions", "3", "--out", str(tmp_path / "o"), "--dry-run")
+    assert human.exit_code == 0 and human.stdout.splitlines()[0] == f"fingerprint {plan['fingerprint']}"
+    assert "would read 1 file(s)" in human.stdout and "3 partitions" in human.stdout
 
 
 def test_dry_run_does_not_read_records(tmp_path: Path, corpus: Path) -> None:
@@ -173,6 +177,8 @@ def test_gate_on_a_damaged_output_reports_the_damage(tmp_path: Path, packed: Pat
     (copy / "manifest.json").write_text(json.dumps(manifest))
     result = invoke("stats", str(copy), "--min-efficiency", "0")
     assert result.exit_code == 1 and "fails verify's checks" in result.stderr and "totals.tokens" in result.stderr
+    assert invoke("verify", str(copy), "--summary", str(tmp_path / "verify.md")).exit_code == 1
+    assert "**FAILED: 2 problems**\n\n- manifest totals.tokens" in (tmp_path / "verify.md").read_text()
     shard = next(copy.glob("shard-*.arrow"))
     shard.write_bytes(shard.read_bytes()[:-8])
     truncated = invoke("stats", str(copy), "--min-efficiency", "0")
@@ -200,3 +206,20 @@ def test_summary_markdown_for_pack_stats_and_verify(tmp_path: Path, corpus: Path
     assert "OK: every invariant and checksum holds" in mine.read_text() and "### packcli verify" in text
     assert not invoke("pack", str(corpus), "--out", out, "--dry-run", "--overwrite", env=env).stderr
     assert github.read_text() == text  # a dry run writes nothing, no summary either
+
+
+@given(st.integers(0, 10_000), st.integers(1, 10_000))
+def test_a_share_reads_the_same_as_a_fraction_or_a_percentage(part: int, whole: int) -> None:
+    share = min(part, whole) / whole
+    [fraction, loss, gap] = parse_gates(repr(share), f"{share * 100!r}%", f"{share * 100!r}%")
+    assert fraction.limit == pytest.approx(share) and loss.limit == pytest.approx(share)
+    assert gap.limit == pytest.approx(share) and gap.relative
+    [count] = parse_gates(None, None, str(part))
+    assert count.limit == part and not count.relative
+    assert (
+        count.passes(part) and not count.passes(part + 1) and fraction.passes(share) and not loss.passes(share + 0.01)
+    )
+    with pytest.raises(UsageError):
+        parse_gates(repr(1 + part / whole + 1e-9), None, None)
+    with pytest.raises(UsageError):
+        parse_gates(None, repr(-share - 1e-9), None)
