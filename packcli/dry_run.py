@@ -104,9 +104,11 @@ def dry_run(
     else:
         fingerprint = setup.fingerprint()
     if setup.sources is not None:
+        given = options.weights
+        shares = [w / sum(given) for w in given] if given else [None] * len(setup.sources)  # None: as the corpus is
         facts["sources"] = [
-            {"path": source.spec, "files": len(source.files), "weight": weight}
-            for source, weight in zip(setup.sources, options.weights or [1.0] * len(setup.sources))
+            {"path": source.spec, "files": len(source.files), "weight": share}
+            for source, share in zip(setup.sources, shares)
         ]
     output = existing_output(out.resolve(), fingerprint, out)
     if output == "other" and not overwrite:

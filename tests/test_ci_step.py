@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SAMPLE, read_jsonl, write_jsonl
@@ -43,7 +44,7 @@ def listing(root: Path) -> list[str]:
     return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
 
 
-def dry_then_pack(tmp_path: Path, inputs: list[str], *flags: str) -> None:
+def dry_then_pack(tmp_path: Path, inputs: list[str], *flags: str) -> dict[str, Any]:
     """The fingerprint ``--dry-run`` prints is the one the run writes; the dry run leaves the directory as it was."""
     out = tmp_path / "out"
     before = listing(tmp_path)
@@ -60,6 +61,7 @@ def dry_then_pack(tmp_path: Path, inputs: list[str], *flags: str) -> None:
     again = json.loads(invoke("pack", *inputs, "--out", str(out), *flags, "--dry-run", "--json").stdout)
     assert again["status"] == "up-to-date" and again["output"] == "same"
     assert again["fingerprint"] == plan["fingerprint"]
+    return plan
 
 
 def test_dry_run_fingerprint_is_the_plain_runs(tmp_path: Path, corpus: Path) -> None:
@@ -68,7 +70,8 @@ def test_dry_run_fingerprint_is_the_plain_runs(tmp_path: Path, corpus: Path) -> 
 
 def test_dry_run_fingerprint_is_the_mixed_runs(tmp_path: Path, corpus: Path) -> None:
     other = write_jsonl(tmp_path / "other.jsonl", [{"text": f"line {k} of another source"} for k in range(50)])
-    dry_then_pack(tmp_path, [str(corpus), str(other)], "--max-len", "512", "--weights", "0.7,0.3")
+    plan = dry_then_pack(tmp_path, [str(corpus), str(other)], "--max-len", "512", "--weights", "7,3")
+    assert [source["weight"] for source in plan["sources"]] == [0.7, 0.3]
 
 
 def test_dry_run_fingerprint_is_the_partitioned_runs(tmp_path: Path, corpus: Path) -> None:
