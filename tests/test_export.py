@@ -432,7 +432,7 @@ def test_mds_samples_are_the_packed_rows(text_packed: Path, tmp_path: Path) -> N
     assert sum(len(sample) for sample in samples) == summary["totals"]["tokens"]
 
 
-def test_mds_rolls_shards_under_64_mib() -> None:
+def test_mds_sample_header_holds_the_length_in_the_smallest_dtype() -> None:
     from packcli.export import mds
 
     sample = mds.encode_tokens(np.arange(300, dtype=np.int32))
