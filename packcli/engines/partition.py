@@ -107,8 +107,7 @@ def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer | None) -> Parti
             )
         finally:
             tokenized.store.remove()
-        shards = [shard.to_json() for shard in packed.shards]
-        area.commit(k, {**job.facts, "partition": k, "totals": packed.totals, "shards": shards})
+        area.commit(k, {**job.facts, "partition": k, "totals": packed.totals, "shards": packed.shard_entries()})
     except (PackcliError, OSError) as exc:
         area.clear(k)
         failure = (
