@@ -64,3 +64,15 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def output_rows(out: Path) -> list[dict[str, list[int]]]:
+    """Every row of a packed output, shard by shard in the manifest's order, read with pyarrow alone (the format
+    as docs/format.md states it, not packcli's own reader): one dict of column name -> list of ints per row."""
+    import pyarrow as pa
+
+    rows: list[dict[str, list[int]]] = []
+    for shard in json.loads((out / "manifest.json").read_text())["shards"]:
+        with pa.OSFile(str(out / shard["file"])) as source:
+            rows.extend(pa.ipc.open_stream(source).read_all().to_pylist())
+    return rows
