@@ -93,8 +93,22 @@ def test_skip_bad_records_counts_and_warns(tmp_path: Path) -> None:
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    result = invoke("pack", str(tmp_path / "missing.jsonl"), "--debug")
-    assert result.exit_code != 0 and result.exception is not None
+    """Without --debug the error is one line and a plain exit 1; with it, the error itself propagates, traceback and
+    all (a real process prints it: Python's own handler), and no one-line message replaces it."""
+    import traceback
+
+    from packcli.errors import PackcliError
+
+    missing = str(tmp_path / "missing.jsonl")
+    plain = invoke("pack", missing)
+    assert plain.exit_code == 1 and isinstance(plain.exception, SystemExit)
+    assert plain.stderr == f"error: {missing}: no such file or directory\n"
+    debug = invoke("pack", missing, "--debug")
+    assert debug.exit_code == 1 and isinstance(debug.exception, PackcliError) and debug.stderr == ""
+    assert debug.exc_info is not None
+    frames = traceback.extract_tb(debug.exc_info[2])
+    raised_in = Path(frames[-1].filename).parts
+    assert "packcli" in raised_in and "cli" not in raised_in  # down to where the input was looked for, below the CLI
 
 
 def test_help_answers() -> None:
