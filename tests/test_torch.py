@@ -11,12 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 import torch.nn.functional as F  # noqa: E402
-from conftest import SAMPLE  # noqa: E402
+from conftest import ROWS_MAX_LEN  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from packcli.options import PackOptions  # noqa: E402
-from packcli.pipeline import pack_corpus  # noqa: E402
 from packcli.torch import (  # noqa: E402
     PackedDataset,
     block_causal_mask,
@@ -25,14 +23,13 @@ from packcli.torch import (  # noqa: E402
     loader,
 )
 
-MAX_LEN = 96
+MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("loader") / "packed"
-    pack_corpus([str(SAMPLE)], PackOptions(max_len=MAX_LEN, shard_size=300_000), out)
-    return out
+def packed(packed_rows: Path) -> Path:
+    """The session's output packed at max_len 96 (read-only)."""
+    return packed_rows
 
 
 class TinyCausalLM(torch.nn.Module):
