@@ -19,19 +19,19 @@ def invoke(*args: str):  # type: ignore[no-untyped-def]
     return runner.invoke(app, list(args))
 
 
-def test_pack_json_prints_one_object(tmp_path: Path) -> None:
-    result = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
+def test_pack_json_prints_one_object(tmp_path: Path, tiny_corpus: Path) -> None:
+    result = invoke("pack", str(tiny_corpus), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["status"] == "packed" and summary["sequences"] > 0 and summary["max_len"] == 1024
-    again = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
+    again = invoke("pack", str(tiny_corpus), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
     assert json.loads(again.stdout)["status"] == "up-to-date"
-    human = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"))
+    human = invoke("pack", str(tiny_corpus), "--max-len", "1024", "--out", str(tmp_path / "o"))
     assert "up to date" in human.stdout
 
 
-def test_pack_human_summary(tmp_path: Path) -> None:
-    result = invoke("pack", str(SAMPLE), "--max-len", "256", "--out", str(tmp_path / "o"), "--quiet")
+def test_pack_human_summary(tmp_path: Path, tiny_corpus: Path) -> None:
+    result = invoke("pack", str(tiny_corpus), "--max-len", "256", "--out", str(tmp_path / "o"), "--quiet")
     assert result.exit_code == 0
     assert "sequences of max_len 256" in result.stdout and "split documents:" in result.stdout
 
