@@ -267,3 +267,70 @@ def test_a_pack_keeps_or_counts_every_token_and_keeps_the_format(run: Run) -> No
             assert verified.exit_code == 0, verified.stdout
     finally:
         shutil.rmtree(directory)
+
+
+@st.composite
+def line_files(draw: st.DrawFn) -> list[list[list[int]]]:
+    """1 to 3 files of 6 to 30 records each, token ids of random counts (so lines of random lengths, a few of them
+    long), some records empty but not all."""
+    files = []
+    for _ in range(draw(st.integers(1, 3))):
+        longest = draw(st.sampled_from([5, 40, 400]))
+        files.append(draw(st.lists(st.lists(st.integers(0, 50_000), max_size=longest), min_size=6, max_size=30)))
+    if not any(ids for records in files for ids in records):
+        files[0][0] = [1]
+    return files
+
+
+def documents_of(out: Path) -> Counter[tuple[int, ...]]:
+    """Every packed document (piece) of an output, as token tuples cut at cu_seqlens."""
+    return Counter(
+        tuple(row["input_ids"][a:b])
+        for row in output_rows(out)
+        for a, b in zip(row["cu_seqlens"], row["cu_seqlens"][1:])
+    )
+
+
+@given(files=line_files(), partitions=st.integers(1, 4), blank=st.booleans(), max_len=st.integers(8, 300))
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_partitioned_run_packs_the_documents_of_one_process(
+    files: list[list[list[int]]], partitions: int, blank: bool, max_len: int
+) -> None:
+    """Partitions cut plain JSON Lines at line starts, by bytes: a BOM before the first file's first line, CRLF line
+    ends, blank lines and lines of very different lengths must neither lose, repeat nor cut a record."""
+    directory = Path(tempfile.mkdtemp(prefix="packcli-partitions-"))
+    try:
+        inputs = []
+        for k, records in enumerate(files):
+            lines = [
+                json.dumps({"ids": ids, "n": n}) + "\r\n" + ("\r\n" if blank and n % 3 == 0 else "")
+                for n, ids in enumerate(records)
+            ]
+            path = directory / f"part{k}.jsonl"
+            path.write_bytes(("\ufeff" if k == 0 else "").encode() + "".join(lines).encode())
+            inputs.append(str(path))
+        common = [*inputs, "--ids-field", "ids", "--eos-id", str(EOS), "--max-len", str(max_len), "--json", "--quiet"]
+        single = runner.invoke(app, ["pack", *common, "--out", str(directory / "single")])
+        assert single.exit_code == 0, single.stderr
+        parted = runner.invoke(
+            app,
+            ["pack", *common, "--partitions", str(partitions), "--workers", "1", "--out", str(directory / "parted")],
+        )
+        refused = parted.exit_code == 2 and "more than these inputs can be cut into" in parted.stderr
+        event("refused: too few lines" if refused else f"{partitions} partitions")
+        if refused:
+            return  # too few lines for so many partitions: refused in one line, before any output (tested elsewhere)
+        assert parted.exit_code == 0, parted.stderr
+        expected: Counter[tuple[int, ...]] = Counter()
+        for records in files:
+            for ids in records:
+                document = [*ids, EOS] if ids else []
+                expected.update(tuple(document[a : a + max_len]) for a in range(0, len(document), max_len))
+        assert documents_of(directory / "parted") == documents_of(directory / "single") == expected
+        totals = [json.loads(result.stdout) for result in (single, parted)]
+        for key in ("input_documents", "input_tokens", "documents", "tokens", "split_documents", "empty_documents"):
+            assert totals[0][key] == totals[1][key], key
+        assert totals[1]["partitions"] == partitions
+        assert runner.invoke(app, ["verify", str(directory / "parted")]).exit_code == 0
+    finally:
+        shutil.rmtree(directory)
