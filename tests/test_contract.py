@@ -248,9 +248,7 @@ def check_mixed(run: Run, result_code: int, stderr: str, out: Path) -> None:
 
 
 @given(run=runs())
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_pack_keeps_or_counts_every_token_and_keeps_the_format(run: Run) -> None:
     directory = Path(tempfile.mkdtemp(prefix="packcli-contract-"))  # fresh per example: a replay may reuse names
     try:
