@@ -140,3 +140,11 @@ def packed_sft(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> P
     corpus = write_jsonl(tmp_path_factory.mktemp("sft") / "sft.jsonl", records)
     args = ["--prompt-field", "prompt", "--response-field", "response", "--max-len", "128"]
     return _pack_once(tmp_path_factory, "packed-sft", str(corpus), *args)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), the tests that start a local Ray run on one
+    worker, one after another: two Ray clusters at once would only compete for the same cores and memory."""
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
