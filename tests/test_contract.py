@@ -192,7 +192,8 @@ def check_plain(run: Run, result_code: int, stderr: str, out: Path) -> None:
     documents = [document for source in range(len(run.sources)) for document in run.documents(source)]
     expected = [piece for ids, labels in documents for piece in run.pieces(ids, labels)]
     if not expected:
-        assert result_code == 1 and stderr.startswith("error: ") and "no documents" in stderr, stderr
+        why = f"every document is longer than --max-len {run.max_len}" if documents else "no documents"
+        assert result_code == 1 and stderr.startswith("error: ") and why in stderr, stderr
         assert stderr.count("\n") == 1 and not out.exists()
         return
     assert result_code == 0, stderr
