@@ -216,7 +216,8 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
     corpus = tmp_path / "bad.jsonl"
     corpus.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(out))
+    # --quiet: a run past the progress interval (5 s, a loaded machine) would add progress lines before the error
+    result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(out), "--quiet")
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: {corpus}:76: invalid JSON") and "partition 3 of 4" in result.stderr
     assert not out.exists()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -24,11 +23,10 @@ from packcli.write.shards import read_shard
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("verify") / "packed"
-    pack_corpus([str(SAMPLE)], PackOptions(max_len=512, shard_size=400_000), out)
-    return out
+@pytest.fixture
+def packed(packed_text: Path) -> Path:
+    """The session's packed text output (several shards; read-only: the damage tests copy it)."""
+    return packed_text
 
 
 def edit_manifest(change: Callable[[dict], None]) -> Callable[[Path], None]:  # type: ignore[type-arg]
@@ -103,21 +101,16 @@ def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None
 
 
 @pytest.fixture(scope="module")
-def small_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Small real outputs: plain text split, plain text dropped, and fine-tuning records (with labels)."""
+def small_outputs(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path, packed_sft: Path) -> dict[str, Path]:
+    """Small real outputs (read-only): plain text split, plain text dropped, and fine-tuning records (with labels)."""
     tmp = tmp_path_factory.mktemp("verify-small")
-    records = read_jsonl(SAMPLE)[:60]
-    text = write_jsonl(tmp / "text.jsonl", records)
-    sft = write_jsonl(tmp / "sft.jsonl", [{"prompt": r["text"][:200], "response": r["text"][200:700]} for r in records])
-    runs = {
-        "split": ([str(text)], PackOptions(max_len=256)),
-        "drop": ([str(text)], PackOptions(max_len=256, overflow="drop")),  # type: ignore[arg-type]
-        "sft": ([str(sft)], PackOptions(max_len=128, prompt_field="prompt", response_field="response")),
-    }
-    for name, (inputs, options) in runs.items():
-        pack_corpus(inputs, options, tmp / name)
-        assert verify_output(tmp / name).ok
-    return {name: tmp / name for name in runs}
+    runs = {"split": PackOptions(max_len=256), "drop": PackOptions(max_len=256, overflow="drop")}  # type: ignore[arg-type]
+    for name, options in runs.items():
+        pack_corpus([str(tiny_corpus)], options, tmp / name)
+    outputs = {**{name: tmp / name for name in runs}, "sft": packed_sft}
+    for out in outputs.values():
+        assert verify_output(out).ok
+    return outputs
 
 
 def rewrite_shard(out: Path, table: pa.Table, name: str = "shard-00000.arrow") -> None:
