@@ -110,9 +110,11 @@ def _count_lines(path: Path, end: int) -> int:
 def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
     """Decompressed data in pieces of about _BLOCK_BYTES that end at a line end (the last perhaps not), each with
     the number of its first line and the bytes of the file on disk read so far (for progress: a reader that reads
-    ahead of what it parsed would overstate it). A leading BOM is dropped."""
+    ahead of what it parsed would overstate it). A BOM is dropped only as the file's first bytes: one at the start of
+    a span that starts later is part of that line (a bad record, as when the whole file is read)."""
     lines_before = 0
     rest = b""
+    at_file_start = span is None or span[0] == 0
     with open_decompressed(path, span) as (stream, raw):
         while True:
             try:
@@ -122,7 +124,7 @@ def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
             if not chunk:
                 break
             data = rest + chunk
-            if lines_before == 0 and not rest:
+            if at_file_start and lines_before == 0 and not rest:
                 data = data.removeprefix(_BOM)
             end = data.rfind(b"\n") + 1
             rest = data[end:]
