@@ -37,7 +37,8 @@ class Source:
 def group_inputs(
     specs: Sequence[str], weights: Sequence[float] | None, warn: Callable[[str], None] = lambda message: None
 ) -> list[Source]:
-    """Resolve each INPUT on its own; a file may belong to one source only.
+    """Resolve each INPUT on its own; a file may belong to one source only, however it is spelled (``a.jsonl``
+    twice, ``./a.jsonl``, a link to it: files are compared resolved).
 
     Raises:
         UsageError: the weights do not match the inputs in number, or two inputs share a file.
@@ -49,13 +50,14 @@ def group_inputs(
         )
     found = [find_inputs([spec], warn) for spec in specs]
     sources = [Source(spec, inputs.files, len(inputs.unread)) for spec, inputs in zip(specs, found)]
-    owner: dict[Path, str] = {}
-    for source in sources:
+    owner: dict[Path, int] = {}  # resolved file -> the input it came from (the same spelling twice is two inputs)
+    for number, source in enumerate(sources):
         for path in source.files:
-            if owner.setdefault(path, source.spec) != source.spec:
+            first = owner.setdefault(path, number)
+            if first != number:
                 raise UsageError(
-                    f"{path} is in two inputs, {owner[path]!r} and {source.spec!r}: a file belongs to "
-                    "one source when mixing"
+                    f"{path} is in two inputs, {sources[first].spec!r} (input {first + 1}) and {source.spec!r} "
+                    f"(input {number + 1}): a file belongs to one source when mixing"
                 )
     return sources
 
