@@ -210,6 +210,19 @@ def test_the_same_file_given_twice_is_refused_naming_both_spellings(
     assert result.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("target", [[], ["--target-tokens", "200"]])
+def test_huge_weights_normalise_without_overflow(tmp_path: Path, target: list[str]) -> None:
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
+    args = ["pack", str(a), str(b), "--weights", "1e308,1e308", *target, "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    sources = json.loads((tmp_path / "o" / "manifest.json").read_text())["sources"]
+    assert [source["weight"] for source in sources] == [0.5, 0.5]
+    assert [source["share"] for source in sources] == pytest.approx([0.5, 0.5], abs=0.05)
+    assert quotas([100, 100], [1e308, 1e308], 50) == [25, 25]
+    assert quotas([100, 100], [1e308, 5e307], None) == [100, 50]
+
+
 def test_the_token_store_gathers_a_document_more_than_once(tmp_path: Path) -> None:
     store = TokenStore(tmp_path / "tokens")
     store.append(np.arange(10, dtype=np.int32))

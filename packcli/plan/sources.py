@@ -17,7 +17,7 @@ import numpy as np
 
 from packcli.errors import PackcliError, UsageError, path_name
 from packcli.options import PackOptions
-from packcli.plan.mixing import Draw, interleave, mix
+from packcli.plan.mixing import Draw, interleave, mix, normalised
 from packcli.plan.overflow import Pieces, output_lengths
 from packcli.read.inputs import find_inputs
 
@@ -99,12 +99,11 @@ def mixed_stream(
     used = np.repeat(np.asarray(options.weights or weights) > 0, np.diff(first))
     left_out = np.flatnonzero(used & (effective == 0))
     owner = np.searchsorted(first, left_out, side="right") - 1
-    total = sum(weights)
     return Stream(
         np.concatenate([documents, left_out]).astype(np.int64),
         np.concatenate([source, owner]).astype(np.int64),
         draws,
-        [weight / total for weight in weights],
+        normalised(weights),
     )
 
 
