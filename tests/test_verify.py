@@ -93,6 +93,27 @@ def test_damage_is_named(packed: Path, tmp_path: Path, kind: str) -> None:
     assert json.loads(runner.invoke(app, ["verify", str(copy), "--json"]).stdout)["ok"] is False
 
 
+@pytest.mark.parametrize(
+    ("kind", "problem"),
+    [
+        ("listed twice", "lists shard-00000.arrow again (shards[0])"),
+        ("unlisted shard", "'shards' leaves out shard-"),
+        ("wrong row count", "'totals.sequences' is"),
+    ],
+)
+def test_stats_refuses_an_edited_listing(packed: Path, tmp_path: Path, kind: str, problem: str) -> None:
+    """A shard listed twice or left out would count its rows twice or not at all: stats checks the listing."""
+    damage, _ = DAMAGE[kind]
+    copy = tmp_path / "copy"
+    shutil.copytree(packed, copy)
+    damage(copy)
+    result = runner.invoke(app, ["stats", str(copy), "--json"])
+    assert result.exit_code == 1, result.stdout
+    assert result.stderr.startswith(f"error: {copy / 'manifest.json'}: manifest key "), result.stderr
+    assert problem in result.stderr
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
 def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(packed, copy)

@@ -26,6 +26,7 @@ __all__ = [
     "ShardWriter",
     "flat_list_column",
     "list_array",
+    "list_views",
     "read_shard",
     "shard_schema",
 ]
@@ -219,9 +220,29 @@ def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:
     return table.select(columns) if columns is not None else table
 
 
+def list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``list<int32>`` array as (values, int32 offsets) read-only numpy views of its own Arrow buffers; row k is
+    ``values[offsets[k]:offsets[k + 1]]``. Never copies, and never imports pandas (``Array.to_numpy`` does).
+
+    Raises:
+        ValueError: the array has nulls (a shard never does), so a view would be wrong.
+    """
+    child = array.values  # the whole child array: the list's own offset is in its offsets buffer
+    if array.null_count or child.null_count:
+        raise ValueError("a list column with nulls has no plain numpy view")
+    return _int32_view(child.buffers()[1], child.offset, len(child)), _int32_view(
+        array.buffers()[1], array.offset, len(array) + 1
+    )
+
+
+def _int32_view(buffer: pa.Buffer | None, start: int, count: int) -> np.ndarray:
+    if buffer is None:  # an empty array may have no buffer at all
+        return np.zeros(count, dtype=np.int32)
+    return np.frombuffer(buffer, dtype=np.int32, count=count, offset=4 * start)
+
+
 def flat_list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """A ``list<int32>`` column as (values, int64 row offsets) numpy arrays; zero-copy for one chunk."""
-    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    offsets = array.offsets.to_numpy().astype(np.int64)
-    values = array.values.to_numpy(zero_copy_only=False)
-    return values[offsets[0] : offsets[-1]], offsets - offsets[0]
+    values, offsets = list_views(column.combine_chunks() if column.num_chunks != 1 else column.chunk(0))
+    start = int(offsets[0])
+    return values[start : offsets[-1]], offsets.astype(np.int64) - start
