@@ -197,12 +197,13 @@ def test_a_file_in_two_inputs_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "is in two inputs" in result.stderr
 
 
-@pytest.mark.parametrize("second", ["a.jsonl", "./a.jsonl", "link.jsonl"])
+@pytest.mark.parametrize("second", ["a.jsonl", "./a.jsonl", "link.jsonl", "hard.jsonl"])
 def test_the_same_file_given_twice_is_refused_naming_both_spellings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, second: str
 ) -> None:
     corpus(tmp_path / "a.jsonl", ["yew"], 5)
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "a.jsonl")
+    (tmp_path / "hard.jsonl").hardlink_to(tmp_path / "a.jsonl")
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["pack", "a.jsonl", second, "--weights", "1,1", "--out", "o"])
     assert result.exit_code == 2, result.output

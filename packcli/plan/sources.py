@@ -19,7 +19,7 @@ from packcli.errors import PackcliError, UsageError, path_name
 from packcli.options import PackOptions
 from packcli.plan.mixing import Draw, interleave, mix, normalised
 from packcli.plan.overflow import Pieces, output_lengths
-from packcli.read.inputs import find_inputs
+from packcli.read.inputs import file_identity, find_inputs
 
 __all__ = ["Source", "group_inputs", "mixed_stream", "source_entries"]
 
@@ -38,7 +38,7 @@ def group_inputs(
     specs: Sequence[str], weights: Sequence[float] | None, warn: Callable[[str], None] = lambda message: None
 ) -> list[Source]:
     """Resolve each INPUT on its own; a file may belong to one source only, however it is spelled (``a.jsonl``
-    twice, ``./a.jsonl``, a link to it: files are compared resolved).
+    twice, ``./a.jsonl``, a symbolic or hard link to it: files are compared by device and inode).
 
     Raises:
         UsageError: the weights do not match the inputs in number, or two inputs share a file.
@@ -50,10 +50,10 @@ def group_inputs(
         )
     found = [find_inputs([spec], warn) for spec in specs]
     sources = [Source(spec, inputs.files, len(inputs.unread)) for spec, inputs in zip(specs, found)]
-    owner: dict[Path, int] = {}  # resolved file -> the input it came from (the same spelling twice is two inputs)
+    owner: dict[tuple[int, int], int] = {}  # file -> the input it came from (the same spelling twice is two inputs)
     for number, source in enumerate(sources):
         for path in source.files:
-            first = owner.setdefault(path, number)
+            first = owner.setdefault(file_identity(path), number)
             if first != number:
                 raise UsageError(
                     f"{path} is in two inputs, {sources[first].spec!r} (input {first + 1}) and {source.spec!r} "
