@@ -4,9 +4,9 @@ Fair means it computes the same packing as packcli's ``bfd`` (which documents go
 many sequences), as fast as plain Python manages: open sequences are kept in buckets by remaining room (each a heap
 of sequence ids), and a ``bytearray`` marks the non-empty buckets, so the least room that fits a document is one
 ``bytearray.find`` (a C scan over at most max_len bytes), and each document costs a few Python steps whatever the
-number of open sequences. Of the plain-Python ways tried, it ran fastest: a sorted list of (room, sequence) pairs
-with ``bisect``/``insort`` took 1.5x its time, a segment tree over the rooms (O(log max_len) Python steps a
-document) over 3x; a bisect loop over bare rooms runs faster but only counts sequences, and packs nothing.
+number of open sequences. Of the plain-Python ways tried that compute the packing, it ran fastest (slower were a
+sorted list of (room, sequence) pairs with ``bisect``/``insort``, and a segment tree over the rooms); a bisect
+loop over bare rooms runs faster still, but only counts sequences and packs nothing.
 
 Placement is exactly ``bfd``'s: longest first, equal lengths in input order, into the sequence with the least room
 that fits, ties to the lowest-numbered sequence; within a sequence, documents in placement order.

@@ -193,7 +193,9 @@ def test_a_template_that_renders_bos_and_eos_with_a_mistral_tokenizer_gets_one_o
     chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": chat}])
     template = str(tmp_path / "template.jinja")
-    options = PackOptions(max_len=256, messages_field="messages", chat_template=template, tokenizer=str(tekken), bos=True)
+    options = PackOptions(
+        max_len=256, messages_field="messages", chat_template=template, tokenizer=str(tekken), bos=True
+    )
     pack_corpus([str(path)], options, tmp_path / "o")
     [(ids, labels)] = packed_documents(tmp_path / "o")
     assert ids.count(1) == 1 and ids[0] == 1 and labels[0] == -100  # <s>: the template's, once, though --bos

@@ -8,9 +8,9 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from conftest import REPO
 
 from packcli.errors import PackcliError, UsageError
 from packcli.strategies import (

@@ -74,7 +74,9 @@ def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before
 
 def _damaged(path: Path, exc: Exception, lines_before: int, read: int) -> PackcliError:
     """A compressed stream that cannot be read on: where it broke, as near as the reader knows."""
-    where = f"after line {lines_before:,}" if lines_before else f"in its first {read:,} bytes" if read else "at its start"
+    where = (
+        f"after line {lines_before:,}" if lines_before else f"in its first {read:,} bytes" if read else "at its start"
+    )
     return PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path)
 
 

@@ -3,8 +3,9 @@ steps per epoch, histograms; on a raw corpus also length percentiles and ``max_l
 
 ``sequence_stats`` is pure (lengths in, figures out). ``measure_output`` reads a packed output's manifest, checks
 its listing against the shard files (:mod:`packcli.write.listing`: each listed once, none left out, rows and tokens
-as listed), and reads only the memory-mapped ``cu_seqlens`` (and ``labels``) columns; ``measure_corpus`` tokenizes a raw corpus once and
-compares every strategy. Both return the ``stats --json`` object and the length arrays the plot draws.
+as listed), and reads only the memory-mapped ``cu_seqlens`` (and ``labels``) columns; ``measure_corpus`` tokenizes
+a raw corpus once and compares every strategy. Both return the ``stats --json`` object and the length arrays the
+plot draws.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
