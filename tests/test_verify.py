@@ -213,7 +213,7 @@ SUBTLE_DAMAGE = {
     "eos_id edited to null": (
         "split",
         edit_manifest(lambda m: m["tokenizer"].update(eos_id=None)),
-        "tokenizer.eos_id is null, yet options.eos is true",
+        "tokenizer.eos_id is null or missing, yet options.eos is true",
     ),
     "eos_id and options.eos edited off": ("split", eos_off, "schema metadata packcli.eos_id is '50256'"),
     "eos_id edited to another id": (

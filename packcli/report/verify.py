@@ -10,7 +10,7 @@ max_len. Then the manifest's totals against the sums and against each other (:mo
 and stray temporary or unlisted shard files.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
-whose ``tokenizer.eos_id`` is null while its options say EOS was appended (``eos`` true, and a tokenizer ran or
+whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a tokenizer ran or
 one was given, or ``--eos-id``) is refused, and each shard's own ``packcli.eos_id`` metadata (written since this
 check exists; older shards lack it) must name the same id. Only a forger who rewrites every shard as well gets
 past this: nothing inside an output can tell its own bytes from a consistent rewrite of them.
@@ -112,8 +112,8 @@ def eos_problems(manifest: dict[str, Any]) -> list[str]:
         return [f"manifest: tokenizer.eos_id is {tokenizer.get('eos_id')}, yet options.eos_id is {given}"]
     if tokenizer.get("eos_id") is None and (given is not None or tokenizer.get("ran", True) or tokenizer["sha256"]):
         return [
-            "manifest: tokenizer.eos_id is null, yet options.eos is true with a tokenizer (or --eos-id): pack "
-            "appends an EOS then, so the manifest was edited"
+            "manifest: tokenizer.eos_id is null or missing, yet options.eos is true with a tokenizer (or --eos-id): "
+            "pack appends an EOS then, so the manifest was edited"
         ]
     return []
 
