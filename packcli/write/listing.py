@@ -60,7 +60,11 @@ def open_listed_shard(directory: Path, index: int, shard: dict[str, Any]) -> pa.
     path = shard_path(directory, shard["file"])
     try:
         table = read_shard(path)
-        tokens = sum(_tokens(batch.column("input_ids")) for batch in table.to_batches())
+        tokens = 0
+        for batch in table.to_batches():
+            views = {name: list_views(batch.column(name)) for name in batch.schema.names}  # each a list<int32>
+            offsets = views["input_ids"][1]
+            tokens += int(offsets[-1]) - int(offsets[0])
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise PackcliError(f"unreadable shard ({reason}): run packcli verify, or repack", path) from None
@@ -68,11 +72,6 @@ def open_listed_shard(directory: Path, index: int, shard: dict[str, Any]) -> pa.
         if found != shard[key]:
             _fail(directory, f"shards[{index}].{key}", f"is {shard[key]}, {shard['file']} holds {found}")
     return table
-
-
-def _tokens(column: pa.ListArray) -> int:
-    offsets = list_views(column)[1]
-    return int(offsets[-1]) - int(offsets[0])
 
 
 def _fail(directory: Path, key: str, problem: str) -> NoReturn:

@@ -33,6 +33,7 @@ __all__ = [
 
 TOKEN_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")
 LABELS_COLUMN = "labels"
+SHARD_COLUMN_TYPE = pa.list_(pa.int32())  # every column of a shard
 IGNORE_INDEX = -100
 HASH_AHEAD = 32 << 20  # bytes written but not yet hashed, at most (each holds its buffer alive)
 SYNC_BYTES = 8 << 20  # a shard's written part is flushed to disk early every this many bytes
@@ -58,7 +59,7 @@ def shard_name(index: int, prefix: str = "shard") -> str:
 def shard_schema(metadata: dict[str, str], labels: bool = False) -> pa.Schema:
     """The shard schema: int32 list columns; the metadata repeats format version, max_len, tokenizer hash."""
     names = [*TOKEN_COLUMNS, LABELS_COLUMN] if labels else list(TOKEN_COLUMNS)
-    return pa.schema([(name, pa.list_(pa.int32())) for name in names], metadata=metadata)
+    return pa.schema([(name, SHARD_COLUMN_TYPE) for name in names], metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -225,11 +226,11 @@ def list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
     ``values[offsets[k]:offsets[k + 1]]``. Never copies, and never imports pandas (``Array.to_numpy`` does).
 
     Raises:
-        ValueError: the array has nulls (a shard never does), so a view would be wrong.
+        ValueError: the array is not a ``list<int32>`` without nulls (every shard column is one).
     """
+    if array.type != SHARD_COLUMN_TYPE or array.null_count or array.values.null_count:
+        raise ValueError(f"a {array.type} column with {array.null_count} nulls is not a list<int32> without nulls")
     child = array.values  # the whole child array: the list's own offset is in its offsets buffer
-    if array.null_count or child.null_count:
-        raise ValueError("a list column with nulls has no plain numpy view")
     return _int32_view(child.buffers()[1], child.offset, len(child)), _int32_view(
         array.buffers()[1], array.offset, len(array) + 1
     )
@@ -243,6 +244,7 @@ def _int32_view(buffer: pa.Buffer | None, start: int, count: int) -> np.ndarray:
 
 def flat_list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """A ``list<int32>`` column as (values, int64 row offsets) numpy arrays; zero-copy for one chunk."""
-    values, offsets = list_views(column.combine_chunks() if column.num_chunks != 1 else column.chunk(0))
-    start = int(offsets[0])
-    return values[start : offsets[-1]], offsets.astype(np.int64) - start
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    values = array.values.to_numpy(zero_copy_only=False)
+    return values[offsets[0] : offsets[-1]], offsets - offsets[0]
