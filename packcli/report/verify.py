@@ -12,8 +12,8 @@ and stray temporary or unlisted shard files.
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
 whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
 tokenizer ran or one was given, or ``--eos-id``) is refused, and each shard's own ``packcli.eos_id`` metadata
-(written since this check exists; older shards lack it) must name the same id. Only a forger who rewrites every shard as well gets
-past this: nothing inside an output can tell its own bytes from a consistent rewrite of them.
+(written since this check exists; older shards lack it) must name the same id. Only a forger who rewrites every
+shard as well gets past this: nothing inside an output can tell its own bytes from a consistent rewrite of them.
 Shards are read one record batch at a time: memory stays bounded whatever the shard size.
 """
 
