@@ -160,7 +160,7 @@ def _build(
         if setup.sources is not None and len(tokenized.lengths):
             stream = mixed_stream(setup.sources, tokenized.file_documents, tokenized.lengths, options)
         drawn = None if stream is None else stream.documents
-        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder.supervised, staging, reporter, drawn)
+        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder, staging, reporter, drawn)
     finally:
         if cached is None:
             tokenized.store.remove()
@@ -200,7 +200,7 @@ def pack_tokens(
     tokenized: Tokenized,
     options: PackOptions,
     tokenizer: LoadedTokenizer | None,
-    supervised: bool,
+    encoder: Encoder,
     directory: Path,
     reporter: Reporter,
     drawn: np.ndarray | None = None,
@@ -225,8 +225,10 @@ def pack_tokens(
         "packcli.format_version": str(FORMAT_VERSION),
         "packcli.max_len": str(options.max_len),
         "packcli.tokenizer_sha256": tokenizer.sha256 if tokenizer is not None else "",
+        "packcli.eos_id": "" if encoder.eos_id is None else str(encoder.eos_id),
     }
     tokenized.store.finish()
+    supervised = encoder.supervised
     schema = shard_schema(metadata, labels=supervised)
     supervision = Supervision() if supervised else None
     shards = []

@@ -103,7 +103,7 @@ def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer | None) -> Parti
         )
         try:
             packed = pack_tokens(
-                tokenized, options, tokenizer, encoder.supervised, job.staging, SilentReporter(), prefix=part_prefix(k)
+                tokenized, options, tokenizer, encoder, job.staging, SilentReporter(), prefix=part_prefix(k)
             )
         finally:
             tokenized.store.remove()
