@@ -20,10 +20,10 @@ import pyarrow as pa
 import torch
 from common import REPO, shared, table
 
+from packcli.format.manifest import read_manifest
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
 from packcli.torch import block_causal_mask, loader
-from packcli.write.manifest import read_manifest
 
 EPOCHS = 3
 BATCH = 8

@@ -19,9 +19,9 @@ from packcli import __version__
 from packcli.encode.encoders import Encoder
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import path_name
+from packcli.format.columns import FORMAT_VERSION
 from packcli.options import PackOptions
 from packcli.read.stdin import spool_digest
-from packcli.write.manifest import FORMAT_VERSION
 
 __all__ = ["TOKENIZATION_OPTIONS", "Scope", "run_identity"]
 

@@ -11,13 +11,12 @@ from enum import Enum
 from typing import Any
 
 from packcli.errors import UsageError
+from packcli.format.columns import INT32_MAX
 
-__all__ = ["DEFAULT_MAX_LEN", "MAX_LEN_LIMIT", "Overflow", "PackOptions", "parse_count", "parse_size", "parse_weights"]
+__all__ = ["DEFAULT_MAX_LEN", "Overflow", "PackOptions", "parse_count", "parse_size", "parse_weights"]
 
 DEFAULT_MAX_LEN = 4096
-MAX_LEN_LIMIT = 2**31 - 1  # the largest value of the int32 columns (cu_seqlens ends at a row's length)
 DEFAULT_SHARD_SIZE = 512 * 2**20
-MAX_TOKEN_ID = 2**31 - 1  # shards store int32 ids
 ENGINES = ("local", "ray")
 
 
@@ -102,8 +101,8 @@ class PackOptions:
             object.__setattr__(self, "overflow", Overflow(self.overflow))
         if self.max_len < 1:
             raise UsageError(f"--max-len must be at least 1, got {self.max_len}")
-        if self.max_len > MAX_LEN_LIMIT:
-            raise UsageError(f"--max-len must fit the int32 columns (at most {MAX_LEN_LIMIT:,}), got {self.max_len:,}")
+        if self.max_len > INT32_MAX:
+            raise UsageError(f"--max-len must fit the int32 columns (at most {INT32_MAX:,}), got {self.max_len:,}")
         if self.shard_size < 1:
             raise UsageError(f"--shard-size must be positive, got {self.shard_size}")
         if self.window is not None and self.window < 1:
@@ -136,7 +135,7 @@ class PackOptions:
         if self.eos_id is not None:
             if not self.eos:
                 raise UsageError("--eos-id and --no-eos contradict each other; pass one of them")
-            if not 0 <= self.eos_id <= MAX_TOKEN_ID:
+            if not 0 <= self.eos_id <= INT32_MAX:
                 raise UsageError(f"--eos-id must be in [0, 2^31), got {self.eos_id}")
 
     def _check_mixing(self) -> None:

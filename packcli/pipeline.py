@@ -22,6 +22,10 @@ from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, path_name
+from packcli.format.columns import FORMAT_VERSION, column_names
+from packcli.format.manifest import read_manifest, write_manifest
+from packcli.format.schema import shard_metadata, shard_schema
+from packcli.format.shards import ShardInfo
 from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.plan.order import shuffle_rows
@@ -30,11 +34,9 @@ from packcli.plan.sources import Source, group_inputs, mixed_stream, source_entr
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
 from packcli.strategies import empty_packing, get_strategy, run_strategy
-from packcli.write.layout import exclusive_cumsum
-from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
+from packcli.util.arrays import exclusive_cumsum
 from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
-from packcli.write.shards import ShardInfo, shard_schema
 
 __all__ = [
     "PackResult",
@@ -214,11 +216,7 @@ def pack_tokens(
     if options.shuffle:
         packing = shuffle_rows(packing, options.seed)
     reporter.stage("writing")
-    metadata = {
-        "packcli.format_version": str(FORMAT_VERSION),
-        "packcli.max_len": str(options.max_len),
-        "packcli.tokenizer_sha256": tokenizer.sha256 if tokenizer is not None else "",
-    }
+    metadata = shard_metadata(options.max_len, tokenizer.sha256 if tokenizer is not None else None)
     tokenized.store.finish()
     schema = shard_schema(metadata, labels=supervised)
     supervision = Supervision() if supervised else None
@@ -270,7 +268,7 @@ def base_manifest(setup: Setup, fingerprint: str) -> dict[str, Any]:
         "tokenizer": tokenizer_entry(setup),
         "max_len": options.max_len,
         "strategy": options.strategy,
-        "columns": list(shard_schema({}, labels=setup.encoder.supervised).names),
+        "columns": column_names(setup.encoder.supervised),
     }
 
 

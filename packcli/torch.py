@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
-from packcli.write.manifest import read_manifest, shard_path
+from packcli.format.manifest import read_manifest, shard_path
 
 with requires_extra("torch", "packcli.torch"):
     import torch

@@ -15,12 +15,12 @@ from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.format.manifest import TOTALS
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
 from packcli.report.lengths import candidate_max_lens, overflow_costs
 from packcli.report.padding import baselines
 from packcli.report.stats import measure_corpus, measure_output, packed_stats, sequence_stats
-from packcli.write.manifest import TOTALS
 
 runner = CliRunner()
 

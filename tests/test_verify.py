@@ -16,10 +16,10 @@ from conftest import SAMPLE, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.format.shards import read_shard
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
 from packcli.report.verify import verify_output
-from packcli.write.shards import read_shard
 
 runner = CliRunner()
 

@@ -49,7 +49,8 @@ class OneLineErrors(TyperGroup):
         return _untyped_flags(super().get_params(ctx))
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
-        from packcli.errors import EXIT_DATA, PackcliError, ending_by_signal
+        from packcli.errors import EXIT_DATA, PackcliError
+        from packcli.util.signals import ending_by_signal
 
         arguments = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in arguments

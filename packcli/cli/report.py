@@ -81,17 +81,17 @@ def stats(
 
       packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
     """
+    from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.render import loss_warning, print_corpus_choices, print_stats
     from packcli.report.stats import measure_corpus, measure_output
-    from packcli.write.manifest import MANIFEST_NAME
 
     if plot is not None:
         from packcli.report.plot import check_plot_path
 
         check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
     targets = paths or ["packed"]
-    raw = not (len(targets) == 1 and targets[0] != STDIN and (Path(targets[0]) / MANIFEST_NAME).is_file())
+    raw = not (len(targets) == 1 and targets[0] != STDIN and is_output(Path(targets[0])))
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
         from packcli.options import PackOptions

@@ -17,10 +17,10 @@ from packcli.engines.merge import PARTITIONING_WARNING, input_facts, merge_parts
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer
 from packcli.engines.parts import PartsArea
 from packcli.errors import PackcliError
+from packcli.format.manifest import read_manifest, write_manifest
 from packcli.pipeline import PackResult, Setup, base_manifest, check_documents, tokenizer_entry
 from packcli.plan.partitions import Plan, partition_count, plan_partitions
 from packcli.report.progress import Reporter
-from packcli.write.manifest import read_manifest, write_manifest
 from packcli.write.publish import Publication, existing_output
 
 if TYPE_CHECKING:

@@ -14,10 +14,9 @@ from typing import Any
 
 from packcli import __version__
 from packcli.errors import PackcliError
+from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.options import PackOptions
 from packcli.plan.partitions import Plan
-from packcli.write.manifest import FORMAT_VERSION
-from packcli.write.shards import shard_schema
 
 __all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "packing_gap", "run_facts"]
 
@@ -46,7 +45,7 @@ def run_facts(
         "tokenizer": tokenizer,  # the manifest's tokenizer entry
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
-        "columns": list(shard_schema({}, labels=supervised).names),
+        "columns": column_names(supervised),
     }
 
 

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.write.shards import LABELS_COLUMN, TOKEN_COLUMNS, read_shard
+from packcli.format.columns import LABELS_COLUMN, TOKEN_COLUMNS
+from packcli.format.shards import read_shard
 
 __all__ = ["ShardRows"]
 

@@ -17,12 +17,13 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError
+from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
+from packcli.format.manifest import TOTALS, read_manifest, shard_path
+from packcli.format.shards import flat_list_column, read_shard
 from packcli.options import PackOptions
 from packcli.report.lengths import length_percentiles, max_len_candidates
 from packcli.report.padding import baselines, padded
 from packcli.report.progress import Reporter, SilentReporter
-from packcli.write.manifest import TOTALS, read_manifest, shard_path
-from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
 
 __all__ = ["Measured", "histogram", "measure_corpus", "measure_output", "packed_stats", "sequence_stats"]
 

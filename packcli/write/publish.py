@@ -43,9 +43,10 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Literal
 
-from packcli.errors import PackcliError, Terminated, path_name, unwinds
-from packcli.write.locks import FileLock
-from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
+from packcli.errors import PackcliError, path_name
+from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
+from packcli.util.locks import FileLock
+from packcli.util.signals import Terminated, unwinds
 
 __all__ = ["OWN_FILE", "Publication", "existing_output"]
 
