@@ -22,7 +22,7 @@ from common import REPO, shared, table
 
 from packcli.format.manifest import read_manifest
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
+from packcli.run.driver import pack_corpus
 from packcli.torch import block_causal_mask, loader
 
 EPOCHS = 3

@@ -12,7 +12,7 @@ from baselines import bisect_bfd
 from common import table
 
 from packcli.options import Overflow
-from packcli.plan.overflow import apply_overflow
+from packcli.pack.overflow import apply_overflow
 from packcli.strategies import get_strategy
 
 MAX_LEN = 4096

@@ -56,7 +56,7 @@ class PackOptions:
     weights: tuple[float, ...] | None = None  # mixing: one weight per input
     target_tokens: int | None = None  # mixing: the output's token budget
     shuffle: bool = True  # rows in a seeded random order (False: packing order)
-    partitions: int | None = None  # a partitioned run: this many partitions (see packcli.plan.partitions)
+    partitions: int | None = None  # a partitioned run: this many partitions (see packcli.run.plan)
     partition_size: int | None = None  # or as many partitions as it takes at about this many input bytes each
     engine: str = "local"  # what runs the partitions: "local" (a process pool) or "ray"
     ray_address: str | None = None
@@ -78,7 +78,7 @@ class PackOptions:
 
     @property
     def mixing(self) -> bool:
-        """Sources are mixed by weight or to a token budget (see :mod:`packcli.plan.mixing`)."""
+        """Sources are mixed by weight or to a token budget (see :mod:`packcli.pack.mixing`)."""
         return self.weights is not None or self.target_tokens is not None
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION
 from packcli.format.manifest import SHARD, TOKENIZER, TOP, TOTALS, read_manifest, shard_path, write_manifest
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
+from packcli.run.driver import pack_corpus
 from packcli.util.files import canonical_json
 
 runner = CliRunner()

@@ -16,7 +16,7 @@ from packcli.encode.tokenizer import load_tokenizer
 from packcli.errors import PackcliError
 from packcli.format.shards import read_shard
 from packcli.options import Overflow, PackOptions
-from packcli.pipeline import pack_corpus
+from packcli.run.driver import pack_corpus
 from packcli.write import rows
 
 

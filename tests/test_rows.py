@@ -11,7 +11,7 @@ from packcli.encode.store import TokenStore
 from packcli.format.columns import IGNORE_INDEX
 from packcli.format.schema import shard_schema
 from packcli.format.shards import read_shard
-from packcli.plan.overflow import Pieces
+from packcli.pack.overflow import Pieces
 from packcli.strategies import Packing
 from packcli.write import rows
 

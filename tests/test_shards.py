@@ -15,7 +15,7 @@ from packcli.encode.store import TokenStore
 from packcli.format.schema import shard_schema
 from packcli.format.shards import ShardWriter, read_shard
 from packcli.options import Overflow
-from packcli.plan.overflow import apply_overflow
+from packcli.pack.overflow import apply_overflow
 from packcli.strategies import run_strategy
 from packcli.write.rows import write_rows
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.format.shards import read_shard
-from packcli.plan.order import permute_rows, shuffle_rows
+from packcli.pack.order import permute_rows, shuffle_rows
 from packcli.strategies import Packing, check_packing, run_strategy
 
 runner = CliRunner()

@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.format.manifest import TOTALS
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
-from packcli.report.lengths import candidate_max_lens, overflow_costs
+from packcli.pack.lengths import candidate_max_lens, overflow_costs
 from packcli.report.padding import baselines
-from packcli.report.stats import measure_corpus, measure_output, packed_stats, sequence_stats
+from packcli.report.stats import measure_output, packed_stats, sequence_stats
+from packcli.run.analysis import measure_corpus
+from packcli.run.driver import pack_corpus
 
 runner = CliRunner()
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F  # noqa: E402
 from conftest import SAMPLE  # noqa: E402
 
 from packcli.options import PackOptions  # noqa: E402
-from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.run.driver import pack_corpus  # noqa: E402
 from packcli.torch import (  # noqa: E402
     PackedDataset,
     block_causal_mask,

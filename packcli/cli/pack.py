@@ -1,5 +1,5 @@
 """The ``pack`` command: its options map one to one to :class:`~packcli.options.PackOptions`; the work is
-:func:`packcli.pipeline.pack_corpus`'s. Heavy modules are imported inside the command so ``--help`` stays instant.
+:func:`packcli.run.setup.pack_corpus`'s. Heavy modules are imported inside the command so ``--help`` stays instant.
 """
 
 from __future__ import annotations
@@ -113,10 +113,10 @@ def pack(
       packcli pack corpus/ --partitions 64 --engine ray --ray-address head:6379
     """
     from packcli.options import PackOptions, parse_count, parse_size, parse_weights
-    from packcli.pipeline import pack_corpus
     from packcli.read.stdin import spooled_stdin
-    from packcli.report.progress import make_reporter
     from packcli.report.render import loss_warning, pack_summary
+    from packcli.run.driver import pack_corpus
+    from packcli.run.progress import make_reporter
 
     if workers is not None and partitions is None and partition_size is None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts

@@ -84,7 +84,8 @@ def stats(
     from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.render import loss_warning, print_corpus_choices, print_stats
-    from packcli.report.stats import measure_corpus, measure_output
+    from packcli.report.stats import measure_output
+    from packcli.run.analysis import measure_corpus
 
     if plot is not None:
         from packcli.report.plot import check_plot_path
@@ -95,7 +96,7 @@ def stats(
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
         from packcli.options import PackOptions
-        from packcli.report.progress import make_reporter
+        from packcli.run.progress import make_reporter
 
         options = PackOptions(
             max_len=max_len,

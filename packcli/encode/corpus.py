@@ -25,7 +25,7 @@ from packcli.encode.encoders import Encoder
 from packcli.encode.store import TokenStore
 from packcli.read.fields import ReadCounts
 from packcli.read.inputs import InputSlice, read_records
-from packcli.report.progress import Reporter
+from packcli.util.progress import Reporter
 
 __all__ = ["Tokenized", "balanced", "tokenize_corpus"]
 

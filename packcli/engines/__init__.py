@@ -1,8 +1,38 @@
-"""Partitioned runs: many small local runs plus a merge. The engine only schedules the partitions.
+"""Engines: schedulers only. Each runs a list of jobs with the function it is given, calling back as each finishes;
+none knows what a job does (they import nothing of :mod:`packcli.run`). A new engine goes here.
 
-- ``driver``: plan, resume, run the partitions on an engine, merge, publish (the driver process).
-- ``partition``: one partition as one local run (a worker process or a Ray actor).
-- ``parts``: the parts in the staging directory: completion records and what a rerun may reuse.
-- ``merge``: the parts' agreement checks, summed totals, the packing gap.
-- ``local`` and ``ray``: the engines (a process pool; a Ray cluster).
+- ``inline``: in this process, one job after the other (a plain run: one job).
+- ``local``: a pool of worker processes on this machine (``--engine local``).
+- ``ray``: a pool of Ray actors on a cluster (``--engine ray``, the ``packcli[ray]`` extra).
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol
+
+__all__ = ["Engine"]
+
+
+class Engine(Protocol):
+    """What the driver needs of an engine; a context manager that holds its workers (or connection) while open."""
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None: ...
+
+    def run(
+        self,
+        jobs: Sequence[Any],
+        task: Callable[[Any], Any],
+        on_result: Callable[[Any], bool],
+        start: Callable[[Any], None] | None = None,
+        shipped: Any = None,
+    ) -> None:
+        """Run ``task(job)`` for every job, calling ``on_result`` with each result as it comes; it returns False to
+        start no further job (those running finish). A worker calls ``start(shipped)`` once before its first job
+        (``task``, ``start`` and ``shipped`` must pickle for engines with other processes)."""
+        ...

@@ -1,8 +1,8 @@
 """The local engine: a pool of worker processes on this machine (``--workers N``, default all cores), each with
 its share of the cores as tokenizer threads. Workers are spawned, not forked (a fork would copy the driver's
-tokenizer thread pool in a broken state), and each loads the driver's tokenizer once from the shipped bytes.
+tokenizer thread pool in a broken state), and each runs the driver's ``start`` once (loading what it shipped).
 
-Once a partition fails, no new partition starts; those running finish and stay committed for a rerun.
+Once ``on_result`` says stop, no new job starts; those running finish (and stay committed for a rerun).
 """
 
 from __future__ import annotations
@@ -13,24 +13,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
+from typing import Any
 
-from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
 from packcli.errors import PackcliError
 
 __all__ = ["LocalEngine"]
 
-_tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer (None: pre-tokenized records)
 
-
-def _start_worker(shipped: ShippedTokenizer | None, threads: int) -> None:
-    global _tokenizer
+def _start_worker(threads: int, start: Callable[[Any], None] | None, shipped: Any) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
-    _tokenizer = shipped.load() if shipped is not None else None
-
-
-def _run(job: PartitionJob) -> PartitionResult:
-    return run_partition(job, _tokenizer)
+    if start is not None:
+        start(shipped)
 
 
 class LocalEngine:
@@ -53,19 +46,22 @@ class LocalEngine:
 
     def run(
         self,
-        jobs: Sequence[PartitionJob],
-        tokenizer: ShippedTokenizer | None,
-        on_result: Callable[[PartitionResult], bool],
+        jobs: Sequence[Any],
+        task: Callable[[Any], Any],
+        on_result: Callable[[Any], bool],
+        start: Callable[[Any], None] | None = None,
+        shipped: Any = None,
     ) -> None:
-        """Run ``jobs``, calling ``on_result`` as each finishes; it returns False to start no further job."""
+        """Run ``task(job)`` for each job, calling ``on_result`` as each finishes; it returns False to start no
+        further job."""
         cores = os.cpu_count() or 1
         size = max(1, min(len(jobs), self.workers or cores))
         context = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(
-            size, mp_context=context, initializer=_start_worker, initargs=(tokenizer, max(1, cores // size))
+            size, mp_context=context, initializer=_start_worker, initargs=(max(1, cores // size), start, shipped)
         )
         try:
-            futures: list[Future[PartitionResult]] = [pool.submit(_run, job) for job in jobs]  # starts the workers
+            futures: list[Future[Any]] = [pool.submit(task, job) for job in jobs]  # starts the workers
             for future in as_completed(futures):
                 if future.cancelled():
                     continue

@@ -16,7 +16,7 @@ Invariants:
   target and the link stays a link.
 - A resumable publication (partitioned runs) stages in one directory per output, ``.NAME.packcli-resume``, that a
   failed, interrupted or killed run leaves in place: the rerun finds the partitions committed there and decides
-  what to reuse (:mod:`packcli.engines.parts`).
+  what to reuse (:mod:`packcli.run.parts`).
 
 Usage::
 

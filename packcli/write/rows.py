@@ -18,7 +18,7 @@ from packcli.encode.store import TokenStore
 from packcli.format.columns import IGNORE_INDEX
 from packcli.format.schema import ignore_document_starts, position_ids
 from packcli.format.shards import ShardInfo, ShardWriter, list_array
-from packcli.plan.overflow import Pieces
+from packcli.pack.overflow import Pieces
 from packcli.strategies import Packing
 from packcli.write.layout import cu_seqlens, row_token_offsets
 

@@ -16,7 +16,7 @@ from packcli import __version__
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.options import PackOptions
-from packcli.plan.partitions import Plan
+from packcli.run.plan import Plan
 
 __all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "packing_gap", "run_facts"]
 
@@ -34,13 +34,18 @@ AGREED = (
 
 
 def run_facts(
-    fingerprint: str, plan: Plan, options: PackOptions, tokenizer: dict[str, Any], supervised: bool
+    fingerprint: str,
+    plan: Plan | None,
+    partitions: int,
+    options: PackOptions,
+    tokenizer: dict[str, Any],
+    supervised: bool,
 ) -> dict[str, Any]:
     """What every part of a run records and the merge checks (as JSON values, to compare with records read back)."""
     return {
         "fingerprint": fingerprint,
-        "plan_hash": plan.digest,
-        "partitions": len(plan),
+        "plan_hash": plan.digest if plan is not None else None,  # None: a plain run, one job on the whole corpus
+        "partitions": partitions,
         "options": options.output_relevant(),
         "tokenizer": tokenizer,  # the manifest's tokenizer entry
         "format_version": FORMAT_VERSION,
