@@ -42,8 +42,9 @@ class Command(TyperCommand):
 class OneLineErrors(TyperGroup):
     """The one error mapper: usage errors exit 2, packcli and OS errors exit 1, each as one ``error: ...`` line on
     stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
-    SIGTERM and SIGHUP unwind the command's cleanups, then end it by the signal. Bare ``packcli`` prints the help
-    and exits 0."""
+    The one signal handler is installed here (:mod:`packcli.util.signals`): SIGTERM and SIGHUP unwind the command's
+    cleanups, then end it by the signal; Ctrl-C unwinds them and exits 130 (typer's code). Bare ``packcli`` prints
+    the help and exits 0."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _untyped_flags(super().get_params(ctx))
@@ -67,8 +68,6 @@ class OneLineErrors(TyperGroup):
             _fail(f"{exc.format_message()} (see '{command} --help')", 2)
         except typer.Abort:
             _fail("aborted", EXIT_DATA)
-        except KeyboardInterrupt:
-            _fail("interrupted; no output was written", 130)
         except (PackcliError, OSError) as exc:
             if debug:
                 raise

@@ -29,10 +29,11 @@ class Engine(Protocol):
         jobs: Sequence[Any],
         task: Callable[[Any], Any],
         on_result: Callable[[Any], bool],
-        start: Callable[[Any], None] | None = None,
+        start: Callable[[Any, int | None], None] | None = None,
         shipped: Any = None,
     ) -> None:
         """Run ``task(job)`` for every job, calling ``on_result`` with each result as it comes; it returns False to
-        start no further job (those running finish). A worker calls ``start(shipped)`` once before its first job
-        (``task``, ``start`` and ``shipped`` must pickle for engines with other processes)."""
+        start no further job (those running finish). A worker calls ``start(shipped, threads)`` once before its
+        first job, ``threads`` its share of the cores (``task``, ``start`` and ``shipped`` must pickle for engines
+        with other processes)."""
         ...

@@ -26,12 +26,12 @@ class InlineEngine:
         jobs: Sequence[Any],
         task: Callable[[Any], Any],
         on_result: Callable[[Any], bool],
-        start: Callable[[Any], None] | None = None,
+        start: Callable[[Any, int | None], None] | None = None,
         shipped: Any = None,
     ) -> None:
-        """Run each job in turn; ``start(shipped)`` first, as a worker would."""
+        """Run each job in turn; ``start(shipped, None)`` first, as a worker would (None: every core)."""
         if start is not None:
-            start(shipped)
+            start(shipped, None)
         for job in jobs:
             if not on_result(task(job)):
                 return

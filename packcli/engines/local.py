@@ -20,10 +20,9 @@ from packcli.errors import PackcliError
 __all__ = ["LocalEngine"]
 
 
-def _start_worker(threads: int, start: Callable[[Any], None] | None, shipped: Any) -> None:
-    os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
+def _start_worker(threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
     if start is not None:
-        start(shipped)
+        start(shipped, threads)
 
 
 class LocalEngine:
@@ -49,7 +48,7 @@ class LocalEngine:
         jobs: Sequence[Any],
         task: Callable[[Any], Any],
         on_result: Callable[[Any], bool],
-        start: Callable[[Any], None] | None = None,
+        start: Callable[[Any, int | None], None] | None = None,
         shipped: Any = None,
     ) -> None:
         """Run ``task(job)`` for each job, calling ``on_result`` as each finishes; it returns False to start no

@@ -30,10 +30,9 @@ LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through i
 class WorkerActor:
     """A Ray actor: runs the driver's ``start`` once, then jobs with the task it is given."""
 
-    def __init__(self, threads: int, start: Callable[[Any], None] | None, shipped: Any) -> None:
-        os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
+    def __init__(self, threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
         if start is not None:
-            start(shipped)
+            start(shipped, threads)
 
     def run(self, task: Callable[[Any], Any], job: Any) -> Any:
         return task(job)
@@ -95,7 +94,7 @@ class RayEngine:
         jobs: Sequence[Any],
         task: Callable[[Any], Any],
         on_result: Callable[[Any], bool],
-        start: Callable[[Any], None] | None = None,
+        start: Callable[[Any, int | None], None] | None = None,
         shipped: Any = None,
     ) -> None:
         """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no

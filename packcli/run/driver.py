@@ -71,7 +71,11 @@ def pack_corpus(
         reused = area.resume(facts | {"inputs": input_facts(files)}, count, warn)
         if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
             job = Job(0, tuple(files), options, publication.staging, facts, "shard", _sources(setup), setup.cache_key())
-            engine.run([job], partial(run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn), bool)
+            engine.run(
+                [job],
+                partial(run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers),
+                bool,
+            )
         else:
             progress = _Progress(plan, reporter, warn)
             progress.start(reused, area)

@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 from packcli.encode import cache
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import make_encoder
-from packcli.encode.tokenizer import LoadedTokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, use_threads
 from packcli.errors import PackcliError
 from packcli.format.schema import shard_metadata, shard_schema
 from packcli.format.shards import ShardInfo
@@ -117,11 +117,14 @@ def partition_seed(seed: int, partition: int) -> int:
 
 
 _worker_tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer (None: pre-tokenized records)
+_worker_threads: int | None = None  # its tokenizer threads: its share of the cores, as its engine gave it
 
 
-def start_worker(shipped: ShippedTokenizer | None) -> None:
-    """Load the driver's tokenizer once in a worker process or actor (an engine calls this as it starts one)."""
-    global _worker_tokenizer
+def start_worker(shipped: ShippedTokenizer | None, threads: int | None) -> None:
+    """Start a worker process or actor (its engine calls this once): its thread count, the driver's tokenizer."""
+    global _worker_tokenizer, _worker_threads
+    _worker_threads = threads
+    use_threads(threads)
     _worker_tokenizer = shipped.load() if shipped is not None else None
 
 
@@ -130,7 +133,7 @@ def run_job(job: Job) -> JobResult:
     Failure (the job's own files removed)."""
     warnings: list[str] = []
     try:
-        totals = run_local(job, _worker_tokenizer, SilentReporter(), warnings.append)
+        totals = run_local(job, _worker_tokenizer, SilentReporter(), warnings.append, _worker_threads)
     except (PackcliError, OSError) as exc:
         PartsArea(job.staging).clear(job.partition)
         failure = (
@@ -143,16 +146,22 @@ def run_job(job: Job) -> JobResult:
 
 
 def run_local(
-    job: Job, tokenizer: LoadedTokenizer | None, reporter: Reporter, warn: Callable[[str], None]
+    job: Job,
+    tokenizer: LoadedTokenizer | None,
+    reporter: Reporter,
+    warn: Callable[[str], None],
+    threads: int | None = None,
 ) -> dict[str, int]:
-    """Run one job into the staging directory and commit its record; returns its totals. Errors propagate."""
+    """Run one job into the staging directory and commit its record; returns its totals. Errors propagate.
+    ``threads``: the tokenizer's (None: every core)."""
     area = PartsArea(job.staging)
     k, options = job.partition, job.options
     area.clear(k)  # what an earlier, interrupted attempt left
+    use_threads(threads)
     encoder = make_encoder(options, tokenizer)  # its set-up warnings were the driver's to give, once
     cached = cache.load(job.cache_key) if job.cache_key is not None else None
     tokenized = cached or tokenize_corpus(
-        job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn
+        job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, threads
     )
     record: dict[str, Any] = {**job.facts, "partition": k, "read_documents": len(tokenized.lengths)}
     try:

@@ -1,6 +1,10 @@
-"""Signals that unwind a command: SIGTERM and SIGHUP raise :class:`Terminated` (a ``KeyboardInterrupt``), so every
-cleanup on the way out runs (a staging directory, a spool of standard input); once unwound, the process ends by the
-signal, as it would have at once, so a scheduler sees the usual exit status.
+"""Signals that unwind a command, with one handler that ``main`` installs: SIGTERM and SIGHUP raise
+:class:`Terminated` (a ``KeyboardInterrupt``) and Ctrl-C ``KeyboardInterrupt``, so every cleanup on the way out runs
+(a staging directory, a spool of standard input); once unwound, the process ends by the terminating signal, as it
+would have at once, so a scheduler sees the usual exit status. A step that must not be cut (an output's swap, its
+cleanup) holds signals back for its duration (:func:`signals_held`); one that came meanwhile takes effect after.
+
+Without ``main`` (a library caller), signals keep their own handlers: what a killed run leaves, the next removes.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Terminated", "ending_by_signal", "unwinds"]
+__all__ = ["Terminated", "ending_by_signal", "signals_held"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -25,32 +29,37 @@ class Terminated(KeyboardInterrupt):
 
 
 _TERMINATING = (signal.SIGTERM, signal.SIGHUP)
-_terminated_by: list[int] = []  # the signals that :func:`_unwind` turned into Terminated in this command
+_terminated_by: list[int] = []  # the terminating signals raised as Terminated in this command
+_held: list[bool] = []  # non-empty while a step holds signals back
+_pending: list[int] = []  # the signals that came while held
 
 
-def _unwind(signum: int, frame: FrameType | None) -> None:
+def _take_effect(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     _terminated_by.append(signum)
     raise Terminated(signum)
 
 
-def unwinds(handler: object) -> bool:
-    """Whether ``handler`` is the one :func:`ending_by_signal` installs: code that needs signals held back for a
-    while (an output's swap) may put its own handler in front of it."""
-    return handler is _unwind
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """The one handler: unwind now, or once the step that holds signals is done."""
+    if _held:
+        _pending.append(signum)
+        return
+    _take_effect(signum)
 
 
 @contextmanager
 def ending_by_signal() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP (where left at their defaults; main thread only) raise
-    :class:`Terminated`, so every cleanup in it runs; once the block has unwound, the process ends by that signal,
-    as it would have at once (a scheduler sees the usual exit status)."""
+    """Install the handler for the block (``main`` does, once): SIGTERM, SIGHUP and SIGINT where left at their
+    defaults, main thread only. Once the block has unwound from SIGTERM or SIGHUP, the process ends by it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.getsignal(signum) for signum in _TERMINATING}
+    previous = {signum: signal.getsignal(signum) for signum in (*_TERMINATING, signal.SIGINT)}
     for signum, handler in previous.items():
-        if handler == signal.SIG_DFL:
-            signal.signal(signum, _unwind)
+        if handler in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(signum, _on_signal)
     _terminated_by.clear()
     try:
         yield
@@ -59,3 +68,17 @@ def ending_by_signal() -> Iterator[None]:
             signal.signal(signum, handler)
         if _terminated_by:
             os.kill(os.getpid(), _terminated_by[0])
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Within the block, signals wait (the block is never cut); the first that came then takes effect."""
+    _held.append(True)
+    try:
+        yield
+    finally:
+        _held.pop()
+        if not _held and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            _take_effect(signum)
