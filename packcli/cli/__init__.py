@@ -3,7 +3,7 @@ instant. Every error becomes one ``error: ...`` line on stderr with exit 1 (data
 place (:class:`OneLineErrors`); ``--debug`` anywhere on the command line shows the traceback instead.
 
 Here: the app, the error mapper and the entry point :func:`main`. ``flags`` holds the option aliases commands
-share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``report`` stats, verify, show and strategies.
+share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``inspect`` the commands that read (stats, verify, show, strategies).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from packcli.cli import pack, report
+from packcli.cli import inspect, pack
 
 __all__ = ["Command", "OneLineErrors", "app", "main"]
 
@@ -113,10 +113,10 @@ def _options(
 
 # Registered in this order, the order ``packcli --help`` lists them in.
 app.command(cls=Command)(pack.pack)
-app.command(cls=Command)(report.strategies)
-app.command(cls=Command)(report.stats)
-app.command(cls=Command)(report.verify)
-app.command(cls=Command)(report.show)
+app.command(cls=Command)(inspect.strategies)
+app.command(cls=Command)(inspect.stats)
+app.command(cls=Command)(inspect.verify)
+app.command(cls=Command)(inspect.show)
 
 
 def main() -> None:
