@@ -2,8 +2,9 @@
 instant. Every error becomes one ``error: ...`` line on stderr with exit 1 (data) or 2 (usage), mapped in one
 place (:class:`OneLineErrors`); ``--debug`` anywhere on the command line shows the traceback instead.
 
-Here: the app, the error mapper and the entry point :func:`main`. ``flags`` holds the option aliases commands
-share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``inspect`` the commands that read (stats, verify, show, strategies).
+Here: the app, the error mapper, the one signal handler and the entry point :func:`main`. ``flags`` holds the
+option aliases commands share and their one builder of PackOptions, ``notices`` the warnings on stderr, ``pack`` the
+pack command, ``inspect`` the commands that read (stats, verify, show, strategies).
 """
 
 from __future__ import annotations
