@@ -15,14 +15,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packcli.errors import BadRecordError, PackcliError
+from packcli.errors import BadRecordError, PackcliError, path_name
 from packcli.format.manifest import is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
+from packcli.read.stdin import spool_digest
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 
-__all__ = ["SUPPORTED_SUFFIXES", "InputSlice", "Inputs", "find_inputs", "input_format", "read_records"]
+__all__ = ["SUPPORTED_SUFFIXES", "InputFile", "InputSlice", "Inputs", "find_inputs", "input_format", "read_records"]
 
 JSON_SUFFIXES = tuple(kind + packed for kind in (".jsonl", ".ndjson", ".json") for packed in ("", *COMPRESSIONS))
 SUPPORTED_SUFFIXES = (*JSON_SUFFIXES, ".parquet", ".arrow")
@@ -30,6 +31,25 @@ FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .pa
 _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file as a value, its stat taken once, so that the fingerprint, the manifest and the resume facts
+    describe the same file: the path read, the name messages and the manifest give it (``<stdin>`` for the spool
+    of standard input), its size and mtime, and for standard input the sha256 of its bytes (its identity)."""
+
+    path: Path
+    name: str
+    size: int
+    mtime_ns: int
+    digest: str | None = None
+
+    @classmethod
+    def of(cls, path: Path) -> InputFile:
+        """Describe ``path`` as it is now."""
+        stat = path.stat()
+        return cls(path, path_name(path), stat.st_size, stat.st_mtime_ns, spool_digest(path))
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def pack_corpus(
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
         area = PartsArea(publication.staging)
-        reused = area.resume(facts | {"inputs": input_facts(files)}, count, warn)
+        reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn)
         if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
             job = Job(0, tuple(files), options, publication.staging, facts, "shard", _sources(setup), setup.cache_key())
             engine.run(

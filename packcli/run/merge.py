@@ -9,13 +9,13 @@ bound); above PARTITIONING_WARNING the driver warns.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from packcli import __version__
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.options import PackOptions
+from packcli.read.inputs import InputFile
 from packcli.run.plan import Plan
 
 __all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "packing_gap", "run_facts"]
@@ -54,9 +54,9 @@ def run_facts(
     }
 
 
-def input_facts(files: list[Path]) -> list[list[Any]]:
+def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
     """The inputs as the run found them (path, size, mtime): a rerun after an input changed reuses nothing."""
-    return [[str(path), path.stat().st_size, path.stat().st_mtime_ns] for path in files]
+    return [[str(item.path), item.size, item.mtime_ns] for item in inputs]
 
 
 def merge_parts(records: list[dict[str, Any] | None], facts: dict[str, Any]) -> tuple[dict[str, int], list[Any]]:

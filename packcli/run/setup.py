@@ -12,11 +12,11 @@ from typing import Any
 from packcli import __version__
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
-from packcli.errors import PackcliError, path_name
+from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.identity import run_identity
 from packcli.options import PackOptions
-from packcli.read.inputs import find_inputs
+from packcli.read.inputs import InputFile, find_inputs
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 
@@ -40,6 +40,11 @@ class Setup:
     encoder: Encoder
     sources: list[Source] | None = None  # mixed runs: one source per INPUT, its files in ``files`` order
     unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
+    inputs: list[InputFile] = field(default_factory=list)  # ``files`` as values, each stat-ed once (at set-up)
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            object.__setattr__(self, "inputs", [InputFile.of(path) for path in self.files])
 
     def fingerprint(self, plan_hash: str | None = None) -> str:
         """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it, and
@@ -49,11 +54,11 @@ class Setup:
             extra["sources"] = [len(source.files) for source in self.sources]
         if plan_hash is not None:
             extra["partition_plan"] = plan_hash
-        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "output", extra)
+        return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "output", extra)
 
     def cache_key(self) -> str:
         """The tokenization cache's key: the identity over what decides the tokens."""
-        return run_identity(self.files, self.tokenizer, self.encoder, self.options, "tokens")[:32]
+        return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "tokens")[:32]
 
 
 def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] = lambda message: None) -> Setup:
@@ -123,7 +128,7 @@ def base_manifest(setup: Setup, fingerprint: str) -> dict[str, Any]:
         "packcli_version": __version__,
         "fingerprint": fingerprint,
         "options": options.output_relevant(),
-        "inputs": [{"path": path_name(path), "bytes": path.stat().st_size} for path in setup.files],
+        "inputs": [{"path": item.name, "bytes": item.size} for item in setup.inputs],
         "tokenizer": tokenizer_entry(setup),
         "max_len": options.max_len,
         "strategy": options.strategy,
