@@ -7,6 +7,7 @@ reads a command's options from its signature, so each command still spells out t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -31,6 +32,7 @@ __all__ = [
     "ResponseFieldOption",
     "SkipBadRecordsOption",
     "StrategyOption",
+    "SummaryOption",
     "TextFieldOption",
     "TokenizerOption",
     "WindowOption",
@@ -80,6 +82,14 @@ QuietOption = Annotated[
         "--quiet",
         "-q",
         help="No progress and no per-record warnings on stderr (a loss of over 1% of the tokens is still reported).",
+    ),
+]
+SummaryOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--summary",
+        help="Append a Markdown summary to this file (also to $GITHUB_STEP_SUMMARY where that is set).",
+        show_default="none",
     ),
 ]
 

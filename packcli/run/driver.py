@@ -29,7 +29,14 @@ from packcli.run.setup import PackResult, Setup, base_manifest, check_documents,
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.write.publish import Publication, existing_output
 
-__all__ = ["pack_corpus"]
+__all__ = ["pack_corpus", "partition_plan"]
+
+
+def partition_plan(setup: Setup) -> tuple[Plan, str]:
+    """The plan of ``setup``'s partitioned run and the fingerprint it gives the output (``--dry-run`` prints it)."""
+    options, files = setup.options, setup.files
+    plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
+    return plan, setup.fingerprint(plan.digest)
 
 
 def pack_corpus(
@@ -49,12 +56,7 @@ def pack_corpus(
     setup = set_up(inputs, options, warn)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files
-    plan = (
-        plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
-        if (options.partitioned)
-        else None
-    )
-    fingerprint = setup.fingerprint(plan.digest if plan is not None else None)
+    plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
     if plan is not None and existing_output(out.resolve(), fingerprint, out) == "same":
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
