@@ -12,7 +12,11 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "OnResult", "Start", "Task", "Unconnected"]
+
+Task = Callable[[Any], Any]  # a job -> its result
+OnResult = Callable[[Any], bool]  # a result -> whether to start further jobs
+Start = Callable[[Any, "int | None"], None]  # (what the driver shipped, the worker's threads): once per worker
 
 
 class Engine(Protocol):
@@ -24,16 +28,21 @@ class Engine(Protocol):
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None: ...
 
-    def run(
-        self,
-        jobs: Sequence[Any],
-        task: Callable[[Any], Any],
-        on_result: Callable[[Any], bool],
-        start: Callable[[Any, int | None], None] | None = None,
-        shipped: Any = None,
-    ) -> None:
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run ``task(job)`` for every job, calling ``on_result`` with each result as it comes; it returns False to
         start no further job (those running finish). A worker calls ``start(shipped, threads)`` once before its
         first job, ``threads`` its share of the cores (``task``, ``start`` and ``shipped`` must pickle for engines
         with other processes)."""
         ...
+
+
+class Unconnected:
+    """An engine that holds nothing between runs: entering and leaving it do nothing."""
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        pass

@@ -3,32 +3,18 @@ one job on it, so it takes the same path as a partitioned one without a worker's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from types import TracebackType
+from collections.abc import Sequence
 from typing import Any
+
+from packcli.engines import OnResult, Start, Task, Unconnected
 
 __all__ = ["InlineEngine"]
 
 
-class InlineEngine:
+class InlineEngine(Unconnected):
     """Runs jobs in this process, in order."""
 
-    def __enter__(self) -> InlineEngine:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        pass
-
-    def run(
-        self,
-        jobs: Sequence[Any],
-        task: Callable[[Any], Any],
-        on_result: Callable[[Any], bool],
-        start: Callable[[Any, int | None], None] | None = None,
-        shipped: Any = None,
-    ) -> None:
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run each job in turn; ``start(shipped, None)`` first, as a worker would (None: every core)."""
         if start is not None:
             start(shipped, None)

@@ -12,9 +12,9 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from types import TracebackType
 from typing import Any
 
+from packcli.engines import OnResult, Start, Task, Unconnected
 from packcli.errors import PackcliError
 
 __all__ = ["LocalEngine"]
@@ -25,7 +25,7 @@ def _start_worker(threads: int, start: Callable[[Any, int | None], None] | None,
         start(shipped, threads)
 
 
-class LocalEngine:
+class LocalEngine(Unconnected):
     """Runs partitions in a process pool; use as a context manager (it holds nothing between runs).
 
     Args:
@@ -35,22 +35,7 @@ class LocalEngine:
     def __init__(self, workers: int | None) -> None:
         self.workers = workers
 
-    def __enter__(self) -> LocalEngine:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        pass
-
-    def run(
-        self,
-        jobs: Sequence[Any],
-        task: Callable[[Any], Any],
-        on_result: Callable[[Any], bool],
-        start: Callable[[Any, int | None], None] | None = None,
-        shipped: Any = None,
-    ) -> None:
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run ``task(job)`` for each job, calling ``on_result`` as each finishes; it returns False to start no
         further job."""
         cores = os.cpu_count() or 1

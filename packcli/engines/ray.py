@@ -19,6 +19,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from packcli.engines import OnResult, Start, Task
 from packcli.errors import PackcliError, requires_extra
 
 __all__ = ["RayEngine"]
@@ -89,14 +90,7 @@ class RayEngine:
             self._ray.shutdown()
             self._started = False
 
-    def run(
-        self,
-        jobs: Sequence[Any],
-        task: Callable[[Any], Any],
-        on_result: Callable[[Any], bool],
-        start: Callable[[Any, int | None], None] | None = None,
-        shipped: Any = None,
-    ) -> None:
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no
         further job (the calls in flight finish)."""
         ray = self._ray

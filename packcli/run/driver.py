@@ -73,11 +73,8 @@ def pack_corpus(
         reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn)
         if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
             job = Job(0, tuple(files), options, publication.staging, facts, "shard", _sources(setup), setup.cache_key())
-            engine.run(
-                [job],
-                partial(run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers),
-                bool,
-            )
+            task = partial(run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers)
+            engine.run([job], task, bool, None, None)
         else:
             progress = _Progress(plan, reporter, warn)
             progress.start(reused, area)
