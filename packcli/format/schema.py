@@ -13,12 +13,14 @@ import pyarrow as pa
 from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, column_names
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["ignore_document_starts", "position_ids", "shard_metadata", "shard_schema"]
+__all__ = ["SHARD_COLUMN_TYPE", "ignore_document_starts", "position_ids", "shard_metadata", "shard_schema"]
+
+SHARD_COLUMN_TYPE = pa.list_(pa.int32())  # every column of a shard
 
 
 def shard_schema(metadata: dict[str, str], labels: bool = False) -> pa.Schema:
     """The shard schema: int32 list columns; the metadata repeats format version, max_len, tokenizer hash."""
-    return pa.schema([(name, pa.list_(pa.int32())) for name in column_names(labels)], metadata=metadata)
+    return pa.schema([(name, SHARD_COLUMN_TYPE) for name in column_names(labels)], metadata=metadata)
 
 
 def shard_metadata(max_len: int, tokenizer_sha256: str | None) -> dict[str, str]:

@@ -19,11 +19,14 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
+from packcli.format.schema import SHARD_COLUMN_TYPE
+
 __all__ = [
     "ShardInfo",
     "ShardWriter",
     "flat_list_column",
     "list_array",
+    "list_views",
     "read_shard",
     "shard_name",
 ]
@@ -206,6 +209,27 @@ def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:
     """Memory-map one shard as a table (zero-copy); only the listed columns' pages are ever read."""
     table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
     return table.select(columns) if columns is not None else table
+
+
+def list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``list<int32>`` array as (values, int32 offsets) read-only numpy views of its own Arrow buffers; row k is
+    ``values[offsets[k]:offsets[k + 1]]``. Never copies, and never imports pandas (``Array.to_numpy`` does).
+
+    Raises:
+        ValueError: the array is not a ``list<int32>`` without nulls (every shard column is one).
+    """
+    if array.type != SHARD_COLUMN_TYPE or array.null_count or array.values.null_count:
+        raise ValueError(f"a {array.type} column with {array.null_count} nulls is not a list<int32> without nulls")
+    child = array.values  # the whole child array: the list's own offset is in its offsets buffer
+    return _int32_view(child.buffers()[1], child.offset, len(child)), _int32_view(
+        array.buffers()[1], array.offset, len(array) + 1
+    )
+
+
+def _int32_view(buffer: pa.Buffer | None, start: int, count: int) -> np.ndarray:
+    if buffer is None:  # an empty array may have no buffer at all
+        return np.zeros(count, dtype=np.int32)
+    return np.frombuffer(buffer, dtype=np.int32, count=count, offset=4 * start)
 
 
 def flat_list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
