@@ -17,8 +17,8 @@ from common import shared, table
 
 from packcli.export import FORMATS, export_output
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
 from packcli.report.verify import verify_output
+from packcli.run.driver import pack_corpus
 
 ROUNDS = 3
 

@@ -23,10 +23,10 @@ import torch
 from common import REPO, shared, table
 from torch.utils.data import DataLoader
 
+from packcli.format.manifest import read_manifest
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
+from packcli.run.driver import pack_corpus
 from packcli.torch import PackedDataset, block_causal_mask, collate_varlen, loader
-from packcli.write.manifest import read_manifest
 
 EPOCHS = 3
 BATCH = 8

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from common import python, run_child, shared, table
 
-from packcli.plan.mixing import interleave, mix
-from packcli.plan.order import shuffle_rows
+from packcli.packing.mixing import interleave, mix
+from packcli.packing.order import shuffle_rows
 from packcli.strategies import run_strategy
 
 ROUNDS = 3

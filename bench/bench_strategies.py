@@ -16,7 +16,7 @@ from baselines import room_bfd
 from common import table
 
 from packcli.options import Overflow
-from packcli.plan.overflow import apply_overflow
+from packcli.packing.overflow import apply_overflow
 from packcli.strategies import get_strategy
 
 MAX_LEN = 4096

@@ -7,9 +7,9 @@ stays light.
 
 from typing import Any
 
-__all__ = ["__version__", "pack"]
+from packcli.version import __version__
 
-__version__ = "0.1.0"
+__all__ = ["__version__", "pack"]
 
 
 def __getattr__(name: str) -> Any:

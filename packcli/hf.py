@@ -76,7 +76,7 @@ def pack(
 
 
 def _pack(inputs: list[str], options: PackOptions, out: Path, overwrite: bool) -> dict[str, Any]:
-    from packcli.pipeline import pack_corpus
+    from packcli.run.driver import pack_corpus
 
     return pack_corpus(inputs, options, out, overwrite=overwrite).manifest
 

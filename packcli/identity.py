@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any, Literal
 
-from packcli import __version__
 from packcli.encode.encoders import Encoder
 from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.errors import path_name
+from packcli.format.columns import FORMAT_VERSION
 from packcli.options import PackOptions
-from packcli.read.stdin import spool_digest
-from packcli.write.manifest import FORMAT_VERSION
+from packcli.read.inputs import InputFile
+from packcli.version import __version__
 
 __all__ = ["TOKENIZATION_OPTIONS", "Scope", "run_identity"]
 
@@ -47,7 +45,7 @@ _PATH_OPTIONS = ("tokenizer", "chat_template")
 
 
 def run_identity(
-    files: list[Path],
+    inputs: list[InputFile],
     tokenizer: LoadedTokenizer | None,
     encoder: Encoder,
     options: PackOptions,
@@ -57,7 +55,7 @@ def run_identity(
     """The sha256 (hex) of the facts that decide the output (``scope="output"``) or only the tokens ("tokens").
 
     Args:
-        files: the input files, as ``find_inputs`` resolved them.
+        inputs: the input files, as ``find_inputs`` resolved them, each stat-ed once.
         tokenizer: the loaded tokenizer (its file and config hashes); None for pre-tokenized records without one.
         encoder: the encoder, for the EOS/BOS ids and chat template it actually uses.
         options: the run's options.
@@ -70,7 +68,7 @@ def run_identity(
         "scope": scope,
         "packcli_version": __version__,
         "format_version": FORMAT_VERSION,
-        "inputs": [_describe_input(path) for path in files],
+        "inputs": [_describe_input(item) for item in inputs],
         "tokenizer": {
             "sha256": tokenizer.sha256 if tokenizer is not None else None,
             "config_sha256": tokenizer.config_sha256 if tokenizer is not None else None,
@@ -84,10 +82,8 @@ def run_identity(
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
-def _describe_input(path: Path) -> list[Any]:
+def _describe_input(item: InputFile) -> list[Any]:
     """A file by resolved path, size and mtime; standard input's spool (a new file each run) by its bytes' sha256."""
-    stat = path.stat()
-    digest = spool_digest(path)
-    if digest is not None:
-        return [path_name(path), stat.st_size, digest]
-    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    if item.digest is not None:
+        return [item.name, item.size, item.digest]
+    return [str(item.path.resolve()), item.size, item.mtime_ns]

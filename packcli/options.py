@@ -11,13 +11,12 @@ from enum import Enum
 from typing import Any
 
 from packcli.errors import UsageError
+from packcli.format.columns import INT32_MAX
 
-__all__ = ["DEFAULT_MAX_LEN", "MAX_LEN_LIMIT", "Overflow", "PackOptions", "parse_count", "parse_size", "parse_weights"]
+__all__ = ["DEFAULT_MAX_LEN", "Overflow", "PackOptions", "parse_count", "parse_size", "parse_weights"]
 
 DEFAULT_MAX_LEN = 4096
-MAX_LEN_LIMIT = 2**31 - 1  # the largest value of the int32 columns (cu_seqlens ends at a row's length)
 DEFAULT_SHARD_SIZE = 512 * 2**20
-MAX_TOKEN_ID = 2**31 - 1  # shards store int32 ids
 ENGINES = ("local", "ray")
 
 
@@ -57,7 +56,7 @@ class PackOptions:
     weights: tuple[float, ...] | None = None  # mixing: one weight per input
     target_tokens: int | None = None  # mixing: the output's token budget
     shuffle: bool = True  # rows in a seeded random order (False: packing order)
-    partitions: int | None = None  # a partitioned run: this many partitions (see packcli.plan.partitions)
+    partitions: int | None = None  # a partitioned run: this many partitions (see packcli.run.plan)
     partition_size: int | None = None  # or as many partitions as it takes at about this many input bytes each
     engine: str = "local"  # what runs the partitions: "local" (a process pool) or "ray"
     ray_address: str | None = None
@@ -79,7 +78,7 @@ class PackOptions:
 
     @property
     def mixing(self) -> bool:
-        """Sources are mixed by weight or to a token budget (see :mod:`packcli.plan.mixing`)."""
+        """Sources are mixed by weight or to a token budget (see :mod:`packcli.packing.mixing`)."""
         return self.weights is not None or self.target_tokens is not None
 
     def __post_init__(self) -> None:
@@ -102,8 +101,8 @@ class PackOptions:
             object.__setattr__(self, "overflow", Overflow(self.overflow))
         if self.max_len < 1:
             raise UsageError(f"--max-len must be at least 1, got {self.max_len}")
-        if self.max_len > MAX_LEN_LIMIT:
-            raise UsageError(f"--max-len must fit the int32 columns (at most {MAX_LEN_LIMIT:,}), got {self.max_len:,}")
+        if self.max_len > INT32_MAX:
+            raise UsageError(f"--max-len must fit the int32 columns (at most {INT32_MAX:,}), got {self.max_len:,}")
         if self.shard_size < 1:
             raise UsageError(f"--shard-size must be positive, got {self.shard_size}")
         if self.window is not None and self.window < 1:
@@ -136,7 +135,7 @@ class PackOptions:
         if self.eos_id is not None:
             if not self.eos:
                 raise UsageError("--eos-id and --no-eos contradict each other; pass one of them")
-            if not 0 <= self.eos_id <= MAX_TOKEN_ID:
+            if not 0 <= self.eos_id <= INT32_MAX:
                 raise UsageError(f"--eos-id must be in [0, 2^31), got {self.eos_id}")
 
     def _check_mixing(self) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
-from packcli.write.manifest import read_manifest
+from packcli.format.manifest import read_manifest
 
 with requires_extra("torch", "packcli.torch"):
     import torch

@@ -14,9 +14,9 @@ from conftest import SAMPLE, read_jsonl, write_jsonl
 
 from packcli.encode.corpus import balanced
 from packcli.encode.tokenizer import load_tokenizer
+from packcli.format.shards import read_shard
 from packcli.read.fields import Field, ReadCounts
 from packcli.read.inputs import read_records
-from packcli.write.shards import read_shard
 
 HUGE_BYTES = (600_000, 900_000)  # each far over half a ~1 MB read piece: the tokenizer would have it alone
 SHORT_BYTES = 1_000_000

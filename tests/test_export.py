@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.write.shards import IGNORE_INDEX
+from packcli.format.columns import IGNORE_INDEX
 from tests.conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from packcli import identity
 from packcli.cli import app
 from packcli.options import PackOptions
-from packcli.pipeline import Setup, set_up
+from packcli.run.setup import Setup, set_up
 from tests.conftest import write_jsonl
 
 runner = CliRunner()

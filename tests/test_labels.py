@@ -10,10 +10,10 @@ import pytest
 from conftest import shared_path, write_jsonl
 from datasets import Dataset
 
+from packcli.format.manifest import read_manifest
+from packcli.format.schema import ignore_document_starts
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
-from packcli.write.manifest import read_manifest
-from packcli.write.rows import ignore_document_starts
+from packcli.run.driver import pack_corpus
 
 CHATS = [
     {"messages": [{"role": "user", "content": f"What is {n} plus {n}?"}, {"role": "assistant", "content": f"{2 * n}."}]}

@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from packcli.write.layout import cu_seqlens, gather_index, position_ids, row_token_offsets
+from packcli.format.schema import position_ids
+from packcli.write.layout import cu_seqlens, gather_index, row_token_offsets
 
 
 @st.composite

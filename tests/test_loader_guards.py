@@ -17,7 +17,7 @@ from conftest import SAMPLE, read_jsonl, write_jsonl  # noqa: E402
 
 from packcli.errors import PackcliError  # noqa: E402
 from packcli.options import PackOptions  # noqa: E402
-from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.run.driver import pack_corpus  # noqa: E402
 from packcli.torch import PackedDataset, loader  # noqa: E402
 
 

@@ -15,19 +15,11 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.errors import PackcliError
+from packcli.format.columns import FORMAT_VERSION
+from packcli.format.manifest import SHARD, TOKENIZER, TOP, TOTALS, read_manifest, shard_path, write_manifest
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
-from packcli.write.manifest import (
-    FORMAT_VERSION,
-    SHARD,
-    TOKENIZER,
-    TOP,
-    TOTALS,
-    dumps,
-    read_manifest,
-    shard_path,
-    write_manifest,
-)
+from packcli.run.driver import pack_corpus
+from packcli.util.files import canonical_json
 
 runner = CliRunner()
 
@@ -47,8 +39,8 @@ def test_write_then_read_is_canonical_and_leaves_no_temporary(sft_output: Path, 
     manifest = json.loads((sft_output / "manifest.json").read_text())
     write_manifest(tmp_path, manifest)
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
-    assert (tmp_path / "manifest.json").read_text() == dumps(manifest)
-    assert list(json.loads(dumps({"b": 1, "a": 2}))) == ["a", "b"]  # sorted keys
+    assert (tmp_path / "manifest.json").read_text() == canonical_json(manifest)
+    assert list(json.loads(canonical_json({"b": 1, "a": 2}))) == ["a", "b"]  # sorted keys
     assert read_manifest(tmp_path) == manifest
 
 

@@ -18,12 +18,13 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.encode.store import TokenStore
 from packcli.encode.tokenizer import load_tokenizer
+from packcli.format.shards import read_shard
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus, set_up
-from packcli.plan.mixing import interleave, mix, quotas, sample_to_budget
+from packcli.packing.mixing import interleave, mix, quotas, sample_to_budget
 from packcli.report.stats import packed_stats
 from packcli.report.verify import verify_output
-from packcli.write.shards import read_shard
+from packcli.run.driver import pack_corpus
+from packcli.run.setup import set_up
 
 runner = CliRunner()
 EOS = 50256

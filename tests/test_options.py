@@ -11,13 +11,14 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.errors import UsageError
-from packcli.options import MAX_LEN_LIMIT, PackOptions
+from packcli.format.columns import INT32_MAX
+from packcli.options import PackOptions
 
 runner = CliRunner()
 
 
 def test_max_len_must_fit_int32() -> None:
-    assert PackOptions(max_len=MAX_LEN_LIMIT).max_len == 2**31 - 1
+    assert PackOptions(max_len=INT32_MAX).max_len == 2**31 - 1
     for bad in (2**31, 2**32, 2**63):
         with pytest.raises(UsageError, match=r"--max-len must fit the int32 columns \(at most 2,147,483,647\)"):
             PackOptions(max_len=bad)

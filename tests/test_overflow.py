@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from packcli.errors import PackcliError
 from packcli.options import Overflow
-from packcli.plan.overflow import apply_overflow
+from packcli.packing.overflow import apply_overflow
 
 
 def test_worked_example() -> None:

@@ -20,13 +20,13 @@ from conftest import SAMPLE, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.engines.merge import merge_parts
 from packcli.errors import PackcliError, UsageError
+from packcli.format.shards import read_shard
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
-from packcli.plan.partitions import plan_partitions
 from packcli.report.verify import verify_output
-from packcli.write.shards import read_shard
+from packcli.run.driver import pack_corpus
+from packcli.run.merge import merge_parts
+from packcli.run.plan import plan_partitions
 
 runner = CliRunner()
 TEXTS = [record["text"] for record in read_jsonl(SAMPLE)]

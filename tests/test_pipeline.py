@@ -14,10 +14,10 @@ from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 
 from packcli.encode.tokenizer import load_tokenizer
 from packcli.errors import PackcliError
+from packcli.format.shards import read_shard
 from packcli.options import Overflow, PackOptions
-from packcli.pipeline import pack_corpus
+from packcli.run.driver import pack_corpus
 from packcli.write import rows
-from packcli.write.shards import read_shard
 
 
 def documents_of(out: Path) -> list[list[int]]:

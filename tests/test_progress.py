@@ -13,7 +13,8 @@ import pytest
 from conftest import SAMPLE, write_jsonl
 
 from packcli.errors import UsageError
-from packcli.report.progress import INTERVAL_ENV, PlainReporter, SilentReporter, make_reporter
+from packcli.run.progress import INTERVAL_ENV, PlainReporter, make_reporter
+from packcli.util.progress import SilentReporter
 
 
 class Clock:

@@ -16,7 +16,7 @@ from conftest import SAMPLE, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.write.locks import FileLock
+from packcli.util.locks import FileLock
 
 runner = CliRunner()
 
@@ -151,7 +151,7 @@ def test_the_lock_is_free_once_its_holder_dies(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            f"import time; from packcli.write.locks import FileLock; FileLock({str(path)!r}).acquire(); time.sleep(600)",
+            f"import time; from packcli.util.locks import FileLock; FileLock({str(path)!r}).acquire(); time.sleep(600)",
         ]
     )
     try:

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from packcli.encode.store import TokenStore
-from packcli.plan.overflow import Pieces
+from packcli.format.columns import IGNORE_INDEX
+from packcli.format.schema import shard_schema
+from packcli.format.shards import read_shard
+from packcli.packing.overflow import Pieces
 from packcli.strategies import Packing
 from packcli.write import rows
-from packcli.write.shards import IGNORE_INDEX, read_shard, shard_schema
 
 
 def store_of(path: Path, tokens: np.ndarray, mask: np.ndarray | None = None) -> TokenStore:

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.encode.tokenizer import load_tokenizer
 from packcli.errors import BadRecordError, UsageError
+from packcli.format.shards import read_shard
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
 from packcli.report.stats import packed_stats
 from packcli.report.verify import verify_output
-from packcli.write.shards import read_shard
+from packcli.run.driver import pack_corpus
 
 EOS = 50256
 runner = CliRunner()

@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packcli.encode.store import TokenStore
+from packcli.format.schema import shard_schema
+from packcli.format.shards import ShardWriter, read_shard
 from packcli.options import Overflow
-from packcli.plan.overflow import apply_overflow
+from packcli.packing.overflow import apply_overflow
 from packcli.strategies import run_strategy
 from packcli.write.rows import write_rows
-from packcli.write.shards import ShardWriter, read_shard, shard_schema
 
 
 def write_case(
@@ -92,7 +93,7 @@ def test_the_checksum_is_the_files_with_hashing_and_flushing_beside_the_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int, sync: int
 ) -> None:
     """Small limits: the writer waits on the hash thread and flushes early many times; large: neither happens."""
-    from packcli.write import shards
+    from packcli.format import shards
 
     monkeypatch.setattr(shards, "HASH_AHEAD", ahead)
     monkeypatch.setattr(shards, "SYNC_BYTES", sync)

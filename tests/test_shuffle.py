@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.plan.order import permute_rows, shuffle_rows
+from packcli.format.shards import read_shard
+from packcli.packing.order import permute_rows, shuffle_rows
 from packcli.strategies import Packing, check_packing, run_strategy
-from packcli.write.shards import read_shard
 
 runner = CliRunner()
 

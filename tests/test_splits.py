@@ -6,11 +6,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packcli.format.shards import ShardInfo
 from packcli.options import Overflow
-from packcli.plan.order import shuffle_rows
-from packcli.plan.overflow import apply_overflow
+from packcli.packing.order import shuffle_rows
+from packcli.packing.overflow import apply_overflow
 from packcli.strategies import run_strategy
-from packcli.write.shards import ShardInfo
 from packcli.write.splits import shard_entries, split_pieces
 
 

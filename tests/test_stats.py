@@ -15,12 +15,13 @@ from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.format.manifest import TOTALS
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
-from packcli.report.lengths import candidate_max_lens, overflow_costs
+from packcli.packing.lengths import candidate_max_lens, overflow_costs
 from packcli.report.padding import baselines
-from packcli.report.stats import measure_corpus, measure_output, packed_stats, sequence_stats
-from packcli.write.manifest import TOTALS
+from packcli.report.stats import measure_output, packed_stats, sequence_stats
+from packcli.run.analysis import measure_corpus
+from packcli.run.driver import pack_corpus
 
 runner = CliRunner()
 

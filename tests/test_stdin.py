@@ -25,7 +25,7 @@ from conftest import SAMPLE, read_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.write.locks import FileLock
+from packcli.util.locks import FileLock
 
 runner = CliRunner()
 RECORDS = read_jsonl(SAMPLE)[:40]

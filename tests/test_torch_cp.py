@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl  # noqa: E402
 
 from packcli.options import PackOptions  # noqa: E402
-from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.run.driver import pack_corpus  # noqa: E402
 from packcli.torch import PackedDataset, collate_varlen, loader  # noqa: E402
 
 PAD = 7

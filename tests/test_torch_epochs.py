@@ -21,10 +21,10 @@ from conftest import REPO, SAMPLE, read_jsonl, write_jsonl  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from packcli.errors import PackcliError  # noqa: E402
+from packcli.format.manifest import read_manifest  # noqa: E402
 from packcli.options import PackOptions  # noqa: E402
-from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.run.driver import pack_corpus  # noqa: E402
 from packcli.torch import PackedDataset, PackedLoader, collate_varlen, loader  # noqa: E402
-from packcli.write.manifest import read_manifest  # noqa: E402
 
 BATCH = 30
 

@@ -19,7 +19,7 @@ from conftest import ROWS_MAX_LEN, SAMPLE, read_jsonl, write_jsonl  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from packcli.options import PackOptions  # noqa: E402
-from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.run.driver import pack_corpus  # noqa: E402
 from packcli.torch import (  # noqa: E402
     PackedDataset,
     block_causal_mask,

@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.format.shards import read_shard
 from packcli.options import PackOptions
-from packcli.pipeline import pack_corpus
 from packcli.report.verify import verify_output
-from packcli.write.shards import read_shard
+from packcli.run.driver import pack_corpus
 
 runner = CliRunner()
 

@@ -2,9 +2,10 @@
 instant. Every error becomes one ``error: ...`` line on stderr with exit 1 (data) or 2 (usage), mapped in one
 place (:class:`OneLineErrors`); ``--debug`` anywhere on the command line shows the traceback instead.
 
-Here: the app, the error mapper and the entry point :func:`main`. ``flags`` holds the option aliases commands
-share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``report`` stats, verify, show and strategies,
-``export`` the export command.
+Here: the app, the error mapper, the one signal handler and the entry point :func:`main`. ``flags`` holds the
+option aliases commands share and their one builder of PackOptions, ``notices`` the warnings on stderr, ``pack`` the
+pack command, ``inspect`` the commands that read (stats, verify, show, strategies), ``export`` the export
+command.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from packcli.cli import export, pack, report
+from packcli.cli import export, inspect, pack
 
 __all__ = ["Command", "OneLineErrors", "app", "main"]
 
@@ -43,14 +44,16 @@ class Command(TyperCommand):
 class OneLineErrors(TyperGroup):
     """The one error mapper: usage errors exit 2, packcli and OS errors exit 1, each as one ``error: ...`` line on
     stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
-    SIGTERM and SIGHUP unwind the command's cleanups, then end it by the signal. Bare ``packcli`` prints the help
-    and exits 0."""
+    The one signal handler is installed here (:mod:`packcli.util.signals`): SIGTERM and SIGHUP unwind the command's
+    cleanups, then end it by the signal; Ctrl-C unwinds them and exits 130 (typer's code). Bare ``packcli`` prints
+    the help and exits 0."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _untyped_flags(super().get_params(ctx))
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
-        from packcli.errors import EXIT_DATA, PackcliError, ending_by_signal
+        from packcli.errors import EXIT_DATA, PackcliError
+        from packcli.util.signals import ending_by_signal
 
         arguments = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in arguments
@@ -67,8 +70,6 @@ class OneLineErrors(TyperGroup):
             _fail(f"{exc.format_message()} (see '{command} --help')", 2)
         except typer.Abort:
             _fail("aborted", EXIT_DATA)
-        except KeyboardInterrupt:
-            _fail("interrupted; no output was written", 130)
         except (PackcliError, OSError) as exc:
             if debug:
                 raise
@@ -97,7 +98,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from packcli import __version__
+        from packcli.version import __version__
 
         print(f"packcli {__version__}")
         raise typer.Exit()
@@ -114,10 +115,10 @@ def _options(
 
 # Registered in this order, the order ``packcli --help`` lists them in.
 app.command(cls=Command)(pack.pack)
-app.command(cls=Command)(report.strategies)
-app.command(cls=Command)(report.stats)
-app.command(cls=Command)(report.verify)
-app.command(cls=Command)(report.show)
+app.command(cls=Command)(inspect.strategies)
+app.command(cls=Command)(inspect.stats)
+app.command(cls=Command)(inspect.verify)
+app.command(cls=Command)(inspect.show)
 app.command(cls=Command)(export.export)
 
 

@@ -1,16 +1,21 @@
-"""The option aliases several commands share (``Annotated`` types), so a flag reads the same in every ``--help``.
+"""The option aliases several commands share (``Annotated`` types), so a flag reads the same in every ``--help``,
+and the one builder from a command's flag values to :class:`~packcli.options.PackOptions` (pack and stats use it).
 
-A flag's name, help text and default display are defined once here; a command's own options stay beside it.
+A flag's name, help text and default display are defined once here; a command's own options stay beside it. Typer
+reads a command's options from its signature, so each command still spells out the ones it takes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from packcli.options import Overflow
+
+if TYPE_CHECKING:
+    from packcli.options import PackOptions
 
 __all__ = [
     "BosOption",
@@ -31,6 +36,7 @@ __all__ = [
     "TextFieldOption",
     "TokenizerOption",
     "WindowOption",
+    "pack_options",
 ]
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")]
@@ -86,3 +92,31 @@ SummaryOption = Annotated[
         show_default="none",
     ),
 ]
+
+# The flags that describe the records of a raw corpus and how to pack them: a packed output has fixed them.
+RECORD_FLAGS = (
+    "max_len", "tokenizer", "strategy", "window", "text_field", "overflow", "prompt_field", "response_field",
+    "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
+)  # fmt: skip
+_NEGATED = {"no_eos": "eos", "no_shuffle": "shuffle"}  # --no-eos sets eos=False
+
+
+def pack_options(flags: dict[str, Any]) -> PackOptions:
+    """The options of a command's flag values (by parameter name; names that are no field are left out): each flag
+    is the field of its name, ``--no-X`` is ``X=False``, sizes and counts are parsed."""
+    import dataclasses
+
+    from packcli.options import PackOptions, parse_count, parse_size, parse_weights
+
+    fields = {field.name for field in dataclasses.fields(PackOptions)}
+    values = {_NEGATED.get(name, name): value for name, value in flags.items()}
+    values = {name: value for name, value in values.items() if name in fields}
+    for name in _NEGATED.values():
+        if name in values:
+            values[name] = not values[name]
+    for name, parse in (("shard_size", parse_size), ("partition_size", parse_size), ("target_tokens", parse_count)):
+        if isinstance(values.get(name), str):
+            values[name] = parse(values[name])
+    if isinstance(values.get("weights"), str):
+        values["weights"] = parse_weights(values["weights"])
+    return PackOptions(**values)

@@ -1,11 +1,10 @@
 """The ``pack`` command: its options map one to one to :class:`~packcli.options.PackOptions`; the work is
-:func:`packcli.pipeline.pack_corpus`'s. Heavy modules are imported inside the command so ``--help`` stays instant.
+:func:`packcli.run.driver.pack_corpus`'s. Heavy modules are imported inside the command so ``--help`` stays instant.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -123,49 +122,16 @@ def pack(
 
       packcli pack corpus/ --max-len 2048 --dry-run --json
     """
-    from packcli.options import PackOptions, parse_count, parse_size, parse_weights
-    from packcli.pipeline import pack_corpus
     from packcli.read.stdin import spooled_stdin
-    from packcli.report.progress import make_reporter
     from packcli.report.render import loss_warning, pack_summary
     from packcli.report.summary import append_summary, pack_markdown
+    from packcli.run.driver import pack_corpus
+    from packcli.run.progress import make_reporter
 
-    if workers is not None and partitions is None and partition_size is None:
-        os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    options = PackOptions(
-        max_len=max_len,
-        tokenizer=tokenizer,
-        strategy=strategy,
-        text_field=text_field,
-        overflow=overflow,
-        prompt_field=prompt_field,
-        response_field=response_field,
-        messages_field=messages_field,
-        chat_template=chat_template,
-        loss_on=loss_on,
-        shard_size=parse_size(shard_size),
-        workers=workers,
-        seed=seed,
-        window=window,
-        eos=not no_eos,
-        bos=bos,
-        eos_token=eos_token,
-        skip_bad_records=skip_bad_records,
-        ids_field=ids_field,
-        labels_field=labels_field,
-        eos_id=eos_id,
-        weights=None if weights is None else parse_weights(weights),
-        target_tokens=None if target_tokens is None else parse_count(target_tokens),
-        shuffle=not no_shuffle,
-        partitions=partitions,
-        partition_size=None if partition_size is None else parse_size(partition_size),
-        engine=engine,
-        ray_address=ray_address,
-    )
+    options = flags.pack_options(locals())
     warnings = Warnings(quiet)
     if dry_run:
-        from packcli.dry_run import dry_run as plan_run
+        from packcli.run.dry_run import dry_run as plan_run
 
         try:
             with spooled_stdin(inputs, options.partitioned) as files:

@@ -29,7 +29,7 @@ from packcli.encode.corpus import Tokenized
 from packcli.encode.store import TokenStore
 from packcli.errors import PackcliError, UsageError
 from packcli.read.fields import ReadCounts
-from packcli.write.locks import FileLock
+from packcli.util.locks import FileLock
 
 __all__ = ["cache_root", "discard", "load", "new_store_path", "save"]
 

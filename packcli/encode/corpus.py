@@ -25,7 +25,7 @@ from packcli.encode.encoders import Encoder
 from packcli.encode.store import TokenStore
 from packcli.read.fields import ReadCounts
 from packcli.read.inputs import InputSlice, read_records
-from packcli.report.progress import Reporter
+from packcli.util.progress import Reporter
 
 __all__ = ["Tokenized", "balanced", "tokenize_corpus"]
 
@@ -57,6 +57,7 @@ def tokenize_corpus(
     store_path: Path,
     reporter: Reporter,
     warn: Callable[[str], None],
+    threads: int | None = None,
 ) -> Tokenized:
     """Tokenize every record of ``files`` (whole files, or the slices a partition plan cut) into a token store, in
     input order.
@@ -94,7 +95,7 @@ def tokenize_corpus(
     try:
         with ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="packcli-encode") as pool:
             in_flight: deque[tuple[Future[Any], int, int]] = deque()
-            for prepared, bytes_done, file in balanced(batches(), encoder.sizes, tokenizer_threads()):
+            for prepared, bytes_done, file in balanced(batches(), encoder.sizes, threads or available_cores()):
                 in_flight.append((pool.submit(encoder.encode, prepared), bytes_done, file))
                 if len(in_flight) > IN_FLIGHT:
                     store_batch(*in_flight.popleft())
@@ -107,12 +108,9 @@ def tokenize_corpus(
     return Tokenized(store, all_lengths, counts, file_documents)
 
 
-def tokenizer_threads() -> int:
-    """The threads the tokenizer encodes a batch on: RAYON_NUM_THREADS (``--workers`` sets it) when set, else the
-    cores this process may run on, as the tokenizer's thread pool counts them."""
-    configured = os.environ.get("RAYON_NUM_THREADS", "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
+def available_cores() -> int:
+    """The cores this process may run on, as the tokenizer's thread pool counts them (its size without a thread
+    count)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1

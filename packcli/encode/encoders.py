@@ -22,8 +22,9 @@ from tokenizers import Encoding, Tokenizer
 from packcli.encode.chat import ChatML, JinjaTemplate, Segment, load_template
 from packcli.encode.tokenizer import LoadedTokenizer, encode_batch, encode_texts, flatten, special_ids
 from packcli.errors import BadRecordError, UsageError
+from packcli.format.columns import IGNORE_INDEX
 from packcli.options import PackOptions
-from packcli.read.fields import IGNORE_LABEL, Field, ReadCounts
+from packcli.read.fields import Field, ReadCounts
 
 __all__ = ["Encoder", "make_encoder", "without_empty"]
 
@@ -205,7 +206,7 @@ class IdsEncoder:
         name = self.fields[1].name
         if len(labels) != len(ids):
             raise BadRecordError(f"field {name!r} holds {len(labels)} labels for {len(ids)} ids")
-        mask = labels != IGNORE_LABEL
+        mask = labels != IGNORE_INDEX
         wrong = mask & (labels != ids)
         if wrong.any():
             position = int(np.argmax(wrong))

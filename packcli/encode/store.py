@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from packcli.write.layout import exclusive_cumsum
+from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["TokenStore"]
 

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import itertools
 import json
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,7 +20,7 @@ from tokenizers import Encoding, Tokenizer
 
 from packcli.errors import PackcliError, UsageError
 
-__all__ = ["LoadedTokenizer", "encode_batch", "encode_texts", "flatten", "load_tokenizer", "special_ids"]
+__all__ = ["LoadedTokenizer", "encode_batch", "encode_texts", "flatten", "load_tokenizer", "special_ids", "use_threads"]
 
 BUNDLED_NAME = "gpt2 (bundled)"
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -152,6 +153,15 @@ def _token_id(tokenizer: Tokenizer, wanted: str | None, known: tuple[str, ...], 
         if candidate in specials:
             return int(specials[candidate])
     return None
+
+
+def use_threads(threads: int | None) -> None:
+    """Size the tokenizer's thread pool: ``threads`` (None: every core). The Rust pool reads ``RAYON_NUM_THREADS``
+    once, as it starts on the first encode, so this is the one place packcli sets it, from the option's value
+    (``--workers``, or a worker's share of the cores); once the pool runs, nothing changes it."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    if threads is not None:
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
 
 
 def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | None, int | None]:

@@ -1,8 +1,48 @@
-"""Partitioned runs: many small local runs plus a merge. The engine only schedules the partitions.
+"""Engines: schedulers only. Each runs a list of jobs with the function it is given, calling back as each finishes;
+none knows what a job does (they import nothing of :mod:`packcli.run`). A new engine goes here.
 
-- ``driver``: plan, resume, run the partitions on an engine, merge, publish (the driver process).
-- ``partition``: one partition as one local run (a worker process or a Ray actor).
-- ``parts``: the parts in the staging directory: completion records and what a rerun may reuse.
-- ``merge``: the parts' agreement checks, summed totals, the packing gap.
-- ``local`` and ``ray``: the engines (a process pool; a Ray cluster).
+- ``inline``: in this process, one job after the other (a plain run: one job).
+- ``local``: a pool of worker processes on this machine (``--engine local``).
+- ``ray``: a pool of Ray actors on a cluster (``--engine ray``, the ``packcli[ray]`` extra).
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol
+
+__all__ = ["Engine", "OnResult", "Start", "Task", "Unconnected"]
+
+Task = Callable[[Any], Any]  # a job -> its result
+OnResult = Callable[[Any], bool]  # a result -> whether to start further jobs
+Start = Callable[[Any, "int | None"], None]  # (what the driver shipped, the worker's threads): once per worker
+
+
+class Engine(Protocol):
+    """What the driver needs of an engine; a context manager that holds its workers (or connection) while open."""
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None: ...
+
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
+        """Run ``task(job)`` for every job, calling ``on_result`` with each result as it comes; it returns False to
+        start no further job (those running finish). A worker calls ``start(shipped, threads)`` once before its
+        first job, ``threads`` its share of the cores (``task``, ``start`` and ``shipped`` must pickle for engines
+        with other processes)."""
+        ...
+
+
+class Unconnected:
+    """An engine that holds nothing between runs: entering and leaving it do nothing."""
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        pass

@@ -1,8 +1,8 @@
 """The local engine: a pool of worker processes on this machine (``--workers N``, default all cores), each with
 its share of the cores as tokenizer threads. Workers are spawned, not forked (a fork would copy the driver's
-tokenizer thread pool in a broken state), and each loads the driver's tokenizer once from the shipped bytes.
+tokenizer thread pool in a broken state), and each runs the driver's ``start`` once (loading what it shipped).
 
-Once a partition fails, no new partition starts; those running finish and stay committed for a rerun.
+Once ``on_result`` says stop, no new job starts; those running finish (and stay committed for a rerun).
 """
 
 from __future__ import annotations
@@ -12,28 +12,20 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from types import TracebackType
+from typing import Any
 
-from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
+from packcli.engines import OnResult, Start, Task, Unconnected
 from packcli.errors import PackcliError
 
 __all__ = ["LocalEngine"]
 
-_tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer (None: pre-tokenized records)
+
+def _start_worker(threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
+    if start is not None:
+        start(shipped, threads)
 
 
-def _start_worker(shipped: ShippedTokenizer | None, threads: int) -> None:
-    global _tokenizer
-    os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
-    _tokenizer = shipped.load() if shipped is not None else None
-
-
-def _run(job: PartitionJob) -> PartitionResult:
-    return run_partition(job, _tokenizer)
-
-
-class LocalEngine:
+class LocalEngine(Unconnected):
     """Runs partitions in a process pool; use as a context manager (it holds nothing between runs).
 
     Args:
@@ -43,29 +35,17 @@ class LocalEngine:
     def __init__(self, workers: int | None) -> None:
         self.workers = workers
 
-    def __enter__(self) -> LocalEngine:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        pass
-
-    def run(
-        self,
-        jobs: Sequence[PartitionJob],
-        tokenizer: ShippedTokenizer | None,
-        on_result: Callable[[PartitionResult], bool],
-    ) -> None:
-        """Run ``jobs``, calling ``on_result`` as each finishes; it returns False to start no further job."""
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
+        """Run ``task(job)`` for each job, calling ``on_result`` as each finishes; it returns False to start no
+        further job."""
         cores = os.cpu_count() or 1
         size = max(1, min(len(jobs), self.workers or cores))
         context = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(
-            size, mp_context=context, initializer=_start_worker, initargs=(tokenizer, max(1, cores // size))
+            size, mp_context=context, initializer=_start_worker, initargs=(max(1, cores // size), start, shipped)
         )
         try:
-            futures: list[Future[PartitionResult]] = [pool.submit(_run, job) for job in jobs]  # starts the workers
+            futures: list[Future[Any]] = [pool.submit(task, job) for job in jobs]  # starts the workers
             for future in as_completed(futures):
                 if future.cancelled():
                     continue

@@ -19,7 +19,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
+from packcli.engines import OnResult, Start, Task
 from packcli.errors import PackcliError, requires_extra
 
 __all__ = ["RayEngine"]
@@ -28,15 +28,15 @@ CONNECT_TIMEOUT_S = 5.0
 LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through it, never tokens
 
 
-class PartitionActor:
-    """A Ray actor that runs partitions with the tokenizer it loaded once."""
+class WorkerActor:
+    """A Ray actor: runs the driver's ``start`` once, then jobs with the task it is given."""
 
-    def __init__(self, tokenizer: ShippedTokenizer | None, threads: int) -> None:
-        os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer first starts its thread pool
-        self.tokenizer = tokenizer.load() if tokenizer is not None else None  # None: pre-tokenized records
+    def __init__(self, threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
+        if start is not None:
+            start(shipped, threads)
 
-    def run(self, job: PartitionJob) -> PartitionResult:
-        return run_partition(job, self.tokenizer)
+    def run(self, task: Callable[[Any], Any], job: Any) -> Any:
+        return task(job)
 
 
 def import_ray() -> ModuleType:
@@ -90,22 +90,17 @@ class RayEngine:
             self._ray.shutdown()
             self._started = False
 
-    def run(
-        self,
-        jobs: Sequence[PartitionJob],
-        tokenizer: ShippedTokenizer | None,
-        on_result: Callable[[PartitionResult], bool],
-    ) -> None:
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no
         further job (the calls in flight finish)."""
         ray = self._ray
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         size = max(1, min(len(jobs), self.workers or int(cpus) - 1))
         spare = cpus - 1 if cpus > 1 else cpus / 2  # leave one CPU to the rest of the cluster
-        actor_class = ray.remote(num_cpus=min(1.0, spare / size))(PartitionActor)
-        shipped = ray.put(tokenizer)
+        actor_class = ray.remote(num_cpus=min(1.0, spare / size))(WorkerActor)
+        shipped_ref = ray.put(shipped)
         # Tokenizer threads: the actor's share of the cores, assuming actors spread evenly over the nodes.
-        actors = [actor_class.remote(shipped, max(1, int(cpus) // size)) for _ in range(size)]
+        actors = [actor_class.remote(max(1, int(cpus) // size), start, shipped_ref) for _ in range(size)]
         waiting = list(reversed(jobs))
         running: dict[Any, Any] = {}
         go_on = True
@@ -113,7 +108,7 @@ class RayEngine:
             while running or (waiting and go_on):
                 while actors and waiting and go_on:
                     actor = actors.pop()
-                    running[actor.run.remote(waiting.pop())] = actor
+                    running[actor.run.remote(task, waiting.pop())] = actor
                 done, _ = ray.wait(list(running), num_returns=1)
                 for ref in done:
                     actors.append(running.pop(ref))
@@ -123,9 +118,9 @@ class RayEngine:
                 ray.kill(actor)
 
 
-def _result(ray: Any, ref: Any) -> PartitionResult:
+def _result(ray: Any, ref: Any) -> Any:
     try:
-        result: PartitionResult = ray.get(ref)
+        result = ray.get(ref)
     except ray.exceptions.RayActorError as exc:
         raise PackcliError(
             f"a Ray actor died (its node lost, or out of memory?): {exc}; the partitions committed are kept: "

@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.write.manifest import read_manifest, shard_path
-from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
+from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
+from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.shards import flat_list_column, read_shard
 from packcli.write.splits import SPLIT_PIECES
 
 __all__ = ["DocumentBatch", "PackedOutput", "RowBatch", "document_batches", "open_packed", "row_batches"]

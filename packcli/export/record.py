@@ -13,9 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from packcli import __version__
 from packcli.errors import PackcliError
-from packcli.write.manifest import dumps, write_manifest
+from packcli.format.manifest import write_manifest
+from packcli.util.files import canonical_json
+from packcli.version import __version__
 from packcli.write.publish import Existing, directory_names
 
 __all__ = ["EXPORT_NAME", "LAYOUT_VERSION", "existing_export", "export_fingerprint", "write_record"]
@@ -26,7 +27,7 @@ LAYOUT_VERSION = 1  # bumped when an exporter changes the bytes it writes for th
 
 def export_fingerprint(source_fingerprint: str, fmt: str, options: dict[str, Any]) -> str:
     """The identity of an export: same source output, format, options and layout, same bytes."""
-    text = dumps({"source": source_fingerprint, "format": fmt, "options": options, "layout": LAYOUT_VERSION})
+    text = canonical_json({"source": source_fingerprint, "format": fmt, "options": options, "layout": LAYOUT_VERSION})
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -4,7 +4,7 @@ Both layouts keep what a transformers causal LM needs to find the documents by i
 as ``model(**batch, use_cache=False)`` is right with sdpa, eager, flex_attention and flash_attention_2:
 ``position_ids`` restart at 0 at every document (and at the padding, which is one more document), and no 2D
 ``attention_mask`` key is present (transformers turns its packed-document detection off when it sees one).
-Labels get -100 at every document's first token (:func:`packcli.write.rows.ignore_document_starts`, the rule the
+Labels get -100 at every document's first token (:func:`packcli.format.schema.ignore_document_starts`, the rule the
 writer applies too) and on padding.
 
 Example, two rows [a0 a1 a2 | b0 b1] and [c0 c1]; varlen flattens them, padded stacks them to width 6:
@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
+from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
+from packcli.format.schema import ignore_document_starts, position_ids
 from packcli.loader.checks import at_least
 from packcli.loader.context_parallel import padded_lengths, share_positions
-from packcli.write.layout import exclusive_cumsum, position_ids
-from packcli.write.rows import ignore_document_starts
-from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN
+from packcli.util.arrays import exclusive_cumsum
 
 with requires_extra("torch", "packcli.torch"):
     import torch

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcli.write.layout import exclusive_cumsum, position_ids
+from packcli.format.schema import position_ids
+from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["padded_lengths", "share_positions"]
 

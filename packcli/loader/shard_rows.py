@@ -4,7 +4,7 @@ record batches, and nothing imports pandas (the views are taken from the Arrow b
 A shard holds several record batches (the writer bounds their size), each with its own values and offsets
 buffers. Row ``i`` is found by a binary search over the batches' first rows, then sliced from that batch's
 buffers, so reading a row touches only that row's pages of the file and adds no anonymous memory. Opening checks
-the manifest's listing against the files (:mod:`packcli.write.listing`), so an edited manifest is refused.
+the manifest's listing against the files (:mod:`packcli.format.listing`), so an edited manifest is refused.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from packcli.write.listing import check_listing, open_listed_shard
-from packcli.write.shards import LABELS_COLUMN, TOKEN_COLUMNS, list_views
+from packcli.format.columns import LABELS_COLUMN, TOKEN_COLUMNS
+from packcli.format.listing import check_listing, open_listed_shard
+from packcli.format.shards import list_views
 
 __all__ = ["ShardRows"]
 

@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import BadRecordError
+from packcli.format.columns import IGNORE_INDEX, INT32_MAX
 
 __all__ = [
-    "ID_LIMIT",
-    "IGNORE_LABEL",
     "ROLES",
     "Columns",
     "Convert",
@@ -31,8 +30,6 @@ __all__ = [
 ]
 
 ROLES = ("system", "user", "assistant", "tool")
-ID_LIMIT = 2**31  # shards store int32 ids
-IGNORE_LABEL = -100
 
 
 @dataclass
@@ -138,9 +135,9 @@ def _token_ids(value: Any, field: Field) -> np.ndarray:
         array = np.asarray(None)
     if array.ndim != 1 or array.dtype.kind not in "iu":
         raise BadRecordError(f"field {field.name!r} is not a list of ints (token ids)")
-    allowed = (array >= 0) & (array < ID_LIMIT)
+    allowed = (array >= 0) & (array <= INT32_MAX)
     if field.kind == "labels":
-        allowed |= array == IGNORE_LABEL
+        allowed |= array == IGNORE_INDEX
     if not allowed.all():
         position = int(np.argmin(allowed))
         what = "an id in [0, 2^31) or -100" if field.kind == "labels" else "token ids must be in [0, 2^31)"

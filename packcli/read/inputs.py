@@ -15,14 +15,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packcli.errors import BadRecordError, PackcliError
+from packcli.errors import BadRecordError, PackcliError, path_name
+from packcli.format.manifest import is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
+from packcli.read.stdin import spool_digest
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
+    "InputFile",
     "InputSlice",
     "Inputs",
     "file_identity",
@@ -37,6 +40,25 @@ FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .pa
 _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file as a value, its stat taken once, so that the fingerprint, the manifest and the resume facts
+    describe the same file: the path read, the name messages and the manifest give it (``<stdin>`` for the spool
+    of standard input), its size and mtime, and for standard input the sha256 of its bytes (its identity)."""
+
+    path: Path
+    name: str
+    size: int
+    mtime_ns: int
+    digest: str | None = None
+
+    @classmethod
+    def of(cls, path: Path) -> InputFile:
+        """Describe ``path`` as it is now."""
+        stat = path.stat()
+        return cls(path, path_name(path), stat.st_size, stat.st_mtime_ns, spool_digest(path))
 
 
 @dataclass(frozen=True)
@@ -83,7 +105,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            if _is_output(path):
+            if is_output(path):
                 raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", path)
             matches = _walk(path, unread, warn)
             if not matches:
@@ -95,7 +117,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         elif glob.has_magic(spec):
             matches = []
             for match in sorted(Path(name) for name in glob.glob(spec, recursive=True)):
-                if match.is_dir() and (_is_staging(match.name) or _is_output(match)):
+                if match.is_dir() and (_is_staging(match.name) or is_output(match)):
                     warn(f"skipping {match}: a packcli output, not input")
                 elif match.is_dir():
                     matches.extend(_walk(match, unread, warn))
@@ -136,7 +158,7 @@ def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
         seen.add(real)
         kept = []
         for name in sorted(subdirectories):
-            if _is_staging(name) or _is_output(here / name):
+            if _is_staging(name) or is_output(here / name):
                 warn(f"skipping {here / name}: a packcli output, not input")
             else:
                 kept.append(name)
@@ -156,18 +178,6 @@ def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
 def _is_staging(name: str) -> bool:
     """A run's staging directory (or lock) beside its output: ``.NAME.packcli-...``."""
     return name.startswith(".") and ".packcli-" in name
-
-
-def _is_output(directory: Path) -> bool:
-    """A directory with a packcli manifest (``manifest.json`` naming a packcli version)."""
-    manifest = directory / "manifest.json"
-    if not manifest.is_file():
-        return False
-    try:
-        content = json.loads(manifest.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(content, dict) and "packcli_version" in content
 
 
 def _saved_dataset(directory: Path) -> tuple[frozenset[str], frozenset[str] | None]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packcli.errors import PackcliError, UsageError, named_as
-from packcli.write.locks import FileLock
+from packcli.util.locks import FileLock
 
 __all__ = ["STDIN", "STDIN_NAME", "spool_digest", "spooled_stdin"]
 

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import EXIT_GATE, PackcliError, UsageError
+from packcli.format.manifest import read_manifest, shard_path
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.render import token_loss
 from packcli.report.stats import Measured, measure_output
-from packcli.write.manifest import read_manifest, shard_path
 
 __all__ = ["Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
 

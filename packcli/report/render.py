@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from packcli.write.manifest import TOTALS
+from packcli.format.manifest import TOTALS
 
 if TYPE_CHECKING:  # rich is imported where it draws: the pack summary is plain lines (spares pack 40 ms)
     from rich.console import Console

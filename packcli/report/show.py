@@ -22,9 +22,10 @@ from rich.text import Text
 
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, UsageError
+from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
+from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.shards import read_shard
 from packcli.report.render import console, count
-from packcli.write.manifest import read_manifest, shard_path
-from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, read_shard
 
 __all__ = ["decode_row", "output_tokenizer", "print_row", "read_row"]
 

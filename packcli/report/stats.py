@@ -1,16 +1,15 @@
 """What packing bought: efficiency against the padding baselines (:mod:`packcli.report.padding`), the lower bound,
-steps per epoch, histograms; on a raw corpus also length percentiles and ``max_len`` candidates.
+steps per epoch, histograms; and the
+figures of a raw corpus.
 
 ``sequence_stats`` is pure (lengths in, figures out). ``measure_output`` reads a packed output's manifest, checks
-its listing against the shard files (:mod:`packcli.write.listing`: each listed once, none left out, rows and tokens
-as listed), and reads only the memory-mapped ``cu_seqlens`` (and ``labels``) columns; ``measure_corpus`` tokenizes
-a raw corpus once and compares every strategy. Both return the ``stats --json`` object and the length arrays the
-plot draws.
+its listing against the shard files (:mod:`packcli.format.listing`: each listed once, none left out, rows and tokens
+as listed), and reads only the memory-mapped ``cu_seqlens`` (and ``labels``) columns; a raw corpus is measured by
+:func:`packcli.run.analysis.measure_corpus`. Both return the ``stats --json`` object and the arrays the plot draws.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,13 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError
-from packcli.options import PackOptions
-from packcli.report.lengths import length_percentiles, max_len_candidates
+from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
+from packcli.format.listing import check_listing, open_listed_shard
+from packcli.format.manifest import TOTALS, read_manifest
+from packcli.format.shards import flat_list_column
 from packcli.report.padding import baselines, padded
-from packcli.report.progress import Reporter, SilentReporter
-from packcli.write.listing import check_listing, open_listed_shard
-from packcli.write.manifest import TOTALS, read_manifest
-from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column
 
-__all__ = ["Measured", "histogram", "measure_corpus", "measure_output", "packed_stats", "sequence_stats"]
+__all__ = ["DEFAULT_BATCH_SIZE", "Measured", "histogram", "measure_output", "packed_stats", "sequence_stats"]
 
 DEFAULT_BATCH_SIZE = 8
 HISTOGRAM_BINS = 16
@@ -172,72 +169,3 @@ def measure_output(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 
 def packed_stats(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0) -> dict[str, Any]:
     """The ``stats --json`` object of a packed output."""
     return measure_output(out, batch_size, seed).figures
-
-
-def measure_corpus(
-    inputs: list[str],
-    options: PackOptions,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    warn: Callable[[str], None] = lambda message: None,
-    reporter: Reporter | None = None,
-) -> Measured:
-    """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
-
-    The tokenized corpus stays in the tokenization cache (:mod:`packcli.encode.cache`) for the ``pack`` that follows.
-    The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one; ``lengths``
-    the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost.
-    """
-    from packcli.encode import cache
-    from packcli.encode.corpus import tokenize_corpus
-    from packcli.pipeline import set_up
-    from packcli.plan.overflow import apply_overflow
-    from packcli.strategies import available_strategies, run_strategy
-
-    reporter = reporter or SilentReporter()
-    setup = set_up(inputs, options, warn)
-    key = setup.cache_key()
-    tokenized = cache.load(key)
-    if tokenized is None:
-        fresh = tokenize_corpus(
-            setup.files, setup.encoder, options.skip_bad_records, cache.new_store_path(key), reporter, warn
-        )
-        tokenized = cache.save(fresh, key)
-    tokenized.store.close()
-    counts = tokenized.counts
-    if len(tokenized.lengths) == 0:
-        raise PackcliError(
-            f"no documents: the input holds no usable record ({counts.empty_documents} empty, "
-            f"{counts.bad_records} bad records)"
-        )
-    reporter.stage("comparing strategies")
-    pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
-    if len(pieces.length) == 0:
-        raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
-    extra = {
-        **overflow.to_json(),
-        "input_documents": len(tokenized.lengths),
-        "input_tokens": int(tokenized.lengths.sum()),
-        "bad_records": counts.bad_records,
-        "empty_documents": counts.empty_documents,
-        "overflow": options.overflow_policy.value,
-        "window": options.window,
-    }
-    compared, packings = {}, {}
-    for name in available_strategies():
-        packing = run_strategy(name, pieces.length, options.max_len, options.seed, options.window)
-        packings[name] = (pieces.length[packing.order], np.diff(packing.offsets))
-        compared[name] = {
-            **sequence_stats(*packings[name], options.max_len, batch_size, options.seed),
-            **extra,
-            "strategy": name,
-        }
-    reporter.stage("max_len candidates")
-    figures = {
-        **compared[options.strategy],
-        "strategies": compared,
-        "lengths": length_percentiles(tokenized.lengths),
-        "max_len_candidates": max_len_candidates(tokenized.lengths, options.max_len, options.strategy, options.seed),
-        "tokenization_cache": str(cache.cache_root() / key),
-    }
-    reporter.close()
-    return Measured(figures, *packings[options.strategy], tokenized.lengths)

@@ -19,7 +19,6 @@ Shards are read one record batch at a time: memory stays bounded whatever the sh
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,12 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError
+from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS
+from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
+from packcli.format.shards import flat_list_column, read_shard
 from packcli.report.accounting import Observed, check_totals
-from packcli.write.layout import exclusive_cumsum
-from packcli.write.manifest import FORMAT_VERSION, SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
-from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS, flat_list_column, read_shard
+from packcli.util.arrays import exclusive_cumsum
+from packcli.util.files import file_sha256
 
 __all__ = ["MAX_LISTED", "verify_output"]
 
@@ -158,11 +159,7 @@ def _check_shard(path: Path, entry: dict[str, Any], expected: Expected, observed
     size = path.stat().st_size
     if size != entry["bytes"]:
         report.add(f"{name}: {size} bytes, the manifest says {entry['bytes']}")
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    if digest.hexdigest() != entry["sha256"]:
+    if file_sha256(path) != entry["sha256"]:
         report.add(f"{name}: sha256 differs from the manifest (the file was changed or damaged)")
     try:
         table = read_shard(path)

@@ -1,1 +1,2 @@
-"""Write: lay packed rows out as Arrow columns, write shards and the manifest, publish the output atomically."""
+"""Write: gather packed rows from the token store and lay them out as Arrow columns (through :mod:`packcli.format`), and
+publish the output atomically (staging, lock, swap)."""

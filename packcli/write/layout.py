@@ -11,22 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["cu_seqlens", "exclusive_cumsum", "gather_index", "position_ids", "row_token_offsets"]
+from packcli.format.schema import position_ids
+from packcli.util.arrays import exclusive_cumsum
 
-
-def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
-    """[0, v0, v0+v1, ...] of length len(values) + 1, int64."""
-    out = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(values, out=out[1:])
-    return out
-
-
-def position_ids(lengths: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... restarting at 0 at each piece, int32 (a row is far below 2^31 tokens)."""
-    bounds = exclusive_cumsum(lengths).astype(np.int32)
-    positions = np.arange(int(bounds[-1]), dtype=np.int32)
-    positions -= np.repeat(bounds[:-1], lengths)
-    return positions
+__all__ = ["cu_seqlens", "gather_index", "row_token_offsets"]
 
 
 def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

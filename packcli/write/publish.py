@@ -10,13 +10,15 @@ Invariants:
 - An existing output stays in place until the new one is: on Linux the two directories are exchanged by one atomic
   ``renameat2(RENAME_EXCHANGE)``; where that is missing, by two renames in a row. The parent directory is fsynced
   after, so the swap survives a power cut.
-- Nothing is left behind: SIGTERM, SIGHUP and Ctrl-C remove the staging directory (the signal then takes effect);
-  what a run killed outright leaves (``kill -9``, power loss) the next run removes, under the lock.
+- Nothing is left behind: SIGTERM, SIGHUP and Ctrl-C (through the handler the CLI's ``main`` installs,
+  :mod:`packcli.util.signals`) unwind and remove the staging directory, and wait while the output is swapped; what
+  a run killed outright leaves (``kill -9``, power loss, a library caller's default SIGTERM) the next run removes,
+  under the lock.
 - A symlinked output (``--out`` linking to scratch storage) is written through: the output lands in the link's
   target and the link stays a link.
 - A resumable publication (partitioned runs) stages in one directory per output, ``.NAME.packcli-resume``, that a
   failed, interrupted or killed run leaves in place: the rerun finds the partitions committed there and decides
-  what to reuse (:mod:`packcli.engines.parts`).
+  what to reuse (:mod:`packcli.run.parts`).
 
 Usage::
 
@@ -35,17 +37,15 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Literal
 
-from packcli.errors import PackcliError, Terminated, path_name, unwinds
-from packcli.write.locks import FileLock
-from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
+from packcli.errors import PackcliError, path_name
+from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
+from packcli.util.locks import FileLock
+from packcli.util.signals import signals_held
 
 __all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output"]
 
@@ -53,7 +53,6 @@ __all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_o
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
 _DEBRIS = ("staging-*", "old-*", "partial", "old")
-_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 Existing = Literal["absent", "same", "other"]
 
@@ -92,9 +91,6 @@ class Publication:
         self._lock = FileLock(self._sibling("lock"))
         self._committed = False
         self._staged = False
-        self._deferring = False
-        self._pending: int | None = None
-        self._previous_handlers: dict[int, object] = {}
 
     def _sibling(self, kind: str) -> Path:
         return self.target.parent / f".{self.target.name}.packcli-{kind}"
@@ -116,8 +112,7 @@ class Publication:
         except OSError as exc:
             raise _plain(exc, "cannot lock the output") from None
         try:
-            self._install_handlers()
-            with self._deferred_signals():
+            with signals_held():
                 self._remove_debris()
             existing = self.existing(self.target, self.fingerprint, self.out)
             if existing == "same":
@@ -137,7 +132,7 @@ class Publication:
 
     def commit(self) -> None:
         """Swap the staged output (manifest written) into place; the previous output, if any, is then removed."""
-        with self._deferred_signals():
+        with signals_held():
             try:
                 _fsync_directory(self.staging)
                 old = self._sibling(f"old-{os.getpid()}-{secrets.token_hex(4)}")
@@ -155,50 +150,11 @@ class Publication:
         self._close(error)
 
     def _close(self, error: BaseException | None) -> None:
-        """Remove the staging unless committed (or resumable), unlock (removing the lock file), restore the signal
-        handlers, then let a terminating signal take effect."""
-        if isinstance(error, Terminated):
-            self._pending = error.signum
-        with self._deferred_signals():
+        """Remove the staging unless committed (or resumable) and unlock (removing the lock file), signals held."""
+        with signals_held():
             if self._staged and not self._committed and not self.resumable:
                 _remove(self.staging)
-        self._lock.release(remove=True)
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._previous_handlers.clear()
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            os.kill(os.getpid(), pending)  # its usual effect, now that nothing is left behind
-
-    def _install_handlers(self) -> None:
-        """Turn SIGTERM/SIGHUP into :class:`Terminated` while the run holds the output (their default action would
-        skip every cleanup); Ctrl-C raises KeyboardInterrupt as before. All three are held back during the swap and
-        the cleanup. Only signals left at their defaults, or to the CLI's :func:`~packcli.errors.ending_by_signal` (not
-        ignored, not handled by another caller); main thread only."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in _HANDLED_SIGNALS:
-            current = signal.getsignal(signum)
-            if current in (signal.SIG_DFL, signal.default_int_handler) or unwinds(current):
-                self._previous_handlers[signum] = current
-                signal.signal(signum, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._deferring:
-            self._pending = signum
-            return
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Terminated(signum)
-
-    @contextmanager
-    def _deferred_signals(self) -> Iterator[None]:
-        """Hold signals back while the output is swapped or the staging removed: those steps are never cut."""
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = False
+            self._lock.release(remove=True)
 
     def _remove_debris(self) -> None:
         """Remove what dead runs left beside the output (we hold the lock: no live run owns any of it)."""

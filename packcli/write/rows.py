@@ -2,8 +2,8 @@
 
 Rows go out in packing order, in record batches of about BATCH_BYTES, rolling shards at the shard size. A
 ``labels`` column (fine-tuning) has -100 at every document's first token, whatever the supervision mask says
-(``--loss-on all`` included): :func:`ignore_document_starts` is the one place that rule lives, and the loader uses
-it too.
+(``--loss-on all`` included): :func:`packcli.format.schema.ignore_document_starts` is the one place that rule
+lives, and the loader uses it too.
 """
 
 from __future__ import annotations
@@ -15,26 +15,17 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.encode.store import TokenStore
-from packcli.plan.overflow import Pieces
+from packcli.format.columns import IGNORE_INDEX
+from packcli.format.schema import ignore_document_starts, position_ids
+from packcli.format.shards import ShardInfo, ShardWriter, list_array
+from packcli.packing.overflow import Pieces
 from packcli.strategies import Packing
-from packcli.write.layout import cu_seqlens, exclusive_cumsum, position_ids, row_token_offsets
-from packcli.write.shards import IGNORE_INDEX, ShardInfo, ShardWriter, list_array
+from packcli.write.layout import cu_seqlens, row_token_offsets
 
-__all__ = ["Supervision", "ignore_document_starts", "row_batch", "write_rows"]
+__all__ = ["Supervision", "row_batch", "write_rows"]
 
 # Small enough that numpy's temporaries are recycled by the allocator instead of faulted in afresh.
 BATCH_BYTES = 8 << 20
-
-
-def ignore_document_starts(labels: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Set -100 at the first token of every document, in place, and return ``labels``.
-
-    ``labels`` holds documents of ``lengths`` (each at least 1) back to back. Models shift labels by one (logit t
-    is scored against label t + 1), so this is what keeps the last token of one document from being trained to
-    predict the first token of the next. Example: lengths [3, 2], labels [5 6 7 8 9] -> [-100 6 7 -100 9].
-    """
-    labels[exclusive_cumsum(lengths)[:-1]] = IGNORE_INDEX
-    return labels
 
 
 @dataclass

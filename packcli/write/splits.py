@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcli.plan.overflow import Pieces
+from packcli.format.shards import ShardInfo
+from packcli.packing.overflow import Pieces
 from packcli.strategies import Packing
-from packcli.write.shards import ShardInfo
 
 __all__ = ["SPLIT_PIECES", "shard_entries", "split_pieces"]
 

@@ -8,17 +8,17 @@ or hand-edited manifest is one error naming the key, never a ``KeyError`` deep i
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from packcli import __version__
 from packcli.errors import PackcliError
+from packcli.format.columns import FORMAT_VERSION
+from packcli.util.files import write_json
+from packcli.version import __version__
 
 __all__ = [
-    "FORMAT_VERSION",
     "MANIFEST_NAME",
     "SHARD",
     "SHARD_FILE",
@@ -26,13 +26,12 @@ __all__ = [
     "TOKENIZER",
     "TOP",
     "TOTALS",
-    "dumps",
+    "is_output",
     "read_manifest",
     "shard_path",
     "write_manifest",
 ]
 
-FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
 TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete
@@ -91,21 +90,17 @@ SHARD: dict[str, tuple[Kind, bool]] = {
 }
 
 
-def dumps(manifest: dict[str, Any]) -> str:
-    """The canonical text of a manifest (or any JSON we write): sorted keys, two-space indent."""
-    return json.dumps(manifest, sort_keys=True, indent=2) + "\n"
-
-
 def write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFEST_NAME) -> Path:
-    """Write ``manifest.json`` (or another JSON file ``name``) atomically: temporary file, fsync, rename."""
-    path = directory / name
-    tmp = directory / (name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(dumps(manifest))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return path
+    """Write ``manifest.json`` (or another JSON file ``name``, as ``export.json``) atomically (temporary file, fsync,
+    rename), as canonical JSON."""
+    return write_json(directory / name, manifest)
+
+
+def is_output(directory: Path) -> bool:
+    """Whether ``directory`` is a packcli output, complete or damaged: it holds a ``manifest.json``. The one test of
+    it: inputs skip such directories, ``stats`` reports on them; :func:`read_manifest` then says what is wrong with
+    a damaged one, and publication replaces only those it can read."""
+    return (directory / MANIFEST_NAME).is_file()
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

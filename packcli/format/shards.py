@@ -1,4 +1,5 @@
-"""Shard files: Arrow IPC stream format, uncompressed (memory-mappable), written atomically and hashed as written.
+"""Shard files, the reader beside the writer: Arrow IPC stream format, uncompressed (memory-mappable), written
+atomically and hashed as written; the schema is :mod:`packcli.format.schema`'s.
 
 Each shard is written as ``shard-NNNNN.arrow.tmp``, fsynced, then renamed; on any error the writer removes what it
 wrote and the error propagates. A shard rolls over before a batch would take it past ``shard_size`` bytes.
@@ -18,23 +19,18 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
+from packcli.format.schema import SHARD_COLUMN_TYPE
+
 __all__ = [
-    "IGNORE_INDEX",
-    "LABELS_COLUMN",
-    "TOKEN_COLUMNS",
     "ShardInfo",
     "ShardWriter",
     "flat_list_column",
     "list_array",
     "list_views",
     "read_shard",
-    "shard_schema",
+    "shard_name",
 ]
 
-TOKEN_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")
-LABELS_COLUMN = "labels"
-SHARD_COLUMN_TYPE = pa.list_(pa.int32())  # every column of a shard
-IGNORE_INDEX = -100
 HASH_AHEAD = 32 << 20  # bytes written but not yet hashed, at most (each holds its buffer alive)
 SYNC_BYTES = 8 << 20  # a shard's written part is flushed to disk early every this many bytes
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
@@ -54,12 +50,6 @@ def list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
 def shard_name(index: int, prefix: str = "shard") -> str:
     """``shard-00007.arrow``; a prefix lets partitions of a distributed run name their own shards."""
     return f"{prefix}-{index:05d}.arrow"
-
-
-def shard_schema(metadata: dict[str, str], labels: bool = False) -> pa.Schema:
-    """The shard schema: int32 list columns; the metadata repeats format version, max_len, tokenizer hash."""
-    names = [*TOKEN_COLUMNS, LABELS_COLUMN] if labels else list(TOKEN_COLUMNS)
-    return pa.schema([(name, SHARD_COLUMN_TYPE) for name in names], metadata=metadata)
 
 
 @dataclass(frozen=True)

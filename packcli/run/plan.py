@@ -30,14 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packcli.errors import PackcliError, UsageError
-from packcli.read.inputs import InputSlice
+from packcli.read.inputs import InputSlice, input_format
 from packcli.read.jsonl import is_json_array
-from packcli.read.streams import Span
+from packcli.read.streams import COMPRESSIONS, Span
 
 __all__ = ["Plan", "partition_count", "plan_partitions"]
 
 SLICES_PER_PARTITION = 16  # pieces a partition reads on average: more mixing, against more files opened
-_PLAIN_JSON = (".jsonl", ".json", ".ndjson")
 _SCAN_BYTES = 1 << 16
 
 Piece = tuple[Span | None, int]  # (span in the file's unit, or None for the whole file; bytes on disk)
@@ -116,9 +115,9 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
 
 def _pieces(path: Path, wanted: int) -> list[Piece]:
     """Up to ``wanted`` non-empty contiguous pieces of one file, in file order."""
-    name = path.name.lower()
+    kind = input_format(path)
     try:
-        if name.endswith(".parquet"):
+        if kind == "parquet":
             metadata = pq.ParquetFile(path).metadata
             return _cut_units(
                 [
@@ -127,11 +126,11 @@ def _pieces(path: Path, wanted: int) -> list[Piece]:
                 ],
                 wanted,
             )
-        if name.endswith(".arrow"):
+        if kind == "arrow":
             return _cut_units(_batch_sizes(path), wanted)
     except (OSError, pa.ArrowException) as exc:
         raise PackcliError(f"cannot read to plan partitions: {exc}", path) from exc
-    if name.endswith(_PLAIN_JSON) and not is_json_array(path):
+    if kind == "json" and path.suffix.lower() not in COMPRESSIONS and not is_json_array(path):
         return _cut_lines(path, wanted)
     return [(None, path.stat().st_size)]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from packcli.write.manifest import dumps
+from packcli.util.files import file_sha256, write_json
 
 __all__ = ["PartsArea", "part_prefix"]
 
@@ -67,7 +67,7 @@ class PartsArea:
 
     def commit(self, partition: int, record: dict[str, Any]) -> None:
         """Write a partition's completion record, atomically: the partition is done once it exists."""
-        _write_json(self.record_path(partition), record)
+        write_json(self.record_path(partition), record)
 
     def read(self, partition: int) -> dict[str, Any] | None:
         """A partition's completion record, or None when the partition is not committed."""
@@ -94,7 +94,7 @@ class PartsArea:
             for path in list(self.staging.iterdir()):
                 shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             self.directory.mkdir()
-            _write_json(self.directory / RUN_RECORD, run)
+            write_json(self.directory / RUN_RECORD, run)
             return []
         reused = []
         for partition in range(partitions):
@@ -122,7 +122,7 @@ def _check_record(staging: Path, record: dict[str, Any], run: dict[str, Any]) ->
         path = staging / str(shard.get("file"))
         if not path.is_file() or path.stat().st_size != shard.get("bytes"):
             return f"{path.name} is missing or not {shard.get('bytes')} bytes as recorded"
-        if _sha256(path) != shard.get("sha256"):
+        if file_sha256(path) != shard.get("sha256"):
             return f"{path.name} does not have the sha256 recorded"
     return None
 
@@ -144,26 +144,8 @@ def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
     return "its fingerprint differs"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    """Temporary file, fsync, rename: a reader sees the whole record or none."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(dumps(value))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

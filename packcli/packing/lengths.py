@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from packcli.options import Overflow
-from packcli.plan.overflow import apply_overflow
+from packcli.packing.overflow import apply_overflow
 from packcli.report.padding import padded
 from packcli.strategies import run_strategy
 

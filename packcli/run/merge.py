@@ -9,15 +9,14 @@ bound); above PARTITIONING_WARNING the driver warns.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from packcli import __version__
 from packcli.errors import PackcliError
+from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.options import PackOptions
-from packcli.plan.partitions import Plan
-from packcli.write.manifest import FORMAT_VERSION
-from packcli.write.shards import shard_schema
+from packcli.read.inputs import InputFile
+from packcli.run.plan import Plan
+from packcli.version import __version__
 
 __all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "packing_gap", "run_facts"]
 
@@ -35,24 +34,29 @@ AGREED = (
 
 
 def run_facts(
-    fingerprint: str, plan: Plan, options: PackOptions, tokenizer: dict[str, Any], supervised: bool
+    fingerprint: str,
+    plan: Plan | None,
+    partitions: int,
+    options: PackOptions,
+    tokenizer: dict[str, Any],
+    supervised: bool,
 ) -> dict[str, Any]:
     """What every part of a run records and the merge checks (as JSON values, to compare with records read back)."""
     return {
         "fingerprint": fingerprint,
-        "plan_hash": plan.digest,
-        "partitions": len(plan),
+        "plan_hash": plan.digest if plan is not None else None,  # None: a plain run, one job on the whole corpus
+        "partitions": partitions,
         "options": options.output_relevant(),
         "tokenizer": tokenizer,  # the manifest's tokenizer entry
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
-        "columns": list(shard_schema({}, labels=supervised).names),
+        "columns": column_names(supervised),
     }
 
 
-def input_facts(files: list[Path]) -> list[list[Any]]:
+def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
     """The inputs as the run found them (path, size, mtime): a rerun after an input changed reuses nothing."""
-    return [[str(path), path.stat().st_size, path.stat().st_mtime_ns] for path in files]
+    return [[str(item.path), item.size, item.mtime_ns] for item in inputs]
 
 
 def merge_parts(records: list[dict[str, Any] | None], facts: dict[str, Any]) -> tuple[dict[str, int], list[Any]]:

@@ -15,8 +15,8 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, shard_path
-from packcli.write.shards import list_views, read_shard
+from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, shard_path
+from packcli.format.shards import list_views, read_shard
 
 __all__ = ["check_listing", "open_listed_shard"]
 
@@ -25,7 +25,7 @@ REPACK = "the manifest was edited or the output is damaged: run packcli verify, 
 
 def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
     """Each shard file of ``directory`` listed once, and the shards' rows and tokens equal to ``totals.sequences``
-    and ``totals.tokens``. ``manifest`` is validated already (:func:`packcli.write.manifest.read_manifest`).
+    and ``totals.tokens``. ``manifest`` is validated already (:func:`packcli.format.manifest.read_manifest`).
 
     Raises:
         PackcliError: naming the manifest key at fault.

@@ -2,7 +2,7 @@
 without reading a record. It is the cache key of a CI step: the fingerprint it reports is the one the run writes.
 
 Invariant: nothing is tokenized and nothing is written (no output or staging directory, no lock, no tokenization
-cache entry). It resolves the run exactly as ``pack`` does (:func:`packcli.pipeline.set_up`, the fingerprint, the
+cache entry). It resolves the run exactly as ``pack`` does (:func:`packcli.run.setup.set_up`, the fingerprint, the
 partition plan, :func:`packcli.write.publish.existing_output`), so the two cannot disagree. What it checks is what
 can be known without reading records: the inputs exist and open, the tokenizer loads, the options combine, the
 partitions can be cut, and ``--out`` holds nothing packcli would refuse to replace. A bad record is found only by
@@ -18,7 +18,7 @@ from typing import Any
 
 from packcli.errors import PackcliError, path_name
 from packcli.options import PackOptions
-from packcli.pipeline import set_up, tokenizer_entry
+from packcli.run.setup import set_up, tokenizer_entry
 from packcli.write.publish import existing_output
 
 __all__ = ["DryRun", "dry_run"]
@@ -97,7 +97,7 @@ def dry_run(
         "unread_files": setup.unread_files,
     }
     if options.partitioned:
-        from packcli.engines.driver import partition_plan
+        from packcli.run.driver import partition_plan
 
         plan, fingerprint = partition_plan(setup)
         facts["partitions"] = {**plan.describe(), "bytes": list(plan.weights)}

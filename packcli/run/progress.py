@@ -1,5 +1,5 @@
-"""Progress reporting for long runs: a protocol the pipeline calls, a silent default, a rich bar on a terminal and
-plain lines for logs (Slurm, Kubernetes, CI), where a bar redrawn in place would be noise. All of it on stderr.
+"""Progress of a run on stderr (the :class:`~packcli.util.progress.Reporter` the stages call): a rich bar on a
+terminal and plain lines for logs (Slurm, Kubernetes, CI), where a bar redrawn in place would be noise.
 """
 
 from __future__ import annotations
@@ -8,50 +8,15 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from packcli.errors import UsageError
+from packcli.util.progress import Reporter, SilentReporter
 
-__all__ = ["INTERVAL_ENV", "PlainReporter", "Reporter", "SilentReporter", "make_reporter"]
+__all__ = ["INTERVAL_ENV", "PlainReporter", "RichReporter", "make_reporter"]
 
 INTERVAL_ENV = "PACKCLI_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 5.0  # seconds between plain progress lines
-
-
-class Reporter(Protocol):
-    """What the pipeline tells about its progress."""
-
-    def start(self, total_bytes: int) -> None:
-        """Reading begins; ``total_bytes`` is the inputs' size on disk."""
-        ...
-
-    def advance(self, bytes_done: int, documents: int, tokens: int) -> None:
-        """Progress so far: input bytes read, documents and tokens stored."""
-        ...
-
-    def stage(self, description: str) -> None:
-        """A new stage after tokenizing ("packing", "writing")."""
-        ...
-
-    def close(self) -> None:
-        """Done (called more than once is fine)."""
-        ...
-
-
-class SilentReporter:
-    """Reports nothing: without a TTY, with --quiet, and in library use."""
-
-    def start(self, total_bytes: int) -> None:
-        pass
-
-    def advance(self, bytes_done: int, documents: int, tokens: int) -> None:
-        pass
-
-    def stage(self, description: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class RichReporter:

@@ -103,12 +103,13 @@ def stats(
 
       packcli stats packed/ --min-efficiency 95% --max-loss 1% --max-gap 2%
     """
+    from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.gates import check_gates, failure, measure_checked, parse_gates
     from packcli.report.render import loss_warning, print_corpus_choices, print_stats
-    from packcli.report.stats import measure_corpus, measure_output
+    from packcli.report.stats import measure_output
     from packcli.report.summary import append_summary, stats_markdown
-    from packcli.write.manifest import MANIFEST_NAME
+    from packcli.run.analysis import measure_corpus
 
     gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
     if plot is not None:
@@ -116,30 +117,13 @@ def stats(
 
         check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
     targets = paths or ["packed"]
-    raw = not (len(targets) == 1 and targets[0] != STDIN and (Path(targets[0]) / MANIFEST_NAME).is_file())
+    raw = not (len(targets) == 1 and targets[0] != STDIN and is_output(Path(targets[0])))
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
-        from packcli.options import PackOptions
-        from packcli.report.progress import make_reporter
+        from packcli.run.progress import make_reporter
 
-        options = PackOptions(
-            max_len=max_len,
-            tokenizer=tokenizer,
-            strategy=strategy,
-            window=window,
-            seed=seed,
-            text_field=text_field,
-            overflow=overflow,
-            prompt_field=prompt_field,
-            response_field=response_field,
-            messages_field=messages_field,
-            chat_template=chat_template,
-            loss_on=loss_on,
-            eos=not no_eos,
-            bos=bos,
-            eos_token=eos_token,
-            skip_bad_records=skip_bad_records,
-        )
+        record = {name: value for name, value in locals().items() if name in (*flags.RECORD_FLAGS, "seed")}
+        options = flags.pack_options(record)
         warnings, reporter = Warnings(quiet), make_reporter(quiet)
         try:
             with spooled_stdin(targets) as files:
@@ -175,21 +159,14 @@ def stats(
         raise failed
 
 
-# Options that describe how to read and pack a raw corpus: a packed output already fixed them.
-_CORPUS_ONLY = (
-    "max_len", "tokenizer", "strategy", "window", "text_field", "overflow", "prompt_field", "response_field",
-    "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
-)  # fmt: skip
-
-
 def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
-    sources = {name: ctx.get_parameter_source(name) for name in _CORPUS_ONLY}
+    sources = {name: ctx.get_parameter_source(name) for name in flags.RECORD_FLAGS}
     given = [name for name, source in sources.items() if source is not None and source.name != "DEFAULT"]
     if given:
         from packcli.errors import UsageError
 
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise UsageError(f"{flags}: for a raw corpus; {output} is a packed output, which already fixed them")
+        named = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise UsageError(f"{named}: for a raw corpus; {output} is a packed output, which already fixed them")
 
 
 def verify(

@@ -17,8 +17,8 @@ import numpy as np
 
 from packcli.errors import PackcliError, UsageError, path_name
 from packcli.options import PackOptions
-from packcli.plan.mixing import Draw, interleave, mix, normalised
-from packcli.plan.overflow import Pieces, output_lengths
+from packcli.packing.mixing import Draw, interleave, mix, normalised
+from packcli.packing.overflow import Pieces, output_lengths
 from packcli.read.inputs import file_identity, find_inputs
 
 __all__ = ["Source", "group_inputs", "mixed_stream", "source_entries"]
@@ -75,7 +75,7 @@ class Stream:
 def mixed_stream(
     sources: list[Source], file_documents: np.ndarray, lengths: np.ndarray, options: PackOptions
 ) -> Stream:
-    """Draw every source's documents (:func:`packcli.plan.mixing.mix`) on the tokens each puts into the output
+    """Draw every source's documents (:func:`packcli.packing.mixing.mix`) on the tokens each puts into the output
     after overflow, and interleave them into one stream."""
     first = _first_documents(sources, file_documents)
     effective = output_lengths(lengths, options.max_len, options.overflow_policy)

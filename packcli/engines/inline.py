@@ -1,0 +1,23 @@
+"""The in-process engine: jobs run one after the other in this process, errors raised as they are. A plain run is
+one job on it, so it takes the same path as a partitioned one without a worker's start-up or pickling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from packcli.engines import OnResult, Start, Task, Unconnected
+
+__all__ = ["InlineEngine"]
+
+
+class InlineEngine(Unconnected):
+    """Runs jobs in this process, in order."""
+
+    def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
+        """Run each job in turn; ``start(shipped, None)`` first, as a worker would (None: every core)."""
+        if start is not None:
+            start(shipped, None)
+        for job in jobs:
+            if not on_result(task(job)):
+                return

@@ -1,1 +1,0 @@
-"""Plan: decide, from document lengths alone, which pieces of which documents go into the output."""

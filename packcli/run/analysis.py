@@ -1,0 +1,86 @@
+"""Corpus analysis, the pipeline behind ``stats`` on a raw corpus: set up as ``pack`` does, tokenize once (into the
+tokenization cache, for the ``pack`` that follows), then pack with every registered strategy and compare, writing
+no shards. The figures are :mod:`packcli.report.stats`'s, so a raw corpus and a packed output report alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from packcli.encode import cache
+from packcli.encode.corpus import tokenize_corpus
+from packcli.errors import PackcliError
+from packcli.options import PackOptions
+from packcli.packing.lengths import length_percentiles, max_len_candidates
+from packcli.packing.overflow import apply_overflow
+from packcli.report.stats import DEFAULT_BATCH_SIZE, Measured, sequence_stats
+from packcli.run.setup import set_up
+from packcli.strategies import available_strategies, run_strategy
+from packcli.util.progress import Reporter, SilentReporter
+
+__all__ = ["measure_corpus"]
+
+
+def measure_corpus(
+    inputs: list[str],
+    options: PackOptions,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    warn: Callable[[str], None] = lambda message: None,
+    reporter: Reporter | None = None,
+) -> Measured:
+    """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
+
+    The tokenized corpus stays in the tokenization cache (:mod:`packcli.encode.cache`) for the ``pack`` that follows.
+    The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one; ``lengths``
+    the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost.
+    """
+    reporter = reporter or SilentReporter()
+    setup = set_up(inputs, options, warn)
+    key = setup.cache_key()
+    tokenized = cache.load(key)
+    if tokenized is None:
+        fresh = tokenize_corpus(
+            setup.files, setup.encoder, options.skip_bad_records, cache.new_store_path(key), reporter, warn
+        )
+        tokenized = cache.save(fresh, key)
+    tokenized.store.close()
+    counts = tokenized.counts
+    if len(tokenized.lengths) == 0:
+        raise PackcliError(
+            f"no documents: the input holds no usable record ({counts.empty_documents} empty, "
+            f"{counts.bad_records} bad records)"
+        )
+    reporter.stage("comparing strategies")
+    pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
+    if len(pieces.length) == 0:
+        raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
+    extra = {
+        **overflow.to_json(),
+        "input_documents": len(tokenized.lengths),
+        "input_tokens": int(tokenized.lengths.sum()),
+        "bad_records": counts.bad_records,
+        "empty_documents": counts.empty_documents,
+        "overflow": options.overflow_policy.value,
+        "window": options.window,
+    }
+    compared, packings = {}, {}
+    for name in available_strategies():
+        packing = run_strategy(name, pieces.length, options.max_len, options.seed, options.window)
+        packings[name] = (pieces.length[packing.order], np.diff(packing.offsets))
+        compared[name] = {
+            **sequence_stats(*packings[name], options.max_len, batch_size, options.seed),
+            **extra,
+            "strategy": name,
+        }
+    reporter.stage("max_len candidates")
+    figures = {
+        **compared[options.strategy],
+        "strategies": compared,
+        "lengths": length_percentiles(tokenized.lengths),
+        "max_len_candidates": max_len_candidates(tokenized.lengths, options.max_len, options.strategy, options.seed),
+        "tokenization_cache": str(cache.cache_root() / key),
+    }
+    reporter.close()
+    return Measured(figures, *packings[options.strategy], tokenized.lengths)

@@ -1,0 +1,249 @@
+"""One local run, the same for every run and engine: read its inputs (a whole corpus, or a partition's slices),
+tokenize (or take the tokens ``stats`` left in the cache), draw a mixture, apply overflow, pack, order the rows,
+write its shards into the staging directory, then commit its completion record, last and atomically.
+
+A plain run is one such job in-process, its shards ``shard-NNNNN.arrow``; a partitioned run has one per partition,
+``part-NNNNN-shard-MMMMM.arrow``, in worker processes or Ray actors: what crosses the engine is the job (inputs,
+options, paths) and a small result; tokens only ever go from the inputs to files. In a worker, a failure is
+returned, not raised, as a :class:`Failure` naming file and line (exceptions lose their fields when pickled across
+processes, and the other partitions' committed work must survive it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from packcli.encode import cache
+from packcli.encode.corpus import Tokenized, tokenize_corpus
+from packcli.encode.encoders import Encoder, make_encoder
+from packcli.encode.tokenizer import LoadedTokenizer, use_threads
+from packcli.errors import PackcliError
+from packcli.format.schema import shard_metadata, shard_schema
+from packcli.format.shards import ShardInfo
+from packcli.options import PackOptions
+from packcli.packing.order import shuffle_rows
+from packcli.packing.overflow import Pieces, apply_overflow
+from packcli.read.inputs import InputSlice
+from packcli.run.parts import PartsArea
+from packcli.run.sources import Source, mixed_stream, source_entries
+from packcli.strategies import empty_packing, run_strategy
+from packcli.util.arrays import exclusive_cumsum
+from packcli.util.progress import Reporter, SilentReporter
+from packcli.write.rows import Supervision, write_rows
+from packcli.write.splits import shard_entries, split_pieces
+
+__all__ = [
+    "Failure",
+    "Job",
+    "JobResult",
+    "Packed",
+    "ShippedTokenizer",
+    "pack_tokens",
+    "partition_seed",
+    "run_job",
+    "run_local",
+    "start_worker",
+]
+
+
+class ShippedTokenizer:
+    """A loaded tokenizer as the bytes a worker rebuilds it from: the driver's tokenizer, never a worker's own
+    file or hub lookup, so every partition encodes with exactly the same one. In the driver's own process (the
+    in-process engine) :meth:`load` gives back the driver's tokenizer itself."""
+
+    def __init__(self, loaded: LoadedTokenizer) -> None:
+        self.json = loaded.tokenizer.to_str()
+        self.encode_special_tokens = loaded.tokenizer.encode_special_tokens
+        # the other fields of LoadedTokenizer: name, hashes, vocab size, EOS/BOS ids, config
+        self.facts = {field.name: getattr(loaded, field.name) for field in fields(loaded) if field.name != "tokenizer"}
+        self._loaded: LoadedTokenizer | None = loaded
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_loaded": None}  # only the bytes travel
+
+    def load(self) -> LoadedTokenizer:
+        """The tokenizer (rebuilt once per worker process or actor)."""
+        if self._loaded is None:
+            tokenizer = Tokenizer.from_str(self.json)
+            tokenizer.encode_special_tokens = self.encode_special_tokens  # not part of the serialized form
+            self._loaded = LoadedTokenizer(tokenizer=tokenizer, **self.facts)
+        return self._loaded
+
+
+@dataclass(frozen=True)
+class Job:
+    """One local run (a few kilobytes, whatever the corpus size): what to read, how to pack, where to write."""
+
+    partition: int
+    inputs: tuple[Path | InputSlice, ...]
+    options: PackOptions  # the seed is this job's (a partition's own, derived from the run's)
+    staging: Path  # the run's staging directory, on storage every worker sees
+    facts: dict[str, Any]  # what every part of the run agrees on (see packcli.run.merge.run_facts)
+    prefix: str = "shard"  # shard names: shard-NNNNN.arrow, or part-NNNNN-shard-MMMMM.arrow
+    sources: tuple[Source, ...] | None = None  # a mixed run: its sources (one job reads the whole corpus)
+    cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a job failed: the error's message, file, line and exit code."""
+
+    message: str
+    path: str | None
+    line: int | None
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A finished job: its totals (from its committed record), or its failure; warnings either way."""
+
+    partition: int
+    totals: dict[str, int] | None
+    warnings: list[str]
+    failure: Failure | None = None
+
+
+def partition_seed(seed: int, partition: int) -> int:
+    """The seed of one partition: a stable hash of (run seed, partition id), the same on every machine."""
+    digest = hashlib.sha256(f"packcli-partition:{seed}:{partition}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+_worker_tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer (None: pre-tokenized records)
+_worker_threads: int | None = None  # its tokenizer threads: its share of the cores, as its engine gave it
+
+
+def start_worker(shipped: ShippedTokenizer | None, threads: int | None) -> None:
+    """Start a worker process or actor (its engine calls this once): its thread count, the driver's tokenizer."""
+    global _worker_tokenizer, _worker_threads
+    _worker_threads = threads
+    use_threads(threads)
+    _worker_tokenizer = shipped.load() if shipped is not None else None
+
+
+def run_job(job: Job) -> JobResult:
+    """:func:`run_local` in a worker, with the tokenizer :func:`start_worker` loaded; a data or I/O error becomes a
+    Failure (the job's own files removed)."""
+    warnings: list[str] = []
+    try:
+        totals = run_local(job, _worker_tokenizer, SilentReporter(), warnings.append, _worker_threads)
+    except (PackcliError, OSError) as exc:
+        PartsArea(job.staging).clear(job.partition)
+        failure = (
+            Failure(exc.message, exc.path, exc.line, exc.exit_code)
+            if isinstance(exc, PackcliError)
+            else Failure(str(exc), None, None, 1)
+        )
+        return JobResult(job.partition, None, warnings, failure)
+    return JobResult(job.partition, totals, warnings)
+
+
+def run_local(
+    job: Job,
+    tokenizer: LoadedTokenizer | None,
+    reporter: Reporter,
+    warn: Callable[[str], None],
+    threads: int | None = None,
+) -> dict[str, int]:
+    """Run one job into the staging directory and commit its record; returns its totals. Errors propagate.
+    ``threads``: the tokenizer's (None: every core)."""
+    area = PartsArea(job.staging)
+    k, options = job.partition, job.options
+    area.clear(k)  # what an earlier, interrupted attempt left
+    use_threads(threads)
+    encoder = make_encoder(options, tokenizer)  # its set-up warnings were the driver's to give, once
+    cached = cache.load(job.cache_key) if job.cache_key is not None else None
+    tokenized = cached or tokenize_corpus(
+        job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, threads
+    )
+    record: dict[str, Any] = {**job.facts, "partition": k, "read_documents": len(tokenized.lengths)}
+    try:
+        stream = None
+        if job.sources is not None and len(tokenized.lengths):
+            stream = mixed_stream(list(job.sources), tokenized.file_documents, tokenized.lengths, options)
+        drawn = None if stream is None else stream.documents
+        packed = pack_tokens(tokenized, options, tokenizer, encoder, job.staging, reporter, drawn, job.prefix)
+    finally:
+        if cached is None:
+            tokenized.store.remove()
+        else:
+            tokenized.store.close()
+    if job.sources is not None and stream is not None:
+        record["sources"] = source_entries(
+            list(job.sources), stream, tokenized.file_documents, tokenized.lengths, packed.pieces
+        )
+    shards = packed.shard_entries()
+    area.commit(k, {**record, "from_cache": cached is not None, "totals": packed.totals, "shards": shards})
+    return packed.totals
+
+
+@dataclass(frozen=True)
+class Packed:
+    """What one local run wrote: its manifest totals, its shards, the pieces it packed, and where the pieces of
+    split documents landed (:mod:`packcli.write.splits`)."""
+
+    totals: dict[str, int]
+    shards: list[ShardInfo]
+    pieces: Pieces
+    split: list[list[list[int]]]
+
+    def shard_entries(self) -> list[dict[str, Any]]:
+        """The manifest's ``shards`` entries of this run."""
+        return shard_entries(self.shards, self.split)
+
+
+def pack_tokens(
+    tokenized: Tokenized,
+    options: PackOptions,
+    tokenizer: LoadedTokenizer | None,
+    encoder: Encoder,
+    directory: Path,
+    reporter: Reporter,
+    drawn: np.ndarray | None = None,
+    prefix: str = "shard",
+) -> Packed:
+    """Overflow -> pack -> shuffle rows -> write: one local run on a tokenized corpus, its shards written into
+    ``directory`` and named ``{prefix}-NNNNN.arrow``. A single-process run calls it on the whole corpus (``drawn``:
+    the documents a mixed run drew, in order), a partition on its slices (with the partition's seed). No
+    documents, no shards."""
+    lengths, starts = tokenized.lengths, None
+    if drawn is not None:
+        lengths, starts = lengths[drawn], exclusive_cumsum(lengths)[drawn]
+    pieces, overflow = apply_overflow(lengths, options.max_len, options.overflow_policy, starts)
+    reporter.stage("packing")
+    packing = empty_packing()
+    if len(pieces.length):
+        packing = run_strategy(options.strategy, pieces.length, options.max_len, options.seed, options.window)
+    if options.shuffle:
+        packing = shuffle_rows(packing, options.seed)
+    reporter.stage("writing")
+    metadata = shard_metadata(options.max_len, tokenizer.sha256 if tokenizer is not None else None, encoder.eos_id)
+    tokenized.store.finish()
+    supervised = encoder.supervised
+    schema = shard_schema(metadata, labels=supervised)
+    supervision = Supervision() if supervised else None
+    shards = []
+    if len(packing):
+        store, size = tokenized.store, options.shard_size
+        shards = write_rows(directory, store, pieces, packing, schema, size, supervision, prefix)
+    totals = {
+        "documents": len(pieces.length),
+        "tokens": int(pieces.length.sum()),
+        "sequences": len(packing),
+        "input_documents": len(lengths),
+        "input_tokens": int(lengths.sum()),
+        "bad_records": tokenized.counts.bad_records,
+        "empty_documents": tokenized.counts.empty_documents,
+        **overflow.to_json(),
+    }
+    if supervision is not None:
+        totals.update(asdict(supervision))
+    return Packed(totals, shards, pieces, split_pieces(pieces, packing, shards))

@@ -1,0 +1,114 @@
+"""The shape of the package: no import cycle between packcli's modules (function-level imports included), none
+between its top-level packages, and the loader loads the format alone (no writer, no strategy, no packing stage).
+
+Run alone as the import-cycle check: ``.venv/bin/python -m pytest -q tests/test_structure.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "packcli"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(path: Path) -> Iterator[str]:
+    """Every packcli module ``path`` imports, anywhere in it (inside functions and ``TYPE_CHECKING`` too)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [name if name in MODULES else node.module for name in names]
+        else:
+            continue
+        yield from (name for name in names if name in MODULES)
+
+
+GRAPH = {name: sorted(set(imported(path)) - {name}) for name, path in MODULES.items()}
+
+
+def cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, []):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def package_of(module: str) -> str:
+    """``packcli.encode.corpus`` -> ``packcli.encode``; a top-level module stands for itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_the_scan_sees_function_level_imports() -> None:
+    assert "packcli.cli.pack" in GRAPH["packcli.cli"]
+    assert any(name.startswith("packcli.run") for name in GRAPH["packcli.cli.pack"])  # imported inside pack()
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    assert cycles(GRAPH) == []
+
+
+def test_no_package_imports_one_that_imports_it_back() -> None:
+    packages: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        packages.setdefault(package_of(module), set()).update(
+            package_of(target) for target in targets if package_of(target) != package_of(module)
+        )
+    assert cycles({name: sorted(targets) for name, targets in packages.items()}) == []
+
+
+LOADED = """
+import json, sys
+import packcli.torch
+print(json.dumps(sorted(name for name in sys.modules if name.startswith("packcli."))))
+"""
+
+
+def test_the_loader_loads_the_format_alone() -> None:
+    result = subprocess.run([sys.executable, "-c", LOADED], capture_output=True, text=True, check=True, cwd=REPO)
+    loaded = json.loads(result.stdout)
+    assert "packcli.format.manifest" in loaded
+    heavy = [name for name in loaded if name.startswith(("packcli.write", "packcli.strategies", "packcli.packing."))]
+    assert heavy == []
+    assert not any(name.startswith(("packcli.run", "packcli.encode", "packcli.engines")) for name in loaded)
