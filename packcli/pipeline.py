@@ -168,6 +168,7 @@ def _build(
     check_documents(len(tokenized.lengths), packed.totals, files, options)
     reporter.close()
     manifest = base_manifest(setup, fingerprint)
+    manifest["tokenizer"].update(tokenized.backend)  # which backend encoded: outside the fingerprint
     manifest.update(totals=packed.totals, shards=[shard.to_json() for shard in packed.shards])
     if setup.sources is not None and stream is not None:
         manifest["sources"] = source_entries(

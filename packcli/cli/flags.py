@@ -27,6 +27,7 @@ __all__ = [
     "SkipBadRecordsOption",
     "StrategyOption",
     "TextFieldOption",
+    "TokenizerBackendOption",
     "TokenizerOption",
     "WindowOption",
 ]
@@ -36,6 +37,13 @@ MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per 
 TokenizerOption = Annotated[
     str | None,
     typer.Option(help="A tokenizer.json, a directory holding one, or a cached hub name.", show_default="bundled GPT-2"),
+]
+TokenizerBackendOption = Annotated[
+    str,
+    typer.Option(
+        help="'auto': the fastest backend that encodes exactly as Hugging Face tokenizers for this tokenizer "
+        "(fastokens), else Hugging Face, saying why; 'hf': Hugging Face tokenizers. The tokens are the same.",
+    ),
 ]
 StrategyOption = Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")]
 WindowOption = Annotated[

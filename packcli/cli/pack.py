@@ -28,6 +28,7 @@ def pack(
     ],
     max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: flags.TokenizerOption = None,
+    tokenizer_backend: flags.TokenizerBackendOption = "auto",
     strategy: flags.StrategyOption = "bfd",
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
     text_field: flags.TextFieldOption = "text",
@@ -124,6 +125,7 @@ def pack(
     options = PackOptions(
         max_len=max_len,
         tokenizer=tokenizer,
+        tokenizer_backend=tokenizer_backend,
         strategy=strategy,
         text_field=text_field,
         overflow=overflow,

@@ -51,6 +51,7 @@ def stats(
     ] = None,
     max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: flags.TokenizerOption = None,
+    tokenizer_backend: flags.TokenizerBackendOption = "auto",
     strategy: flags.StrategyOption = "bfd",
     window: flags.WindowOption = None,
     text_field: flags.TextFieldOption = "text",
@@ -100,6 +101,7 @@ def stats(
         options = PackOptions(
             max_len=max_len,
             tokenizer=tokenizer,
+            tokenizer_backend=tokenizer_backend,
             strategy=strategy,
             window=window,
             seed=seed,
@@ -144,7 +146,8 @@ def stats(
 
 # Options that describe how to read and pack a raw corpus: a packed output already fixed them.
 _CORPUS_ONLY = (
-    "max_len", "tokenizer", "strategy", "window", "text_field", "overflow", "prompt_field", "response_field",
+    "max_len", "tokenizer", "tokenizer_backend", "strategy", "window", "text_field", "overflow", "prompt_field",
+    "response_field",
     "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
 )  # fmt: skip
 

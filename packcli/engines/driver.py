@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packcli.engines.merge import PARTITIONING_WARNING, input_facts, merge_parts, packing_gap, run_facts
+from packcli.engines.merge import (
+    PARTITIONING_WARNING,
+    input_facts,
+    merge_parts,
+    merged_backend,
+    packing_gap,
+    run_facts,
+)
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer
 from packcli.engines.parts import PartsArea
 from packcli.errors import PackcliError
@@ -54,9 +61,11 @@ def pack_partitioned(
         if jobs:
             engine.run(jobs, ShippedTokenizer.of(setup.tokenizer) if setup.tokenizer else None, progress.on_result)
         progress.raise_first_failure(publication.staging)
-        totals, shards = merge_parts([area.read(k) for k in range(len(plan))], facts)
+        records = [area.read(k) for k in range(len(plan))]
+        totals, shards = merge_parts(records, facts)
         check_documents(totals["input_documents"], totals, files, options)
         manifest = base_manifest(setup, fingerprint)
+        manifest["tokenizer"].update(merged_backend(records))
         totals["unread_files"] = setup.unread_files
         manifest.update(totals=totals, shards=shards, partitions=plan.describe())
         area.finish()

@@ -14,11 +14,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
-
 from packcli.encode.corpus import tokenize_corpus
 from packcli.encode.encoders import make_encoder
-from packcli.encode.tokenizer import LoadedTokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
 from packcli.engines.parts import PartsArea, part_prefix
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
@@ -31,24 +29,22 @@ __all__ = ["PartitionJob", "PartitionResult", "ShippedTokenizer", "run_partition
 
 @dataclass(frozen=True)
 class ShippedTokenizer:
-    """A loaded tokenizer as the bytes a worker rebuilds it from: the driver's tokenizer, never a worker's own
-    file or hub lookup, so every partition encodes with exactly the same one."""
+    """A loaded tokenizer as the ``tokenizer.json`` text a worker rebuilds it from: the driver's tokenizer, never a
+    worker's own file or hub lookup, so every partition encodes with exactly the same one (and its backend, chosen
+    by the run's ``--tokenizer-backend`` from that same text)."""
 
     json: str
-    encode_special_tokens: bool
     facts: dict[str, Any]  # the other fields of LoadedTokenizer: name, hashes, vocab size, EOS/BOS ids, config
 
     @classmethod
     def of(cls, loaded: LoadedTokenizer) -> ShippedTokenizer:
         """Ship the driver's tokenizer."""
-        facts = {field.name: getattr(loaded, field.name) for field in fields(loaded) if field.name != "tokenizer"}
-        return cls(loaded.tokenizer.to_str(), loaded.tokenizer.encode_special_tokens, facts)
+        facts = {f.name: getattr(loaded, f.name) for f in fields(loaded) if f.name not in ("tokenizer", "source")}
+        return cls(loaded.source, facts)
 
     def load(self) -> LoadedTokenizer:
         """Rebuild the tokenizer (once per worker process or actor)."""
-        tokenizer = Tokenizer.from_str(self.json)
-        tokenizer.encode_special_tokens = self.encode_special_tokens  # not part of the serialized form
-        return LoadedTokenizer(tokenizer=tokenizer, **self.facts)
+        return LoadedTokenizer(tokenizer=hf_tokenizer(self.json), source=self.json, **self.facts)
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,8 @@ def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer | None) -> Parti
         finally:
             tokenized.store.remove()
         shards = [shard.to_json() for shard in packed.shards]
-        area.commit(k, {**job.facts, "partition": k, "totals": packed.totals, "shards": shards})
+        record = {**job.facts, "partition": k, "totals": packed.totals, "shards": shards, "backend": encoder.backend}
+        area.commit(k, record)
     except (PackcliError, OSError) as exc:
         area.clear(k)
         failure = (
