@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
 from conftest import shared_path
+from tokenizers import Tokenizer
 
 from packcli.encode.backends import HFBackend
 from packcli.encode.encoders import add_specials
