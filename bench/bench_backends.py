@@ -3,10 +3,11 @@
 same JSON Lines and write as many bytes as the shards, hashed; no tokenizer): gcide with GPT-2 and Tekken, the
 CPython standard library and the skewed corpus with Tekken. Each figure from a fresh process, the four commands
 interleaved corpus after corpus, medians of the rounds; peak RSS of each pack. Then `--partitions 4 --workers 2`
-with the fast backend against one process on gcide with Tekken."""
+with the fast backend against one process on gcide (uncompressed) with Tekken."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import statistics
@@ -89,17 +90,25 @@ def main() -> None:
             runs = "  ".join(f"{kind}: " + " ".join(f"{s:.2f}" for s in seconds[k, kind]) for kind in kinds)
             print(f"  runs {name}/{tokenizer_name}: {runs}")
 
-        one, parted = [], []
-        for _ in range(ROUNDS):
-            shutil.rmtree(out, ignore_errors=True)
-            one.append(run_child(pack_args(gcide, tekken, out))[0])
-            shutil.rmtree(out, ignore_errors=True)
-            parted.append(run_child(pack_args(gcide, tekken, out, "--partitions", "4", "--workers", "2"))[0])
-        print(
-            f"\ngcide / tekken, fast backend: one process {median(one):.2f} s, --partitions 4 --workers 2 "
-            f"{median(parted):.2f} s ({median(parted) / median(one):.2f}x the time; runs "
-            f"{' '.join(f'{s:.2f}' for s in one)} / {' '.join(f'{s:.2f}' for s in parted)})"
-        )
+        partitions(gcide, tekken, Path(tmp))
+
+
+def partitions(gcide: Path, tekken: Path, tmp: Path) -> None:
+    """One process against --partitions 4 --workers 2 (gcide uncompressed: a compressed file is one piece)."""
+    plain = tmp / "gcide.jsonl"
+    plain.write_bytes(gzip.decompress(gcide.read_bytes()))
+    out = tmp / "parted"
+    one, parted = [], []
+    for _ in range(ROUNDS):
+        shutil.rmtree(out, ignore_errors=True)
+        one.append(run_child(pack_args(plain, tekken, out))[0])
+        shutil.rmtree(out, ignore_errors=True)
+        parted.append(run_child(pack_args(plain, tekken, out, "--partitions", "4", "--workers", "2"))[0])
+    print(
+        f"\ngcide (uncompressed) / tekken, fast backend: one process {median(one):.2f} s, --partitions 4 --workers 2 "
+        f"{median(parted):.2f} s ({median(parted) / median(one):.2f}x the time; runs "
+        f"{' '.join(f'{s:.2f}' for s in one)} / {' '.join(f'{s:.2f}' for s in parted)})"
+    )
 
 
 if __name__ == "__main__":
