@@ -13,6 +13,7 @@ A backend encodes in two steps, so a helper thread does the encoding and the mai
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from collections.abc import Callable
@@ -103,14 +104,21 @@ class Backends:
 FastLoader = Callable[[LoadedTokenizer], Any]
 
 
+_built: dict[str, Any] = {}  # fastokens tokenizers built in this process, by their tokenizer.json's sha256
+
+
 def _load_fastokens(loaded: LoadedTokenizer) -> Any:
-    """fastokens' tokenizer for ``loaded`` (raises what fastokens raises)."""
+    """fastokens' tokenizer for ``loaded`` (raises what fastokens raises), built once per process: a worker runs
+    several partitions, and building one takes about a second (Tekken)."""
     import fastokens
 
-    tokenizer = fastokens.Tokenizer.from_json_str(loaded.source)
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
+    key = hashlib.sha256(loaded.source.encode()).hexdigest()
+    if key not in _built:
+        tokenizer = fastokens.Tokenizer.from_json_str(loaded.source)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        _built[key] = tokenizer
+    return _built[key]
 
 
 # The fast backend's loader and its wrapper: tests swap FAST_WRAPPER for a backend of their own (the cross-check's
