@@ -35,6 +35,7 @@ from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
 from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.shards import ShardInfo, shard_schema
+from packcli.write.splits import shard_entries, split_pieces
 
 __all__ = [
     "PackResult",
@@ -169,7 +170,7 @@ def _build(
     reporter.close()
     manifest = base_manifest(setup, fingerprint)
     manifest["tokenizer"].update(tokenized.backend)  # which backend encoded: outside the fingerprint
-    manifest.update(totals=packed.totals, shards=[shard.to_json() for shard in packed.shards])
+    manifest.update(totals=packed.totals, shards=packed.shard_entries())
     if setup.sources is not None and stream is not None:
         manifest["sources"] = source_entries(
             setup.sources, stream, tokenized.file_documents, tokenized.lengths, packed.pieces
@@ -183,11 +184,17 @@ def _build(
 
 @dataclass(frozen=True)
 class Packed:
-    """What one local run wrote: its manifest totals, its shards, and the pieces it packed."""
+    """What one local run wrote: its manifest totals, its shards, the pieces it packed, and where the pieces of
+    split documents landed (:mod:`packcli.write.splits`)."""
 
     totals: dict[str, int]
     shards: list[ShardInfo]
     pieces: Pieces
+    split: list[list[list[int]]]
+
+    def shard_entries(self) -> list[dict[str, Any]]:
+        """The manifest's ``shards`` entries of this run."""
+        return shard_entries(self.shards, self.split)
 
 
 def pack_tokens(
@@ -239,7 +246,7 @@ def pack_tokens(
     }
     if supervision is not None:
         totals.update(asdict(supervision))
-    return Packed(totals, shards, pieces)
+    return Packed(totals, shards, pieces, split_pieces(pieces, packing, shards))
 
 
 def check_documents(read: int, totals: dict[str, int], files: list[Path], options: PackOptions) -> None:

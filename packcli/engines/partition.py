@@ -103,7 +103,7 @@ def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer | None) -> Parti
             )
         finally:
             tokenized.store.remove()
-        shards = [shard.to_json() for shard in packed.shards]
+        shards = packed.shard_entries()
         record = {**job.facts, "partition": k, "totals": packed.totals, "shards": shards, "backend": encoder.backend}
         area.commit(k, record)
     except (PackcliError, OSError) as exc:
