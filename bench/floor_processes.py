@@ -10,21 +10,24 @@ from pathlib import Path
 
 import numpy as np
 
-from packcli.encode.tokenizer import encode_texts, flatten, load_tokenizer
+from packcli.encode.backends import HFBackend
+from packcli.encode.encoders import add_specials
+from packcli.encode.tokenizer import load_tokenizer
 from packcli.read.fields import Field, ReadCounts
 from packcli.read.inputs import read_records
 
-_tokenizer = None
+_backend: HFBackend | None = None
 
 
 def _start() -> None:
-    global _tokenizer
-    _tokenizer = load_tokenizer().tokenizer
+    global _backend
+    _backend = HFBackend(load_tokenizer().tokenizer)
 
 
 def _encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    assert _tokenizer is not None
-    return flatten(encode_texts(_tokenizer, texts), 50256, None)
+    assert _backend is not None
+    tokens, lengths, _ = add_specials(*_backend.ids(_backend.encode(texts)), None, None, 50256, None)
+    return tokens, lengths
 
 
 def main() -> None:

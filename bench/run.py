@@ -10,6 +10,7 @@ BENCHES = [
     "bench_strategies.py",
     "bench_max_len.py",
     "bench_pack.py",
+    "bench_backends.py",
     "bench_loader.py",
     "bench_help.py",
     "bench_mixing.py",

@@ -18,6 +18,7 @@ __all__ = ["DEFAULT_MAX_LEN", "Overflow", "PackOptions", "parse_count", "parse_s
 DEFAULT_MAX_LEN = 4096
 DEFAULT_SHARD_SIZE = 512 * 2**20
 ENGINES = ("local", "ray")
+TOKENIZER_BACKENDS = ("auto", "hf")  # the backend never changes a token (see packcli.encode.backends)
 
 
 class Overflow(Enum):
@@ -60,6 +61,7 @@ class PackOptions:
     partition_size: int | None = None  # or as many partitions as it takes at about this many input bytes each
     engine: str = "local"  # what runs the partitions: "local" (a process pool) or "ray"
     ray_address: str | None = None
+    tokenizer_backend: str = "auto"  # "auto": the fastest that reproduces Hugging Face exactly; "hf": Hugging Face
 
     @property
     def overflow_policy(self) -> Overflow:
@@ -111,6 +113,9 @@ class PackOptions:
             raise UsageError(f"--workers must be at least 1, got {self.workers}")
         if self.seed < 0:
             raise UsageError(f"--seed must be a non-negative integer, got {self.seed}")
+        if self.tokenizer_backend not in TOKENIZER_BACKENDS:
+            choices = ", ".join(TOKENIZER_BACKENDS)
+            raise UsageError(f"unknown --tokenizer-backend {self.tokenizer_backend!r}; choose one of {choices}")
         self._check_partitioning()
 
     def _check_pretokenized(self) -> None:
@@ -179,10 +184,10 @@ class PackOptions:
 
     def output_relevant(self) -> dict[str, Any]:
         """The options that change the output bytes: these enter the fingerprint and the manifest. Not the
-        scheduling (``workers``, ``engine``, ``ray_address``), and not how the partition count was asked for: a
-        partitioned run's plan hash stands for its partitions."""
+        scheduling (``workers``, ``engine``, ``ray_address``), not the tokenizer backend (the tokens are the same),
+        and not how the partition count was asked for: a partitioned run's plan hash stands for its partitions."""
         out = self.to_json()
-        for name in ("workers", "engine", "ray_address", "partitions", "partition_size"):
+        for name in ("workers", "engine", "ray_address", "partitions", "partition_size", "tokenizer_backend"):
             del out[name]
         return out
 

@@ -56,6 +56,7 @@ def test_two_stats_at_once_both_work_and_leave_one_entry(tmp_path: Path, records
     packed = runner.invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "o"), "--json"])
     assert packed.exit_code == 0 and json.loads(packed.stdout)["tokenized_from_cache"] is True
     assert entries() == []  # pack consumed it
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["tokenizer"]["backend"] == "fastokens"
 
 
 def test_a_killed_stats_leaves_a_temporary_that_the_next_update_removes(

@@ -161,6 +161,22 @@ def test_the_non_json_number_scan_finds_what_the_expression_finds(piece: bytes) 
     assert jsonl._non_json_number(piece) == (NON_JSON_NUMBER.search(piece) is not None)
 
 
+@pytest.mark.parametrize(
+    "line,fast",
+    [
+        (b'{"text": "ardent. [Informal] n: Inflammation, -NaN [Inf"}', True),
+        (b'{"text": "a \\" [Inf"}', True),  # an escaped quote does not end the string
+        (b'{"text": "a\\\\", "n": [Inf]}', False),  # an escaped backslash does: Inf is a number there
+        (b'{"text": "a", "n": Inf}', False),
+    ],
+)
+def test_words_like_inf_inside_strings_keep_the_fast_parser(line: bytes, fast: bool) -> None:
+    """gcide's ``[Informal]`` sent a third of its pieces to the line parser (2.7 s of a 10 s pack)."""
+    piece = b'{"text": "before"}\n' + line + b"\n"
+    assert (parsed(piece, fast=True) is not None) == fast
+    assert parsed(piece, fast=False) == (parsed(piece, fast=True) if fast else "bad line 2")
+
+
 def test_a_line_that_is_null_is_a_bad_record_not_a_crash(tmp_path: Path) -> None:
     """pyarrow 26 dies of SIGSEGV on a JSON block that starts with ``null``; a subprocess shows it as a failure."""
     corpus = tmp_path / "null.jsonl"

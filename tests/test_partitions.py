@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from importlib.metadata import version
 from pathlib import Path
 
 import pyarrow as pa
@@ -147,9 +148,16 @@ def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
     one = tmp_path / "one"
     monkeypatch.setenv("PACKCLI_SCRATCH", str(tmp_path / "scratch"))  # token stores there: same bytes, none left
     (tmp_path / "scratch").mkdir()
-    result = invoke("pack", str(plain), "--max-len", "512", "--partitions", "4", "--workers", "1", "--out", str(one))
+    result = invoke(
+        "pack", str(plain), "--max-len", "512", "--partitions", "4", "--workers", "1", "--out", str(one),
+        "--tokenizer-backend", "hf",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert files_of(one) == files_of(reference) and not list((tmp_path / "scratch").iterdir())
+    ones, references = files_of(one), files_of(reference)
+    manifests = [json.loads(files.pop("manifest.json")) for files in (ones, references)]
+    assert [manifest["tokenizer"].pop("backend") for manifest in manifests] == ["hf", "fastokens"]  # workers ran it
+    assert [manifest["tokenizer"].pop("backend_version") for manifest in manifests][1] == version("fastokens")
+    assert ones == references and manifests[0] == manifests[1] and not list((tmp_path / "scratch").iterdir())
     assert sorted(files_of(reference)) == ["manifest.json", *(f"part-0000{k}-shard-00000.arrow" for k in range(4))]
     report = verify_output(reference)
     assert report.ok, report.problems

@@ -34,6 +34,7 @@ __all__ = [
     "StrategyOption",
     "SummaryOption",
     "TextFieldOption",
+    "TokenizerBackendOption",
     "TokenizerOption",
     "WindowOption",
     "pack_options",
@@ -44,6 +45,13 @@ MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per 
 TokenizerOption = Annotated[
     str | None,
     typer.Option(help="A tokenizer.json, a directory holding one, or a cached hub name.", show_default="bundled GPT-2"),
+]
+TokenizerBackendOption = Annotated[
+    str,
+    typer.Option(
+        help="'auto': the fastest backend that encodes exactly as Hugging Face tokenizers for this tokenizer "
+        "(fastokens), else Hugging Face, saying why; 'hf': Hugging Face tokenizers. The tokens are the same.",
+    ),
 ]
 StrategyOption = Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")]
 WindowOption = Annotated[
@@ -95,8 +103,8 @@ SummaryOption = Annotated[
 
 # The flags that describe the records of a raw corpus and how to pack them: a packed output has fixed them.
 RECORD_FLAGS = (
-    "max_len", "tokenizer", "strategy", "window", "text_field", "overflow", "prompt_field", "response_field",
-    "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
+    "max_len", "tokenizer", "tokenizer_backend", "strategy", "window", "text_field", "overflow", "prompt_field",
+    "response_field", "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
 )  # fmt: skip
 _NEGATED = {"no_eos": "eos", "no_shuffle": "shuffle"}  # --no-eos sets eos=False
 

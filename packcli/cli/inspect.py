@@ -51,6 +51,7 @@ def stats(
     ] = None,
     max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: flags.TokenizerOption = None,
+    tokenizer_backend: flags.TokenizerBackendOption = "auto",
     strategy: flags.StrategyOption = "bfd",
     window: flags.WindowOption = None,
     text_field: flags.TextFieldOption = "text",

@@ -27,6 +27,7 @@ def pack(
     ],
     max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: flags.TokenizerOption = None,
+    tokenizer_backend: flags.TokenizerBackendOption = "auto",
     strategy: flags.StrategyOption = "bfd",
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
     text_field: flags.TextFieldOption = "text",

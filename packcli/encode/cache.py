@@ -37,6 +37,7 @@ DEFAULT_MAX = "4GiB"
 _LOCK_NAME = ".lock"
 _TEMPORARY_PREFIX = ".tmp-"
 _COMPLETE = "counts.json"  # written last into the temporary directory: an entry holding it is complete
+_BACKEND = "backend.json"  # the tokenizer backend that encoded the entry (the manifest of the pack records it)
 _claims: dict[Path, FileLock] = {}  # temporary directories this process is filling
 
 
@@ -83,6 +84,7 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
     tokenized.store.close()
     np.save(temporary / "lengths.npy", tokenized.lengths)
     np.save(temporary / "file_documents.npy", tokenized.file_documents)
+    (temporary / _BACKEND).write_text(json.dumps(tokenized.backend, sort_keys=True))
     (temporary / _COMPLETE).write_text(json.dumps(asdict(tokenized.counts), sort_keys=True))
     entry = cache_root() / key
     with _cache_lock(shared=False, create=True):
@@ -123,13 +125,14 @@ def discard(key: str) -> None:
 
 def _open(entry: Path) -> Tokenized | None:
     """Open a complete entry and mark it used now (eviction goes by last use)."""
-    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy")):
-        return None  # incomplete, or written by a packcli that did not count documents per file
+    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", _BACKEND)):
+        return None  # incomplete, or written by a packcli that did not count documents per file or name its backend
     store = TokenStore.reopen(entry / "tokens")
     with suppress(OSError):  # a read-only cache still serves; its entries just age by creation
         os.utime(entry)
     counts = ReadCounts(**json.loads((entry / _COMPLETE).read_text()))
-    return Tokenized(store, np.load(entry / "lengths.npy"), counts, np.load(entry / "file_documents.npy"))
+    backend = json.loads((entry / _BACKEND).read_text())
+    return Tokenized(store, np.load(entry / "lengths.npy"), counts, np.load(entry / "file_documents.npy"), backend)
 
 
 @contextmanager

@@ -15,13 +15,15 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from packcli.encode.crosscheck import TokenizerMismatch
 from packcli.encode.encoders import Encoder
+from packcli.encode.locate import locate_document
 from packcli.encode.store import TokenStore
 from packcli.read.fields import ReadCounts
 from packcli.read.inputs import InputSlice, read_records
@@ -48,6 +50,7 @@ class Tokenized:
     lengths: np.ndarray
     counts: ReadCounts
     file_documents: np.ndarray  # int64, one per input file (or slice): the documents it gave, in order
+    backend: dict[str, str] = field(default_factory=dict)  # the tokenizer backend that encoded (Backends.describe)
 
 
 def tokenize_corpus(
@@ -75,7 +78,12 @@ def tokenize_corpus(
 
     def store_batch(encoded: Future[Any], bytes_done: int, file: int) -> None:
         nonlocal documents
-        tokens, batch_lengths, mask = encoder.flatten(encoded.result(), counts)
+        try:
+            result = encoded.result()
+        except TokenizerMismatch as exc:  # name the document: its file, and its line found by reading it again
+            exc.path, exc.line = slices[file].path, locate_document(slices[file], encoder, exc.document)
+            raise
+        tokens, batch_lengths, mask = encoder.flatten(result, counts)
         store.append(tokens, mask)
         lengths.append(batch_lengths)
         documents += len(batch_lengths)
@@ -105,7 +113,7 @@ def tokenize_corpus(
         store.remove()
         raise
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    return Tokenized(store, all_lengths, counts, file_documents)
+    return Tokenized(store, all_lengths, counts, file_documents, encoder.backend)
 
 
 def available_cores() -> int:

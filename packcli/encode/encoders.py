@@ -2,8 +2,9 @@
 a supervision mask that becomes the ``labels`` column). Pre-tokenized records skip the tokenizer.
 
 Each encoder works in three steps so tokenization can run in a helper thread: ``prepare`` (this thread: drop and
-count empty records, render templates), ``encode`` (the tokenizer, which releases the GIL), ``flatten`` (this
-thread: one flat token array, per-document lengths, EOS/BOS added, and the mask).
+count empty records, render templates), ``encode`` (the backend, which releases the GIL, and the cross-check of a
+sample against Hugging Face), ``flatten`` (this thread: one flat token array, per-document lengths, EOS/BOS added,
+and the mask).
 
 Invariant: every document that ``flatten`` returns has at least one token (and, with a mask, one supervised token).
 A record that comes to nothing, empty before tokenization or after it (whitespace under a WordPiece tokenizer with
@@ -12,19 +13,21 @@ A record that comes to nothing, empty before tokenization or after it (whitespac
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
-from tokenizers import Encoding, Tokenizer
 
+from packcli.encode.backends import Backend, Backends, HFBackend, open_backends
 from packcli.encode.chat import ChatML, JinjaTemplate, Segment, load_template
-from packcli.encode.tokenizer import LoadedTokenizer, encode_batch, encode_texts, flatten, special_ids
+from packcli.encode.crosscheck import CrossCheck, TokenizerMismatch
+from packcli.encode.tokenizer import LoadedTokenizer, special_ids
 from packcli.errors import BadRecordError, UsageError
 from packcli.format.columns import IGNORE_INDEX
+from packcli.format.schema import position_ids
 from packcli.options import PackOptions
 from packcli.read.fields import Field, ReadCounts
+from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["Encoder", "make_encoder", "without_empty"]
 
@@ -40,6 +43,7 @@ class Encoder(Protocol):
     eos_id: int | None  # the EOS id actually appended (None: none)
     bos_id: int | None
     template_sha256: str | None  # chats: the chat template actually used
+    backend: dict[str, str]  # the tokenizer backend that encodes (see Backends.describe); {} when none runs
 
     def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> Any:
         """This thread: turn a batch of records into what ``encode`` takes; count the records it skips."""
@@ -67,10 +71,12 @@ class TextEncoder:
 
     template_sha256: str | None = None
 
-    def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer) -> None:
+    def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer, backends: Backends) -> None:
         self.fields = [Field(options.text_field)]
-        self.tokenizer = tokenizer.tokenizer
         self.eos_id, self.bos_id = special_ids(tokenizer, options.eos, options.bos)
+        self.text = backends.text
+        self.backend = backends.describe()
+        self.check = _checked(backends.text, backends.reference_text, backends.name, options.seed)
 
     def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> list[str]:
         texts = [text for text in columns[0] if text]
@@ -80,13 +86,31 @@ class TextEncoder:
     def sizes(self, texts: list[str]) -> list[int]:
         return [len(text) for text in texts]
 
-    def encode(self, texts: list[str]) -> list[Encoding]:
-        return encode_batch(self.tokenizer, texts)
+    def encode(self, texts: list[str]) -> Any:
+        encoded = self.text.encode(texts)
+        if self.check is not None:
+            try:
+                self.check(texts, encoded)
+            except TokenizerMismatch as exc:
+                exc.document = texts[exc.index]
+                raise
+        return encoded
 
-    def flatten(self, encodings: list[Encoding], counts: ReadCounts) -> Flat:
+    def flatten(self, encoded: Any, counts: ReadCounts) -> Flat:
         # The ids are taken here, not in encode: the helper thread is then free to encode the next batch at once.
-        tokens, lengths = flatten([encoding.ids for encoding in encodings], self.eos_id, self.bos_id)
-        return without_empty((tokens, lengths, None), counts)
+        tokens, lengths = self.text.ids(encoded)
+        return without_empty(add_specials(tokens, lengths, None, None, self.eos_id, self.bos_id), counts)
+
+
+Check = Callable[[list[str], Any], None]
+
+
+def _checked(backend: Backend, reference: HFBackend | None, name: str, seed: int) -> Check | None:
+    """The cross-check of ``backend`` against ``reference`` (None when the backend is Hugging Face itself)."""
+    if reference is None:
+        return None
+    check = CrossCheck(name, seed)
+    return lambda texts, encoded: check.verify(texts, backend, encoded, reference)
 
 
 class SegmentEncoder:
@@ -98,11 +122,17 @@ class SegmentEncoder:
 
     supervised: bool = True
 
-    def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer, warn: Callable[[str], None]) -> None:
+    def __init__(
+        self, options: PackOptions, tokenizer: LoadedTokenizer, backends: Backends, warn: Callable[[str], None]
+    ) -> None:
         self.loss_on_all = options.loss_on == "all"
         self.eos_id, self.bos_id = special_ids(tokenizer, options.eos, options.bos)
-        self.content = tokenizer.tokenizer  # special-token strings in content stay text
-        self.markup: Tokenizer | None = None  # chats only: template markup may name special tokens
+        self.backend = backends.describe()
+        # content: special-token strings stay text; markup (chats only): template markup may name special tokens
+        self.backends = [(False, backends.text, backends.reference_text)]
+        if backends.markup is not None:
+            self.backends.append((True, backends.markup, backends.reference_markup))
+        self.checks = [_checked(coder, reference, backends.name, options.seed) for _, coder, reference in self.backends]
         self.template: ChatML | JinjaTemplate | None = None
         self.convert: Callable[[list[Any]], Any] | None = None
         self.template_sha256: str | None = None
@@ -110,8 +140,6 @@ class SegmentEncoder:
             self.fields = [Field(options.messages_field, "messages", "--messages-field")]
             self.template = template = load_template(options.chat_template, tokenizer, warn)
             self.template_sha256 = template.sha256
-            self.markup = Tokenizer.from_str(tokenizer.tokenizer.to_str())
-            self.markup.encode_special_tokens = False
             self.convert = lambda values: template.segments(values[0], self.loss_on_all)
         else:
             assert options.prompt_field is not None and options.response_field is not None
@@ -135,22 +163,30 @@ class SegmentEncoder:
     def sizes(self, records: list[list[Segment]]) -> list[int]:
         return [sum(len(segment.text) for segment in segments) for segments in records]
 
-    def encode(self, records: list[list[Segment]]) -> tuple[list[list[Segment]], list[list[int]]]:
+    def encode(self, records: list[list[Segment]]) -> tuple[list[list[Segment]], list[tuple[list[int], Backend, Any]]]:
         segments = [segment for record in records for segment in record]
-        ids: list[list[int]] = [[] for _ in segments]
-        for tokenizer, markup in ((self.content, False), (self.markup, True)):
-            if tokenizer is None:  # prompt/response records have no markup segments
-                continue
+        encoded = []
+        for (markup, backend, _), check in zip(self.backends, self.checks):
             chosen = [k for k, segment in enumerate(segments) if segment.markup == markup and segment.text]
-            for k, encoded in zip(chosen, encode_texts(tokenizer, [segments[k].text for k in chosen])):
-                ids[k] = encoded
-        return records, ids
+            texts = [segments[k].text for k in chosen]
+            result = backend.encode(texts)
+            if check is not None:
+                try:
+                    check(texts, result)
+                except TokenizerMismatch as exc:
+                    owner = np.repeat(np.arange(len(records)), list(map(len, records)))
+                    exc.document = records[int(owner[chosen[exc.index]])]
+                    raise
+            encoded.append((chosen, backend, result))
+        return records, encoded
 
-    def flatten(self, encoded: tuple[list[list[Segment]], list[list[int]]], counts: ReadCounts) -> Flat:
-        records, ids = encoded
-        segment_lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        supervised = np.fromiter((s.supervised for r in records for s in r), dtype=bool, count=len(ids))
-        tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(segment_lengths.sum()))
+    def flatten(
+        self, encoded: tuple[list[list[Segment]], list[tuple[list[int], Backend, Any]]], counts: ReadCounts
+    ) -> Flat:
+        records, parts = encoded
+        supervised = np.fromiter((s.supervised for r in records for s in r), dtype=bool)
+        ids = [(chosen, backend.ids(result)) for chosen, backend, result in parts]
+        tokens, segment_lengths = _in_segment_order(len(supervised), ids)
         mask = np.repeat(supervised, segment_lengths)
         per_record = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
         last_segment = np.cumsum(per_record) - 1
@@ -158,6 +194,26 @@ class SegmentEncoder:
         rendered = self.template is not None  # a chat template may render EOS and BOS itself
         flat = add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id, rendered)
         return without_empty(flat, counts)
+
+
+def _in_segment_order(
+    count: int, parts: list[tuple[list[int], tuple[np.ndarray, np.ndarray]]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of ``count`` segments in segment order, from parts that each encoded some of them (``chosen``:
+    which, in order; a segment in no part has no tokens), and each segment's token count.
+
+    Example: parts ([1], ids [7, 8]) and ([0, 2], ids [5] and [9]) give tokens [5, 7, 8, 9], lengths [1, 2, 1].
+    """
+    lengths = np.zeros(count, dtype=np.int64)
+    source_starts = np.zeros(count, dtype=np.int64)
+    offset = 0
+    for chosen, (_, part_lengths) in parts:
+        lengths[chosen] = part_lengths
+        source_starts[chosen] = offset + exclusive_cumsum(part_lengths)[:-1]
+        offset += int(part_lengths.sum())
+    source = np.concatenate([tokens for _, (tokens, _) in parts]) if parts else np.zeros(0, dtype=np.int32)
+    index = np.repeat(source_starts, lengths) + position_ids(lengths)  # every token of each segment, in order
+    return source[index], lengths
 
 
 class IdsEncoder:
@@ -171,6 +227,7 @@ class IdsEncoder:
     """
 
     template_sha256: str | None = None
+    backend: dict[str, str] = {}  # noqa: RUF012 (never changed): no tokenizer runs
 
     def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer | None) -> None:
         assert options.ids_field is not None
@@ -310,6 +367,7 @@ def make_encoder(
     if options.ids_field is not None:
         return IdsEncoder(options, tokenizer)
     assert tokenizer is not None
+    backends = open_backends(tokenizer, options.tokenizer_backend, options.messages_field is not None, warn)
     if options.fine_tuning:
-        return SegmentEncoder(options, tokenizer, warn)
-    return TextEncoder(options, tokenizer)
+        return SegmentEncoder(options, tokenizer, backends, warn)
+    return TextEncoder(options, tokenizer, backends)

@@ -1,4 +1,4 @@
-"""Load a tokenizer (bundled default, file, directory or cached hub name) and encode text batches to flat arrays.
+"""Load a tokenizer (bundled default, file, directory or cached hub name) as Hugging Face `tokenizers` builds it.
 
 Document text is encoded as text: special-token strings inside it (``<|endoftext|>``, ``</s>``) stay text, and
 EOS/BOS are added by id. Truncation and padding configured in a ``tokenizer.json`` are switched off.
@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import itertools
 import json
 import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Tokenizer
 
 from packcli.errors import PackcliError, UsageError
 
-__all__ = ["LoadedTokenizer", "encode_batch", "encode_texts", "flatten", "load_tokenizer", "special_ids", "use_threads"]
+__all__ = ["LoadedTokenizer", "hf_tokenizer", "load_tokenizer", "special_ids", "use_threads"]
 
 BUNDLED_NAME = "gpt2 (bundled)"
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -32,6 +30,7 @@ class LoadedTokenizer:
     """A ready tokenizer with what the manifest records about it."""
 
     tokenizer: Tokenizer
+    source: str  # the tokenizer.json text it was built from (other backends and workers build from it too)
     name: str
     sha256: str
     vocab_size: int
@@ -74,17 +73,16 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         name = spec
         raw = path.read_bytes()
         config, config_sha256 = _read_config(path.parent)  # the same directory however --tokenizer is spelled
+    source = raw.decode("utf-8")
     try:
-        tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        tokenizer = hf_tokenizer(source)
     except Exception as exc:  # tokenizers raises a bare Exception on a corrupt file
         raise PackcliError(f"not a valid tokenizer.json: {exc}", spec) from None
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    tokenizer.encode_special_tokens = True
     eos = _token_id(tokenizer, eos_token or _configured(config, "eos_token"), _EOS_NAMES, name, "EOS")
     bos = _token_id(tokenizer, _configured(config, "bos_token"), _BOS_NAMES, name, "BOS")
     return LoadedTokenizer(
         tokenizer=tokenizer,
+        source=source,
         name=name,
         sha256=hashlib.sha256(raw).hexdigest(),
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
@@ -93,6 +91,16 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         config=config,
         config_sha256=config_sha256,
     )
+
+
+def hf_tokenizer(source: str) -> Tokenizer:
+    """The Hugging Face tokenizer of a ``tokenizer.json`` text, set to encode documents: special-token strings
+    stay text, no truncation, no padding."""
+    tokenizer = Tokenizer.from_str(source)
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    tokenizer.encode_special_tokens = True
+    return tokenizer
 
 
 def _locate(spec: str) -> Path:
@@ -171,26 +179,3 @@ def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | No
     if bos and loaded.bos_id is None:
         raise UsageError(f"tokenizer {loaded.name} has no BOS token; drop --bos")
     return (loaded.eos_id if eos else None), (loaded.bos_id if bos else None)
-
-
-def encode_batch(tokenizer: Tokenizer, texts: list[str]) -> list[Encoding]:
-    """Each text encoded as text, on all cores (the tokenizer releases the GIL meanwhile)."""
-    return tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-
-
-def encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids of each text (see :func:`encode_batch`)."""
-    return [encoding.ids for encoding in encode_batch(tokenizer, texts)]
-
-
-def flatten(ids: list[list[int]], eos_id: int | None, bos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate per-document ids into one int32 array with EOS/BOS added (the lists of ``ids`` are changed);
-    also return the int64 lengths."""
-    if bos_id is not None:  # cheaper on the lists than inserting into the flat array
-        ids = [[bos_id, *doc] for doc in ids]
-    if eos_id is not None:  # appended in place: ``ids`` is the caller's to give up
-        for doc in ids:
-            doc.append(eos_id)
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
-    return flat, lengths

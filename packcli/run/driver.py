@@ -22,7 +22,14 @@ from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
-from packcli.run.merge import PARTITIONING_WARNING, input_facts, merge_parts, packing_gap, run_facts
+from packcli.run.merge import (
+    PARTITIONING_WARNING,
+    input_facts,
+    merge_parts,
+    merged_backend,
+    packing_gap,
+    run_facts,
+)
 from packcli.run.parts import PartsArea, part_prefix
 from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.setup import PackResult, Setup, base_manifest, check_documents, set_up, tokenizer_entry
@@ -89,6 +96,7 @@ def pack_corpus(
         read_documents = sum(int(record.get("read_documents", 0)) for record in records if record is not None)
         check_documents(read_documents if plan is None else totals["input_documents"], totals, files, options)
         manifest = base_manifest(setup, fingerprint)
+        manifest["tokenizer"].update(merged_backend(records))  # which backend encoded: outside the fingerprint
         totals["unread_files"] = setup.unread_files
         manifest.update(totals=totals, shards=shards)
         first = records[0] or {}

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from packcli.encode import cache
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
-from packcli.encode.tokenizer import LoadedTokenizer, use_threads
+from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, use_threads
 from packcli.errors import PackcliError
 from packcli.format.schema import shard_metadata, shard_schema
 from packcli.format.shards import ShardInfo
@@ -54,26 +53,24 @@ __all__ = [
 
 
 class ShippedTokenizer:
-    """A loaded tokenizer as the bytes a worker rebuilds it from: the driver's tokenizer, never a worker's own
-    file or hub lookup, so every partition encodes with exactly the same one. In the driver's own process (the
-    in-process engine) :meth:`load` gives back the driver's tokenizer itself."""
+    """A loaded tokenizer as the ``tokenizer.json`` text a worker rebuilds it from: the driver's tokenizer, never a
+    worker's own file or hub lookup, so every partition encodes with exactly the same one (and its backend, chosen
+    by the run's ``--tokenizer-backend`` from that same text). In the driver's own process (the in-process engine)
+    :meth:`load` gives back the driver's tokenizer itself."""
 
     def __init__(self, loaded: LoadedTokenizer) -> None:
-        self.json = loaded.tokenizer.to_str()
-        self.encode_special_tokens = loaded.tokenizer.encode_special_tokens
+        self.json = loaded.source
         # the other fields of LoadedTokenizer: name, hashes, vocab size, EOS/BOS ids, config
-        self.facts = {field.name: getattr(loaded, field.name) for field in fields(loaded) if field.name != "tokenizer"}
+        self.facts = {f.name: getattr(loaded, f.name) for f in fields(loaded) if f.name not in ("tokenizer", "source")}
         self._loaded: LoadedTokenizer | None = loaded
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_loaded": None}  # only the bytes travel
+        return {**self.__dict__, "_loaded": None}  # only the text travels
 
     def load(self) -> LoadedTokenizer:
         """The tokenizer (rebuilt once per worker process or actor)."""
         if self._loaded is None:
-            tokenizer = Tokenizer.from_str(self.json)
-            tokenizer.encode_special_tokens = self.encode_special_tokens  # not part of the serialized form
-            self._loaded = LoadedTokenizer(tokenizer=tokenizer, **self.facts)
+            self._loaded = LoadedTokenizer(tokenizer=hf_tokenizer(self.json), source=self.json, **self.facts)
         return self._loaded
 
 
@@ -164,7 +161,13 @@ def run_local(
     tokenized = cached or tokenize_corpus(
         job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, threads
     )
-    record: dict[str, Any] = {**job.facts, "partition": k, "read_documents": len(tokenized.lengths)}
+    # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
+    record: dict[str, Any] = {
+        **job.facts,
+        "partition": k,
+        "read_documents": len(tokenized.lengths),
+        "backend": tokenized.backend,
+    }
     try:
         stream = None
         if job.sources is not None and len(tokenized.lengths):

@@ -9,6 +9,7 @@ bound); above PARTITIONING_WARNING the driver warns.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from packcli.errors import PackcliError
@@ -18,7 +19,7 @@ from packcli.read.inputs import InputFile
 from packcli.run.plan import Plan
 from packcli.version import __version__
 
-__all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "packing_gap", "run_facts"]
+__all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "merged_backend", "packing_gap", "run_facts"]
 
 PARTITIONING_WARNING = 0.005  # a packing gap above 0.5% is worth a warning
 AGREED = (
@@ -85,6 +86,16 @@ def merge_parts(records: list[dict[str, Any] | None], facts: dict[str, Any]) -> 
             raise PackcliError(f"partition {partition} records other totals than partition 0")
     totals = {key: sum(int(record["totals"][key]) for record in parts) for key in keys}
     return totals, [shard for record in parts for shard in record["shards"]]
+
+
+def merged_backend(records: list[dict[str, Any] | None]) -> dict[str, str]:
+    """The tokenizer backend of a run from its parts' records: the one they all used, else every one used, joined
+    by "+" (a part reused from an earlier run, or a worker where the fast backend does not import)."""
+    used = sorted({json.dumps(record.get("backend", {}), sort_keys=True) for record in records if record is not None})
+    backends = [json.loads(entry) for entry in used]
+    if len(backends) == 1:
+        return dict(backends[0])
+    return {key: "+".join(str(backend.get(key)) for backend in backends) for key in ("backend", "backend_version")}
 
 
 def packing_gap(totals: dict[str, int], max_len: int) -> dict[str, Any]:

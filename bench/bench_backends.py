@@ -1,0 +1,115 @@
+"""`packcli pack` with the fast tokenizer backend (auto) and with `--tokenizer-backend hf`, against the HF floor
+(floor.py: read + tokenize with Hugging Face tokenizers only) and the I/O floor (io_floor.py: read + parse the
+same JSON Lines and write as many bytes as the shards, hashed; no tokenizer): gcide with GPT-2 and Tekken, the
+CPython standard library and the skewed corpus with Tekken. Each figure from a fresh process, the four commands
+interleaved corpus after corpus, medians of the rounds; peak RSS of each pack. Then `--partitions 4 --workers 2`
+with the fast backend against one process on gcide (uncompressed) with Tekken."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from common import REPO, SHARED, python, run_child, shared, table
+from skewed import build_skewed
+
+ROUNDS = 3
+
+
+def pack_args(corpus: Path, tokenizer: Path, out: Path, *extra: str) -> list[str]:
+    return python(
+        "-m", "packcli", "pack", str(corpus), "--tokenizer", str(tokenizer), "--out", str(out), "--overwrite",
+        "--quiet", "--max-len", "4096", *extra,
+    )  # fmt: skip
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def main() -> None:
+    gcide, cpython = shared("data/gcide.jsonl.gz"), shared("data/cpython_stdlib.jsonl")
+    gpt2, tekken = shared("tokenizers/gpt2/tokenizer.json"), shared("tokenizers/tekken/tokenizer.json")
+    if not (gcide and cpython and gpt2 and tekken):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "packed"
+        skewed = build_skewed(SHARED / "data", Path(tmp) / "skewed.jsonl")
+        cases = [("gcide", gcide, "gpt2", gpt2), ("gcide", gcide, "tekken", tekken)]
+        cases += [("cpython", cpython, "tekken", tekken), ("skewed", skewed, "tekken", tekken)]
+        kinds = ("auto", "hf", "hf floor", "io floor")
+        seconds: dict[tuple[int, str], list[float]] = {(k, kind): [] for k in range(len(cases)) for kind in kinds}
+        peak: dict[tuple[int, str], list[int]] = {(k, kind): [] for k in range(len(cases)) for kind in kinds[:2]}
+        shard_bytes: dict[int, int] = {}
+        for _ in range(ROUNDS):
+            for k, (_, corpus, _, tokenizer) in enumerate(cases):
+                for kind in kinds[:2]:
+                    shutil.rmtree(out, ignore_errors=True)
+                    took, mib = run_child(pack_args(corpus, tokenizer, out, "--tokenizer-backend", kind))
+                    seconds[k, kind].append(took)
+                    peak[k, kind].append(mib)
+                    manifest = json.loads((out / "manifest.json").read_text())
+                    assert manifest["tokenizer"]["backend"] == ("fastokens" if kind == "auto" else "hf")
+                    shard_bytes[k] = sum(shard["bytes"] for shard in manifest["shards"])
+                seconds[k, "hf floor"].append(
+                    run_child(python(str(REPO / "bench" / "floor.py"), str(corpus), str(tokenizer)))[0]
+                )
+                io = python(
+                    str(REPO / "bench" / "io_floor.py"), str(corpus), str(shard_bytes[k]), str(Path(tmp) / "io.bin")
+                )
+                seconds[k, "io floor"].append(run_child(io)[0])
+        rows = []
+        for k, (name, _, tokenizer_name, _) in enumerate(cases):
+            auto, hf, floor, io = (median(seconds[k, kind]) for kind in kinds)
+            rows.append(
+                [
+                    f"{name} / {tokenizer_name}",
+                    f"{auto:.2f}",
+                    f"{hf:.2f}",
+                    f"{floor:.2f}",
+                    f"{io:.2f}",
+                    f"{floor / auto:.1f}x",
+                    f"{auto / io:.2f}",
+                    f"{floor / hf:.2f}",
+                    f"{median(peak[k, 'auto']):.0f} / {median(peak[k, 'hf']):.0f}",
+                ]
+            )
+        print(
+            f"pack (auto = fastokens) vs pack --tokenizer-backend hf vs the floors, seconds, median of {ROUNDS} interleaved"
+        )
+        table(
+            ["corpus / tokenizer", "auto s", "hf s", "HF floor s", "I/O floor s", "floor/auto", "auto/I/O",
+             "floor/hf", "peak MiB auto / hf"],
+            rows,
+        )  # fmt: skip
+        for k, (name, _, tokenizer_name, _) in enumerate(cases):
+            runs = "  ".join(f"{kind}: " + " ".join(f"{s:.2f}" for s in seconds[k, kind]) for kind in kinds)
+            print(f"  runs {name}/{tokenizer_name}: {runs}")
+
+        partitions(gcide, tekken, Path(tmp))
+
+
+def partitions(gcide: Path, tekken: Path, tmp: Path) -> None:
+    """One process against --partitions 4 --workers 2 (gcide uncompressed: a compressed file is one piece)."""
+    plain = tmp / "gcide.jsonl"
+    plain.write_bytes(gzip.decompress(gcide.read_bytes()))
+    out = tmp / "parted"
+    one, parted = [], []
+    for _ in range(ROUNDS):
+        shutil.rmtree(out, ignore_errors=True)
+        one.append(run_child(pack_args(plain, tekken, out))[0])
+        shutil.rmtree(out, ignore_errors=True)
+        parted.append(run_child(pack_args(plain, tekken, out, "--partitions", "4", "--workers", "2"))[0])
+    print(
+        f"\ngcide (uncompressed) / tekken, fast backend: one process {median(one):.2f} s, --partitions 4 --workers 2 "
+        f"{median(parted):.2f} s ({median(parted) / median(one):.2f}x the time; runs "
+        f"{' '.join(f'{s:.2f}' for s in one)} / {' '.join(f'{s:.2f}' for s in parted)})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""The I/O floor for `packcli pack`: read and parse the same JSON Lines as floor.py does (pyarrow, the whole file,
+every text taken into Python), then write as many bytes as the pack's shards hold, in 8 MiB pieces, each hashed
+with sha256 and the file flushed to disk at the end, as shards are; no tokenizer. Usage: io_floor.py CORPUS BYTES
+OUT_FILE."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+import pyarrow as pa
+import pyarrow.json as pa_json
+
+PIECE = 8 << 20
+
+
+def main() -> None:
+    path, size, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    stream = pa.input_stream(path, compression="gzip" if path.endswith(".gz") else None)
+    parse = pa_json.ParseOptions(explicit_schema=pa.schema([("text", pa.string())]), unexpected_field_behavior="ignore")
+    texts = pa_json.read_json(stream, parse_options=parse).column("text").to_pylist()
+    data = "".join(texts[:1000]).encode()  # some real bytes to write, repeated
+    piece = (data * (PIECE // max(len(data), 1) + 1))[:PIECE]
+    digest = hashlib.sha256()
+    with open(out, "wb") as handle:
+        left = size
+        while left > 0:
+            chunk = piece[: min(left, PIECE)]
+            digest.update(chunk)
+            handle.write(chunk)
+            left -= len(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    print(len(texts), digest.hexdigest())
+
+
+if __name__ == "__main__":
+    main()

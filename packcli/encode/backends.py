@@ -1,0 +1,232 @@
+"""Encoding backends: Hugging Face ``tokenizers`` (the reference, and the fallback) and ``fastokens`` (a faster
+byte-level BPE that reproduces it exactly for the tokenizer kinds it is allowed here).
+
+``--tokenizer-backend auto`` takes fastokens when the tokenizer is of a kind listed in :func:`fast_refusal` and
+fastokens imports and loads it; else Hugging Face, with a one-line notice saying why. ``hf`` always takes Hugging
+Face. Invariant: a backend never changes a token (the run cross-checks a sample of its documents against Hugging
+Face, :mod:`packcli.encode.crosscheck`), so the output bytes do not depend on the backend, and neither does the
+fingerprint; the manifest records which one ran.
+
+A backend encodes in two steps, so a helper thread does the encoding and the main thread the conversion:
+``encode`` (releases the GIL) and ``ids`` (every text's ids as one flat int32 array, and their int64 lengths).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Protocol
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
+
+__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends"]
+
+
+class Backend(Protocol):
+    """Encodes texts to token ids; special-token strings stay text or are recognized, as the backend was opened."""
+
+    def encode(self, texts: list[str]) -> Any:
+        """A helper thread: encode ``texts`` (the GIL is released meanwhile)."""
+        ...
+
+    def ids(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The main thread: the encoded texts' ids, concatenated (int32), and each text's count (int64)."""
+        ...
+
+
+class HFBackend:
+    """Hugging Face ``tokenizers``: the reference."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, texts: list[str]) -> list[Any]:
+        return self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+
+    def ids(self, encoded: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        return flat_ids([encoding.ids for encoding in encoded])
+
+    def id_lists(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids as a list (the cross-check compares these)."""
+        return [encoding.ids for encoding in self.encode(texts)]
+
+
+class FastBackend:
+    """fastokens: each batch comes back as one buffer of ids and one of offsets, no Python object per token."""
+
+    def __init__(self, tokenizer: Any, specials_as_text: bool) -> None:
+        self.tokenizer = tokenizer
+        self.split_special_tokens = specials_as_text
+
+    def encode(self, texts: list[str]) -> tuple[bytes, bytes]:
+        result: tuple[bytes, bytes] = self.tokenizer.encode_batch_flat(
+            texts, add_special_tokens=False, split_special_tokens=self.split_special_tokens
+        )
+        return result
+
+    def ids(self, encoded: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
+        ids, offsets = encoded
+        # ids are below the vocabulary size, so the uint32 values read as int32 unchanged: no copy
+        return np.frombuffer(ids, dtype="<i4"), np.diff(np.frombuffer(offsets, dtype="<i8"))
+
+
+def flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-text id lists as one flat int32 array and int64 lengths."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())), lengths
+
+
+@dataclass(frozen=True)
+class Backends:
+    """The backend a run encodes with: ``text`` keeps special-token strings as text (documents), ``markup``
+    recognizes them (chat template markup; None unless asked for). ``reference`` is Hugging Face in the same two
+    modes, for the cross-check (None when Hugging Face is the backend: nothing to check)."""
+
+    name: str  # "fastokens" or "hf"
+    version: str
+    text: Backend
+    markup: Backend | None
+    reference_text: HFBackend | None
+    reference_markup: HFBackend | None
+
+    def describe(self) -> dict[str, str]:
+        """The manifest's record of the backend that ran (outside the fingerprint)."""
+        return {"backend": self.name, "backend_version": self.version}
+
+
+FastLoader = Callable[[LoadedTokenizer], Any]
+
+
+_built: dict[str, Any] = {}  # fastokens tokenizers built in this process, by their tokenizer.json's sha256
+
+
+def _load_fastokens(loaded: LoadedTokenizer) -> Any:
+    """fastokens' tokenizer for ``loaded`` (raises what fastokens raises), built once per process: a worker runs
+    several partitions, and building one takes about a second (Tekken)."""
+    import fastokens
+
+    key = hashlib.sha256(loaded.source.encode()).hexdigest()
+    if key not in _built:
+        tokenizer = fastokens.Tokenizer.from_json_str(loaded.source)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        _built[key] = tokenizer
+    return _built[key]
+
+
+# The fast backend's loader and its wrapper: tests swap FAST_WRAPPER for a backend of their own (the cross-check's
+# test injects one that returns a wrong id); runs use fastokens as it is.
+FAST_LOADER: FastLoader = _load_fastokens
+FAST_WRAPPER: Callable[[Any, bool], Backend] = FastBackend
+
+
+def open_backends(
+    loaded: LoadedTokenizer, requested: str, markup: bool, warn: Callable[[str], None] = lambda message: None
+) -> Backends:
+    """The backends for ``--tokenizer-backend requested`` ("auto" or "hf"); ``markup``: also one that recognizes
+    special tokens. Falling back from auto to Hugging Face is said through ``warn``, once, with the reason."""
+    reference_text = HFBackend(loaded.tokenizer)
+    reference_markup = HFBackend(_with_specials(loaded)) if markup else None
+    hf = Backends("hf", metadata.version("tokenizers"), reference_text, reference_markup, None, None)
+    if requested == "hf":
+        return hf
+    refusal = fast_refusal(loaded.tokenizer)
+    fast = None
+    if refusal is None:
+        try:
+            fast = FAST_LOADER(loaded)
+        except ImportError as exc:
+            refusal = f"fastokens cannot be imported ({exc})"
+        except Exception as exc:  # fastokens raises ValueError or its own errors on what it cannot load
+            refusal = f"fastokens cannot load it ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    if fast is None:
+        warn(f"tokenizer backend: hf, not fastokens: {refusal} (tokenizer {loaded.name})")
+        return hf
+    return Backends(
+        "fastokens",
+        metadata.version("fastokens"),
+        FAST_WRAPPER(fast, True),
+        FAST_WRAPPER(fast, False) if markup else None,
+        reference_text,
+        reference_markup,
+    )
+
+
+def _with_specials(loaded: LoadedTokenizer) -> Tokenizer:
+    """A Hugging Face tokenizer like ``loaded``'s that recognizes special-token strings (for template markup)."""
+    tokenizer = hf_tokenizer(loaded.source)
+    tokenizer.encode_special_tokens = False
+    return tokenizer
+
+
+_FAST_MODELS = ("BPE",)
+
+
+def fast_refusal(tokenizer: Tokenizer) -> str | None:
+    """Why fastokens is not used for ``tokenizer``, or None when it is of a kind fastokens reproduces exactly.
+
+    Allowed, conservatively (what was checked against Hugging Face on real corpora): a BPE model without dropout,
+    byte fallback, unknown token or subword affixes; no normalizer; a ``ByteLevel`` pre-tokenizer, or a
+    ``Sequence`` of one isolating regex ``Split`` and ``ByteLevel`` (the tiktoken-style tokenizers), neither adding
+    a prefix space; added tokens without ``lstrip``, ``rstrip``, ``normalized`` or ``single_word``; no
+    post-processor other than ``ByteLevel`` or ``TemplateProcessing`` (packcli adds no special tokens on encode).
+    """
+    model = tokenizer.model
+    kind = type(model).__name__
+    if kind not in _FAST_MODELS:
+        return f"its model is {kind}, not byte-level BPE"
+    for attribute in ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix"):
+        if getattr(model, attribute, None):
+            return f"its BPE model sets {attribute}"
+    if getattr(model, "byte_fallback", False):
+        return "its BPE model sets byte_fallback"
+    if tokenizer.normalizer is not None:
+        return f"it has a normalizer ({_component_type(tokenizer.normalizer)})"
+    refusal = _pre_tokenizer_refusal(_component(tokenizer.pre_tokenizer))
+    if refusal is not None:
+        return refusal
+    post = _component(tokenizer.post_processor)
+    post_kinds = [step.get("type") for step in post.get("processors", [post])] if post else []
+    if any(kind not in ("ByteLevel", "TemplateProcessing") for kind in post_kinds):
+        return f"its post-processor is {'+'.join(map(str, post_kinds))}"
+    for token in tokenizer.get_added_tokens_decoder().values():
+        flags = [flag for flag in ("lstrip", "rstrip", "normalized", "single_word") if getattr(token, flag)]
+        if flags:
+            return f"added token {token.content!r} sets {', '.join(flags)}"
+    return None
+
+
+def _pre_tokenizer_refusal(pre: dict[str, Any]) -> str | None:
+    steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    kinds = [str(step.get("type")) for step in steps]
+    if kinds == ["ByteLevel"] or (kinds == ["Split", "ByteLevel"] and _isolating_regex(steps[0])):
+        byte_level = steps[-1]
+        if byte_level.get("add_prefix_space"):
+            return "its ByteLevel pre-tokenizer adds a prefix space"
+        if kinds == ["Split", "ByteLevel"] and byte_level.get("use_regex"):
+            return "its ByteLevel pre-tokenizer runs its own regex after a Split"
+        return None
+    return f"its pre-tokenizer is {'+'.join(kinds) if pre else 'missing'}, not byte-level"
+
+
+def _isolating_regex(split: dict[str, Any]) -> bool:
+    return split.get("behavior") == "Isolated" and not split.get("invert") and "Regex" in split.get("pattern", {})
+
+
+def _component(component: Any) -> dict[str, Any]:
+    """A tokenizer component (pre-tokenizer, post-processor) as its JSON object; {} for none."""
+    if component is None:
+        return {}
+    state: dict[str, Any] = json.loads(component.__getstate__())
+    return state
+
+
+def _component_type(component: Any) -> str:
+    return str(_component(component).get("type", type(component).__name__))

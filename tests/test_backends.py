@@ -1,0 +1,259 @@
+"""Tokenizer backends: the fast backend gives exactly Hugging Face's tokens on real corpora with every shared
+tokenizer (text, prompt/response and chats), falls back saying why, and a run whose backend gets one id wrong is
+stopped by the cross-check, naming the document's file and line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.encode import backends as backends_module
+from packcli.encode.backends import Backends, FastBackend, fast_refusal, open_backends
+from packcli.encode.corpus import tokenize_corpus
+from packcli.encode.encoders import SegmentEncoder, TextEncoder
+from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
+from packcli.options import PackOptions
+from packcli.run.local import ShippedTokenizer
+from packcli.util.progress import SilentReporter
+
+runner = CliRunner()
+TRICKY = [
+    " ",
+    "  \n\t  \r\n",
+    "a </s> <s> [INST] <|endoftext|> <|im_start|> b",
+    "Cafe\u0301 na\u0308ive \u1100\u1161",  # decomposed accents, conjoining jamo
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467 \U0001f1fa\U0001f1f8 \u2764\ufe0f",
+    "\ufeffbyte order mark",
+    "x" * 20_000,
+    "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u4e2d\u6587 \u0939\u093f\u0928\u094d\u0926\u0940 123456789",
+]
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small slices of the shared corpora: text (gcide articles, CPython files, tricky strings), prompt/response
+    pairs, and chats built from those pairs (their content holding literal special-token strings)."""
+    directory = tmp_path_factory.mktemp("backend-corpora")
+    with gzip.open(shared_path("data/gcide.jsonl.gz"), "rt", encoding="utf-8") as lines:
+        gcide = [json.loads(next(lines))["text"] for _ in range(150)]
+    with shared_path("data/cpython_stdlib.jsonl").open(encoding="utf-8") as lines:
+        code = [json.loads(next(lines))["text"] for _ in range(4)]
+    with shared_path("data/bigbench_sft.jsonl").open(encoding="utf-8") as lines:
+        pairs = [json.loads(next(lines)) for _ in range(80)]
+    chats = [
+        {
+            "messages": [
+                {"role": "system", "content": "Answer <|im_end|> briefly </s>."},
+                {"role": "user", "content": pair["prompt"]},
+                {"role": "assistant", "content": pair["response"]},
+            ]
+        }
+        for pair in pairs
+    ]
+    return {
+        "text": write_jsonl(directory / "text.jsonl", [{"text": text} for text in [*gcide, *code, *TRICKY]]),
+        "sft": write_jsonl(directory / "sft.jsonl", pairs),
+        "chat": write_jsonl(directory / "chat.jsonl", chats),
+    }
+
+
+KINDS = {
+    "text": {},
+    "sft": {"prompt_field": "prompt", "response_field": "response"},
+    "chat": {"messages_field": "messages"},
+}
+
+
+def tokens_of(path: Path, encoder: TextEncoder | SegmentEncoder, tmp_path: Path) -> tuple[bytes, bytes, list[int]]:
+    """The token store's bytes (tokens, then the mask) and the document lengths of one corpus."""
+    tokenized = tokenize_corpus([path], encoder, False, tmp_path / "store", SilentReporter(), print)
+    tokenized.store.finish()
+    mask = tokenized.store.mask_path.read_bytes() if tokenized.store.mask_path else b""
+    result = tokenized.store.path.read_bytes(), mask, tokenized.lengths.tolist()
+    tokenized.store.remove()
+    return result
+
+
+def encoder(kind: str, loaded: LoadedTokenizer, backends: Backends) -> TextEncoder | SegmentEncoder:
+    options = PackOptions(**KINDS[kind])  # type: ignore[arg-type]
+    return (
+        TextEncoder(options, loaded, backends) if kind == "text" else SegmentEncoder(options, loaded, backends, print)
+    )
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", ["gpt2", "tekken", "qwen", "minilm"])
+def test_both_backends_give_identical_tokens_for_text_sft_and_chats(
+    name: str, corpora: dict[str, Path], tmp_path: Path
+) -> None:
+    loaded = load_tokenizer(str(shared_path(f"tokenizers/{name}")))
+    notices: list[str] = []
+    auto = open_backends(loaded, "auto", True, notices.append)
+    if name == "minilm":  # WordPiece with a BertNormalizer: Hugging Face, and the notice says why
+        assert auto.name == "hf" and notices == [
+            f"tokenizer backend: hf, not fastokens: its model is WordPiece, not byte-level BPE (tokenizer {loaded.name})"
+        ]
+        return
+    assert (auto.name, notices) == ("fastokens", [])
+    assert auto.reference_text is not None and auto.reference_markup is not None
+    hf = Backends("hf", "", auto.reference_text, auto.reference_markup, None, None)  # what --tokenizer-backend hf opens
+    for kind in KINDS:
+        fast = tokens_of(corpora[kind], encoder(kind, loaded, auto), tmp_path)
+        assert fast == tokens_of(corpora[kind], encoder(kind, loaded, hf), tmp_path), kind
+        assert len(fast[2]) >= 80 and (kind == "text") == (fast[1] == b"")
+
+
+def run_pack(*args: str) -> Any:
+    return runner.invoke(app, ["pack", *args, "--max-len", "512", "--quiet"])
+
+
+def test_auto_and_hf_write_the_same_bytes_and_the_other_is_up_to_date(tmp_path: Path) -> None:
+    """The repo's own sample (no ../shared needed), bundled GPT-2: fastokens under auto, Hugging Face when forced."""
+    auto, hf = tmp_path / "auto", tmp_path / "hf"
+    corpus = write_jsonl(tmp_path / "sample.jsonl", read_jsonl(SAMPLE)[:80])
+    assert run_pack(str(corpus), "--out", str(auto)).exit_code == 0
+    forced = run_pack(str(corpus), "--out", str(hf), "--tokenizer-backend", "hf")
+    assert forced.exit_code == 0, forced.output
+    manifests = [json.loads((out / "manifest.json").read_text()) for out in (auto, hf)]
+    assert [m["tokenizer"]["backend"] for m in manifests] == ["fastokens", "hf"]
+    assert manifests[0]["fingerprint"] == manifests[1]["fingerprint"]
+    assert "tokenizer_backend" not in manifests[0]["options"]
+    shards = [shard["file"] for shard in manifests[0]["shards"]]
+    assert shards and all((auto / file).read_bytes() == (hf / file).read_bytes() for file in shards)
+    again = run_pack(str(corpus), "--out", str(auto), "--tokenizer-backend", "hf", "--json")
+    assert json.loads(again.stdout)["status"] == "up-to-date"
+    refused = run_pack(str(corpus), "--out", str(tmp_path / "x"), "--tokenizer-backend", "fast")
+    assert refused.exit_code == 2 and "unknown --tokenizer-backend 'fast'; choose one of auto, hf" in refused.output
+
+
+class OneWrongId(FastBackend):
+    """A test backend: fastokens, except that the first token of a text holding MARKER comes back one higher."""
+
+    MARKER = "wrong-here"
+
+    def encode(self, texts: list[str]) -> Any:
+        return super().encode(texts), [k for k, text in enumerate(texts) if self.MARKER in text]
+
+    def ids(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
+        flat, marked = encoded
+        tokens, lengths = super().ids(flat)
+        tokens = tokens.copy()
+        starts = np.concatenate(([0], np.cumsum(lengths)))
+        tokens[starts[marked]] += 1
+        return tokens, lengths
+
+
+@pytest.mark.parametrize("kind", ["text", "sft"])
+def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backends_module, "FAST_WRAPPER", OneWrongId)
+    texts = [record["text"][:400] for record in read_jsonl(SAMPLE)[:20]]
+    texts[6] += " " + OneWrongId.MARKER
+    records = [{"text": text} if kind == "text" else {"prompt": "Q", "response": text} for text in texts]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [*records[:3], {"text": ""}, *records[3:]])  # line 8
+    options = ["--prompt-field", "prompt", "--response-field", "response"] if kind == "sft" else []
+    result = run_pack(str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", *options)
+    assert result.exit_code == 1
+    assert result.output.startswith(
+        f"error: {corpus}:8: the fastokens tokenizer backend encodes this document otherwise than Hugging Face "
+        "tokenizers (token "
+    )
+    assert result.output.rstrip().endswith("rerun with --tokenizer-backend hf")
+    assert not (tmp_path / "out").exists()
+    forced = run_pack(
+        str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", "--tokenizer-backend", "hf", *options
+    )
+    assert forced.exit_code == 0, forced.output
+
+
+def edited(change: dict[str, Any]) -> LoadedTokenizer:
+    """The bundled GPT-2 tokenizer with parts of its tokenizer.json replaced."""
+    spec = json.loads(load_tokenizer().source)
+    spec.update(change)
+    source = json.dumps(spec)
+    return LoadedTokenizer(hf_tokenizer(source), source, "edited", "0" * 64, 50257, 50256, None)
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"normalizer": {"type": "NFC"}}, "it has a normalizer (NFC)"),
+        ({"pre_tokenizer": {"type": "Whitespace"}}, "its pre-tokenizer is Whitespace, not byte-level"),
+        (
+            {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}},
+            "its ByteLevel pre-tokenizer adds a prefix space",
+        ),
+        (
+            {
+                "added_tokens": [
+                    {"id": 50256, "content": "<|endoftext|>", "single_word": False, "lstrip": True, "rstrip": False}
+                    | {"normalized": False, "special": True}
+                ]
+            },
+            "added token '<|endoftext|>' sets lstrip",
+        ),
+    ],
+)
+def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> None:
+    loaded = edited(change)
+    assert fast_refusal(loaded.tokenizer) == reason
+    notices: list[str] = []
+    assert open_backends(loaded, "auto", False, notices.append).name == "hf"
+    assert notices == [f"tokenizer backend: hf, not fastokens: {reason} (tokenizer edited)"]
+
+
+def test_without_fastokens_hf_runs_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # what Python does for a module that cannot be imported
+    notices: list[str] = []
+    assert open_backends(load_tokenizer(), "auto", False, notices.append).name == "hf"
+    assert len(notices) == 1 and notices[0].startswith(
+        "tokenizer backend: hf, not fastokens: fastokens cannot be imported"
+    )
+
+    def unloadable(loaded: LoadedTokenizer) -> None:
+        raise ValueError("unsupported model field\nsecond line")
+
+    monkeypatch.setattr(backends_module, "FAST_LOADER", unloadable)
+    notices.clear()
+    assert open_backends(load_tokenizer(), "auto", False, notices.append).name == "hf"
+    assert notices == [
+        f"tokenizer backend: hf, not fastokens: fastokens cannot load it (unsupported model field) "
+        f"(tokenizer {load_tokenizer().name})"
+    ]
+
+
+def test_a_template_post_processor_is_allowed_and_encodes_alike() -> None:
+    """A post-processor that adds BOS on encode (as Llama's do) changes nothing: packcli adds specials by id."""
+    template = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}},
+    }
+    loaded = edited({"post_processor": template})
+    auto, hf = open_backends(loaded, "auto", False), open_backends(loaded, "hf", False)
+    assert auto.name == "fastokens"
+    texts = [*TRICKY, "plain words"]
+    assert [a.tolist() for a in auto.text.ids(auto.text.encode(texts))] == [
+        a.tolist() for a in hf.text.ids(hf.text.encode(texts))
+    ]
+
+
+def test_workers_rebuild_the_drivers_tokenizer_and_choose_the_same_backend() -> None:
+    loaded = load_tokenizer()
+    rebuilt = pickle.loads(pickle.dumps(ShippedTokenizer(loaded))).load()  # as a worker gets it
+    assert rebuilt is not loaded
+    assert rebuilt.source == loaded.source and rebuilt.describe() == loaded.describe()
+    assert rebuilt.tokenizer.encode_special_tokens and rebuilt.tokenizer.truncation is None
+    assert open_backends(rebuilt, "auto", False).name == "fastokens"
