@@ -57,6 +57,13 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def wait_for(condition: Callable[[], bool], process: subprocess.Popen[bytes], seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while not condition() and process.poll() is None and time.monotonic() < deadline:
@@ -197,3 +204,21 @@ def test_ctrl_c_says_what_it_left(big: Path, tmp_path: Path, partitioned: bool) 
     else:
         assert "no output was written" in last
     assert not out.exists()
+
+
+@pytest.mark.ray
+def test_a_local_ray_is_quiet_and_ends_with_its_driver(big: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    command = [*PACK, str(big), "--max-len", "1024", "--engine", "ray", "--partitions", "2", "--quiet"]
+    quiet = subprocess.run([*command, "--out", str(tmp_path / "a")], capture_output=True, text=True)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+    process = subprocess.Popen([*command, "--out", str(tmp_path / "b")], stderr=subprocess.DEVNULL)
+    wait_for(lambda: any("PartitionActor" in command_line(pid) for pid in descendants(process.pid)), process)
+    ray_processes = descendants(process.pid)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 15
+    while [pid for pid in ray_processes if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in ray_processes if alive(pid)], "Ray processes outlived their driver"

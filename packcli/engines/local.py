@@ -16,6 +16,7 @@ from types import TracebackType
 
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.engines.partition import PartitionJob, PartitionResult, ShippedTokenizer, run_partition
+from packcli.engines.reaper import reaping_descendants
 from packcli.errors import PackcliError
 
 __all__ = ["LocalEngine"]
@@ -60,9 +61,20 @@ class LocalEngine:
         """Run ``jobs``, calling ``on_result`` as each finishes; it returns False to start no further job."""
         cores = os.cpu_count() or 1
         size = max(1, min(len(jobs), self.workers or cores))
+        with reaping_descendants():  # no worker outlives this process, even after kill -9
+            self._run(jobs, tokenizer, on_result, size, max(1, cores // size))
+
+    def _run(
+        self,
+        jobs: Sequence[PartitionJob],
+        tokenizer: ShippedTokenizer | None,
+        on_result: Callable[[PartitionResult], bool],
+        size: int,
+        threads: int,
+    ) -> None:
         context = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(
-            size, mp_context=context, initializer=_start_worker, initargs=(tokenizer, max(1, cores // size))
+            size, mp_context=context, initializer=_start_worker, initargs=(tokenizer, threads)
         )
         try:
             futures: list[Future[PartitionResult]] = [pool.submit(_run, job) for job in jobs]  # starts the workers
