@@ -14,6 +14,7 @@ from typing import Any
 
 from packcli import __version__
 from packcli.errors import PackcliError
+from packcli.identity import resolved_options
 from packcli.options import PackOptions
 from packcli.plan.partitions import Plan
 from packcli.write.manifest import FORMAT_VERSION
@@ -42,8 +43,9 @@ def run_facts(
         "fingerprint": fingerprint,
         "plan_hash": plan.digest,
         "partitions": len(plan),
-        "options": options.output_relevant(),
-        "tokenizer": tokenizer,  # the manifest's tokenizer entry
+        "options": resolved_options(options),  # as the fingerprint sees them: a path's spelling is no difference
+        # the manifest's tokenizer entry but its name (the path as spelled): the hashes and ids identify it
+        "tokenizer": {key: value for key, value in tokenizer.items() if key != "name"},
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "columns": list(shard_schema({}, labels=supervised).names),
