@@ -106,7 +106,17 @@ class PartsArea:
             if problem is not None:
                 warn(f"partition {partition} is packed again: {problem}")
             self.clear(partition)
+        self._remove_unrecorded(reused, warn)
         return reused
+
+    def _remove_unrecorded(self, reused: list[int], warn: Callable[[str], None]) -> None:
+        """Remove every file that no reused partition's record lists: this run wrote none of them."""
+        recorded = {str(shard["file"]) for k in reused for shard in (self.read(k) or {}).get("shards", [])}
+        stray = sorted(path for path in self.staging.iterdir() if path.name != PARTS and path.name not in recorded)
+        if stray:
+            warn(f"removing {len(stray)} file(s) no committed partition wrote from {self.staging}: {stray[0].name}")
+        for path in stray:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
     def finish(self) -> None:
         """Remove the records and the run record (the merged manifest replaces them)."""

@@ -128,6 +128,7 @@ class Publication:
 
     def commit(self) -> None:
         """Swap the staged output (manifest written) into place; the previous output, if any, is then removed."""
+        self._refuse_unlisted()
         with self._deferred_signals():
             try:
                 _fsync_directory(self.staging)
@@ -139,6 +140,18 @@ class Publication:
                     _remove(retired)
             except OSError as exc:
                 raise _plain(exc, "cannot move the new output into place") from None
+
+    def _refuse_unlisted(self) -> None:
+        """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
+        process of another run writing here), and the output would not verify."""
+        listed = {MANIFEST_NAME, *(str(shard["file"]) for shard in read_manifest(self.staging)["shards"])}
+        foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
+        if foreign:
+            raise PackcliError(
+                f"not publishing {path_name(self.out)}: {len(foreign)} file(s) in its staging directory are not in "
+                f"its manifest ({foreign[0]}...): another process wrote there; rerun to pack again",
+                self.staging,
+            )
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
