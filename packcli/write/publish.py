@@ -54,6 +54,8 @@ OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mas
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
 _DEBRIS = ("staging-*", "old-*", "partial", "old")
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+# Errors of a write that ran out of room: the disk or quota is full, or a file reached its size limit.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 Existing = Literal["absent", "same", "other"]
 
@@ -157,6 +159,11 @@ class Publication:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self._close(error)
+        if isinstance(error, OSError) and error.errno in _FULL:
+            raise PackcliError(
+                f"cannot write {path_name(self.out)}: {error.strerror or error}; nothing was published"
+                + (", the earlier output is intact" if self.target.exists() else "")
+            ) from None
 
     def _close(self, error: BaseException | None) -> None:
         """Remove the staging unless committed (or resumable), unlock (removing the lock file), restore the signal
