@@ -222,3 +222,19 @@ def test_a_local_ray_is_quiet_and_ends_with_its_driver(big: Path, tmp_path: Path
     while [pid for pid in ray_processes if alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in ray_processes if alive(pid)], "Ray processes outlived their driver"
+
+
+def test_stats_on_a_raw_corpus_says_its_tokens_stay_in_the_cache(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": text} for text in TEXTS[:20]])
+    cache = tmp_path / "cache"
+    result = subprocess.run(
+        [sys.executable, "-m", "packcli", "stats", str(corpus), "--max-len", "512", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PACKCLI_CACHE": str(cache)},
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert any(cache.iterdir()) and sorted(path.name for path in tmp_path.iterdir()) == ["c.jsonl", "cache"]
+    help_text = invoke("stats", "--help").stdout
+    assert "tokenization cache" in " ".join(help_text.split()) and "Nothing is written" not in help_text
