@@ -238,3 +238,16 @@ def test_stats_on_a_raw_corpus_says_its_tokens_stay_in_the_cache(tmp_path: Path)
     assert any(cache.iterdir()) and sorted(path.name for path in tmp_path.iterdir()) == ["c.jsonl", "cache"]
     help_text = invoke("stats", "--help").stdout
     assert "tokenization cache" in " ".join(help_text.split()) and "Nothing is written" not in help_text
+
+
+def test_an_end_of_input_keeps_its_message(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import packcli.run.driver as driver
+
+    def closed(*args: object, **kwargs: object) -> None:
+        raise EOFError("standard input closed while reading the corpus")
+
+    monkeypatch.setattr(driver, "pack_corpus", closed)  # the error as a reader would raise it
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": TEXTS[0]}])
+    result = invoke("pack", str(corpus), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert result.stderr == "error: standard input closed while reading the corpus\n"

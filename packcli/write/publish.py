@@ -45,7 +45,7 @@ from typing import Literal
 from packcli.errors import PackcliError, path_name
 from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 from packcli.util.locks import FileLock
-from packcli.util.signals import signals_held
+from packcli.util.signals import Interrupted, signals_held
 
 __all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output"]
 
@@ -163,6 +163,11 @@ class Publication:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self._close(error)
+        if isinstance(error, Interrupted) and self.resumable and self._staged and not self._committed:
+            raise Interrupted(
+                f"interrupted; the partitions committed so far are kept in {self.staging}: rerun the same command "
+                "to resume"
+            ) from None
         if isinstance(error, OSError) and error.errno in _FULL:
             raise PackcliError(
                 f"cannot write {path_name(self.out)}: {error.strerror or error}; nothing was published"
