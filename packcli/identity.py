@@ -21,7 +21,7 @@ from packcli.options import PackOptions
 from packcli.read.inputs import InputFile
 from packcli.version import __version__
 
-__all__ = ["TOKENIZATION_OPTIONS", "Scope", "run_identity"]
+__all__ = ["TOKENIZATION_OPTIONS", "Scope", "resolved_options", "run_identity"]
 
 Scope = Literal["output", "tokens"]
 
@@ -44,6 +44,12 @@ TOKENIZATION_OPTIONS = (
 _PATH_OPTIONS = ("tokenizer", "chat_template")
 
 
+def resolved_options(options: PackOptions) -> dict[str, Any]:
+    """The output-relevant options less the paths (``--tokenizer``, ``--chat-template``), which the identity
+    replaces by the hashes they resolve to: two spellings of one tokenizer give the same options here."""
+    return {name: value for name, value in options.output_relevant().items() if name not in _PATH_OPTIONS}
+
+
 def run_identity(
     inputs: list[InputFile],
     tokenizer: LoadedTokenizer | None,
@@ -62,7 +68,7 @@ def run_identity(
         scope: "output" for the manifest fingerprint, "tokens" for the tokenization-cache key.
         extra: further facts that decide the output (for example a partition plan's hash).
     """
-    relevant = options.output_relevant()
+    relevant = resolved_options(options)
     chosen = relevant if scope == "output" else {name: relevant[name] for name in TOKENIZATION_OPTIONS}
     facts = {
         "scope": scope,
@@ -76,7 +82,7 @@ def run_identity(
             "bos_id": encoder.bos_id,
             "chat_template_sha256": encoder.template_sha256,
         },
-        "options": {name: value for name, value in chosen.items() if name not in _PATH_OPTIONS},
+        "options": chosen,
         "extra": extra or {},
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()

@@ -45,15 +45,23 @@ class OneLineErrors(TyperGroup):
     """The one error mapper: usage errors exit 2, packcli and OS errors exit 1, each as one ``error: ...`` line on
     stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
     The one signal handler is installed here (:mod:`packcli.util.signals`): SIGTERM and SIGHUP unwind the command's
-    cleanups, then end it by the signal; Ctrl-C unwinds them and exits 130 (typer's code). Bare ``packcli`` prints
+    cleanups, then end it by the signal; Ctrl-C unwinds them, says what it left and exits 130. Bare ``packcli`` prints
     the help and exits 0."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _untyped_flags(super().get_params(ctx))
 
+    def invoke(self, ctx: Any) -> Any:
+        from packcli.errors import PackcliError
+
+        try:
+            return super().invoke(ctx)
+        except EOFError as exc:  # typer would print a blank line and lose the message ("aborted")
+            raise PackcliError(str(exc) or "unexpected end of input") from None
+
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         from packcli.errors import EXIT_DATA, PackcliError
-        from packcli.util.signals import ending_by_signal
+        from packcli.util.signals import Interrupted, ending_by_signal
 
         arguments = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in arguments
@@ -68,6 +76,8 @@ class OneLineErrors(TyperGroup):
         except click_exceptions.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "packcli"
             _fail(f"{exc.format_message()} (see '{command} --help')", 2)
+        except Interrupted as exc:
+            _fail(str(exc), 130)
         except typer.Abort:
             _fail("aborted", EXIT_DATA)
         except (PackcliError, OSError) as exc:

@@ -92,7 +92,8 @@ def stats(
 
     On a raw corpus (pack's record options apply): tokenize it once and compare every registered strategy.
 
-    Also length percentiles and what other --max-len values would cost. Nothing is written.
+    Also length percentiles and what other --max-len values would cost. No output is written; the tokens stay in
+    the tokenization cache ($PACKCLI_CACHE), so the next pack of the same corpus does not tokenize again.
 
     Examples:
 

@@ -15,6 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from packcli.engines import OnResult, Start, Task, Unconnected
+from packcli.engines.reaper import reaping_descendants
 from packcli.errors import PackcliError
 
 __all__ = ["LocalEngine"]
@@ -40,10 +41,12 @@ class LocalEngine(Unconnected):
         further job."""
         cores = os.cpu_count() or 1
         size = max(1, min(len(jobs), self.workers or cores))
+        with reaping_descendants():  # no worker outlives this process, even after kill -9
+            self._run(jobs, task, on_result, (max(1, cores // size), start, shipped), size)
+
+    def _run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, initargs: tuple[Any, ...], size: int) -> None:
         context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(
-            size, mp_context=context, initializer=_start_worker, initargs=(max(1, cores // size), start, shipped)
-        )
+        pool = ProcessPoolExecutor(size, mp_context=context, initializer=_start_worker, initargs=initargs)
         try:
             futures: list[Future[Any]] = [pool.submit(task, job) for job in jobs]  # starts the workers
             for future in as_completed(futures):

@@ -15,11 +15,13 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from types import ModuleType, TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
 from packcli.engines import OnResult, Start, Task
+from packcli.engines.reaper import reaping_descendants
 from packcli.errors import PackcliError, requires_extra
 
 __all__ = ["RayEngine"]
@@ -59,13 +61,17 @@ class RayEngine:
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self._ray: Any = None
         self._started = False
+        self._reaper = ExitStack()
 
     def __enter__(self) -> RayEngine:
         ray = self._ray = import_ray()
         if ray.is_initialized():  # an enclosing script (or a test session) holds the connection
             return self
-        options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+        # Ray's own notices (its token authentication, say) are about Ray, not the data: errors only.
+        options: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
         if self.address is None:
+            # Ray's daemons end with this process, but not the agents they start: the reaper ends those too.
+            self._reaper.enter_context(reaping_descendants())
             options |= {
                 "address": "local",
                 "num_cpus": os.cpu_count(),
@@ -78,6 +84,7 @@ class RayEngine:
         try:
             ray.init(**options)
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError or ValueError here
+            self._reaper.close()
             where = f"at {self.address}" if self.address else "locally"
             raise PackcliError(f"cannot start or reach Ray {where}: {exc}") from None
         self._started = True
@@ -89,6 +96,7 @@ class RayEngine:
         if self._started:
             self._ray.shutdown()
             self._started = False
+        self._reaper.close()
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no

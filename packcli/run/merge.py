@@ -14,6 +14,7 @@ from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
+from packcli.identity import resolved_options
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile
 from packcli.run.plan import Plan
@@ -47,8 +48,9 @@ def run_facts(
         "fingerprint": fingerprint,
         "plan_hash": plan.digest if plan is not None else None,  # None: a plain run, one job on the whole corpus
         "partitions": partitions,
-        "options": options.output_relevant(),
-        "tokenizer": tokenizer,  # the manifest's tokenizer entry
+        "options": resolved_options(options),  # as the fingerprint sees them: a path's spelling is no difference
+        # the manifest's tokenizer entry but its name (the path as spelled): the hashes and ids identify it
+        "tokenizer": {key: value for key, value in tokenizer.items() if key != "name"},
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "columns": column_names(supervised),

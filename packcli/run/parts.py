@@ -106,7 +106,17 @@ class PartsArea:
             if problem is not None:
                 warn(f"partition {partition} is packed again: {problem}")
             self.clear(partition)
+        self._remove_unrecorded(reused, warn)
         return reused
+
+    def _remove_unrecorded(self, reused: list[int], warn: Callable[[str], None]) -> None:
+        """Remove every file that no reused partition's record lists: this run wrote none of them."""
+        recorded = {str(shard["file"]) for k in reused for shard in (self.read(k) or {}).get("shards", [])}
+        stray = sorted(path for path in self.staging.iterdir() if path.name != PARTS and path.name not in recorded)
+        if stray:
+            warn(f"removing {len(stray)} file(s) no committed partition wrote from {self.staging}: {stray[0].name}")
+        for path in stray:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
     def finish(self) -> None:
         """Remove the records and the run record (the merged manifest replaces them)."""
@@ -128,7 +138,9 @@ def _check_record(staging: Path, record: dict[str, Any], run: dict[str, Any]) ->
 
 
 def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
-    """What differs between two runs, in words."""
+    """What differs between two runs, in words: the inputs first (a changed input changes the plan too)."""
+    if earlier.get("inputs") != run.get("inputs"):
+        return _inputs_difference(earlier.get("inputs") or [], run.get("inputs") or [])
     if earlier.get("plan_hash") != run.get("plan_hash"):
         return f"its partition plan differs: {earlier.get('partitions')} partitions then, {run.get('partitions')} now"
     changed = sorted(
@@ -138,10 +150,26 @@ def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
     )
     if changed:
         return f"options differ: {', '.join(changed)}"
-    for key, words in (("inputs", "the inputs changed"), ("tokenizer", "the tokenizer differs")):
-        if earlier.get(key) != run.get(key):
-            return words
+    if earlier.get("tokenizer") != run.get("tokenizer"):
+        return "the tokenizer differs"
     return "its fingerprint differs"
+
+
+def _inputs_difference(earlier: list[list[Any]], now: list[list[Any]]) -> str:
+    """Which input files were added, removed or changed (size or mtime), naming up to three of each."""
+    before = {str(entry[0]): entry[1:] for entry in earlier}
+    after = {str(entry[0]): entry[1:] for entry in now}
+    kinds = (
+        ("added", [path for path in after if path not in before]),
+        ("removed", [path for path in before if path not in after]),
+        ("changed", [path for path in after if path in before and after[path] != before[path]]),
+    )
+    said = [
+        f"{len(paths)} {kind}: {', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}"
+        for kind, paths in kinds
+        if paths
+    ]
+    return f"the inputs changed ({'; '.join(said) or 'their order'})"
 
 
 def _read_json(path: Path) -> Any:

@@ -1,5 +1,5 @@
 """Signals that unwind a command, with one handler that ``main`` installs: SIGTERM and SIGHUP raise
-:class:`Terminated` (a ``KeyboardInterrupt``) and Ctrl-C ``KeyboardInterrupt``, so every cleanup on the way out runs
+:class:`Terminated` (a ``KeyboardInterrupt``) and Ctrl-C :class:`Interrupted`, so every cleanup on the way out runs
 (a staging directory, a spool of standard input); once unwound, the process ends by the terminating signal, as it
 would have at once, so a scheduler sees the usual exit status. A step that must not be cut (an output's swap, its
 cleanup) holds signals back for its duration (:func:`signals_held`); one that came meanwhile takes effect after.
@@ -16,7 +16,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Terminated", "ending_by_signal", "signals_held"]
+__all__ = ["Interrupted", "Terminated", "ending_by_signal", "signals_held"]
+
+
+class Interrupted(BaseException):
+    """Ctrl-C during a command: unwinds every cleanup, then the error mapper says what was left (exit 130). Not a
+    ``KeyboardInterrupt``, which typer turns into a silent exit before any message; its text is that message."""
+
+    def __init__(self, message: str = "interrupted; no output was written") -> None:
+        super().__init__(message)
 
 
 class Terminated(KeyboardInterrupt):
@@ -36,7 +44,7 @@ _pending: list[int] = []  # the signals that came while held
 
 def _take_effect(signum: int) -> None:
     if signum == signal.SIGINT:
-        raise KeyboardInterrupt
+        raise Interrupted
     _terminated_by.append(signum)
     raise Terminated(signum)
 

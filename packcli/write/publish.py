@@ -45,7 +45,7 @@ from typing import Literal
 from packcli.errors import PackcliError, path_name
 from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 from packcli.util.locks import FileLock
-from packcli.util.signals import signals_held
+from packcli.util.signals import Interrupted, signals_held
 
 __all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output"]
 
@@ -53,6 +53,8 @@ __all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_o
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
 _DEBRIS = ("staging-*", "old-*", "partial", "old")
+# Errors of a write that ran out of room: the disk or quota is full, or a file reached its size limit.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 Existing = Literal["absent", "same", "other"]
 
@@ -132,6 +134,7 @@ class Publication:
 
     def commit(self) -> None:
         """Swap the staged output (manifest written) into place; the previous output, if any, is then removed."""
+        self._refuse_unlisted()
         with signals_held():
             try:
                 _fsync_directory(self.staging)
@@ -144,10 +147,32 @@ class Publication:
             except OSError as exc:
                 raise _plain(exc, "cannot move the new output into place") from None
 
+    def _refuse_unlisted(self) -> None:
+        """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
+        process of another run writing here), and the output would not verify."""
+        listed = {MANIFEST_NAME, *(str(shard["file"]) for shard in read_manifest(self.staging)["shards"])}
+        foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
+        if foreign:
+            raise PackcliError(
+                f"not publishing {path_name(self.out)}: {len(foreign)} file(s) in its staging directory are not in "
+                f"its manifest ({foreign[0]}...): another process wrote there; rerun to pack again",
+                self.staging,
+            )
+
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self._close(error)
+        if isinstance(error, Interrupted) and self.resumable and self._staged and not self._committed:
+            raise Interrupted(
+                f"interrupted; the partitions committed so far are kept in {self.staging}: rerun the same command "
+                "to resume"
+            ) from None
+        if isinstance(error, OSError) and error.errno in _FULL:
+            raise PackcliError(
+                f"cannot write {path_name(self.out)}: {error.strerror or error}; nothing was published"
+                + (", the earlier output is intact" if self.target.exists() else "")
+            ) from None
 
     def _close(self, error: BaseException | None) -> None:
         """Remove the staging unless committed (or resumable) and unlock (removing the lock file), signals held."""

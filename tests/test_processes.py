@@ -1,0 +1,253 @@
+"""The run as a process: kill -9, Ctrl-C, a full disk, resume after a kill, and Ray's own processes.
+
+Each test drives the real ``packcli`` process (``python -m packcli``): what is under test is how the process and its
+workers behave, not a function.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+from typer.testing import CliRunner
+
+from packcli.cli import app
+
+runner = CliRunner()
+TEXTS = [record["text"] for record in read_jsonl(SAMPLE)]
+PACK = [sys.executable, "-m", "packcli", "pack"]
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid`` (children by /proc, recursively)."""
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = [int(child) for child in task.read_text().split()]
+            except OSError:
+                continue
+            found.update(children)
+            frontier.extend(children)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen[bytes], seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before the moment under test"
+
+
+def committed(staging: Path) -> list[Path]:
+    return sorted((staging / ".parts").glob("part-*.json"))
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample corpus three times as plain JSON Lines (about 7 MB): partitions that take a while each."""
+    corpus = tmp_path_factory.mktemp("big") / "big.jsonl"
+    corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()) * 3)
+    return corpus
+
+
+def kill_after_first_commit(command: list[str], staging: Path) -> int:
+    """Start a partitioned run with one worker, kill -9 its whole group once a partition is committed, and
+    return how many partitions were committed."""
+    process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
+    wait_for(lambda: bool(committed(staging)), process)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    return len(committed(staging))
+
+
+def test_kill_9_of_the_driver_takes_its_workers_with_it(big: Path, tmp_path: Path) -> None:
+    out = tmp_path / "q"
+    command = [*PACK, str(big), "--max-len", "2048", "--partitions", "6", "--workers", "2", "--shard-size", "300kB"]
+    process = subprocess.Popen([*command, "--out", str(out), "--quiet"], stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(descendants(process.pid)) >= 3, process)  # the resource tracker and two workers
+    time.sleep(0.5)
+    workers = descendants(process.pid)
+    process.kill()  # the driver alone, as an OOM killer or a scheduler does
+    process.wait()
+    deadline = time.monotonic() + 10
+    while [pid for pid in workers if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if alive(pid)], "worker processes outlived their driver"
+
+    rerun = invoke("pack", str(big), "--max-len", "2048", "--partitions", "6", "--out", str(out), "--json")
+    assert rerun.exit_code == 0, rerun.output
+    verified = invoke("verify", str(out))
+    assert verified.exit_code == 0, verified.output
+
+
+def test_a_stray_file_in_the_resume_area_never_reaches_the_output(big: Path, tmp_path: Path) -> None:
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    args = [str(big), "--max-len", "2048", "--partitions", "4", "--out", str(out)]
+    assert kill_after_first_commit([*PACK, *args, "--workers", "1", "--quiet"], staging) >= 1
+    shard = sorted(staging.glob("part-*-shard-*.arrow"))[0]
+    shutil.copy(shard, staging / "part-00000-shard-00099.arrow")  # written by no partition record of this run
+    resumed = invoke("pack", *args, "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert not (out / "part-00000-shard-00099.arrow").exists()
+    verified = invoke("verify", str(out))
+    assert verified.exit_code == 0, verified.output
+
+
+def test_resume_follows_resolved_facts_not_spellings(tmp_path: Path) -> None:
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    source = Path(__import__("packcli").__file__).parent / "assets" / "gpt2" / "tokenizer.json.gz"
+    (tokenizer / "tokenizer.json").write_bytes(gzip.decompress(source.read_bytes()))
+    corpus = tmp_path / "big.jsonl"
+    corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()) * 2)
+    staging = tmp_path / ".out.packcli-resume"
+    os.chdir(tmp_path)
+    args = ["big.jsonl", "--max-len", "2048", "--partitions", "4", "--out", "out"]
+    done = kill_after_first_commit([*PACK, *args, "--workers", "1", "--tokenizer", "tok", "--quiet"], staging)
+    assert done >= 1
+    resumed = invoke("pack", *args, "--tokenizer", "./tok/", "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert "not reusing" not in resumed.stderr
+    assert json.loads(resumed.stdout)["partitions_reused"] == done
+
+
+def test_resume_names_what_changed_in_the_inputs(tmp_path: Path) -> None:
+    inputs = tmp_path / "corpus"
+    inputs.mkdir()
+    for k in range(3):
+        (inputs / f"{k}.jsonl").write_bytes(gzip.decompress(SAMPLE.read_bytes()))
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    args = [str(inputs), "--max-len", "2048", "--partitions", "6", "--out", str(out)]
+    assert kill_after_first_commit([*PACK, *args, "--workers", "1", "--quiet"], staging) >= 1
+    write_jsonl(inputs / "3.jsonl", [{"text": text} for text in TEXTS[:5]])
+    resumed = invoke("pack", *args)
+    assert resumed.exit_code == 0, resumed.output
+    assert "partitions then" not in resumed.stderr
+    assert "the inputs changed" in resumed.stderr and "3.jsonl" in resumed.stderr
+
+
+def test_a_full_disk_names_the_output(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()))
+    out = tmp_path / "out"
+
+    def small_files() -> None:  # every file this process writes stops at 64 kB: a disk that fills up
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+    result = subprocess.run(
+        [*PACK, str(corpus), "--max-len", "1024", "--out", str(out), "--quiet"],
+        preexec_fn=small_files,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PACKCLI_CACHE": str(tmp_path / "cache")},
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and str(out) in result.stderr, result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_ctrl_c_says_what_it_left(big: Path, tmp_path: Path, partitioned: bool) -> None:
+    out = tmp_path / "out"
+    extra = ["--partitions", "4", "--workers", "1"] if partitioned else []
+    process = subprocess.Popen(
+        [*PACK, str(big), "--max-len", "2048", "--out", str(out), *extra],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    staging = tmp_path / ".out.packcli-resume"
+    if partitioned:
+        wait_for(lambda: bool(committed(staging)), process)
+    else:
+        wait_for(lambda: any(tmp_path.glob(".out.packcli-staging-*")), process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: interrupted"), stderr
+    if partitioned:
+        assert str(staging) in last and "resume" in last
+    else:
+        assert "no output was written" in last
+    assert not out.exists()
+
+
+@pytest.mark.ray
+def test_a_local_ray_is_quiet_and_ends_with_its_driver(big: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    command = [*PACK, str(big), "--max-len", "1024", "--engine", "ray", "--partitions", "2", "--quiet"]
+    quiet = subprocess.run([*command, "--out", str(tmp_path / "a")], capture_output=True, text=True)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+    process = subprocess.Popen([*command, "--out", str(tmp_path / "b")], stderr=subprocess.DEVNULL)
+    wait_for(lambda: any("WorkerActor" in command_line(pid) for pid in descendants(process.pid)), process)
+    ray_processes = descendants(process.pid)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 15
+    while [pid for pid in ray_processes if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in ray_processes if alive(pid)], "Ray processes outlived their driver"
+
+
+def test_stats_on_a_raw_corpus_says_its_tokens_stay_in_the_cache(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": text} for text in TEXTS[:20]])
+    cache = tmp_path / "cache"
+    result = subprocess.run(
+        [sys.executable, "-m", "packcli", "stats", str(corpus), "--max-len", "512", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PACKCLI_CACHE": str(cache)},
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert any(cache.iterdir()) and sorted(path.name for path in tmp_path.iterdir()) == ["c.jsonl", "cache"]
+    help_text = invoke("stats", "--help").stdout
+    assert "tokenization cache" in " ".join(help_text.split()) and "Nothing is written" not in help_text
+
+
+def test_an_end_of_input_keeps_its_message(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import packcli.run.driver as driver
+
+    def closed(*args: object, **kwargs: object) -> None:
+        raise EOFError("standard input closed while reading the corpus")
+
+    monkeypatch.setattr(driver, "pack_corpus", closed)  # the error as a reader would raise it
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": TEXTS[0]}])
+    result = invoke("pack", str(corpus), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert result.stderr == "error: standard input closed while reading the corpus\n"
