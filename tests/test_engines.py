@@ -60,7 +60,9 @@ def test_ray_and_local_engines_write_identical_bytes(corpus: Path, tmp_path: Pat
 def test_a_failing_partition_on_ray_names_file_and_line(tmp_path: Path, local_ray: None) -> None:
     corpus = tmp_path / "bad.jsonl"
     corpus.write_text('{"text": "fine"}\n' * 30 + '{"text": 3}\n' + '{"text": "fine"}\n' * 9)
-    result = invoke("pack", str(corpus), "--partitions", "2", "--engine", "ray", "--out", str(tmp_path / "out"))
+    result = invoke(
+        "pack", str(corpus), "--partitions", "2", "--engine", "ray", "--out", str(tmp_path / "out"), "--quiet"
+    )
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
     assert f"{corpus}:31: " in result.stderr and "partition 1 of 2" in result.stderr
     assert not (tmp_path / "out").exists()
