@@ -21,6 +21,8 @@ from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import path_name
 from packcli.options import PackOptions
 from packcli.read.stdin import spool_digest
+from packcli.storage import UrlPath
+from packcli.storage.objects import object_identity
 from packcli.write.manifest import FORMAT_VERSION
 
 __all__ = ["TOKENIZATION_OPTIONS", "Scope", "run_identity"]
@@ -85,7 +87,10 @@ def run_identity(
 
 
 def _describe_input(path: Path) -> list[Any]:
-    """A file by resolved path, size and mtime; standard input's spool (a new file each run) by its bytes' sha256."""
+    """A file by resolved path, size and mtime; standard input's spool (a new file each run) by its bytes' sha256;
+    an object in a store by URL, size and ETag (its modification time where the store gives no ETag)."""
+    if isinstance(path, UrlPath):
+        return object_identity(path)
     stat = path.stat()
     digest = spool_digest(path)
     if digest is not None:

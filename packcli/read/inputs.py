@@ -20,6 +20,7 @@ from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
+from packcli.storage import is_url
 
 __all__ = ["SUPPORTED_SUFFIXES", "InputSlice", "Inputs", "find_inputs", "input_format", "read_records"]
 
@@ -73,7 +74,9 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
     unread: list[Path] = []
     for spec in specs:
         path = Path(spec)
-        if path.is_dir():
+        if is_url(spec):
+            matches = _url_matches(spec, unread, warn)
+        elif path.is_dir():
             if _is_output(path):
                 raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", path)
             matches = _walk(path, unread, warn)
@@ -105,6 +108,21 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
     for path in found:
         unique.setdefault(path.resolve(), None)
     return Inputs(list(unique), unread)
+
+
+def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:
+    """The objects packcli reads that a URL names (one object, a prefix as a directory, or a glob); the others go
+    to ``unread``."""
+    from packcli.storage.listing import expand_url
+
+    expanded = expand_url(spec, warn)
+    if expanded.named and input_format(expanded.objects[0]) is None:
+        raise PackcliError(f"unsupported input format; packcli reads {FORMATS_READ}", spec)
+    matches = [path for path in expanded.objects if input_format(path) is not None]
+    unread.extend(path for path in expanded.objects if input_format(path) is None)
+    if not matches:
+        raise PackcliError(f"no object that packcli reads ({FORMATS_READ}) is there", spec)
+    return list(matches)
 
 
 def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:

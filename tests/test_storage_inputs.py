@@ -1,0 +1,89 @@
+"""Inputs from an S3-protocol store (moto's server on 127.0.0.1): an object, a prefix, a glob; the same bytes as
+the pack of the same files on disk; the fingerprint from the objects' facts; errors naming the URL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLE, write_jsonl
+from s3_server import S3Server
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.storage import UrlPath, location
+
+runner = CliRunner()
+
+
+def pack(*args: str) -> Any:
+    return runner.invoke(app, ["pack", *args, "--max-len", "512", "--quiet", "--json"])
+
+
+def without_inputs(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest less what names the inputs: their paths, the fingerprint, and the files found beside them."""
+    kept = {key: value for key, value in manifest.items() if key not in ("inputs", "fingerprint")}
+    return {**kept, "totals": {key: value for key, value in kept["totals"].items() if key != "unread_files"}}
+
+
+def same_output(first: Path, second: Path) -> None:
+    """Byte-identical shards, and manifests equal but for the recorded inputs (and so the fingerprint)."""
+    one, two = (json.loads((out / "manifest.json").read_text()) for out in (first, second))
+    assert without_inputs(one) == without_inputs(two)
+    assert one["shards"] and all(
+        (first / shard["file"]).read_bytes() == (second / shard["file"]).read_bytes() for shard in one["shards"]
+    )
+
+
+def test_location_keeps_paths_and_carries_urls(tmp_path: Path) -> None:
+    assert location(str(tmp_path)) == tmp_path and type(location(str(tmp_path))) is not UrlPath
+    assert location(f"file://{tmp_path}") == tmp_path
+    url = location("s3://bucket/dir/corpus.jsonl.gz")
+    assert isinstance(url, UrlPath) and str(url) == "s3://bucket/dir/corpus.jsonl.gz"
+    assert url.name == "corpus.jsonl.gz" and str(url.parent / "other.jsonl") == "s3://bucket/dir/other.jsonl"
+    with pytest.raises(TypeError, match="needs a local path"):
+        open(url, "rb")  # noqa: SIM115 (never opens a local file by mistake)
+
+
+def test_pack_an_object_a_prefix_and_a_glob_as_from_disk(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    fs.put_file(str(SAMPLE), f"{bucket}/corpus/a/sample.jsonl.gz")
+    fs.pipe_file(f"{bucket}/corpus/notes.txt", b"not a corpus")
+    local = pack(str(SAMPLE), "--out", str(tmp_path / "local"))
+    assert local.exit_code == 0, local.stderr
+    for name, spec in [
+        ("object", f"{bucket}/corpus/a/sample.jsonl.gz"),
+        ("prefix", f"{bucket}/corpus/"),
+        ("glob", f"{bucket}/corpus/*/*.jsonl.gz"),
+    ]:
+        result = pack(spec, "--out", str(tmp_path / name))
+        assert result.exit_code == 0, result.stderr
+        same_output(tmp_path / "local", tmp_path / name)
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert manifest["inputs"] == [{"path": f"{bucket}/corpus/a/sample.jsonl.gz", "bytes": SAMPLE.stat().st_size}]
+        assert manifest["totals"]["unread_files"] == (1 if name == "prefix" else 0)
+
+
+def test_fingerprint_follows_the_objects_facts(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    records = [{"text": f"document number {index} " * 20} for index in range(50)]
+    corpus = write_jsonl(tmp_path / "c.jsonl", records)
+    fs.put_file(str(corpus), f"{bucket}/c.jsonl")
+    url, out = f"{bucket}/c.jsonl", str(tmp_path / "out")
+    first = json.loads(pack(url, "--out", out).stdout)
+    assert json.loads(pack(url, "--out", out).stdout)["status"] == "up-to-date"
+    fs.put_file(str(write_jsonl(corpus, records[:-1])), f"{bucket}/c.jsonl")  # changed: another ETag and size
+    changed = json.loads(pack(url, "--out", out, "--overwrite").stdout)
+    assert changed["status"] == "packed" and changed["fingerprint"] != first["fingerprint"]
+    assert changed["documents"] == first["documents"] - 1
+
+
+def test_errors_name_the_url_and_never_a_secret(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket = s3_server.bucket()
+    missing = pack(f"{bucket}/absent.jsonl", "--out", str(tmp_path / "o"))
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == f"error: {bucket}/absent.jsonl: no such object or prefix"
+    with_key = pack("s3://key:s3cr3t@bucket/c.jsonl", "--out", str(tmp_path / "o"))
+    assert with_key.exit_code == 2 and "s3cr3t" not in with_key.stderr and "credentials in a URL" in with_key.stderr
