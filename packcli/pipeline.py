@@ -21,7 +21,7 @@ from packcli.encode import cache
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
-from packcli.errors import PackcliError, path_name
+from packcli.errors import PackcliError, UsageError, path_name
 from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.plan.order import shuffle_rows
@@ -29,6 +29,8 @@ from packcli.plan.overflow import Pieces, apply_overflow
 from packcli.plan.sources import Source, group_inputs, mixed_stream, source_entries
 from packcli.read.inputs import find_inputs
 from packcli.report.progress import Reporter, SilentReporter
+from packcli.storage import UrlPath
+from packcli.storage.publish import RemotePublication
 from packcli.strategies import empty_packing, get_strategy, run_strategy
 from packcli.write.layout import exclusive_cumsum
 from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
@@ -133,11 +135,14 @@ def pack_corpus(
     setup = set_up(inputs, options, warn)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     if options.partitioned:
+        if isinstance(out, UrlPath):
+            raise UsageError("--partitions: an output URL takes a plain run for now; pack to a path, or drop it")
         from packcli.engines.driver import pack_partitioned  # the engines are loaded only when used
 
         return pack_partitioned(setup, out, overwrite, read, reporter, warn)
     fingerprint = setup.fingerprint()
-    with Publication(out, fingerprint, overwrite, inputs=read) as publication:
+    publishing = RemotePublication if isinstance(out, UrlPath) else Publication  # a URL: no rename (storage/)
+    with publishing(out, fingerprint, overwrite, inputs=read) as publication:
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out))
         manifest, from_cache = _build(setup, publication.staging, fingerprint, reporter, warn)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -29,7 +28,7 @@ def pack(
     max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: flags.TokenizerOption = None,
     strategy: flags.StrategyOption = "bfd",
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
+    out: Annotated[str, typer.Option(help="Output directory, or URL (s3://, gs://, az://).")] = "packed",
     text_field: flags.TextFieldOption = "text",
     overflow: flags.OverflowOption = None,
     prompt_field: flags.PromptFieldOption = None,
@@ -117,6 +116,7 @@ def pack(
     from packcli.read.stdin import spooled_stdin
     from packcli.report.progress import make_reporter
     from packcli.report.render import loss_warning, pack_summary
+    from packcli.storage import location
 
     if workers is not None and partitions is None and partition_size is None:
         os.environ["RAYON_NUM_THREADS"] = str(workers)  # read once, when the tokenizer's thread pool starts
@@ -155,7 +155,7 @@ def pack(
     warnings = Warnings(quiet)
     try:
         with spooled_stdin(inputs, options.partitioned) as files:
-            result = pack_corpus(files, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)
+            result = pack_corpus(files, options, location(out), overwrite, reporter=reporter, warn=warnings)
     finally:
         reporter.close()
         warnings.close()

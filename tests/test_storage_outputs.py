@@ -1,0 +1,156 @@
+"""Outputs on an S3-protocol store (moto's server on 127.0.0.1): the same shards as on disk under a run prefix,
+the manifest written last as the commit, up to date on a rerun, --overwrite only over a packcli output, one writer
+at a time (a lock object created only if absent, two real processes), a run killed mid-upload leaving nothing a
+reader takes for an output and its rerun cleaning up."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLE
+from s3_server import S3Server
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.errors import PackcliError
+from packcli.storage import location
+from packcli.storage.lock import ObjectLock
+from packcli.write.manifest import read_manifest
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 400 lines of the bundled sample: small, real text."""
+    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:400]
+    path = tmp_path_factory.mktemp("corpus") / "slice.jsonl"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def pack(*args: str) -> Any:
+    return runner.invoke(app, ["pack", *args, "--quiet", "--json"])
+
+
+def keys(fs: Any, url: str) -> list[str]:
+    prefix = url.removeprefix("s3://") + "/"
+    return sorted(name.removeprefix(prefix) for name in fs.find(url))
+
+
+def test_remote_output_is_the_local_output_under_a_run_prefix(
+    s3_server: S3Server, corpus: Path, tmp_path: Path
+) -> None:
+    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    local = pack(str(corpus), "--max-len", "256", "--out", str(tmp_path / "local"))
+    remote = pack(str(corpus), "--max-len", "256", "--out", out)
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
+    assert json.loads(remote.stdout)["status"] == "packed"
+    mine, theirs = (
+        json.loads((tmp_path / "local" / "manifest.json").read_text()),
+        json.loads(fs.cat(f"{out}/manifest.json")),
+    )
+    names = keys(fs, out)
+    run = names[-1].split("/")[0]
+    assert run.startswith("packcli-run-") and names == sorted(
+        ["manifest.json", *(f"{run}/{shard['file']}" for shard in mine["shards"])]
+    )
+    assert [shard["file"] for shard in theirs["shards"]] == [f"{run}/{shard['file']}" for shard in mine["shards"]]
+    for shard in mine["shards"]:
+        assert fs.cat(f"{out}/{run}/{shard['file']}") == (tmp_path / "local" / shard["file"]).read_bytes()
+    assert {**theirs, "shards": mine["shards"]} == mine
+    assert read_manifest(location(out)) == theirs
+    again = pack(str(corpus), "--max-len", "256", "--out", out)
+    assert json.loads(again.stdout)["status"] == "up-to-date" and keys(fs, out) == names
+
+
+def test_overwrite_replaces_only_a_packcli_output(s3_server: S3Server, corpus: Path) -> None:
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    out = f"{bucket}/packed"
+    assert pack(str(corpus), "--max-len", "256", "--out", out).exit_code == 0
+    first_run = keys(fs, out)[-1].split("/")[0]
+    refused = pack(str(corpus), "--max-len", "128", "--out", out)
+    assert refused.exit_code == 1 and "pass --overwrite" in refused.stderr
+    replaced = pack(str(corpus), "--max-len", "128", "--out", out, "--overwrite")
+    assert replaced.exit_code == 0, replaced.stderr
+    names = keys(fs, out)
+    assert not any(name.startswith(first_run) for name in names) and "manifest.json" in names
+    assert json.loads(fs.cat(f"{out}/manifest.json"))["max_len"] == 128
+    fs.pipe_file(f"{bucket}/data/notes.txt", b"mine")
+    foreign = pack(str(corpus), "--max-len", "128", "--out", f"{bucket}/data", "--overwrite")
+    assert foreign.exit_code == 1 and "'notes.txt', which is not part of a packcli output" in foreign.stderr
+    assert fs.cat(f"{bucket}/data/notes.txt") == b"mine"
+
+
+def test_the_lock_object_keeps_a_second_run_out_and_a_dead_holder_does_not(s3_server: S3Server, corpus: Path) -> None:
+    out = s3_server.bucket() + "/packed"
+    held = ObjectLock(f"{out}/.packcli-lock", "packcli-run-test")
+    assert held.acquire()
+    try:
+        assert not ObjectLock(f"{out}/.packcli-lock", "packcli-run-other").acquire()  # created only if absent
+        refused = pack(str(corpus), "--max-len", "256", "--out", out)
+        assert refused.exit_code == 1 and f"in use by pid {os.getpid()}" in refused.stderr
+    finally:
+        held.release()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    s3_server.filesystem().pipe_file(
+        f"{out}/.packcli-lock",
+        json.dumps({"host": os.uname().nodename, "pid": int(dead.stdout), "heartbeat": time.time()}).encode(),
+    )
+    taken_over = pack(str(corpus), "--max-len", "256", "--out", out)
+    assert taken_over.exit_code == 0, taken_over.stderr
+    assert ".packcli-lock" not in keys(s3_server.filesystem(), out)
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "packcli", "pack", *args, "--quiet", "--json"]
+
+
+def test_two_concurrent_processes_leave_one_whole_output(s3_server: S3Server, corpus: Path) -> None:
+    out = s3_server.bucket() + "/packed"
+    runs = [
+        subprocess.Popen(
+            command(str(corpus), "--max-len", size, "--out", out, "--overwrite"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for size in ("256", "128")
+    ]
+    results = [(run.wait(120), *run.communicate()) for run in runs]
+    assert sorted(code for code, _, _ in results) in ([0, 0], [0, 1])
+    for code, _, stderr in results:
+        assert code == 0 or "in use by pid" in stderr
+    manifest = read_manifest(location(out))
+    winner = {json.loads(stdout)["max_len"] for code, stdout, _ in results if code == 0}
+    assert manifest["max_len"] in winner
+    verified = runner.invoke(app, ["verify", out])
+    assert verified.exit_code == 0, verified.stderr
+
+
+def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_server: S3Server, corpus: Path) -> None:
+    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    run = subprocess.Popen(command(str(corpus), "--max-len", "64", "--shard-size", "4KB", "--out", out))
+    deadline = time.monotonic() + 120
+    while not any("/packcli-run-" in name for name in fs.find(out)) and time.monotonic() < deadline:
+        assert run.poll() is None, "the run ended before it uploaded"
+        time.sleep(0.02)
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    left = keys(fs, out)
+    assert "manifest.json" not in left and any(name.startswith("packcli-run-") for name in left)
+    with pytest.raises(PackcliError, match="not a packcli output"):
+        read_manifest(location(out))
+    rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "4KB", "--out", out)
+    assert rerun.exit_code == 0, rerun.stderr
+    manifest = read_manifest(location(out))
+    assert keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
