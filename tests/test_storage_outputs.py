@@ -31,8 +31,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The first 400 lines of the bundled sample: small, real text."""
-    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:400]
+    """The first 100 lines of the bundled sample: small, real text."""
+    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:100]
     path = tmp_path_factory.mktemp("corpus") / "slice.jsonl"
     path.write_bytes(b"".join(lines))
     return path
@@ -71,6 +71,19 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
     assert read_manifest(location(out)) == theirs
     again = pack(str(corpus), "--max-len", "256", "--out", out)
     assert json.loads(again.stdout)["status"] == "up-to-date" and keys(fs, out) == names
+    for report in (["stats", "--json"], ["show", "--row", "3", "--json"], ["verify", "--json"]):
+        there, here = (runner.invoke(app, [*report, target]) for target in (out, str(tmp_path / "local")))
+        assert there.exit_code == 0, there.stderr
+        remote_figures, local_figures = json.loads(there.stdout), json.loads(here.stdout)
+        if "shard" in local_figures:  # show names the row's shard: under the run prefix in the store
+            assert remote_figures.pop("shard") == f"{run}/{local_figures.pop('shard')}"
+        assert remote_figures == local_figures
+    damaged = f"{out}/{theirs['shards'][0]['file']}"
+    content = bytearray(fs.cat(damaged))
+    content[len(content) // 2] ^= 0xFF
+    fs.pipe_file(damaged, bytes(content))
+    verified = runner.invoke(app, ["verify", out])
+    assert verified.exit_code == 1 and "sha256 differs from the manifest" in verified.stderr
 
 
 def test_overwrite_replaces_only_a_packcli_output(s3_server: S3Server, corpus: Path) -> None:
@@ -139,7 +152,7 @@ def test_two_concurrent_processes_leave_one_whole_output(s3_server: S3Server, co
 
 def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_server: S3Server, corpus: Path) -> None:
     fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
-    run = subprocess.Popen(command(str(corpus), "--max-len", "64", "--shard-size", "4KB", "--out", out))
+    run = subprocess.Popen(command(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out))
     deadline = time.monotonic() + 120
     while not any("/packcli-run-" in name for name in fs.find(out)) and time.monotonic() < deadline:
         assert run.poll() is None, "the run ended before it uploaded"
@@ -150,7 +163,7 @@ def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_ser
     assert "manifest.json" not in left and any(name.startswith("packcli-run-") for name in left)
     with pytest.raises(PackcliError, match="not a packcli output"):
         read_manifest(location(out))
-    rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "4KB", "--out", out)
+    rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out)
     assert rerun.exit_code == 0, rerun.stderr
     manifest = read_manifest(location(out))
     assert keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])

@@ -84,6 +84,8 @@ def stats(
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.render import loss_warning, print_corpus_choices, print_stats
     from packcli.report.stats import measure_corpus, measure_output
+    from packcli.storage import location
+    from packcli.storage.mirror import local_output
     from packcli.write.manifest import MANIFEST_NAME
 
     if plot is not None:
@@ -91,7 +93,7 @@ def stats(
 
         check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
     targets = paths or ["packed"]
-    raw = not (len(targets) == 1 and targets[0] != STDIN and (Path(targets[0]) / MANIFEST_NAME).is_file())
+    raw = not (len(targets) == 1 and targets[0] != STDIN and (location(targets[0]) / MANIFEST_NAME).is_file())
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
         from packcli.options import PackOptions
@@ -124,7 +126,8 @@ def stats(
             warnings.close()
     else:
         _refuse_corpus_options(ctx, targets[0])
-        measured = measure_output(Path(targets[0]), batch_size, seed)
+        with local_output(location(targets[0])) as out:
+            measured = measure_output(out, batch_size, seed)
     figures = measured.figures
     warn_loss(loss_warning(figures, figures["max_len"]))
     if plot is not None:
@@ -160,7 +163,7 @@ def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
 
 
 def verify(
-    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    path: Annotated[str, typer.Argument(help="A packed output directory, or URL.")] = "packed",
     json_output: flags.JsonOption = False,
 ) -> None:
     """Re-read a packed output and check every invariant and checksum; exit 0 only if all hold, else 1.
@@ -174,8 +177,11 @@ def verify(
     from packcli.errors import EXIT_DATA
     from packcli.report.render import count
     from packcli.report.verify import MAX_LISTED, verify_output
+    from packcli.storage import location
+    from packcli.storage.mirror import local_output
 
-    report = verify_output(path)
+    with local_output(location(path), check=False) as out:  # damage in the store is verify's to report
+        report = verify_output(out)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
     elif report.ok:
@@ -194,7 +200,7 @@ def verify(
 
 
 def show(
-    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    path: Annotated[str, typer.Argument(help="A packed output directory, or URL.")] = "packed",
     row: Annotated[int, typer.Option(min=0, help="The row to show, counted from 0 over all shards.")] = 0,
     positions: Annotated[
         bool, typer.Option("--positions", help="List every token with its position, id and supervision.")
@@ -218,8 +224,11 @@ def show(
       packcli show sft-packed/ --json
     """
     from packcli.report.show import decode_row, output_tokenizer, print_row, read_row
+    from packcli.storage import location
+    from packcli.storage.mirror import local_output
 
-    manifest, shown = read_row(path, row)
+    with local_output(location(path)) as out:
+        manifest, shown = read_row(out, row)
     decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
     if json_output:
         print(json.dumps(decoded, sort_keys=True, ensure_ascii=False))
