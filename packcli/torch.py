@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
+from packcli.storage.mirror import readable_output
 from packcli.write.manifest import read_manifest, shard_path
 
 with requires_extra("torch", "packcli.torch"):
@@ -67,6 +68,8 @@ class PackedDataset(IterableDataset[Row]):
         batch_size: rows per batch of the DataLoader that iterates this dataset. Workers take turns by blocks of
             this many rows, so the DataLoader delivers rows in exactly this rank's order (needed for exact
             resume with workers; :func:`loader` sets it).
+        cache_dir, cache_limit: for an output URL (``s3://...``), the local directory its shards are fetched into
+            (each checked against the manifest's sha256) and the bytes that directory may hold.
     """
 
     def __init__(
@@ -77,9 +80,11 @@ class PackedDataset(IterableDataset[Row]):
         rank: int | None = None,
         world_size: int | None = None,
         batch_size: int = 1,
+        cache_dir: str | Path | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         super().__init__()
-        self.path = Path(path)
+        self.path = readable_output(path, cache_dir, cache_limit)
         manifest = read_manifest(self.path)
         self.max_len = int(manifest["max_len"])
         self.pad_id = manifest["tokenizer"].get("eos_id") or 0
@@ -241,6 +246,7 @@ def loader(
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
+    cache_dir: str | Path | None = None,
     **collate_options: Any,
 ) -> PackedLoader:
     """Batches of ``batch_size`` rows from a packed output on ``device``: pinned host memory and non-blocking
@@ -248,9 +254,12 @@ def loader(
 
     Args:
         layout: "varlen" (:func:`collate_varlen`) or "padded" (:func:`collate_padded`, to max_len).
+        cache_dir: for an output URL, where its shards are fetched (see :class:`PackedDataset`).
         collate_options: passed to the collate function (``pad_to_multiple_of``, ``cu_seqlens_length``).
     """
-    dataset = PackedDataset(path, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, batch_size=batch_size)
+    dataset = PackedDataset(
+        path, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, batch_size=batch_size, cache_dir=cache_dir
+    )
     target = torch.device(device)
     if layout == "varlen":
         collate = partial(collate_varlen, pad_id=dataset.pad_id, **collate_options)

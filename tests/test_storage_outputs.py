@@ -167,3 +167,31 @@ def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_ser
     assert rerun.exit_code == 0, rerun.stderr
     manifest = read_manifest(location(out))
     assert keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
+
+
+def test_the_loader_reads_an_output_url_through_a_bounded_cache(
+    s3_server: S3Server, corpus: Path, tmp_path: Path
+) -> None:
+    torch_module = pytest.importorskip("packcli.torch", reason="needs the torch extra")
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    for size in ("256", "128"):
+        assert pack(str(corpus), "--max-len", size, "--out", f"{bucket}/p{size}").exit_code == 0
+    assert pack(str(corpus), "--max-len", "256", "--out", str(tmp_path / "local")).exit_code == 0
+    cache = tmp_path / "cache"
+
+    def rows(dataset: Any) -> list[list[int]]:
+        return [row["input_ids"].tolist() for row in dataset]
+
+    expected = rows(torch_module.PackedDataset(tmp_path / "local", seed=3))
+    assert rows(torch_module.PackedDataset(f"{bucket}/p256", seed=3, cache_dir=cache)) == expected
+    fs.rm(f"{bucket}/p256/packcli-run-*", recursive=True)  # the copy is complete: no shard is fetched again
+    assert rows(torch_module.PackedDataset(f"{bucket}/p256", seed=3, cache_dir=cache)) == expected
+    batches = torch_module.loader(f"{bucket}/p128", batch_size=2, cache_dir=cache)
+    assert batches.dataset.num_rows > 0 and len(list(cache.iterdir())) == 2
+    size = sum(path.stat().st_size for path in batches.dataset.path.rglob("*") if path.is_file())
+    torch_module.PackedDataset(f"{bucket}/p128", cache_dir=cache, cache_limit=size)  # the other copy must go
+    assert list(cache.iterdir()) == [batches.dataset.path]
+    with pytest.raises(PackcliError, match="exceed the cache limit"):
+        torch_module.PackedDataset(f"{bucket}/p128", cache_dir=tmp_path / "tiny", cache_limit=100)
+    with pytest.raises(PackcliError, match="give cache_dir"):
+        torch_module.PackedDataset(f"{bucket}/p128")

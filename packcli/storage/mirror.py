@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, UsageError
 from packcli.storage.objects import open_object
-from packcli.storage.urls import UrlPath
+from packcli.storage.urls import UrlPath, location
 from packcli.write.manifest import MANIFEST_NAME, read_manifest, shard_path, write_manifest
 
-__all__ = ["cached_output", "local_output"]
+__all__ = ["cached_output", "local_output", "readable_output"]
 
 _COPY_BLOCK = 8 << 20
 
@@ -45,12 +45,12 @@ def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, ch
         raise PackcliError(f"the output's {size:,} bytes exceed the cache limit of {limit_bytes:,} bytes", url)
     key = hashlib.sha256(f"{url}\n{manifest['fingerprint']}".encode()).hexdigest()[:24]
     local = cache_dir / key
-    if (local / MANIFEST_NAME).is_file():
-        os.utime(local / MANIFEST_NAME)  # most recently used
-        return local
     local.mkdir(parents=True, exist_ok=True)
     if limit_bytes is not None:
         _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
+    if (local / MANIFEST_NAME).is_file():
+        os.utime(local / MANIFEST_NAME)  # most recently used
+        return local
     for shard in manifest["shards"]:
         path = shard_path(local, shard["file"])
         if not (path.is_file() and path.stat().st_size == shard["bytes"]):
@@ -61,7 +61,7 @@ def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, ch
 
 def _fetch(source: Path, path: Path, sha256: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
+    partial = path.with_name(f"{path.name}.{os.getpid()}.part")  # ranks filling one cache each write their own
     digest = hashlib.sha256()
     with open_object(str(source)) as stream, open(partial, "wb") as copy:
         while block := stream.read(_COPY_BLOCK):
@@ -98,3 +98,17 @@ def local_output(path: Path, check: bool = True) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="packcli-remote-") as directory:
         yield cached_output(path, Path(directory), check=check)
+
+
+def readable_output(path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None) -> Path:
+    """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir``.
+
+    Raises:
+        UsageError: a URL without a ``cache_dir``.
+    """
+    where = location(str(path))
+    if not isinstance(where, UrlPath):
+        return where
+    if cache_dir is None:
+        raise UsageError(f"{where} is a URL: give cache_dir=DIR, the local directory its shards are fetched into")
+    return cached_output(where, Path(cache_dir), limit_bytes)
