@@ -3,17 +3,22 @@ the pack of the same files on disk; the fingerprint from the objects' facts; err
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 from conftest import SAMPLE, write_jsonl
+from fsspec.implementations.memory import MemoryFileSystem
 from s3_server import S3Server
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.errors import PackcliError
 from packcli.storage import UrlPath, location
+from packcli.storage.objects import READ_ATTEMPTS, open_object
 
 runner = CliRunner()
 
@@ -23,8 +28,11 @@ def pack(*args: str) -> Any:
 
 
 def without_inputs(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest less what names the inputs: their paths, the fingerprint, and the files found beside them."""
+    """The manifest less what names the inputs: their paths, the fingerprint and a partition plan's hash (both
+    hash the paths), and the files found beside them."""
     kept = {key: value for key, value in manifest.items() if key not in ("inputs", "fingerprint")}
+    if "partitions" in kept:
+        kept["partitions"] = {key: value for key, value in kept["partitions"].items() if key != "plan_hash"}
     return {**kept, "totals": {key: value for key, value in kept["totals"].items() if key != "unread_files"}}
 
 
@@ -47,11 +55,22 @@ def test_location_keeps_paths_and_carries_urls(tmp_path: Path) -> None:
         open(url, "rb")  # noqa: SIM115 (never opens a local file by mistake)
 
 
-def test_pack_an_object_a_prefix_and_a_glob_as_from_disk(s3_server: S3Server, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def sample_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 150 lines of the bundled sample, still gzipped: small, real text."""
+    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:150]
+    path = tmp_path_factory.mktemp("corpus") / "sample.jsonl.gz"
+    path.write_bytes(gzip.compress(b"".join(lines), mtime=0))
+    return path
+
+
+def test_pack_an_object_a_prefix_and_a_glob_as_from_disk(
+    s3_server: S3Server, sample_slice: Path, tmp_path: Path
+) -> None:
     bucket, fs = s3_server.bucket(), s3_server.filesystem()
-    fs.put_file(str(SAMPLE), f"{bucket}/corpus/a/sample.jsonl.gz")
+    fs.put_file(str(sample_slice), f"{bucket}/corpus/a/sample.jsonl.gz")
     fs.pipe_file(f"{bucket}/corpus/notes.txt", b"not a corpus")
-    local = pack(str(SAMPLE), "--out", str(tmp_path / "local"))
+    local = pack(str(sample_slice), "--out", str(tmp_path / "local"))
     assert local.exit_code == 0, local.stderr
     for name, spec in [
         ("object", f"{bucket}/corpus/a/sample.jsonl.gz"),
@@ -62,7 +81,9 @@ def test_pack_an_object_a_prefix_and_a_glob_as_from_disk(s3_server: S3Server, tm
         assert result.exit_code == 0, result.stderr
         same_output(tmp_path / "local", tmp_path / name)
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
-        assert manifest["inputs"] == [{"path": f"{bucket}/corpus/a/sample.jsonl.gz", "bytes": SAMPLE.stat().st_size}]
+        assert manifest["inputs"] == [
+            {"path": f"{bucket}/corpus/a/sample.jsonl.gz", "bytes": sample_slice.stat().st_size}
+        ]
         assert manifest["totals"]["unread_files"] == (1 if name == "prefix" else 0)
 
 
@@ -87,3 +108,44 @@ def test_errors_name_the_url_and_never_a_secret(s3_server: S3Server, tmp_path: P
     assert missing.stderr.strip() == f"error: {bucket}/absent.jsonl: no such object or prefix"
     with_key = pack("s3://key:s3cr3t@bucket/c.jsonl", "--out", str(tmp_path / "o"))
     assert with_key.exit_code == 2 and "s3cr3t" not in with_key.stderr and "credentials in a URL" in with_key.stderr
+
+
+def test_partitions_read_their_byte_ranges_from_the_store(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    records = [{"text": f"line {index}: " + "lorem ipsum dolor " * (index % 7 + 1)} for index in range(300)]
+    corpus = write_jsonl(tmp_path / "plain.jsonl", records)
+    fs.put_file(str(corpus), f"{bucket}/plain.jsonl")
+    args = ["--partitions", "3", "--workers", "2"]
+    here = pack(str(corpus), *args, "--out", str(tmp_path / "local"))
+    there = pack(f"{bucket}/plain.jsonl", *args, "--out", str(tmp_path / "remote"))
+    assert here.exit_code == 0 and there.exit_code == 0, there.stderr
+    assert json.loads(there.stdout)["partitions"] == 3
+    same_output(tmp_path / "local", tmp_path / "remote")
+
+
+class FlakyMemoryFileSystem(MemoryFileSystem):  # type: ignore[misc]
+    """fsspec's in-memory store with injected transient faults: the first ``faults`` range reads fail."""
+
+    protocol = "flakymemory"
+    faults = 0
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        if FlakyMemoryFileSystem.faults:
+            FlakyMemoryFileSystem.faults -= 1
+            raise ConnectionResetError("connection reset by peer")
+        return bytes(super().cat_file(path, start=start, end=end, **kwargs))
+
+
+def test_reads_are_retried_on_transient_faults_then_named() -> None:
+    fsspec.register_implementation("flakymemory", FlakyMemoryFileSystem, clobber=True)
+    data = bytes(range(256)) * 100
+    fs, path = fsspec.core.url_to_fs("flakymemory://flaky/blob.bin")
+    fs.pipe_file(path, data)
+    FlakyMemoryFileSystem.faults = READ_ATTEMPTS - 1
+    with open_object("flakymemory://flaky/blob.bin") as stream:
+        assert stream.read() == data and FlakyMemoryFileSystem.faults == 0
+    FlakyMemoryFileSystem.faults = READ_ATTEMPTS
+    with pytest.raises(PackcliError, match="connection reset") as caught:
+        open_object("flakymemory://flaky/blob.bin").read()
+    assert caught.value.path == "flakymemory://flaky/blob.bin"
+    assert caught.value.message == "cannot read bytes 0-25,600 after 5 attempts: connection reset by peer"

@@ -235,6 +235,13 @@ class _RetryingReader(io.RawIOBase):
         self.position += len(data)
         return len(data)
 
+    def readall(self) -> bytes:
+        """The rest of the object, fetched ``READ_BLOCK`` bytes at a time (not the default's 8 KiB)."""
+        blocks = []
+        while block := self.read(READ_BLOCK):
+            blocks.append(block)
+        return b"".join(blocks)
+
     def _fetch(self, start: int, end: int) -> bytes:
         for attempt in range(READ_ATTEMPTS):
             try:
