@@ -34,6 +34,7 @@ from packcli.storage.listing import MANIFEST, RUN_PREFIX
 from packcli.storage.lock import ObjectLock
 from packcli.storage.objects import find_objects, object_info, remove_objects, upload_file, write_object
 from packcli.write.manifest import dumps, read_manifest
+from packcli.write.publish import Existing, in_use, up_to_date
 
 __all__ = ["LOCK_NAME", "RemotePublication", "scratch_directory"]
 
@@ -77,30 +78,19 @@ class RemotePublication:
                 )
         if not self._lock.acquire():
             holder = self._lock.holder() or {}
-            who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another run"
-            raise PackcliError(
-                f"in use by {who}: another packcli run is writing this output; wait for it to finish or choose "
-                "another --out",
-                self.out,
-            )
+            raise in_use(f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another run", self.out)
         try:
-            existing = self._existing()
-            if existing == "same":
-                self.up_to_date = True
-                return self
-            if existing == "other" and not self.overwrite:
-                raise PackcliError(
-                    "holds another packcli output (other inputs, tokenizer or options); pass --overwrite to replace it",
-                    self.out,
-                )
-            self.staging.mkdir(parents=True)
+            self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out)
+            if not self.up_to_date:
+                self.staging.mkdir(parents=True)
         except BaseException:
             self._lock.release()
             raise
         return self
 
-    def _existing(self) -> str:
-        """ "absent", "same" or "other", once the leftovers of dead runs are removed (the lock is held)."""
+    def _existing(self) -> Existing:
+        """What the output URL holds, "absent", "same" or "other", once the leftovers of dead runs are removed (the
+        lock is held)."""
         prefix = f"{self.out}/"
         names = [url[len(prefix) :] for url in find_objects(str(self.out))]
         foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(RUN_PREFIX)]
