@@ -24,7 +24,7 @@ from packcli.cli import app
 from packcli.errors import PackcliError
 from packcli.storage import location
 from packcli.storage.lock import ObjectLock
-from packcli.write.manifest import read_manifest
+from packcli.write.manifest import read_manifest, shard_path
 
 runner = CliRunner()
 
@@ -195,3 +195,11 @@ def test_the_loader_reads_an_output_url_through_a_bounded_cache(
         torch_module.PackedDataset(f"{bucket}/p128", cache_dir=tmp_path / "tiny", cache_limit=100)
     with pytest.raises(PackcliError, match="give cache_dir"):
         torch_module.PackedDataset(f"{bucket}/p128")
+
+
+def test_a_shard_name_may_hold_one_run_prefix_and_nothing_else(tmp_path: Path) -> None:
+    assert shard_path(tmp_path, "packcli-run-1-ab/shard-00000.arrow") == tmp_path / "packcli-run-1-ab/shard-00000.arrow"
+    assert shard_path(tmp_path, "shard-00000.arrow") == tmp_path / "shard-00000.arrow"
+    for name in ("other/shard-00000.arrow", "packcli-run-1/../x.arrow", "packcli-run-1/a/b.arrow", "../x", "/x"):
+        with pytest.raises(PackcliError, match="leaves the output directory"):
+            shard_path(tmp_path, name)
