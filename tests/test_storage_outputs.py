@@ -50,9 +50,11 @@ def keys(fs: Any, url: str) -> list[str]:
 def test_remote_output_is_the_local_output_under_a_run_prefix(
     s3_server: S3Server, corpus: Path, tmp_path: Path
 ) -> None:
-    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    out, source = f"{bucket}/packed", f"{bucket}/corpus/{corpus.name}"
+    fs.put_file(str(corpus), source)
     local = pack(str(corpus), "--max-len", "256", "--out", str(tmp_path / "local"))
-    remote = pack(str(corpus), "--max-len", "256", "--out", out)
+    remote = pack(source, "--max-len", "256", "--out", out)  # s3:// to s3://
     assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
     assert json.loads(remote.stdout)["status"] == "packed"
     mine, theirs = (
@@ -67,9 +69,11 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
     assert [shard["file"] for shard in theirs["shards"]] == [f"{run}/{shard['file']}" for shard in mine["shards"]]
     for shard in mine["shards"]:
         assert fs.cat(f"{out}/{run}/{shard['file']}") == (tmp_path / "local" / shard["file"]).read_bytes()
-    assert {**theirs, "shards": mine["shards"]} == mine
+    assert theirs["inputs"] == [{"path": source, "bytes": corpus.stat().st_size}]
+    differ = ("shards", "inputs", "fingerprint")  # the run prefix; the input's URL, and so the fingerprint
+    assert {**theirs, **{key: mine[key] for key in differ}} == mine
     assert read_manifest(location(out)) == theirs
-    again = pack(str(corpus), "--max-len", "256", "--out", out)
+    again = pack(source, "--max-len", "256", "--out", out)
     assert json.loads(again.stdout)["status"] == "up-to-date" and keys(fs, out) == names
     for report in (["stats", "--json"], ["show", "--row", "3", "--json"], ["verify", "--json"]):
         there, here = (runner.invoke(app, [*report, target]) for target in (out, str(tmp_path / "local")))
