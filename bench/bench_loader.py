@@ -3,6 +3,8 @@
   memory only where CUDA exists);
 - memory: peak anonymous memory each reading process adds over one epoch (the process itself with 0 workers, each
   worker with 2), sampled from /proc once a batch: rows are views of the memory map, so this stays small;
+- the first batch in a fresh process (what every DataLoader worker started by spawn pays): seconds and anonymous
+  memory from ``import packcli.torch`` to one collated batch, and whether pandas got imported on the way;
 - the cost of a dense 4D mask at 8 x 4096 (why batches carry document_ids instead)."""
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import torch
 from common import REPO, shared, table
+from torch.utils.data import DataLoader
 
 from packcli.options import PackOptions
 from packcli.pipeline import pack_corpus
-from packcli.torch import block_causal_mask, loader
+from packcli.torch import PackedDataset, block_causal_mask, collate_varlen, loader
 from packcli.write.manifest import read_manifest
 
 EPOCHS = 3
@@ -45,16 +48,25 @@ def children() -> list[int]:
 
 
 def throughput(out: Path) -> list[list[object]]:
+    """Tokens per second through loader() with 0 and 2 workers, and through a plain DataLoader with 2 workers
+    (epochs moved by set_epoch, as the Hugging Face Trainer does)."""
     rows = []
-    for workers in (0, 2):
-        batches = loader(out, batch_size=BATCH, num_workers=workers, layout="varlen")
+    for name, workers in (("loader()", 0), ("loader()", 2), ("plain DataLoader", 2)):
+        if name == "loader()":
+            batches: Any = loader(out, batch_size=BATCH, num_workers=workers, layout="varlen")
+        else:
+            dataset = PackedDataset(out, batch_size=BATCH)
+            collate = partial(collate_varlen, pad_id=dataset.pad_id)
+            batches = DataLoader(dataset, batch_size=BATCH, num_workers=workers, collate_fn=collate)
         tokens = 0
         start = time.perf_counter()
-        for _ in range(EPOCHS):  # each pass is the next epoch
+        for epoch in range(EPOCHS):  # a loader() pass is the next epoch by itself
+            if name != "loader()":
+                dataset.set_epoch(epoch)
             for batch in batches:
                 tokens += batch["input_ids"].shape[1]
         seconds = time.perf_counter() - start
-        rows.append([workers, tokens, f"{seconds:.2f}", f"{tokens / seconds / 1e6:.1f}"])
+        rows.append([name, workers, tokens, f"{seconds:.2f}", f"{tokens / seconds / 1e6:.1f}"])
     return rows
 
 
@@ -62,9 +74,6 @@ def peak_growth(out: Path, workers: int) -> list[int]:
     """One epoch in this process: the peak anonymous memory each reading process adds (run in a fresh process,
     so that no allocator pool left by an earlier run hides a copy)."""
     batches = loader(out, batch_size=BATCH, num_workers=workers, layout="varlen")
-    # pyarrow's first to_numpy() loads ~30 MiB of code and tables, once per process whatever the data: paid here,
-    # before the baseline (forked workers inherit it), so the figure is what reading rows adds.
-    pa.Array.from_buffers(pa.int32(), 2, [None, pa.py_buffer(np.zeros(2, np.int32))]).to_numpy()
     base = anonymous_bytes()  # a forked worker starts with the parent's pages
     peaks: dict[int, int] = {}
     for _ in batches:
@@ -87,6 +96,29 @@ def memory(out: Path) -> list[list[object]]:
         )
         growth = json.loads(child.stdout)
         rows.append([workers, len(growth), f"{max(growth) / MIB:.1f}"])
+    return rows
+
+
+def first_batch(out: Path) -> dict[str, object]:
+    """In this (fresh) process: from the loader's import to one collated batch, seconds and anonymous memory."""
+    before, start = anonymous_bytes(), time.perf_counter()
+    dataset = PackedDataset(out)
+    collate_varlen([dataset.row(index) for index in range(BATCH)], pad_id=dataset.pad_id)
+    return {
+        "seconds": time.perf_counter() - start,
+        "growth": anonymous_bytes() - before,
+        "pandas": "pandas" in sys.modules,
+    }
+
+
+def fresh_process(out: Path) -> list[list[object]]:
+    rows = []
+    for _ in range(3):
+        child = subprocess.run(
+            [sys.executable, __file__, "--first-batch", str(out)], capture_output=True, text=True, check=True
+        )
+        measured = json.loads(child.stdout)
+        rows.append([f"{measured['seconds'] * 1e3:.0f}", f"{measured['growth'] / MIB:.1f}", measured["pandas"]])
     return rows
 
 
@@ -119,9 +151,11 @@ def main() -> None:
             f"varlen batches of {BATCH} x 4096-token rows from {corpus.name}, {EPOCHS} epochs, "
             f"pinned memory: {torch.cuda.is_available()}"
         )
-        table(["workers", "tokens", "seconds", "M tokens/s"], throughput(out))
+        table(["iterated by", "workers", "tokens", "seconds", "M tokens/s"], throughput(out))
         print(f"peak anonymous memory added per reading process over one epoch ({shard_bytes / MIB:.0f} MiB of shards)")
         table(["workers", "processes", "MiB"], memory(out))
+        print(f"the first batch of {BATCH} rows in a fresh process, 3 runs")
+        table(["ms", "anonymous MiB", "pandas imported"], fresh_process(out))
         print(f"a dense 4D mask for one padded batch of {BATCH} x 4096")
         table(["mask", "shape", "MiB", "ms to build"], dense_masks(out))
 
@@ -129,5 +163,7 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--peak-growth"]:
         print(json.dumps(peak_growth(Path(sys.argv[2]), int(sys.argv[3]))))
+    elif sys.argv[1:2] == ["--first-batch"]:
+        print(json.dumps(first_batch(Path(sys.argv[2]))))
     else:
         main()

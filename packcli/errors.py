@@ -1,6 +1,7 @@
 """Errors users see: one line naming the file (and line) at fault, and the exit code it maps to.
 
-Exit codes: 0 success, 1 a data or runtime error (:class:`PackcliError`), 2 a usage error (:class:`UsageError`).
+Exit codes: 0 success, 1 a data or runtime error (:class:`PackcliError`), 2 a usage error (:class:`UsageError`), 3 a
+``stats`` gate failed (:class:`packcli.report.gates.GateFailed`).
 A file that stands in for what the user gave (the spool of standard input) is named as the user knows it
 (:func:`named_as`). A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here
 rather than alone.
@@ -23,6 +24,7 @@ from types import FrameType
 
 __all__ = [
     "EXIT_DATA",
+    "EXIT_GATE",
     "EXIT_OK",
     "EXIT_USAGE",
     "EXTRA_MODULES",
@@ -41,6 +43,7 @@ __all__ = [
 EXIT_OK = 0
 EXIT_DATA = 1
 EXIT_USAGE = 2
+EXIT_GATE = 3
 
 
 class PackcliError(Exception):

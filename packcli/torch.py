@@ -9,8 +9,10 @@ epoch's last row moves it to (epoch + 1, 0), so a second ``for`` loop runs the n
 always names the next row to deliver. ``set_epoch(e)`` jumps to the start of epoch e, except that the current
 epoch keeps its position (a resumed state survives the usual ``set_epoch`` call). Who counts delivered rows: the
 dataset itself when iterated in the process, :func:`loader` when its DataLoader has workers, torchdata's
-``StatefulDataLoader`` (it saves each worker's own position). A plain ``DataLoader`` with workers cannot report
-what it delivered, so iterating in its workers is refused with an error that says what to use instead.
+``StatefulDataLoader`` (it saves each worker's own position). A plain ``DataLoader`` with workers iterates every
+row of the epoch once (the epoch it is given by ``set_epoch``, as the Hugging Face Trainer does), but cannot report
+what it delivered: after such a pass ``state_dict()`` and ``load_state_dict()`` raise, saying what to use instead.
+A state names its output (the manifest's fingerprint) and is refused by any other.
 
 Labels are ``input_ids`` (or the shard's ``labels`` column) with -100 at the first token of every document and on
 padding: with the usual shift inside the model, no token learns to predict across a document boundary.
@@ -27,13 +29,14 @@ import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
 from packcli.storage.mirror import readable_output
-from packcli.write.manifest import read_manifest, shard_path
+from packcli.write.manifest import read_manifest
 
 with requires_extra("torch", "packcli.torch"):
     import torch
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from packcli.loader.collate import Row, collate_padded, collate_varlen, flash_attention_kwargs
+from packcli.loader.checks import at_least
+from packcli.loader.collate import Row, check_cp_options, collate_padded, collate_varlen, flash_attention_kwargs
 from packcli.loader.masks import block_causal_mask, flex_block_mask
 from packcli.loader.shard_rows import ShardRows
 
@@ -48,11 +51,11 @@ __all__ = [
     "loader",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the state names its output
 UNTRACKED_WORKERS = (
-    "PackedDataset in a DataLoader with workers that do not report which rows they delivered: its epoch and "
-    "state_dict() would be wrong. Use packcli.torch.loader(path, batch_size, num_workers=N), torchdata's "
-    "StatefulDataLoader, or num_workers=0"
+    "this PackedDataset was iterated by a DataLoader whose workers do not report which rows they delivered, so "
+    "no state can say where it is: for exact resume use packcli.torch.loader(path, batch_size, num_workers=N), "
+    "torchdata's StatefulDataLoader, or num_workers=0"
 )
 
 
@@ -70,6 +73,10 @@ class PackedDataset(IterableDataset[Row]):
             resume with workers; :func:`loader` sets it).
         cache_dir, cache_limit: for an output URL (``s3://...``), the local directory its shards are fetched into
             (each checked against the manifest's sha256) and the bytes that directory may hold.
+
+    Raises:
+        ValueError: a rank, world size, seed or batch size out of its range (the message gives the range).
+        PackcliError: a damaged output, or a manifest that does not match its shards (naming the key or file).
     """
 
     def __init__(
@@ -84,18 +91,22 @@ class PackedDataset(IterableDataset[Row]):
         cache_limit: int | None = None,
     ) -> None:
         super().__init__()
-        self.path = readable_output(path, cache_dir, cache_limit)
-        manifest = read_manifest(self.path)
-        self.max_len = int(manifest["max_len"])
-        self.pad_id = manifest["tokenizer"].get("eos_id") or 0
-        self.shard_files = [shard_path(self.path, shard["file"]) for shard in manifest["shards"]]
-        self.num_rows = sum(int(shard["rows"]) for shard in manifest["shards"])
         if rank is None or world_size is None:
             distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = torch.distributed.get_rank() if distributed else 0
             world_size = torch.distributed.get_world_size() if distributed else 1
+        at_least("world_size", world_size, 1, "the number of data-parallel ranks")
         if not 0 <= rank < world_size:
-            raise PackcliError(f"rank {rank} is not in 0..{world_size - 1}")
+            raise ValueError(f"rank {rank} is not in 0..{world_size - 1}: pass a rank below world_size={world_size}")
+        at_least("seed", seed, 0, "any integer >= 0 gives its own order")
+        at_least("batch_size", batch_size, 1, "the DataLoader's rows per batch")
+        self.path = readable_output(path, cache_dir, cache_limit)
+        manifest = read_manifest(self.path)
+        self.output = manifest["fingerprint"]  # names the output in a state
+        self.max_len = int(manifest["max_len"])
+        self.pad_id = manifest["tokenizer"].get("eos_id") or 0
+        self.num_rows = int(manifest["totals"]["sequences"])
+        self._rows: ShardRows | None = ShardRows(self.path, manifest)  # checks the listing now, in this process
         self.rank, self.world_size = rank, world_size
         self.shuffle, self.seed, self.batch_size = shuffle, seed, batch_size
         self.rows_per_rank = self.num_rows // world_size
@@ -104,13 +115,20 @@ class PackedDataset(IterableDataset[Row]):
         self.consumed = 0  # rows of this rank's epoch already delivered
         self._worker_taken = 0  # in a worker: rows of its own share already yielded
         self._tracked = False  # in a worker: its loader records what it delivers (loader() or StatefulDataLoader)
-        self._rows: ShardRows | None = None
+        # Set by a worker whose DataLoader does not record what it delivers (a plain DataLoader): shared memory, so
+        # that this process learns it and refuses a state it cannot know.
+        self._untracked = torch.zeros(1, dtype=torch.int8).share_memory_()  # type: ignore[no-untyped-call]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (a spawned DataLoader worker) maps the shards itself: views of this process' map are not sent."""
+        return {**self.__dict__, "_rows": None}
 
     def __len__(self) -> int:
         return self.rows_per_rank
 
     def set_epoch(self, epoch: int) -> None:
         """Go to the start of epoch ``epoch``; the current epoch keeps its position (see the module docstring)."""
+        at_least("epoch", epoch, 0, "epochs count from 0")
         if epoch != self.epoch:
             self.epoch, self.consumed, self._worker_taken = epoch, 0, 0
 
@@ -121,10 +139,18 @@ class PackedDataset(IterableDataset[Row]):
             self.epoch, self.consumed = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this rank is: the next row to deliver. In a DataLoader worker (torchdata's StatefulDataLoader
-        saves each worker's state) it also names the worker and how much of its share it has yielded."""
+        """Where this rank is: the output (its fingerprint) and the next row to deliver. In a DataLoader worker
+        (torchdata's StatefulDataLoader saves each worker's state) it also names the worker and how much of its
+        share it has yielded.
+
+        Raises:
+            PackcliError: a plain DataLoader's workers iterated this dataset (it cannot know what they delivered).
+        """
+        info = get_worker_info()
+        self._refuse_untracked(info)
         state: dict[str, Any] = {
             "version": STATE_VERSION,
+            "output": self.output,
             "epoch": self.epoch,
             "consumed": self.consumed,
             "seed": self.seed,
@@ -132,27 +158,38 @@ class PackedDataset(IterableDataset[Row]):
             "world_size": self.world_size,
             "num_rows": self.num_rows,
         }
-        info = get_worker_info()
         if info is not None:
             self._tracked = True
             state["worker"] = {"id": info.id, "num_workers": info.num_workers, "taken": self._worker_taken}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; refuses a state taken with another seed, world size, output or worker."""
+        """Resume from :meth:`state_dict`; refuses a state of another output, seed, world size or worker."""
+        info = get_worker_info()
+        self._refuse_untracked(info)
+        if state.get("output") != self.output:
+            raise PackcliError(
+                f"cannot resume: the state is of output {state.get('output')!r}, this dataset reads output "
+                f"{self.output!r} (a state resumes only the output it was taken on)",
+                self.path,
+            )
         for key in ("seed", "shuffle", "world_size", "num_rows"):
             if state.get(key) != getattr(self, key):
                 raise PackcliError(
                     f"cannot resume: the state has {key}={state.get(key)!r}, this dataset {getattr(self, key)!r}"
                 )
         self.epoch, self.consumed = int(state["epoch"]), 0
-        worker, info = state.get("worker"), get_worker_info()
+        worker = state.get("worker")
         here = None if info is None else {"id": info.id, "num_workers": info.num_workers}
         if (worker and {"id": worker["id"], "num_workers": worker["num_workers"]}) != here:
             raise PackcliError(f"cannot resume: the state is of DataLoader worker {worker}, this is worker {here}")
         self._worker_taken = int(worker["taken"]) if worker else 0
         self._tracked = self._tracked or worker is not None
         self.advance(int(state["consumed"]))
+
+    def _refuse_untracked(self, info: Any) -> None:
+        if info is None and self._untracked[0]:
+            raise PackcliError(UNTRACKED_WORKERS)
 
     def rank_rows(self) -> np.ndarray:
         """This rank's global row indices for the current epoch, in delivery order."""
@@ -165,8 +202,8 @@ class PackedDataset(IterableDataset[Row]):
 
     def row(self, index: int) -> Row:
         """One row by global index: numpy views into the memory-mapped shard."""
-        if self._rows is None:  # opened lazily: each worker maps the shards itself
-            self._rows = ShardRows(self.shard_files, self.num_rows)
+        if self._rows is None:  # a spawned worker maps the shards itself
+            self._rows = ShardRows(self.path, read_manifest(self.path))
         out: Row = {"row_index": index}
         out.update(self._rows.row(index))
         return out
@@ -178,8 +215,8 @@ class PackedDataset(IterableDataset[Row]):
                 self.advance(1)
                 yield self.row(index)
             return
-        if not self._tracked:
-            raise PackcliError(UNTRACKED_WORKERS)
+        if not self._tracked:  # a plain DataLoader: every row once all the same, but no state can be exact
+            self._untracked[0] = 1
         # Blocks of batch_size rows, dealt in turn from the resume point on: worker k's first block is the
         # (k+1)-th, which is the order in which the DataLoader asks its workers.
         rows = self.rank_rows()[self.consumed :]
@@ -247,6 +284,8 @@ def loader(
     rank: int | None = None,
     world_size: int | None = None,
     cache_dir: str | Path | None = None,
+    cp_size: int = 1,
+    cp_rank: int = 0,
     **collate_options: Any,
 ) -> PackedLoader:
     """Batches of ``batch_size`` rows from a packed output on ``device``: pinned host memory and non-blocking
@@ -255,14 +294,29 @@ def loader(
     Args:
         layout: "varlen" (:func:`collate_varlen`) or "padded" (:func:`collate_padded`, to max_len).
         cache_dir: for an output URL, where its shards are fetched (see :class:`PackedDataset`).
+        rank, world_size: the data-parallel rank and size (with context parallelism, not the global rank: every
+            rank of a context-parallel group reads the same rows).
+        cp_size, cp_rank: context parallelism (varlen only): each batch is this rank's share of the sequence.
         collate_options: passed to the collate function (``pad_to_multiple_of``, ``cu_seqlens_length``).
+
+    Raises:
+        ValueError: an argument out of its range, or context parallelism without an explicit data-parallel rank.
     """
+    if check_cp_options(cp_size, cp_rank, collate_options.get("pad_to_multiple_of")) and (
+        rank is None or world_size is None
+    ):
+        raise ValueError(
+            "with cp_size > 1 pass rank= and world_size= as the data-parallel rank and size: the ranks of one "
+            "context-parallel group must read the same rows, which torch.distributed's global rank would not give"
+        )
     dataset = PackedDataset(
         path, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, batch_size=batch_size, cache_dir=cache_dir
     )
     target = torch.device(device)
     if layout == "varlen":
-        collate = partial(collate_varlen, pad_id=dataset.pad_id, **collate_options)
+        collate = partial(collate_varlen, pad_id=dataset.pad_id, cp_size=cp_size, cp_rank=cp_rank, **collate_options)
+    elif cp_size != 1:
+        raise ValueError(f"context parallelism (cp_size={cp_size}) needs layout='varlen', not {layout!r}")
     elif layout == "padded":
         collate = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id, **collate_options)
     else:

@@ -75,6 +75,8 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
     assert read_manifest(location(out)) == theirs
     again = pack(source, "--max-len", "256", "--out", out)
     assert json.loads(again.stdout)["status"] == "up-to-date" and keys(fs, out) == names
+    planned = pack(source, "--max-len", "256", "--out", out, "--dry-run")
+    assert json.loads(planned.stdout)["status"] == "up-to-date", planned.stderr
     for report in (["stats", "--json"], ["show", "--row", "3", "--json"], ["verify", "--json"]):
         there, here = (runner.invoke(app, [*report, target]) for target in (out, str(tmp_path / "local")))
         assert there.exit_code == 0, there.stderr

@@ -47,7 +47,7 @@ class TinyCausalLM(torch.nn.Module):
 
     def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
-        frequencies = 10000 ** (-torch.arange(half, dtype=torch.float32) / half)
+        frequencies = 10000 ** (-torch.arange(half, dtype=torch.float32, device=positions.device) / half)
         angles = positions[:, None, :, None].float() * frequencies  # [B, 1, T, half]
         first, second = x[..., :half], x[..., half:]
         return torch.cat(
@@ -231,6 +231,15 @@ def test_additive_mask_is_the_boolean_one_in_scores() -> None:
     assert additive.dtype == torch.bfloat16 and additive.shape == allowed.shape == (2, 1, 6, 6)
     assert (additive[allowed] == 0).all()
     assert (additive[~allowed] == torch.finfo(torch.bfloat16).min).all()
+
+
+def test_the_gpu_test_model_builds_its_tensors_on_the_inputs_device() -> None:
+    """The GPU check's model, on the meta device (shapes only, no GPU needed): a tensor left on the CPU fails here
+    as it would on CUDA."""
+    model = TinyCausalLM().to("meta")
+    ids = torch.zeros(1, 8, dtype=torch.int64, device="meta")
+    mask = block_causal_mask(torch.zeros(1, 8, dtype=torch.int32, device="meta"))
+    assert model(ids, torch.zeros(1, 8, dtype=torch.int64, device="meta"), mask).device.type == "meta"
 
 
 @pytest.mark.gpu

@@ -1,6 +1,7 @@
 """The loader over epochs: a second pass is the next epoch, the documented resume loop resumes exactly (with and
-without workers, and under torchdata's StatefulDataLoader), a plain DataLoader with workers is refused, and rows
-are views into the memory map whatever the number of record batches."""
+without workers, and under torchdata's StatefulDataLoader), a plain DataLoader with workers delivers every row once
+per epoch but refuses a state, and rows are views into the memory map (no pandas) whatever the number of record
+batches."""
 
 from __future__ import annotations
 
@@ -97,12 +98,22 @@ def test_the_documented_loop_resumes_exactly(packed: Path, workers: int, where: 
     assert len(full) == 3 * per_epoch
 
 
-def test_a_plain_dataloader_with_workers_is_refused(packed: Path) -> None:
-    plain = DataLoader(
-        PackedDataset(packed, batch_size=BATCH), batch_size=BATCH, num_workers=1, collate_fn=collate_varlen
-    )
-    with pytest.raises(PackcliError, match=r"packcli\.torch\.loader.*StatefulDataLoader"):
-        next(iter(plain))
+@pytest.mark.parametrize("dataset_batch", [BATCH, 1])
+def test_a_plain_dataloader_with_workers_delivers_each_row_once(packed: Path, dataset_batch: int) -> None:
+    in_process = [row["row_index"] for row in PackedDataset(packed, seed=4)]  # num_workers=0: this rank's order
+    dataset = PackedDataset(packed, seed=4, batch_size=dataset_batch)
+    plain = DataLoader(dataset, batch_size=BATCH, num_workers=2, collate_fn=collate_varlen)
+    first = flat(rows_of(plain))
+    if dataset_batch == BATCH:  # workers take the DataLoader's batches in turn: the rank's order exactly
+        assert first == in_process
+    assert sorted(first) == sorted(in_process) == list(range(dataset.num_rows))
+    dataset.set_epoch(1)  # what the Hugging Face Trainer calls each epoch
+    second = flat(rows_of(plain))
+    assert second != first and sorted(second) == sorted(first)
+    # Only what cannot be exact is refused: the workers never said which rows were used.
+    for call in (dataset.state_dict, lambda: dataset.load_state_dict({})):
+        with pytest.raises(PackcliError, match=r"packcli\.torch\.loader.*StatefulDataLoader"):
+            call()
 
 
 def test_a_worker_state_needs_its_worker(packed: Path) -> None:
@@ -143,33 +154,27 @@ def test_stateful_dataloader_resumes_exactly(packed: Path, workers: int) -> None
 MEMORY_SCRIPT = """
 import json, sys
 from pathlib import Path
-import numpy as np
-import pyarrow as pa
-from packcli.loader.shard_rows import ShardRows
-from packcli.write.manifest import read_manifest, shard_path
+from packcli.torch import PackedDataset, collate_varlen
 
 def anon():
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("RssAnon:"))
 
-out = Path(sys.argv[1])
-manifest = read_manifest(out)
-count = sum(shard["rows"] for shard in manifest["shards"])
-# pyarrow's first to_numpy() loads code worth ~30 MiB of anonymous memory: pay it before measuring.
-pa.Array.from_buffers(pa.int32(), 2, [None, pa.py_buffer(np.zeros(2, np.int32))]).to_numpy()
 before, peak, tokens = anon(), 0, 0
-rows = ShardRows([shard_path(out, shard["file"]) for shard in manifest["shards"]], count)
-for index in range(count):
-    row = rows.row(index)
+dataset = PackedDataset(Path(sys.argv[1]), shuffle=False)
+for index in range(dataset.num_rows):
+    row = dataset.row(index)
     tokens += int(row["input_ids"].sum() % 7) + len(row["input_ids"])  # touch every token
     if index % 50 == 0:
         peak = max(peak, anon() - before)
-print(json.dumps({"growth": max(peak, anon() - before), "tokens": tokens}))
+growth = max(peak, anon() - before)
+collate_varlen([dataset.row(index) for index in range(8)])
+print(json.dumps({"growth": growth, "tokens": tokens, "pandas": "pandas" in sys.modules}))
 """
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc (Linux)")
-def test_reading_every_row_of_multi_batch_shards_copies_nothing(tmp_path: Path) -> None:
+def test_reading_rows_copies_nothing_and_imports_no_pandas(tmp_path: Path) -> None:
     out = tmp_path / "packed"
     pack_corpus([str(SAMPLE)], PackOptions(max_len=2048), out)
     shards = read_manifest(out)["shards"]
@@ -179,7 +184,9 @@ def test_reading_every_row_of_multi_batch_shards_copies_nothing(tmp_path: Path) 
     result = subprocess.run(
         [sys.executable, "-c", MEMORY_SCRIPT, str(out)], capture_output=True, text=True, check=True, cwd=REPO
     )
-    growth = json.loads(result.stdout)["growth"]
+    measured = json.loads(result.stdout)
+    growth = measured["growth"]
+    assert not measured["pandas"]  # pyarrow's to_numpy imports it: ~27 MiB in every process and worker
     # A copy of the columns would add about the shards' size; views add only the interpreter's small change.
     assert growth < shard_bytes / 8, (
         f"reading every row grew anonymous memory by {growth} bytes ({shard_bytes} in shards)"

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 transformers = pytest.importorskip("transformers", reason="these tests need transformers (the dev extra)")
 import torch.nn.functional as F  # noqa: E402
-from conftest import SAMPLE  # noqa: E402
+from conftest import SAMPLE, read_jsonl, write_jsonl  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from packcli.options import PackOptions  # noqa: E402
@@ -215,6 +215,45 @@ def test_trainer_runs_on_packed_shards(packed: Path, tmp_path: Path) -> None:
     assert not torch.equal(before, model.model.embed_tokens.weight.detach())
     # Rows counted by the dataset: the 12 trained on, and up to one batch that accelerate's loader reads ahead.
     assert 3 * 4 <= dataset.consumed <= 4 * 4
+
+
+def test_trainer_with_dataloader_workers_sees_each_row_once_per_epoch(tmp_path: Path) -> None:
+    """``dataloader_num_workers=2``: the Trainer builds a plain DataLoader with workers and calls ``set_epoch``
+    each epoch; every row is trained on once per epoch, each epoch in its own order (the dataset's)."""
+    from transformers import Trainer, TrainingArguments
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", read_jsonl(SAMPLE)[:4])
+    pack_corpus([str(corpus)], PackOptions(max_len=MAX_LEN), tmp_path / "packed")
+    dataset = PackedDataset(tmp_path / "packed", seed=0, batch_size=4)
+    steps_per_epoch = -(-dataset.num_rows // 4)
+    assert 3 <= steps_per_epoch <= 40  # a few steps: the test stays fast
+    seen: list[list[int]] = []
+
+    class RecordingTrainer(Trainer):  # type: ignore[misc]
+        def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            seen.append(inputs["row_index"].tolist())
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    torch.manual_seed(0)
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        max_steps=2 * steps_per_epoch,
+        remove_unused_columns=False,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        dataloader_num_workers=2,
+    )
+    collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG))
+    RecordingTrainer(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
+    epochs = [[row for batch in seen[e * steps_per_epoch : (e + 1) * steps_per_epoch] for row in batch] for e in (0, 1)]
+    expected = []
+    for epoch in (0, 1):
+        dataset.set_epoch(epoch)
+        expected.append(dataset.rank_rows().tolist())
+    assert epochs == expected and epochs[0] != epochs[1]
 
 
 @pytest.mark.gpu

@@ -5,6 +5,7 @@ A flag's name, help text and default display are defined once here; a command's 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,6 +27,7 @@ __all__ = [
     "ResponseFieldOption",
     "SkipBadRecordsOption",
     "StrategyOption",
+    "SummaryOption",
     "TextFieldOption",
     "TokenizerOption",
     "WindowOption",
@@ -74,5 +76,13 @@ QuietOption = Annotated[
         "--quiet",
         "-q",
         help="No progress and no per-record warnings on stderr (a loss of over 1% of the tokens is still reported).",
+    ),
+]
+SummaryOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--summary",
+        help="Append a Markdown summary to this file (also to $GITHUB_STEP_SUMMARY where that is set).",
+        show_default="none",
     ),
 ]

@@ -12,16 +12,19 @@ MAX_WARNINGS = 20
 
 
 class Warnings:
-    """Prints the first warnings to stderr and counts the rest."""
+    """Prints the first warnings to stderr and counts the rest; keeps the first ones for the run's summary."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self.count = 0
+        self.first: list[str] = []
 
     def __call__(self, message: str) -> None:
         self.count += 1
-        if not self.quiet and self.count <= MAX_WARNINGS:
-            print(f"warning: {message}", file=sys.stderr)
+        if self.count <= MAX_WARNINGS:
+            self.first.append(message)
+            if not self.quiet:
+                print(f"warning: {message}", file=sys.stderr)
 
     def close(self) -> None:
         if not self.quiet and self.count > MAX_WARNINGS:

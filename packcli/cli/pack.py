@@ -88,6 +88,15 @@ def pack(
         str | None, typer.Option(help="The Ray cluster for --engine ray [default: RAY_ADDRESS, else a local Ray].")
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the fingerprint the run would write, whether --out is up to date and what would be read; "
+            "read no record, write nothing (a CI cache key).",
+        ),
+    ] = False,
+    summary_file: flags.SummaryOption = None,
     json_output: flags.JsonOption = False,
     quiet: flags.QuietOption = False,
 ) -> None:
@@ -110,12 +119,15 @@ def pack(
       zcat corpus.jsonl.gz | packcli pack - --out packed
 
       packcli pack corpus/ --partitions 64 --engine ray --ray-address head:6379
+
+      packcli pack corpus/ --max-len 2048 --dry-run --json
     """
     from packcli.options import PackOptions, parse_count, parse_size, parse_weights
     from packcli.pipeline import pack_corpus
     from packcli.read.stdin import spooled_stdin
     from packcli.report.progress import make_reporter
     from packcli.report.render import loss_warning, pack_summary
+    from packcli.report.summary import append_summary, pack_markdown
     from packcli.storage import location
 
     if workers is not None and partitions is None and partition_size is None:
@@ -151,8 +163,19 @@ def pack(
         engine=engine,
         ray_address=ray_address,
     )
-    reporter = make_reporter(quiet)
     warnings = Warnings(quiet)
+    if dry_run:
+        from packcli.dry_run import dry_run as plan_run
+
+        try:
+            with spooled_stdin(inputs, options.partitioned) as files:
+                planned = plan_run(files, options, location(out), overwrite, warnings)
+                report = planned.to_json() if json_output else planned.lines()  # names <stdin> while it is spooled
+        finally:
+            warnings.close()
+        print(json.dumps(report, sort_keys=True) if isinstance(report, dict) else "\n".join(report))
+        return
+    reporter = make_reporter(quiet)
     try:
         with spooled_stdin(inputs, options.partitioned) as files:
             result = pack_corpus(files, options, location(out), overwrite, reporter=reporter, warn=warnings)
@@ -160,7 +183,10 @@ def pack(
         reporter.close()
         warnings.close()
     summary = result.summary()
-    warn_loss(loss_warning(summary, summary["max_len"]))
+    lost = loss_warning(summary, summary["max_len"])
+    warn_loss(lost)
+    shown = [*warnings.first, *([lost] if lost else [])]
+    append_summary(pack_markdown(summary, out, shown, warnings.count + bool(lost)), summary_file)
     if json_output:
         print(json.dumps(summary, sort_keys=True))
     elif result.status == "up-to-date":

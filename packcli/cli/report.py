@@ -64,6 +64,26 @@ def stats(
     bos: flags.BosOption = False,
     eos_token: flags.EosTokenOption = None,
     skip_bad_records: flags.SkipBadRecordsOption = False,
+    min_efficiency: Annotated[
+        str | None,
+        typer.Option(help="Gate: fail (exit 3) below this packing efficiency, 0.95 or 95%.", show_default="no gate"),
+    ] = None,
+    max_loss: Annotated[
+        str | None,
+        typer.Option(
+            help="Gate: fail (exit 3) above this share of the input tokens dropped or truncated, 0.01 or 1%.",
+            show_default="no gate",
+        ),
+    ] = None,
+    max_gap: Annotated[
+        str | None,
+        typer.Option(
+            help="Gate: fail (exit 3) above this many sequences over the lower bound ceil(tokens / max_len), or "
+            "this share of it (2%).",
+            show_default="no gate",
+        ),
+    ] = None,
+    summary_file: flags.SummaryOption = None,
     json_output: flags.JsonOption = False,
     quiet: flags.QuietOption = False,
 ) -> None:
@@ -80,14 +100,19 @@ def stats(
       packcli stats packed/ --batch-size 32 --json
 
       packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
+
+      packcli stats packed/ --min-efficiency 95% --max-loss 1% --max-gap 2%
     """
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
+    from packcli.report.gates import check_gates, failure, measure_checked, parse_gates
     from packcli.report.render import loss_warning, print_corpus_choices, print_stats
     from packcli.report.stats import measure_corpus, measure_output
+    from packcli.report.summary import append_summary, stats_markdown
     from packcli.storage import location
     from packcli.storage.mirror import local_output
     from packcli.write.manifest import MANIFEST_NAME
 
+    gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
     if plot is not None:
         from packcli.report.plot import check_plot_path
 
@@ -126,23 +151,31 @@ def stats(
             warnings.close()
     else:
         _refuse_corpus_options(ctx, targets[0])
+        measure = measure_checked if gates else measure_output  # a gate first needs a sound output
         with local_output(location(targets[0])) as out:
-            measured = measure_output(out, batch_size, seed)
+            measured = measure(out, batch_size, seed)
     figures = measured.figures
     warn_loss(loss_warning(figures, figures["max_len"]))
+    verdicts = check_gates(gates, figures, title)
+    if gates:
+        figures["gates"] = verdicts
+    append_summary(stats_markdown(figures, title, verdicts), summary_file)
     if plot is not None:
         from packcli.report.plot import plot_stats
 
         plot_stats(measured, plot, title, raw)
     if json_output:
         print(json.dumps(figures, sort_keys=True))
-        return
-    print_stats(figures, title)
-    if raw:
-        print_corpus_choices(figures)
-        print(f"the tokenized corpus is kept for the next `packcli pack` of it: {figures['tokenization_cache']}")
-    if plot is not None:
-        print(f"plot written to {plot}")
+    else:
+        print_stats(figures, title)
+        if raw:
+            print_corpus_choices(figures)
+            print(f"the tokenized corpus is kept for the next `packcli pack` of it: {figures['tokenization_cache']}")
+        if plot is not None:
+            print(f"plot written to {plot}")
+    failed = failure(gates, verdicts, title)
+    if failed is not None:
+        raise failed
 
 
 # Options that describe how to read and pack a raw corpus: a packed output already fixed them.
@@ -164,6 +197,7 @@ def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
 
 def verify(
     path: Annotated[str, typer.Argument(help="A packed output directory, or URL.")] = "packed",
+    summary_file: flags.SummaryOption = None,
     json_output: flags.JsonOption = False,
 ) -> None:
     """Re-read a packed output and check every invariant and checksum; exit 0 only if all hold, else 1.
@@ -176,12 +210,14 @@ def verify(
     """
     from packcli.errors import EXIT_DATA
     from packcli.report.render import count
+    from packcli.report.summary import append_summary, verify_markdown
     from packcli.report.verify import MAX_LISTED, verify_output
     from packcli.storage import location
     from packcli.storage.mirror import local_output
 
     with local_output(location(path), check=False) as out:  # damage in the store is verify's to report
         report = verify_output(out)
+    append_summary(verify_markdown(report.to_json(), path), summary_file)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
     elif report.ok:

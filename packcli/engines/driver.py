@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from packcli.engines.local import LocalEngine
     from packcli.engines.ray import RayEngine
 
-__all__ = ["pack_partitioned"]
+__all__ = ["pack_partitioned", "partition_plan"]
+
+
+def partition_plan(setup: Setup) -> tuple[Plan, str]:
+    """The plan of ``setup``'s partitioned run and the fingerprint it gives the output (``--dry-run`` prints it)."""
+    options, files = setup.options, setup.files
+    plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
+    return plan, setup.fingerprint(plan.digest)
 
 
 def pack_partitioned(
@@ -36,8 +43,7 @@ def pack_partitioned(
     """Pack ``setup``'s inputs as partitions on the engine its options name, and merge them into ``out``
     (``read``: the files and directories read, which the output may not cover)."""
     options, files = setup.options, setup.files
-    plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
-    fingerprint = setup.fingerprint(plan.digest)
+    plan, fingerprint = partition_plan(setup)
     if existing_output(out.resolve(), fingerprint, out) == "same":
         return PackResult(out, "up-to-date", read_manifest(out), details={"partitions": len(plan)})
     facts = run_facts(fingerprint, plan, options, tokenizer_entry(setup), setup.encoder.supervised)

@@ -12,6 +12,10 @@ Example, two rows [a0 a1 a2 | b0 b1] and [c0 c1]; varlen flattens them, padded s
             labels    [-100 a1 a2 -100 b1 -100 c1]
     padded  input_ids [[a0 a1 a2 b0 b1 p ], [c0 c1 p p p p]]   position_ids [[0 1 2 0 1 0], [0 1 0 1 2 3]]
             document_ids [[0 0 0 1 1 -1], [0 0 -1 -1 -1 -1]]
+
+With ``cp_size=C > 1`` the varlen batch is one context-parallel rank's share (:mod:`packcli.loader.context_parallel`):
+each document padded to a multiple of 2C (pad id, labels -100, positions running on), this rank's two chunks of
+each, and the boundaries of the whole padded sequence, as Transformer Engine's attention takes them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
+from packcli.loader.checks import at_least
+from packcli.loader.context_parallel import padded_lengths, share_positions
 from packcli.write.layout import exclusive_cumsum, position_ids
 from packcli.write.rows import ignore_document_starts
 from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN
@@ -29,7 +35,7 @@ from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN
 with requires_extra("torch", "packcli.torch"):
     import torch
 
-__all__ = ["Row", "collate_padded", "collate_varlen", "flash_attention_kwargs"]
+__all__ = ["Row", "check_cp_options", "collate_cp_share", "collate_padded", "collate_varlen", "flash_attention_kwargs"]
 
 Row = dict[str, Any]
 
@@ -55,17 +61,32 @@ def _row_index(rows: Sequence[Row]) -> torch.Tensor:
     return torch.tensor([row["row_index"] for row in rows], dtype=torch.int64)
 
 
+def _boundary_count(lengths: np.ndarray, cu_seqlens_length: int | None) -> int:
+    """Entries of ``cu_seqlens``: documents + 1, or ``cu_seqlens_length`` (the last offset repeated)."""
+    if cu_seqlens_length is not None and cu_seqlens_length < len(lengths) + 1:
+        raise PackcliError(f"cu_seqlens_length {cu_seqlens_length} < {len(lengths) + 1} boundaries in this batch")
+    return max(cu_seqlens_length or 0, len(lengths) + 1)
+
+
+def _offsets(lengths: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` with the offsets of ``lengths``, the last one repeated to the end (empty documents)."""
+    out[: len(lengths) + 1] = exclusive_cumsum(lengths)
+    out[len(lengths) + 1 :] = out[len(lengths)]
+
+
 def collate_varlen(
     rows: Sequence[Row],
     pad_to_multiple_of: int | None = None,
     cu_seqlens_length: int | None = None,
     pad_id: int = 0,
+    cp_size: int = 1,
+    cp_rank: int = 0,
 ) -> dict[str, Any]:
     """Flatten a batch of rows into one row, FlashAttention varlen style.
 
     Returns ``input_ids``, ``position_ids``, ``labels`` ([1, T] int64), ``cu_seqlens`` (int32 [documents + 1]),
     ``max_seqlen`` (int), ``document_ids`` and ``seq_idx`` (int32 [1, T], the document of each token), and
-    ``row_index`` ([B]).
+    ``row_index`` ([B]). With ``cp_size > 1``: this context-parallel rank's share, see :func:`collate_cp_share`.
 
     Args:
         pad_to_multiple_of: pad T up to a multiple (8 suits tensor cores); the padding is one extra document with
@@ -73,7 +94,10 @@ def collate_varlen(
         cu_seqlens_length: repeat the last offset up to this length, so shapes stay static (CUDA graphs,
             torch.compile); a zero-length document attends to nothing.
         pad_id: the token id of padding.
+        cp_size, cp_rank: context parallelism: the number of ranks a sequence is split across, and this one's.
     """
+    if check_cp_options(cp_size, cp_rank, pad_to_multiple_of):
+        return collate_cp_share(rows, cp_size, cp_rank, cu_seqlens_length, pad_id)
     lengths = _document_lengths(rows)
     total = int(lengths.sum())
     pad = -total % pad_to_multiple_of if pad_to_multiple_of else 0
@@ -83,14 +107,10 @@ def collate_varlen(
     if pad:
         tokens[0, total:], tokens[1, total:], tokens[2, total:] = pad_id, np.arange(pad), IGNORE_INDEX
         lengths = np.append(lengths, pad)
-    if cu_seqlens_length is not None and cu_seqlens_length < len(lengths) + 1:
-        raise PackcliError(f"cu_seqlens_length {cu_seqlens_length} < {len(lengths) + 1} boundaries in this batch")
-    boundaries = max(cu_seqlens_length or 0, len(lengths) + 1)
-    small = np.empty(total + pad + boundaries, dtype=np.int32)
+    small = np.empty(total + pad + _boundary_count(lengths, cu_seqlens_length), dtype=np.int32)
     document_ids, cu_seqlens = small[: total + pad], small[total + pad :]
     document_ids[:] = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
-    cu_seqlens[: len(lengths) + 1] = exclusive_cumsum(lengths)
-    cu_seqlens[len(lengths) + 1 :] = total + pad  # repeated last offset: empty documents keep shapes static
+    _offsets(lengths, cu_seqlens)  # repeated last offset: empty documents keep shapes static
     token_tensors, small_tensors = torch.from_numpy(tokens), torch.from_numpy(small)
     document_tensor = small_tensors[: total + pad][None]
     return {
@@ -101,6 +121,64 @@ def collate_varlen(
         "max_seqlen": int(lengths.max(initial=0)),
         "document_ids": document_tensor,
         "seq_idx": document_tensor,
+        "row_index": _row_index(rows),
+    }
+
+
+def check_cp_options(cp_size: int, cp_rank: int, pad_to_multiple_of: int | None = None) -> bool:
+    """Whether these options ask for a context-parallel share (``cp_size > 1``).
+
+    Raises:
+        ValueError: ``cp_size`` < 1, ``cp_rank`` outside 0..cp_size-1, or ``pad_to_multiple_of`` with a share.
+    """
+    at_least("cp_size", cp_size, 1, "the context-parallel ranks a sequence is split across")
+    if not 0 <= cp_rank < cp_size:
+        raise ValueError(f"cp_rank {cp_rank} is not in 0..{cp_size - 1}: pass a cp_rank below cp_size={cp_size}")
+    if cp_size > 1 and pad_to_multiple_of:
+        raise ValueError(
+            "pad_to_multiple_of does not apply with cp_size > 1: each document is padded to a multiple of "
+            "2 * cp_size instead; leave it unset"
+        )
+    return cp_size > 1
+
+
+def collate_cp_share(
+    rows: Sequence[Row], cp_size: int, cp_rank: int, cu_seqlens_length: int | None = None, pad_id: int = 0
+) -> dict[str, Any]:
+    """Context-parallel rank ``cp_rank``'s share of the varlen batch of ``rows`` (:func:`collate_varlen` with
+    ``cp_size``): each document padded to a multiple of ``2 * cp_size``, and this rank's chunks ``cp_rank`` and
+    ``2 * cp_size - 1 - cp_rank`` of each.
+
+    Returns ``input_ids``, ``position_ids`` (each token's position in its document), ``labels`` (-100 at document
+    starts and on padding) and ``shift_labels`` (the label of the next token of the whole sequence: what a loss
+    that shifts labels itself would see there; a share is not contiguous, so shifting it would pair tokens of
+    different chunks), all [1, T / cp_size] int64; ``cu_seqlens`` (int32, the documents' real lengths) and
+    ``cu_seqlens_padded`` (int32, the padded documents) of the *whole* sequence, as Transformer Engine's attention
+    takes them on every rank; ``max_seqlen`` (the longest padded document); ``row_index``.
+    """
+    lengths = _document_lengths(rows)
+    real = np.empty((3, int(lengths.sum())), dtype=np.int64)
+    _flat_tokens(rows, lengths, real)
+    padded = padded_lengths(lengths, cp_size)
+    total = int(padded.sum())
+    within = position_ids(padded)  # each position's place in its padded document
+    whole = np.empty((4, total), dtype=np.int64)  # input_ids, position_ids, labels, shift_labels
+    whole[0], whole[1], whole[2] = pad_id, within, IGNORE_INDEX
+    whole[:3, within < np.repeat(lengths, padded)] = real
+    whole[3, :-1], whole[3, -1:] = whole[2, 1:], IGNORE_INDEX
+    share = torch.from_numpy(np.ascontiguousarray(whole[:, share_positions(padded, cp_size, cp_rank)]))
+    boundaries = np.empty((2, _boundary_count(lengths, cu_seqlens_length)), dtype=np.int32)
+    _offsets(lengths, boundaries[0])
+    _offsets(padded, boundaries[1])
+    offsets = torch.from_numpy(boundaries)
+    return {
+        "input_ids": share[0:1],
+        "position_ids": share[1:2],
+        "labels": share[2:3],
+        "shift_labels": share[3:4],
+        "cu_seqlens": offsets[0],
+        "cu_seqlens_padded": offsets[1],
+        "max_seqlen": int(padded.max(initial=0)),
         "row_index": _row_index(rows),
     }
 

@@ -1,52 +1,46 @@
 """Rows of a packed output as numpy views into the memory-mapped shards: nothing is copied, whatever the number of
-record batches.
+record batches, and nothing imports pandas (the views are taken from the Arrow buffers themselves).
 
 A shard holds several record batches (the writer bounds their size), each with its own values and offsets
 buffers. Row ``i`` is found by a binary search over the batches' first rows, then sliced from that batch's
-buffers, so reading a row touches only that row's pages of the file and adds no anonymous memory.
+buffers, so reading a row touches only that row's pages of the file and adds no anonymous memory. Opening checks
+the manifest's listing against the files (:mod:`packcli.write.listing`), so an edited manifest is refused.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from packcli.errors import PackcliError
-from packcli.write.shards import LABELS_COLUMN, TOKEN_COLUMNS, read_shard
+from packcli.write.listing import check_listing, open_listed_shard
+from packcli.write.shards import LABELS_COLUMN, TOKEN_COLUMNS, list_views
 
 __all__ = ["ShardRows"]
 
 Columns = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
-    """A ``list<int32>`` array as (values, offsets) numpy views of its own buffers; row k is
-    ``values[offsets[k]:offsets[k + 1]]``. Raises where a view is impossible (nulls), never copies."""
-    return array.values.to_numpy(zero_copy_only=True), array.offsets.to_numpy(zero_copy_only=True)
-
-
 class ShardRows:
-    """Every row of the listed shards, by global index (shards in order, rows in file order).
+    """Every row of an output's shards, by global index (shards in the manifest's order, rows in file order).
 
     Args:
-        files: the shard files, in the manifest's order.
-        rows: the row count the manifest gives; a mismatch is an error naming both.
+        directory: the output directory.
+        manifest: its validated manifest; the listing and each shard's counts are checked against the files.
     """
 
-    def __init__(self, files: list[Path], rows: int) -> None:
+    def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
+        check_listing(directory, manifest)
         self.batches: list[Columns] = []
         starts = [0]
-        for path in files:
-            table = read_shard(path)
+        for index, shard in enumerate(manifest["shards"]):
+            table = open_listed_shard(directory, index, shard)
             names = [*TOKEN_COLUMNS, *([LABELS_COLUMN] if LABELS_COLUMN in table.column_names else [])]
             for batch in table.to_batches():
                 self.batches.append({name: list_views(batch.column(name)) for name in names})
                 starts.append(starts[-1] + batch.num_rows)
         self.starts = np.array(starts, dtype=np.int64)
-        if starts[-1] != rows:
-            raise PackcliError(f"the shards hold {starts[-1]} rows, the manifest says {rows}: rerun packcli verify")
 
     def row(self, index: int) -> dict[str, np.ndarray]:
         """Row ``index``: each column a view into its shard."""

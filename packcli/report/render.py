@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # rich is imported where it draws: the pack summary is plain 
     from rich.console import Console
     from rich.table import Table
 
-__all__ = ["console", "count", "loss_warning", "pack_summary", "print_corpus_choices", "print_stats"]
+__all__ = ["console", "count", "loss_warning", "pack_summary", "print_corpus_choices", "print_stats", "token_loss"]
 
 LOSS_WARNING_SHARE = 0.01  # drop/truncate throwing away more than this share of the input tokens is a warning
 _BAR_WIDTH = 40
@@ -36,10 +36,16 @@ def _table(title: str) -> Table:
     return Table(title=title, title_justify="left")
 
 
+def token_loss(totals: dict[str, Any]) -> tuple[int, int]:
+    """(input tokens dropped or truncated, input tokens) of a manifest's totals or a ``stats`` object; an output
+    that predates ``input_tokens`` counts its tokens plus the lost ones."""
+    lost = int(totals.get("dropped_tokens", 0)) + int(totals.get("truncated_tokens", 0))
+    return lost, int(totals.get("input_tokens") or totals.get("tokens", 0) + lost)
+
+
 def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     """The warning for ``--overflow drop``/``truncate`` throwing away more than 1% of the input tokens, or None."""
-    lost = int(totals.get("dropped_tokens", 0)) + int(totals.get("truncated_tokens", 0))
-    total = int(totals.get("input_tokens") or totals.get("tokens", 0) + lost)
+    lost, total = token_loss(totals)
     if not total or lost <= LOSS_WARNING_SHARE * total:
         return None
     dropped = int(totals.get("dropped_documents", 0))

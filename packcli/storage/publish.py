@@ -36,7 +36,7 @@ from packcli.storage.objects import find_objects, object_info, remove_objects, u
 from packcli.write.manifest import dumps, read_manifest
 from packcli.write.publish import Existing, in_use, up_to_date
 
-__all__ = ["LOCK_NAME", "RemotePublication", "scratch_directory"]
+__all__ = ["LOCK_NAME", "RemotePublication", "remote_output", "scratch_directory"]
 
 LOCK_NAME = ".packcli-lock"
 
@@ -89,36 +89,10 @@ class RemotePublication:
         return self
 
     def _existing(self) -> Existing:
-        """What the output URL holds, "absent", "same" or "other", once the leftovers of dead runs are removed (the
-        lock is held)."""
-        prefix = f"{self.out}/"
-        names = [url[len(prefix) :] for url in find_objects(str(self.out))]
-        foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(RUN_PREFIX)]
-        manifest = None
-        if MANIFEST in names:
-            try:
-                manifest = read_manifest(self.out)
-            except PackcliError as exc:
-                raise PackcliError(
-                    f"its manifest is unusable ({exc.message}); packcli replaces only its own outputs: choose another "
-                    "--out, or remove it yourself",
-                    self.out,
-                ) from None
-        if foreign:
-            raise PackcliError(
-                f"holds {foreign[0]!r}, which is not part of a packcli output: packcli replaces only its own outputs "
-                "or an empty prefix; choose another --out, or remove it yourself",
-                self.out,
-            )
-        listed = {shard["file"] for shard in manifest["shards"]} if manifest else set()
-        remove_objects([prefix + name for name in names if name.startswith(RUN_PREFIX) and name not in listed])
-        if manifest is None:
-            return "absent"
-        intact = manifest["fingerprint"] == self.fingerprint and all(
-            shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
-            for shard in manifest["shards"]
-        )
-        return "same" if intact else "other"
+        """What the output URL holds, once the leftovers of dead runs are removed (the lock is held)."""
+        existing, debris = remote_output(self.out, self.fingerprint)
+        remove_objects(debris)
+        return existing
 
     def commit(self) -> None:
         """Upload the staged shards under the run prefix, then write the manifest (the commit), then remove the
@@ -141,3 +115,41 @@ class RemotePublication:
                 remove_objects(find_objects(f"{self.out}/{self.run}"))
         finally:
             self._lock.release()
+
+
+def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
+    """What the output URL ``out`` holds ("absent", "same" or "other", as
+    :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs' prefixes there
+    (no manifest lists them).
+
+    Raises:
+        PackcliError: ``out`` holds an object that is not part of a packcli output, or an unusable manifest.
+    """
+    prefix = f"{out}/"
+    names = [url[len(prefix) :] for url in find_objects(str(out))]
+    foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(RUN_PREFIX)]
+    manifest = None
+    if MANIFEST in names:
+        try:
+            manifest = read_manifest(out)
+        except PackcliError as exc:
+            raise PackcliError(
+                f"its manifest is unusable ({exc.message}); packcli replaces only its own outputs: choose another "
+                "--out, or remove it yourself",
+                out,
+            ) from None
+    if foreign:
+        raise PackcliError(
+            f"holds {foreign[0]!r}, which is not part of a packcli output: packcli replaces only its own outputs "
+            "or an empty prefix; choose another --out, or remove it yourself",
+            out,
+        )
+    listed = {shard["file"] for shard in manifest["shards"]} if manifest else set()
+    debris = [prefix + name for name in names if name.startswith(RUN_PREFIX) and name not in listed]
+    if manifest is None:
+        return "absent", debris
+    intact = manifest["fingerprint"] == fingerprint and all(
+        shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
+        for shard in manifest["shards"]
+    )
+    return ("same" if intact else "other"), debris

@@ -26,12 +26,14 @@ __all__ = [
     "ShardWriter",
     "flat_list_column",
     "list_array",
+    "list_views",
     "read_shard",
     "shard_schema",
 ]
 
 TOKEN_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")
 LABELS_COLUMN = "labels"
+SHARD_COLUMN_TYPE = pa.list_(pa.int32())  # every column of a shard
 IGNORE_INDEX = -100
 HASH_AHEAD = 32 << 20  # bytes written but not yet hashed, at most (each holds its buffer alive)
 SYNC_BYTES = 8 << 20  # a shard's written part is flushed to disk early every this many bytes
@@ -57,7 +59,7 @@ def shard_name(index: int, prefix: str = "shard") -> str:
 def shard_schema(metadata: dict[str, str], labels: bool = False) -> pa.Schema:
     """The shard schema: int32 list columns; the metadata repeats format version, max_len, tokenizer hash."""
     names = [*TOKEN_COLUMNS, LABELS_COLUMN] if labels else list(TOKEN_COLUMNS)
-    return pa.schema([(name, pa.list_(pa.int32())) for name in names], metadata=metadata)
+    return pa.schema([(name, SHARD_COLUMN_TYPE) for name in names], metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,27 @@ def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:
     """Memory-map one shard as a table (zero-copy); only the listed columns' pages are ever read."""
     table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
     return table.select(columns) if columns is not None else table
+
+
+def list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``list<int32>`` array as (values, int32 offsets) read-only numpy views of its own Arrow buffers; row k is
+    ``values[offsets[k]:offsets[k + 1]]``. Never copies, and never imports pandas (``Array.to_numpy`` does).
+
+    Raises:
+        ValueError: the array is not a ``list<int32>`` without nulls (every shard column is one).
+    """
+    if array.type != SHARD_COLUMN_TYPE or array.null_count or array.values.null_count:
+        raise ValueError(f"a {array.type} column with {array.null_count} nulls is not a list<int32> without nulls")
+    child = array.values  # the whole child array: the list's own offset is in its offsets buffer
+    return _int32_view(child.buffers()[1], child.offset, len(child)), _int32_view(
+        array.buffers()[1], array.offset, len(array) + 1
+    )
+
+
+def _int32_view(buffer: pa.Buffer | None, start: int, count: int) -> np.ndarray:
+    if buffer is None:  # an empty array may have no buffer at all
+        return np.zeros(count, dtype=np.int32)
+    return np.frombuffer(buffer, dtype=np.int32, count=count, offset=4 * start)
 
 
 def flat_list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:

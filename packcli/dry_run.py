@@ -1,0 +1,147 @@
+"""``pack --dry-run``: what a run would do, decided from the inputs' names and sizes, the tokenizer and the options,
+without reading a record. It is the cache key of a CI step: the fingerprint it reports is the one the run writes.
+
+Invariant: nothing is tokenized and nothing is written (no output or staging directory, no lock, no tokenization
+cache entry). It resolves the run exactly as ``pack`` does (:func:`packcli.pipeline.set_up`, the fingerprint, the
+partition plan, :func:`packcli.write.publish.existing_output`), so the two cannot disagree. What it checks is what
+can be known without reading records: the inputs exist and open, the tokenizer loads, the options combine, the
+partitions can be cut, and ``--out`` holds nothing packcli would refuse to replace. A bad record is found only by
+the run itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packcli.errors import PackcliError, path_name
+from packcli.options import PackOptions
+from packcli.pipeline import set_up, tokenizer_entry
+from packcli.storage import UrlPath
+from packcli.storage.publish import remote_output
+from packcli.write.publish import existing_output
+
+__all__ = ["DryRun", "dry_run"]
+
+# What a dry run checked, said in its report so that nobody takes "would pack" for "the records are good".
+CHECKED = "inputs exist and open, tokenizer loads, options combine; records are not read"
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """The plan of one ``pack``: ``status`` is "up-to-date" (the run would do nothing) or "would-pack"."""
+
+    status: str
+    fingerprint: str
+    out: Path
+    output: str  # what --out holds now: "absent", "same" (this fingerprint) or "other" (replaced: --overwrite)
+    files: list[dict[str, Any]]  # per input file: path, bytes, documents (None where only reading would tell)
+    facts: dict[str, Any]  # tokenizer, options, unread files, and (mixing) sources or (partitioned) partitions
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``pack --dry-run --json`` object."""
+        known = [entry["documents"] for entry in self.files]
+        return {
+            "dry_run": True,
+            "status": self.status,
+            "fingerprint": self.fingerprint,
+            "out": str(self.out),
+            "output": self.output,
+            "input_files": len(self.files),
+            "input_bytes": sum(entry["bytes"] for entry in self.files),
+            "input_documents": None if None in known else sum(known),
+            "files": self.files,
+            "checked": CHECKED,
+            **self.facts,
+        }
+
+    def lines(self) -> list[str]:
+        """What ``pack --dry-run`` prints without ``--json``."""
+        report = self.to_json()
+        documents = report["input_documents"]
+        read = f"{report['input_files']:,} file(s), {report['input_bytes']:,} bytes" + (
+            "" if documents is None else f", {documents:,} documents"
+        )
+        doing = (
+            f"{self.out} is up to date: the run would do nothing"
+            if self.status == "up-to-date"
+            else f"would read {read} and write {self.out}"
+            + (" (replacing the output there)" if self.output == "other" else "")
+        )
+        lines = [f"fingerprint {self.fingerprint}", doing]
+        partitions = self.facts.get("partitions")
+        if partitions is not None:
+            lines.append(f"  {partitions['count']:,} partitions (plan {partitions['plan_hash'][:16]})")
+        lines.append(f"  checked: {CHECKED}")
+        return lines
+
+
+def dry_run(
+    inputs: list[str],
+    options: PackOptions,
+    out: Path,
+    overwrite: bool = False,
+    warn: Callable[[str], None] = lambda message: None,
+) -> DryRun:
+    """Resolve ``pack inputs --out out`` with ``options`` and say what it would do, reading no record.
+
+    Raises:
+        UsageError: as ``pack`` would, before reading a record (options, strategy, partitions, weights).
+        PackcliError: an input that cannot be opened, a tokenizer that does not load, or an ``--out`` that the run
+            would refuse (another output there without ``overwrite``, or a directory that is not packcli's).
+    """
+    setup = set_up(inputs, options, warn)
+    facts: dict[str, Any] = {
+        "tokenizer": tokenizer_entry(setup),
+        "options": options.output_relevant(),
+        "unread_files": setup.unread_files,
+    }
+    if options.partitioned:
+        from packcli.engines.driver import partition_plan
+
+        plan, fingerprint = partition_plan(setup)
+        facts["partitions"] = {**plan.describe(), "bytes": list(plan.weights)}
+    else:
+        fingerprint = setup.fingerprint()
+    if setup.sources is not None:
+        given = options.weights
+        shares = [w / sum(given) for w in given] if given else [None] * len(setup.sources)  # None: as the corpus is
+        facts["sources"] = [
+            {"path": source.spec, "files": len(source.files), "weight": share}
+            for source, share in zip(setup.sources, shares)
+        ]
+    output = (
+        remote_output(out, fingerprint)[0]
+        if isinstance(out, UrlPath)
+        else existing_output(out.resolve(), fingerprint, out)
+    )
+    if output == "other" and not overwrite:
+        raise PackcliError(
+            "holds another packcli output (other inputs, tokenizer or options): the run would refuse it without "
+            "--overwrite",
+            out,
+        )
+    status = "up-to-date" if output == "same" else "would-pack"
+    return DryRun(status, fingerprint, out, output, [_file_entry(path) for path in setup.files], facts)
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    """One input as the run would read it: its size, and its documents where the file says without reading
+    records (a Parquet footer)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise PackcliError(f"cannot be read ({exc.strerror or exc})", path) from None
+    documents = None
+    if path.name.lower().endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            documents = pq.read_metadata(path).num_rows
+        except (pa.ArrowException, OSError) as exc:
+            raise PackcliError(f"not a readable Parquet file ({exc})", path) from None
+    return {"path": path_name(path), "bytes": path.stat().st_size, "documents": documents}

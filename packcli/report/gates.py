@@ -1,0 +1,167 @@
+"""Gates: thresholds on the ``packcli stats`` figures that fail a CI step, each with a one-line reason.
+
+``--min-efficiency E`` (packing efficiency: tokens over sequences * max_len), ``--max-loss F`` (the share of the
+input tokens dropped or truncated) and ``--max-gap N`` (sequences above the lower bound ``ceil(tokens / max_len)``:
+a whole number of sequences, or with ``%`` a share of the lower bound). Shares are written ``0.95`` or ``95%``.
+
+Invariants: a threshold no figure can meet or miss (an efficiency above 1 or below 0, a negative loss or gap) is a
+usage error before any work; a gate on a packed output first passes verify's cheap checks (manifest, the shards'
+presence and sizes, the totals against what ``stats`` reads), so a damaged output is reported as damaged, never as
+a poor packing; a failing gate exits ``EXIT_GATE`` (3), apart from data errors (1) and usage errors (2).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcli.errors import EXIT_GATE, PackcliError, UsageError
+from packcli.report.accounting import Observed, check_totals
+from packcli.report.render import token_loss
+from packcli.report.stats import Measured, measure_output
+from packcli.write.manifest import read_manifest, shard_path
+
+__all__ = ["Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
+
+_NUMBER = re.compile(r"\d+(\.\d*)?|\.\d+")
+
+
+class GateFailed(PackcliError):
+    """One or more gates failed: exit ``EXIT_GATE`` (3), apart from data (1) and usage (2) errors."""
+
+    exit_code = EXIT_GATE
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One threshold: ``flag`` as on the command line, ``given`` as the user wrote it, ``limit`` parsed (a share,
+    or for ``--max-gap`` a count unless ``relative``)."""
+
+    flag: str
+    given: str
+    limit: float
+    relative: bool = True
+
+    def measure(self, figures: dict[str, Any]) -> float:
+        """This gate's figure: efficiency, lost share, or the gap (count, or share of the lower bound)."""
+        if self.flag == "--min-efficiency":
+            return float(figures["packing"]["efficiency"])
+        if self.flag == "--max-loss":
+            lost, total = token_loss(figures)
+            return lost / total if total else 0.0
+        gap, lower = figures["gap_to_lower_bound"], figures["lower_bound_sequences"]
+        return (gap / lower if lower else 0.0) if self.relative else float(gap)
+
+    def passes(self, value: float) -> bool:
+        return value >= self.limit if self.flag == "--min-efficiency" else value <= self.limit
+
+    def check(self, figures: dict[str, Any]) -> dict[str, Any]:
+        """The ``gates`` entry of ``stats --json``: the gate, its threshold as given, its figure (``unit``: a share,
+        or a count of sequences) and whether it passed."""
+        value = self.measure(figures)
+        unit = "share" if self.relative else "sequences"
+        return {"gate": self.flag, "threshold": self.given, "value": value, "unit": unit, "passed": self.passes(value)}
+
+    def reason(self, value: float) -> str:
+        """Why the gate failed, naming the figure, its value and the threshold."""
+        if self.flag == "--min-efficiency":
+            return f"--min-efficiency: packing efficiency {value:.2%} is below {self.limit:.2%}"
+        if self.flag == "--max-loss":
+            return f"--max-loss: {value:.2%} of the input tokens were dropped or truncated, above {self.limit:.2%}"
+        if self.relative:
+            return f"--max-gap: {value:.2%} sequences above the lower bound, above {self.limit:.2%}"
+        return f"--max-gap: {int(value):,} sequences above the lower bound, above {int(self.limit):,}"
+
+
+def parse_gates(min_efficiency: str | None, max_loss: str | None, max_gap: str | None) -> list[Gate]:
+    """The gates given, in flag order.
+
+    Raises:
+        UsageError: a value that is not a number, a share outside 0..1 (0%..100%), or a gap that is neither a whole
+            number of sequences nor a percentage.
+    """
+    gates = []
+    if min_efficiency is not None:
+        gates.append(Gate("--min-efficiency", min_efficiency, _share("--min-efficiency", min_efficiency)))
+    if max_loss is not None:
+        gates.append(Gate("--max-loss", max_loss, _share("--max-loss", max_loss)))
+    if max_gap is not None:
+        text = max_gap.strip()
+        if text.endswith("%"):
+            gates.append(Gate("--max-gap", max_gap, _share("--max-gap", max_gap)))
+        elif text.isdigit():
+            gates.append(Gate("--max-gap", max_gap, float(int(text)), relative=False))
+        else:
+            raise UsageError(
+                f"--max-gap {max_gap!r}: give a whole number of sequences (3) or a share of the lower bound (2%)"
+            )
+    return gates
+
+
+def _share(flag: str, given: str) -> float:
+    text = given.strip()
+    percent = text.endswith("%")
+    number = text[:-1].strip() if percent else text
+    if not _NUMBER.fullmatch(number):
+        raise UsageError(f"{flag} {given!r}: give a share between 0 and 1 (0.95) or a percentage (95%)")
+    value = float(number) / (100 if percent else 1)
+    if value > 1:
+        raise UsageError(f"{flag} {given!r} is above 1 (100%): no packing can have such a share")
+    return value
+
+
+def check_gates(gates: list[Gate], figures: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """Each gate's entry (see :meth:`Gate.check`); the caller raises :func:`failure` on those that failed."""
+    unknown_loss = figures.get("dropped_documents") and "dropped_tokens" not in figures
+    if unknown_loss and any(gate.flag == "--max-loss" for gate in gates):
+        raise PackcliError(
+            "--max-loss: the manifest counts dropped documents but not their tokens (totals.dropped_tokens): "
+            "repack with this packcli",
+            where,
+        )
+    return [gate.check(figures) for gate in gates]
+
+
+def failure(gates: list[Gate], results: list[dict[str, Any]], where: str) -> GateFailed | None:
+    """One error naming every failed gate, its figure and its threshold; None when all passed."""
+    failed = [gate.reason(result["value"]) for gate, result in zip(gates, results) if not result["passed"]]
+    return GateFailed("gate failed: " + "; ".join(failed), where) if failed else None
+
+
+def measure_checked(out: Path, batch_size: int, seed: int) -> Measured:
+    """``measure_output`` behind verify's cheap checks: every listed shard present at its listed size before any is
+    read, then the manifest's totals against what was read (the identities ``verify`` checks, without the ids).
+
+    Raises:
+        PackcliError: the output fails a check (the first problem named, and ``packcli verify`` for the rest).
+    """
+    manifest = read_manifest(out)
+    problems = []
+    for entry in manifest["shards"]:
+        path = shard_path(out, entry["file"])
+        if not path.is_file():
+            problems.append(f"{entry['file']}: missing")
+        elif path.stat().st_size != entry["bytes"]:
+            problems.append(f"{entry['file']}: {path.stat().st_size} bytes, the manifest says {entry['bytes']}")
+    measured = None
+    if not problems:
+        measured = measure_output(out, batch_size, seed)
+        figures = measured.figures
+        observed = Observed(
+            sequences=figures["sequences"],
+            documents=figures["documents"],
+            tokens=figures["tokens"],
+            supervised_tokens=figures.get("supervised_tokens", 0),
+            unsupervised_sequences=figures.get("unsupervised_sequences", 0),
+            labelled="supervised_tokens" in figures,
+            full_pieces=int(np.count_nonzero(measured.lengths == figures["max_len"])),
+        )
+        problems = check_totals(manifest, observed, eos_appended=False)
+    if problems or measured is None:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise PackcliError(f"fails verify's checks: {problems[0]}{more}; run packcli verify on it", out)
+    return measured

@@ -1,0 +1,78 @@
+"""The shards a manifest lists, checked against it on open: what a reader can check cheaply before trusting it.
+
+``verify`` hashes every byte; a reader (the loader, ``stats``) cannot afford that on every open, but an edited
+manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open: every
+shard file of the directory is listed, once; the shards' rows and tokens add up to the totals; and each shard file
+holds the rows and tokens its entry says (from the record batches' lengths and the offsets of ``input_ids``: no
+token is read). Any mismatch is one error naming the manifest key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pyarrow as pa
+
+from packcli.errors import PackcliError
+from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, shard_path
+from packcli.write.shards import list_views, read_shard
+
+__all__ = ["check_listing", "open_listed_shard"]
+
+REPACK = "the manifest was edited or the output is damaged: run packcli verify, or repack"
+
+
+def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
+    """Each shard file of ``directory`` listed once, and the shards' rows and tokens equal to ``totals.sequences``
+    and ``totals.tokens``. ``manifest`` is validated already (:func:`packcli.write.manifest.read_manifest`).
+
+    Raises:
+        PackcliError: naming the manifest key at fault.
+    """
+    shards = manifest["shards"]
+    seen: dict[str, int] = {}
+    for index, shard in enumerate(shards):
+        if shard["file"] in seen:
+            _fail(directory, f"shards[{index}].file", f"lists {shard['file']} again (shards[{seen[shard['file']]}])")
+        seen[shard["file"]] = index
+    unlisted = sorted(path.name for path in directory.iterdir() if SHARD_FILE.fullmatch(path.name))
+    unlisted = [name for name in unlisted if name not in seen]
+    if unlisted:
+        _fail(
+            directory,
+            "shards",
+            f"leaves out {unlisted[0]}" + (f" and {len(unlisted) - 1} more" if unlisted[1:] else ""),
+        )
+    for total, key in (("sequences", "rows"), ("tokens", "tokens")):
+        listed = sum(shard[key] for shard in shards)
+        if listed != manifest["totals"][total]:
+            _fail(directory, f"totals.{total}", f"is {manifest['totals'][total]}, the shards list {listed} {key}")
+
+
+def open_listed_shard(directory: Path, index: int, shard: dict[str, Any]) -> pa.Table:
+    """Memory-map the shard of manifest entry ``shards[index]`` and check its rows and tokens against the entry.
+
+    Raises:
+        PackcliError: the file is missing, truncated or not a shard (naming the file), or holds other counts than
+            its entry (naming the manifest key).
+    """
+    path = shard_path(directory, shard["file"])
+    try:
+        table = read_shard(path)
+        tokens = 0
+        for batch in table.to_batches():
+            views = {name: list_views(batch.column(name)) for name in batch.schema.names}  # each a list<int32>
+            offsets = views["input_ids"][1]
+            tokens += int(offsets[-1]) - int(offsets[0])
+    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PackcliError(f"unreadable shard ({reason}): run packcli verify, or repack", path) from None
+    for key, found in (("rows", table.num_rows), ("tokens", tokens)):
+        if found != shard[key]:
+            _fail(directory, f"shards[{index}].{key}", f"is {shard[key]}, {shard['file']} holds {found}")
+    return table
+
+
+def _fail(directory: Path, key: str, problem: str) -> NoReturn:
+    raise PackcliError(f"manifest key {key!r} {problem}: {REPACK}", directory / MANIFEST_NAME)

@@ -1,0 +1,136 @@
+"""docs/ci.md's recipes run as written: the GitHub workflow's ``run:`` steps in order and the GitLab job's
+``script:``, each in a fresh clone of a small repository, with the venv's real ``packcli`` on PATH. Stand-ins: the
+checkout is a ``git clone``, ``actions/cache`` and ``upload-artifact`` copy a folder, the install step is the venv
+itself. A flag renamed in packcli fails here, not in a user's pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, SAMPLE, read_jsonl, write_jsonl
+
+DOC = REPO / "docs" / "ci.md"
+EXPRESSION = re.compile(r"\$\{\{\s*steps\.([\w-]+)\.outputs\.([\w-]+)\s*\}\}")
+SHELL = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]  # GitHub's `shell: bash`
+
+
+def recipes() -> list[dict[str, Any]]:
+    """The YAML blocks of docs/ci.md, parsed, in order."""
+    return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)]
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository whose data/ holds 600 paragraphs of the sample's real text, committed at a fixed time."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git (the recipes restore the inputs' commit times)")
+    repo = tmp_path_factory.mktemp("origin")
+    paragraphs = [part for record in read_jsonl(SAMPLE) for part in record["text"].split("\n\n") if part.strip()]
+    (repo / "data").mkdir()
+    write_jsonl(repo / "data" / "corpus.jsonl", [{"text": text} for text in paragraphs[:600]])
+    when = {"GIT_AUTHOR_DATE": "2024-01-02T03:04:05Z", "GIT_COMMITTER_DATE": "2024-01-02T03:04:05Z"}
+    identity = ["-c", "user.name=ci", "-c", "user.email=ci@example.invalid", "-c", "init.defaultBranch=main"]
+    git_env = {**os.environ, **when}
+    for command in (["init", "-q"], ["add", "data"], ["commit", "-q", "-m", "corpus"]):
+        subprocess.run(["git", *identity, *command], cwd=repo, env=git_env, check=True)
+    return repo
+
+
+def checkout(origin: Path, workspace: Path) -> None:
+    """A fresh clone in the same place each run, as a CI runner makes it: every file with the clone's time."""
+    shutil.rmtree(workspace, ignore_errors=True)
+    subprocess.run(["git", "clone", "-q", str(origin), str(workspace)], check=True)
+
+
+def step_env(variables: dict[str, Any], **more: str) -> dict[str, str]:
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the venv's packcli and python
+    return {**os.environ, "PATH": path, **{key: str(value) for key, value in variables.items()}, **more}
+
+
+def run_shell(script: str, workspace: Path, env: dict[str, str]) -> str:
+    done = subprocess.run([*SHELL, script], cwd=workspace, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"{script}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def is_install(script: str) -> bool:
+    return script.startswith("python -m pip install") and "packcli" in script
+
+
+def run_github(job: dict[str, Any], origin: Path, root: Path) -> dict[str, str]:
+    """Run the job's steps; returns each named step's stdout. ``root`` keeps the cache store across runs."""
+    workspace, summary = root / "workspace", root / "step-summary.md"
+    outputs: dict[str, dict[str, str]] = {}
+    logs: dict[str, str] = {}
+    saves: list[tuple[Path, Path]] = []
+    for step in job["steps"]:
+        action, settings = step.get("uses", ""), step.get("with", {})
+        resolved = {key: EXPRESSION.sub(lambda m: outputs[m[1]][m[2]], str(value)) for key, value in settings.items()}
+        if action.startswith("actions/checkout@"):
+            checkout(origin, workspace)
+        elif action.startswith("actions/setup-python@"):
+            continue
+        elif action.startswith("actions/cache@"):
+            stored, target = root / "cache" / resolved["key"], workspace / resolved["path"]
+            if stored.exists():
+                shutil.copytree(stored, target)
+            else:
+                saves.append((target, stored))  # saved when the job ends
+        elif action.startswith("actions/upload-artifact@"):
+            source, artifact = workspace / resolved["path"], root / "artifacts" / resolved["name"]
+            artifact.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, artifact)
+        elif action:
+            pytest.fail(f"docs/ci.md uses {action}, which this test has no stand-in for")
+        elif is_install(step["run"]):
+            continue  # the venv running this test is the install
+        else:
+            assert not EXPRESSION.search(step["run"]), "a run step's ${{ }} would need GitHub to expand it"
+            output = root / f"output-{len(logs)}"
+            output.touch()
+            env = step_env(job.get("env", {}), GITHUB_OUTPUT=str(output), GITHUB_STEP_SUMMARY=str(summary))
+            logs[step["name"]] = run_shell(step["run"], workspace, env)
+            if "id" in step:
+                outputs[step["id"]] = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    for target, stored in saves:
+        shutil.copytree(target, stored)
+    return logs
+
+
+def test_github_workflow_runs_as_written(tmp_path: Path, origin: Path) -> None:
+    workflow = next(recipe for recipe in recipes() if "jobs" in recipe)
+    [job] = workflow["jobs"].values()
+    first = run_github(job, origin, tmp_path)
+    assert "packed" in first["Pack"] and "OK" in first["Verify"]
+    [key] = os.listdir(tmp_path / "cache")
+    manifest = json.loads((tmp_path / "artifacts" / "packed-manifest" / "manifest.json").read_text())
+    assert key == f"packcli-{manifest['fingerprint']}"
+    summary = (tmp_path / "step-summary.md").read_text()
+    for command in ("pack", "verify", "stats"):
+        assert f"### packcli {command}" in summary
+    assert "| `--min-efficiency` | 95% |" in summary and "**FAIL**" not in summary
+    again = run_github(job, origin, tmp_path)  # a new clone, the same commit: the cache hits, pack does nothing
+    assert "up to date" in again["Pack"] and os.listdir(tmp_path / "cache") == [key]
+
+
+def test_gitlab_job_runs_as_written(tmp_path: Path, origin: Path) -> None:
+    [job] = [recipe["pack"] for recipe in recipes() if "pack" in recipe]
+    workspace = tmp_path / "workspace"
+    checkout(origin, workspace)
+    env = step_env(job.get("variables", {}))
+    logs = [run_shell(line, workspace, env) for line in job["script"] if not is_install(line)]
+    assert any(log.startswith("fingerprint ") and "would read" in log for log in logs)
+    for path in job["artifacts"]["paths"]:
+        assert (workspace / path).is_file()
+    summary = (workspace / "packcli-summary.md").read_text()
+    assert summary.count("### packcli ") == 3 and "**FAIL**" not in summary
+    assert set(job["cache"]["paths"]) == {"packed/"} and (workspace / "packed" / "manifest.json").is_file()

@@ -1,0 +1,228 @@
+"""The CI data-prep step: ``pack --dry-run`` (the cache key), the ``stats`` gates, and the Markdown summary."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLE, read_jsonl, write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.errors import UsageError
+from packcli.report.gates import parse_gates
+
+runner = CliRunner()
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args), env=env)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 paragraphs of the bundled sample's real text as short documents, plain JSON Lines (cuttable into
+    partitions)."""
+    paragraphs = [part for record in read_jsonl(SAMPLE) for part in record["text"].split("\n\n") if part.strip()]
+    return write_jsonl(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", [{"text": p} for p in paragraphs[:600]])
+
+
+@pytest.fixture(scope="module")
+def packed(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("packed") / "out"
+    result = invoke("pack", str(corpus), "--max-len", "512", "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+def dry_then_pack(tmp_path: Path, inputs: list[str], *flags: str) -> dict[str, Any]:
+    """The fingerprint ``--dry-run`` prints is the one the run writes; the dry run leaves the directory as it was."""
+    out = tmp_path / "out"
+    before = listing(tmp_path)
+    cache = Path(os.environ["PACKCLI_CACHE"])
+    dry = invoke("pack", *inputs, "--out", str(out), *flags, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["dry_run"] is True and plan["status"] == "would-pack" and plan["output"] == "absent"
+    assert listing(tmp_path) == before and not (cache.exists() and any(cache.iterdir()))
+    real = invoke("pack", *inputs, "--out", str(out), *flags, "--json", "--quiet")
+    assert real.exit_code == 0, real.stderr
+    assert json.loads(real.stdout)["fingerprint"] == plan["fingerprint"]
+    assert json.loads((out / "manifest.json").read_text())["fingerprint"] == plan["fingerprint"]
+    again = json.loads(invoke("pack", *inputs, "--out", str(out), *flags, "--dry-run", "--json").stdout)
+    assert again["status"] == "up-to-date" and again["output"] == "same"
+    assert again["fingerprint"] == plan["fingerprint"]
+    return plan
+
+
+def test_dry_run_fingerprint_is_the_plain_runs(tmp_path: Path, corpus: Path) -> None:
+    dry_then_pack(tmp_path, [str(corpus)], "--max-len", "512")
+
+
+def test_dry_run_fingerprint_is_the_mixed_runs(tmp_path: Path, corpus: Path) -> None:
+    other = write_jsonl(tmp_path / "other.jsonl", [{"text": f"line {k} of another source"} for k in range(50)])
+    plan = dry_then_pack(tmp_path, [str(corpus), str(other)], "--max-len", "512", "--weights", "7,3")
+    assert [source["weight"] for source in plan["sources"]] == [0.7, 0.3]
+
+
+def test_dry_run_fingerprint_is_the_partitioned_runs(tmp_path: Path, corpus: Path) -> None:
+    dry_then_pack(tmp_path, [str(corpus)], "--max-len", "512", "--partitions", "2", "--workers", "2")
+
+
+def test_dry_run_reports_what_it_would_read(tmp_path: Path, corpus: Path) -> None:
+    result = invoke("pack", str(corpus), "--partitions", "3", "--out", str(tmp_path / "o"), "--dry-run", "--json")
+    plan = json.loads(result.stdout)
+    assert plan["input_files"] == 1 and plan["input_bytes"] == corpus.stat().st_size
+    assert plan["input_documents"] is None  # JSON Lines: only reading would tell
+    assert plan["partitions"]["count"] == 3 and sum(plan["partitions"]["bytes"]) == corpus.stat().st_size
+    assert plan["tokenizer"]["name"] and "records are not read" in plan["checked"]
+    human = invoke("pack", str(corpus), "--partitions", "3", "--out", str(tmp_path / "o"), "--dry-run")
+    assert human.exit_code == 0 and human.stdout.splitlines()[0] == f"fingerprint {plan['fingerprint']}"
+    assert "would read 1 file(s)" in human.stdout and "3 partitions" in human.stdout
+
+
+def test_dry_run_does_not_read_records(tmp_path: Path, corpus: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(corpus.read_bytes() + b"{not json\n")
+    result = invoke("pack", str(bad), "--out", str(tmp_path / "o"), "--dry-run", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["status"] == "would-pack"
+    assert invoke("pack", str(bad), "--out", str(tmp_path / "o"), "--quiet").exit_code == 1  # the run finds it
+
+
+def test_dry_run_still_checks_what_it_can(tmp_path: Path, corpus: Path) -> None:
+    missing = invoke("pack", str(tmp_path / "nope.jsonl"), "--dry-run")
+    assert missing.exit_code == 1 and "nope.jsonl" in missing.stderr
+    tokenizer = invoke("pack", str(corpus), "--tokenizer", str(tmp_path / "no-tokenizer"), "--dry-run")
+    assert tokenizer.exit_code != 0 and "no-tokenizer" in tokenizer.stderr
+    unreadable = tmp_path / "locked.jsonl"
+    unreadable.write_text('{"text": "a"}\n')
+    unreadable.chmod(0)
+    if os.access(unreadable, os.R_OK):
+        pytest.skip("running as root: permissions do not stop reading")
+    denied = invoke("pack", str(unreadable), "--dry-run")
+    assert denied.exit_code == 1 and "locked.jsonl" in denied.stderr and "cannot be read" in denied.stderr
+
+
+def test_dry_run_of_stdin_leaves_no_spool(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    result = runner.invoke(
+        app, ["pack", "-", "--out", str(tmp_path / "o"), "--dry-run", "--json"], input=corpus.read_bytes()
+    )
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["files"][0]["path"] == "<stdin>" and list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_refuses_what_the_run_would(tmp_path: Path, corpus: Path, packed: Path) -> None:
+    result = invoke("pack", str(corpus), "--max-len", "256", "--out", str(packed), "--dry-run")
+    assert result.exit_code == 1 and "--overwrite" in result.stderr
+    replacing = invoke("pack", str(corpus), "--max-len", "256", "--out", str(packed), "--dry-run", "--overwrite")
+    assert replacing.exit_code == 0 and "replacing the output there" in replacing.stdout
+
+
+def test_gates_pass_and_fail_with_one_line(packed: Path) -> None:
+    figures = json.loads(invoke("stats", str(packed), "--json").stdout)
+    efficiency, gap = figures["packing"]["efficiency"], figures["gap_to_lower_bound"]
+    passing = invoke("stats", str(packed), "--min-efficiency", f"{efficiency - 0.01:.4f}", "--max-loss", "0",
+                     "--max-gap", str(gap), "--json")  # fmt: skip
+    assert passing.exit_code == 0, passing.stderr
+    assert [gate["passed"] for gate in json.loads(passing.stdout)["gates"]] == [True, True, True]
+    failing = invoke("stats", str(packed), "--min-efficiency", "100%", "--json")
+    assert failing.exit_code == 3
+    assert json.loads(failing.stdout)["gates"][0]["passed"] is False  # the figures still come, one object
+    [line] = failing.stderr.strip().splitlines()
+    assert "--min-efficiency" in line and f"{efficiency:.2%}" in line and "100.00%" in line
+    if gap:
+        too_far = invoke("stats", str(packed), "--max-gap", str(gap - 1))
+        assert too_far.exit_code == 3 and f"{gap:,} sequences above the lower bound" in too_far.stderr
+    assert invoke("stats", str(packed), "--max-gap", "0%").exit_code == (3 if gap else 0)
+
+
+def test_loss_gate_counts_dropped_and_truncated_tokens(tmp_path: Path, corpus: Path) -> None:
+    out = tmp_path / "o"
+    assert (
+        invoke("pack", str(corpus), "--max-len", "512", "--overflow", "truncate", "--out", str(out), "-q").exit_code
+        == 0
+    )
+    totals = json.loads((out / "manifest.json").read_text())["totals"]
+    share = totals["truncated_tokens"] / totals["input_tokens"]
+    assert invoke("stats", str(out), "--max-loss", f"{share + 1e-6:.6f}").exit_code == 0
+    lost = invoke("stats", str(out), "--max-loss", "1%")
+    assert lost.exit_code == 3 and f"{share:.2%} of the input tokens" in lost.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--min-efficiency", "1.5"), ("--min-efficiency", "101%"), ("--min-efficiency", "-0.1"),
+     ("--max-loss", "-1%"), ("--max-loss", "x"), ("--max-gap", "-3"), ("--max-gap", "0.5")],
+)  # fmt: skip
+def test_impossible_gates_are_usage_errors(packed: Path, flag: str, value: str) -> None:
+    result = invoke("stats", str(packed), f"{flag}={value}")
+    assert result.exit_code == 2 and flag in result.stderr
+
+
+def test_gate_on_a_damaged_output_reports_the_damage(tmp_path: Path, packed: Path) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in packed.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["totals"]["tokens"] += 1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    result = invoke("stats", str(copy), "--min-efficiency", "0")
+    assert result.exit_code == 1 and "fails verify's checks" in result.stderr and "totals.tokens" in result.stderr
+    assert invoke("verify", str(copy), "--summary", str(tmp_path / "verify.md")).exit_code == 1
+    assert "**FAILED: 2 problems**\n\n- manifest totals.tokens" in (tmp_path / "verify.md").read_text()
+    shard = next(copy.glob("shard-*.arrow"))
+    shard.write_bytes(shard.read_bytes()[:-8])
+    truncated = invoke("stats", str(copy), "--min-efficiency", "0")
+    assert truncated.exit_code == 1 and f"{shard.name}: " in truncated.stderr and "bytes" in truncated.stderr
+
+
+def test_gates_on_a_raw_corpus_judge_the_packing_it_would_get(corpus: Path) -> None:
+    result = invoke("stats", str(corpus), "--max-len", "512", "--min-efficiency", "100%", "--json", "-q")
+    assert result.exit_code == 3 and json.loads(result.stdout)["gates"][0]["gate"] == "--min-efficiency"
+
+
+def test_summary_markdown_for_pack_stats_and_verify(tmp_path: Path, corpus: Path) -> None:
+    github = tmp_path / "step-summary.md"
+    mine = tmp_path / "mine.md"
+    env = {"GITHUB_STEP_SUMMARY": str(github)}
+    out = str(tmp_path / "o")
+    packed = invoke("pack", str(corpus), "--max-len", "64", "--overflow", "drop", "--out", out, "--json", env=env)
+    assert packed.exit_code == 0 and json.loads(packed.stdout)["status"] == "packed"  # stdout: the object alone
+    assert invoke("verify", out, "--summary", str(mine), env=env).exit_code == 0
+    assert invoke("stats", out, "--max-loss", "1%", "--summary", str(github), env=env).exit_code == 3
+    text = github.read_text()
+    assert text.count("### packcli pack") == 1 and text.count("### packcli stats") == 1  # named twice: once
+    assert "packing efficiency" in text and "tokens (" in text and "**1 warning**" in text
+    assert "--overflow drop left out" in text and "| `--max-loss` | 1% |" in text and "**FAIL**" in text
+    assert "OK: every invariant and checksum holds" in mine.read_text() and "### packcli verify" in text
+    assert not invoke("pack", str(corpus), "--out", out, "--dry-run", "--overwrite", env=env).stderr
+    assert github.read_text() == text  # a dry run writes nothing, no summary either
+
+
+@given(st.integers(0, 10_000), st.integers(1, 10_000))
+def test_a_share_reads_the_same_as_a_fraction_or_a_percentage(part: int, whole: int) -> None:
+    share = min(part, whole) / whole
+    [fraction, loss, gap] = parse_gates(repr(share), f"{share * 100!r}%", f"{share * 100!r}%")
+    assert fraction.limit == pytest.approx(share) and loss.limit == pytest.approx(share)
+    assert gap.limit == pytest.approx(share) and gap.relative
+    [count] = parse_gates(None, None, str(part))
+    assert count.limit == part and not count.relative
+    assert (
+        count.passes(part) and not count.passes(part + 1) and fraction.passes(share) and not loss.passes(share + 0.01)
+    )
+    with pytest.raises(UsageError):
+        parse_gates(repr(1 + part / whole + 1e-9), None, None)
+    with pytest.raises(UsageError):
+        parse_gates(None, repr(-share - 1e-9), None)

@@ -1,0 +1,129 @@
+"""The loader refuses what it cannot read right, in one clear error: a state of another output, a manifest edited to
+list a shard twice, leave one out or change counts, a truncated shard, and arguments out of their range."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
+from conftest import SAMPLE, read_jsonl, write_jsonl  # noqa: E402
+
+from packcli.errors import PackcliError  # noqa: E402
+from packcli.options import PackOptions  # noqa: E402
+from packcli.pipeline import pack_corpus  # noqa: E402
+from packcli.torch import PackedDataset, loader  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """One corpus packed twice, with --seed 0 and --seed 7, into several shards each."""
+    folder = tmp_path_factory.mktemp("guards")
+    corpus = write_jsonl(folder / "corpus.jsonl", read_jsonl(SAMPLE)[:12])
+    for seed in (0, 7):
+        pack_corpus([str(corpus)], PackOptions(max_len=96, shard_size=60_000, seed=seed), folder / f"seed{seed}")
+    return {seed: folder / f"seed{seed}" for seed in (0, 7)}
+
+
+def test_a_state_of_another_output_is_refused(outputs: dict[int, Path]) -> None:
+    taken_on, other = PackedDataset(outputs[0], seed=1), PackedDataset(outputs[7], seed=1)
+    assert taken_on.num_rows == other.num_rows  # same corpus, same row count: only the output tells them apart
+    for _, _row in zip(range(40), taken_on):
+        pass
+    state = taken_on.state_dict()
+    with pytest.raises(PackcliError, match="cannot resume: the state is of output"):
+        other.load_state_dict(state)
+    again = PackedDataset(outputs[0], seed=1)
+    again.load_state_dict(state)  # the output it was taken on resumes it
+    assert (again.epoch, again.consumed) == (0, 40)
+
+
+def edited(source: Path, target: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    shutil.copytree(source, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    edit(manifest)
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+def list_first_shard_twice(manifest: dict[str, Any]) -> None:
+    manifest["shards"][1] = dict(manifest["shards"][0])
+
+
+def leave_out_last_shard(manifest: dict[str, Any]) -> None:
+    gone = manifest["shards"].pop()
+    manifest["totals"]["sequences"] -= gone["rows"]  # totals made consistent: the unlisted file still shows
+    manifest["totals"]["tokens"] -= gone["tokens"]
+
+
+def drop_last_shard_from_the_list(manifest: dict[str, Any]) -> None:
+    manifest["shards"].pop()
+
+
+def claim_more_rows(manifest: dict[str, Any]) -> None:
+    manifest["shards"][0]["rows"] += 5
+    manifest["totals"]["sequences"] += 5
+
+
+def claim_fewer_tokens(manifest: dict[str, Any]) -> None:
+    manifest["shards"][1]["tokens"] -= 1
+    manifest["totals"]["tokens"] -= 1
+
+
+def claim_more_total_tokens(manifest: dict[str, Any]) -> None:
+    manifest["totals"]["tokens"] += 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (list_first_shard_twice, "shards[1].file"),
+        (leave_out_last_shard, "shards"),
+        (drop_last_shard_from_the_list, "shards"),
+        (claim_more_rows, "shards[0].rows"),
+        (claim_fewer_tokens, "shards[1].tokens"),
+        (claim_more_total_tokens, "totals.tokens"),
+    ],
+)
+def test_an_edited_manifest_is_refused_naming_the_key(
+    outputs: dict[int, Path], tmp_path: Path, edit: Callable[[dict[str, Any]], None], key: str
+) -> None:
+    out = edited(outputs[0], tmp_path / "edited", edit)
+    with pytest.raises(PackcliError, match=rf"manifest key '{re.escape(key)}'.*packcli verify") as raised:
+        PackedDataset(out)
+    assert "\n" not in str(raised.value) and "manifest.json" in str(raised.value)
+
+
+def test_a_truncated_shard_names_the_file(outputs: dict[int, Path], tmp_path: Path) -> None:
+    out = shutil.copytree(outputs[0], tmp_path / "truncated")
+    shard = out / json.loads((out / "manifest.json").read_text())["shards"][1]["file"]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(PackcliError, match="unreadable shard") as raised:
+        PackedDataset(out)
+    assert raised.value.path == str(shard)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"world_size": 0, "rank": 0}, r"world_size must be an integer >= 1 .*, not 0"),
+        ({"world_size": 2, "rank": 2}, r"rank 2 is not in 0\.\.1"),
+        ({"seed": -1}, r"seed must be an integer >= 0 .*, not -1"),
+        ({"batch_size": 0}, r"batch_size must be an integer >= 1 .*, not 0"),
+        ({"batch_size": -1}, r"batch_size must be an integer >= 1 .*, not -1"),
+    ],
+)
+def test_arguments_out_of_range_say_the_range(
+    outputs: dict[int, Path], arguments: dict[str, int], message: str
+) -> None:
+    for make in (PackedDataset, lambda path, **kw: loader(path, **{"batch_size": 4, **kw})):
+        with pytest.raises(ValueError, match=message):
+            make(outputs[0], **arguments)
+    with pytest.raises(ValueError, match=r"epoch must be an integer >= 0"):
+        PackedDataset(outputs[0]).set_epoch(-1)
