@@ -21,6 +21,7 @@ from packcli.options import PackOptions
 from packcli.pipeline import set_up, tokenizer_entry
 from packcli.storage import UrlPath
 from packcli.storage.publish import remote_output
+from packcli.storage.sources import parquet_source
 from packcli.write.publish import existing_output
 
 __all__ = ["DryRun", "dry_run"]
@@ -131,7 +132,7 @@ def _file_entry(path: Path) -> dict[str, Any]:
     """One input as the run would read it: its size, and its documents where the file says without reading
     records (a Parquet footer)."""
     try:
-        with open(path, "rb"):
+        with path.open("rb"):  # a URL: its object, through the store
             pass
     except OSError as exc:
         raise PackcliError(f"cannot be read ({exc.strerror or exc})", path) from None
@@ -141,7 +142,7 @@ def _file_entry(path: Path) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
         try:
-            documents = pq.read_metadata(path).num_rows
+            documents = pq.read_metadata(parquet_source(path)).num_rows
         except (pa.ArrowException, OSError) as exc:
             raise PackcliError(f"not a readable Parquet file ({exc})", path) from None
     return {"path": path_name(path), "bytes": path.stat().st_size, "documents": documents}
