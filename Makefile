@@ -22,8 +22,11 @@ demo: install
 	$(VENV)/bin/packcli pack examples/sample.jsonl.gz --max-len 1024 --out $(DEMO_OUT) --overwrite
 	$(VENV)/bin/packcli stats $(DEMO_OUT) --plot docs/demo-stats.png
 
+# Two pytest workers (pytest-xdist); the tests that start Ray share one (see tests/conftest.py).
+TEST_WORKERS ?= 2
+
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install
 	$(VENV)/bin/ruff check packcli tests bench

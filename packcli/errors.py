@@ -154,7 +154,7 @@ def ending_by_signal() -> Iterator[None]:
 
 
 # extra name -> the top-level module it provides (the tests check this against pyproject.toml).
-EXTRA_MODULES = {"torch": "torch", "ray": "ray", "plot": "matplotlib", "cloud": "fsspec"}
+EXTRA_MODULES = {"torch": "torch", "ray": "ray", "plot": "matplotlib", "hf": "datasets", "cloud": "fsspec"}
 
 
 class MissingExtraError(PackcliError, ImportError):

@@ -37,6 +37,7 @@ from packcli.write.manifest import FORMAT_VERSION, read_manifest, write_manifest
 from packcli.write.publish import Publication
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.shards import ShardInfo, shard_schema
+from packcli.write.splits import shard_entries, split_pieces
 
 __all__ = [
     "PackResult",
@@ -164,7 +165,7 @@ def _build(
         if setup.sources is not None and len(tokenized.lengths):
             stream = mixed_stream(setup.sources, tokenized.file_documents, tokenized.lengths, options)
         drawn = None if stream is None else stream.documents
-        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder.supervised, staging, reporter, drawn)
+        packed = pack_tokens(tokenized, options, setup.tokenizer, encoder, staging, reporter, drawn)
     finally:
         if cached is None:
             tokenized.store.remove()
@@ -173,7 +174,7 @@ def _build(
     check_documents(len(tokenized.lengths), packed.totals, files, options)
     reporter.close()
     manifest = base_manifest(setup, fingerprint)
-    manifest.update(totals=packed.totals, shards=[shard.to_json() for shard in packed.shards])
+    manifest.update(totals=packed.totals, shards=packed.shard_entries())
     if setup.sources is not None and stream is not None:
         manifest["sources"] = source_entries(
             setup.sources, stream, tokenized.file_documents, tokenized.lengths, packed.pieces
@@ -187,18 +188,24 @@ def _build(
 
 @dataclass(frozen=True)
 class Packed:
-    """What one local run wrote: its manifest totals, its shards, and the pieces it packed."""
+    """What one local run wrote: its manifest totals, its shards, the pieces it packed, and where the pieces of
+    split documents landed (:mod:`packcli.write.splits`)."""
 
     totals: dict[str, int]
     shards: list[ShardInfo]
     pieces: Pieces
+    split: list[list[list[int]]]
+
+    def shard_entries(self) -> list[dict[str, Any]]:
+        """The manifest's ``shards`` entries of this run."""
+        return shard_entries(self.shards, self.split)
 
 
 def pack_tokens(
     tokenized: Tokenized,
     options: PackOptions,
     tokenizer: LoadedTokenizer | None,
-    supervised: bool,
+    encoder: Encoder,
     directory: Path,
     reporter: Reporter,
     drawn: np.ndarray | None = None,
@@ -223,8 +230,10 @@ def pack_tokens(
         "packcli.format_version": str(FORMAT_VERSION),
         "packcli.max_len": str(options.max_len),
         "packcli.tokenizer_sha256": tokenizer.sha256 if tokenizer is not None else "",
+        "packcli.eos_id": "" if encoder.eos_id is None else str(encoder.eos_id),
     }
     tokenized.store.finish()
+    supervised = encoder.supervised
     schema = shard_schema(metadata, labels=supervised)
     supervision = Supervision() if supervised else None
     shards = []
@@ -243,7 +252,7 @@ def pack_tokens(
     }
     if supervision is not None:
         totals.update(asdict(supervision))
-    return Packed(totals, shards, pieces)
+    return Packed(totals, shards, pieces, split_pieces(pieces, packing, shards))
 
 
 def check_documents(read: int, totals: dict[str, int], files: list[Path], options: PackOptions) -> None:

@@ -1,4 +1,12 @@
-"""Shared fixtures: no network, the real corpora and tokenizers in ../shared (skipped, saying why, without them)."""
+"""Shared fixtures: no network, the real corpora and tokenizers in ../shared (skipped, saying why, without them), and
+one tiny real corpus with its common outputs, each packed once per test session.
+
+The session outputs (``packed_text``, ``packed_rows``, ``packed_sft``) are read-only: a test
+that changes an output copies it first (``shutil.copytree(packed_text, tmp_path / "out")``). They are packed through
+the real CLI in this process, with the bundled GPT-2 tokenizer, so a test that only reads an output pays nothing for
+it; a test whose subject is the pack itself (its options, its process, its failures) packs ``tiny_corpus``, not the
+much larger demo sample (``SAMPLE``), unless the size is what it tests.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PACKCLI_SHARED", REPO.parent / "shared"))
 SAMPLE = REPO / "examples" / "sample.jsonl.gz"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+TINY_DOCUMENT_CHARS = 12_000  # the tiny corpus takes the sample's modules up to this size ...
+TINY_DOCUMENTS = 60  # ... this many of them, in the sample's order
+ROWS_MAX_LEN = 96  # the max_len of the ``packed_rows`` output
 
 
 @pytest.fixture(autouse=True)
@@ -70,3 +81,76 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def output_rows(out: Path) -> list[dict[str, list[int]]]:
+    """Every row of a packed output, shard by shard in the manifest's order, read with pyarrow alone (the format
+    as docs/format.md states it, not packcli's own reader): one dict of column name -> list of ints per row."""
+    import pyarrow as pa
+
+    rows: list[dict[str, list[int]]] = []
+    for shard in json.loads((out / "manifest.json").read_text())["shards"]:
+        with pa.OSFile(str(out / shard["file"])) as source:
+            rows.extend(pa.ipc.open_stream(source).read_all().to_pylist())
+    return rows
+
+
+def _pack_once(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str) -> Path:
+    """Pack through the CLI into a directory of its own; a session fixture's output, checked complete."""
+    from typer.testing import CliRunner
+
+    from packcli.cli import app
+
+    out = tmp_path_factory.mktemp(name) / "packed"
+    environment = dict(os.environ)  # the command sets tokenizer variables: none of them outlives the fixture
+    os.environ["PACKCLI_CACHE"] = str(out.parent / "packcli-cache")  # no tokenization cache from outside the session
+    try:
+        result = CliRunner().invoke(app, ["pack", *args, "--out", str(out), "--quiet"])
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny real corpus: the demo sample's first 60 modules of at most 12,000 characters, as plain JSON Lines
+    with their ``id`` and ``text`` (173,356 characters; 75,322 GPT-2 tokens, 29 documents over 512 tokens and 14
+    over 2,048), a twentieth of the sample's tokens. Read-only."""
+    records = [record for record in read_jsonl(SAMPLE) if len(record["text"]) <= TINY_DOCUMENT_CHARS]
+    return write_jsonl(tmp_path_factory.mktemp("tiny") / "tiny.jsonl", records[:TINY_DOCUMENTS])
+
+
+@pytest.fixture(scope="session")
+def packed_text(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """``tiny_corpus`` packed with the defaults (bfd, split, shuffled rows) at ``--max-len 512 --shard-size 100KB``:
+    several shards, split documents, rows of several documents. Read-only: copy it to change it."""
+    return _pack_once(tmp_path_factory, "packed-text", str(tiny_corpus), "--max-len", "512", "--shard-size", "100KB")
+
+
+@pytest.fixture(scope="session")
+def packed_rows(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """``tiny_corpus`` packed at ``--max-len 96`` (the loader's tests: rows short enough for a tiny model, many of
+    them holding several documents), in two shards. Read-only."""
+    return _pack_once(
+        tmp_path_factory, "packed-rows", str(tiny_corpus), "--max-len", str(ROWS_MAX_LEN), "--shard-size", "500KB"
+    )
+
+
+@pytest.fixture(scope="session")
+def packed_sft(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """Prompt/response records made from ``tiny_corpus`` (prompt: a module's first 200 characters, response: the
+    next 500) packed at ``--max-len 128`` (overflow drop, the fine-tuning default): a ``labels`` column. Read-only."""
+    records = [{"prompt": r["text"][:200], "response": r["text"][200:700]} for r in read_jsonl(tiny_corpus)]
+    corpus = write_jsonl(tmp_path_factory.mktemp("sft") / "sft.jsonl", records)
+    args = ["--prompt-field", "prompt", "--response-field", "response", "--max-len", "128"]
+    return _pack_once(tmp_path_factory, "packed-sft", str(corpus), *args)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), the tests that start a local Ray run on one
+    worker, one after another: two Ray clusters at once would only compete for the same cores and memory."""
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))

@@ -19,19 +19,19 @@ def invoke(*args: str):  # type: ignore[no-untyped-def]
     return runner.invoke(app, list(args))
 
 
-def test_pack_json_prints_one_object(tmp_path: Path) -> None:
-    result = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
+def test_pack_json_prints_one_object(tmp_path: Path, tiny_corpus: Path) -> None:
+    result = invoke("pack", str(tiny_corpus), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["status"] == "packed" and summary["sequences"] > 0 and summary["max_len"] == 1024
-    again = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
+    again = invoke("pack", str(tiny_corpus), "--max-len", "1024", "--out", str(tmp_path / "o"), "--json")
     assert json.loads(again.stdout)["status"] == "up-to-date"
-    human = invoke("pack", str(SAMPLE), "--max-len", "1024", "--out", str(tmp_path / "o"))
+    human = invoke("pack", str(tiny_corpus), "--max-len", "1024", "--out", str(tmp_path / "o"))
     assert "up to date" in human.stdout
 
 
-def test_pack_human_summary(tmp_path: Path) -> None:
-    result = invoke("pack", str(SAMPLE), "--max-len", "256", "--out", str(tmp_path / "o"), "--quiet")
+def test_pack_human_summary(tmp_path: Path, tiny_corpus: Path) -> None:
+    result = invoke("pack", str(tiny_corpus), "--max-len", "256", "--out", str(tmp_path / "o"), "--quiet")
     assert result.exit_code == 0
     assert "sequences of max_len 256" in result.stdout and "split documents:" in result.stdout
 
@@ -93,8 +93,22 @@ def test_skip_bad_records_counts_and_warns(tmp_path: Path) -> None:
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    result = invoke("pack", str(tmp_path / "missing.jsonl"), "--debug")
-    assert result.exit_code != 0 and result.exception is not None
+    """Without --debug the error is one line and a plain exit 1; with it, the error itself propagates, traceback and
+    all (a real process prints it: Python's own handler), and no one-line message replaces it."""
+    import traceback
+
+    from packcli.errors import PackcliError
+
+    missing = str(tmp_path / "missing.jsonl")
+    plain = invoke("pack", missing)
+    assert plain.exit_code == 1 and isinstance(plain.exception, SystemExit)
+    assert plain.stderr == f"error: {missing}: no such file or directory\n"
+    debug = invoke("pack", missing, "--debug")
+    assert debug.exit_code == 1 and isinstance(debug.exception, PackcliError) and debug.stderr == ""
+    assert debug.exc_info is not None
+    frames = traceback.extract_tb(debug.exc_info[2])
+    raised_in = Path(frames[-1].filename).parts
+    assert "packcli" in raised_in and "cli" not in raised_in  # down to where the input was looked for, below the CLI
 
 
 def test_help_answers() -> None:

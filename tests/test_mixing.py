@@ -197,6 +197,33 @@ def test_a_file_in_two_inputs_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "is in two inputs" in result.stderr
 
 
+@pytest.mark.parametrize("second", ["a.jsonl", "./a.jsonl", "link.jsonl", "hard.jsonl"])
+def test_the_same_file_given_twice_is_refused_naming_both_spellings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, second: str
+) -> None:
+    corpus(tmp_path / "a.jsonl", ["yew"], 5)
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "a.jsonl")
+    (tmp_path / "hard.jsonl").hardlink_to(tmp_path / "a.jsonl")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["pack", "a.jsonl", second, "--weights", "1,1", "--out", "o"])
+    assert result.exit_code == 2, result.output
+    assert f"is in two inputs, 'a.jsonl' (input 1) and '{second}' (input 2)" in result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("target", [[], ["--target-tokens", "200"]])
+def test_huge_weights_normalise_without_overflow(tmp_path: Path, target: list[str]) -> None:
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
+    args = ["pack", str(a), str(b), "--weights", "1e308,1e308", *target, "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    sources = json.loads((tmp_path / "o" / "manifest.json").read_text())["sources"]
+    assert [source["weight"] for source in sources] == [0.5, 0.5]
+    assert [source["share"] for source in sources] == pytest.approx([0.5, 0.5], abs=0.05)
+    assert quotas([100, 100], [1e308, 1e308], 50) == [25, 25]
+    assert quotas([100, 100], [1e308, 5e307], None) == [100, 50]
+
+
 def test_the_token_store_gathers_a_document_more_than_once(tmp_path: Path) -> None:
     store = TokenStore(tmp_path / "tokens")
     store.append(np.arange(10, dtype=np.int32))

@@ -23,11 +23,11 @@ def test_max_len_must_fit_int32() -> None:
             PackOptions(max_len=bad)
 
 
-def test_long_context_max_len_packs_and_verifies(tmp_path: Path) -> None:
+def test_long_context_max_len_packs_and_verifies(tmp_path: Path, tiny_corpus: Path) -> None:
     """2**20 tokens per sequence: no document is split and bfd reaches the lower bound; a benchmark
     (bench/bench_max_len.py) compares its time and memory with 4096."""
     out = tmp_path / "out"
-    result = runner.invoke(app, ["pack", str(SAMPLE), "--max-len", str(2**20), "--out", str(out), "--json"])
+    result = runner.invoke(app, ["pack", str(tiny_corpus), "--max-len", str(2**20), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["max_len"] == 2**20 and summary["split_documents"] == 0

@@ -216,7 +216,8 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
     corpus = tmp_path / "bad.jsonl"
     corpus.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(out))
+    # --quiet: a run past the progress interval (5 s, a loaded machine) would add progress lines before the error
+    result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(out), "--quiet")
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: {corpus}:76: invalid JSON") and "partition 3 of 4" in result.stderr
     assert not out.exists()
@@ -300,3 +301,21 @@ def test_a_signal_stops_the_partition_workers_too(tmp_path: Path, signum: int, d
     resumed = invoke("pack", str(corpus), "--partitions", "2", "--out", str(tmp_path / "out"))
     assert resumed.exit_code == 0, resumed.output
     assert verify_output(tmp_path / "out").ok
+
+
+def test_a_bom_at_a_cut_is_a_bad_line_in_one_process_and_in_partitions(tmp_path: Path) -> None:
+    """Only a file's first byte may carry a BOM: `cat a.jsonl b.jsonl` where b starts with one, cut right there."""
+    line = json.dumps({"text": " ".join(TEXTS[0].split()[:20])}).encode() + b"\n"
+    corpus = tmp_path / "cat.jsonl"
+    corpus.write_bytes(line * 21 + b"\xef\xbb\xbf" + line * 19)
+    assert [part[0].span for part in plan_partitions([corpus], 2).partitions][1][0] == 21 * len(line)
+    outputs = []
+    for extra in ([], ["--partitions", "2", "--workers", "1"]):
+        failed = invoke("pack", str(corpus), "--max-len", "128", "--out", str(tmp_path / "f"), *extra)
+        assert failed.exit_code == 1 and failed.stderr.startswith(f"error: {corpus}:22: "), failed.stderr
+        assert "BOM" in failed.stderr
+        out = tmp_path / f"skip{len(extra)}"
+        skipped = invoke("pack", str(corpus), "--max-len", "128", "--skip-bad-records", "--out", str(out), *extra)
+        assert skipped.exit_code == 0, skipped.output
+        outputs.append(json.loads((out / "manifest.json").read_text())["totals"])
+    assert [(t["input_documents"], t["bad_records"]) for t in outputs] == [(39, 1), (39, 1)]

@@ -35,10 +35,10 @@ def shard_digests(out: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("shard-*.arrow"))}
 
 
-def test_round_trip_in_input_order_gives_back_every_text(tmp_path: Path) -> None:
-    texts = [r["text"] for r in read_jsonl(SAMPLE)]
+def test_round_trip_in_input_order_gives_back_every_text(tmp_path: Path, tiny_corpus: Path) -> None:
+    texts = [r["text"] for r in read_jsonl(tiny_corpus)]
     options = PackOptions(max_len=300, strategy="greedy", shard_size=200_000, shuffle=False)
-    result = pack_corpus([str(SAMPLE)], options, tmp_path / "out")
+    result = pack_corpus([str(tiny_corpus)], options, tmp_path / "out")
     tokenizer = load_tokenizer().tokenizer
     flat = [token for piece in documents_of(tmp_path / "out") for token in piece]
     eos = 50256
@@ -50,12 +50,12 @@ def test_round_trip_in_input_order_gives_back_every_text(tmp_path: Path) -> None
     assert len(result.manifest["shards"]) > 1
 
 
-def test_round_trip_best_fit_keeps_every_document_and_token(tmp_path: Path) -> None:
+def test_round_trip_best_fit_keeps_every_document_and_token(tmp_path: Path, tiny_corpus: Path) -> None:
     from datasets import Dataset
 
-    records = read_jsonl(SAMPLE)
+    records = read_jsonl(tiny_corpus)
     options = PackOptions(max_len=2048, overflow=Overflow.split)
-    result = pack_corpus([str(SAMPLE)], options, tmp_path / "out")
+    result = pack_corpus([str(tiny_corpus)], options, tmp_path / "out")
     loaded = load_tokenizer()
     encoded = [
         [*ids, 50256]
@@ -97,18 +97,18 @@ def test_truncate_and_drop_are_counted(tmp_path: Path) -> None:
         assert (totals["documents"], totals["truncated_tokens"], totals["dropped_documents"]) == expected
 
 
-def test_identical_rerun_is_a_no_op_and_changes_need_overwrite(tmp_path: Path) -> None:
+def test_identical_rerun_is_a_no_op_and_changes_need_overwrite(tmp_path: Path, tiny_corpus: Path) -> None:
     out = tmp_path / "out"
-    first = pack_corpus([str(SAMPLE)], PackOptions(max_len=512), out)
+    first = pack_corpus([str(tiny_corpus)], PackOptions(max_len=512), out)
     digests = shard_digests(out)
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    again = pack_corpus([str(SAMPLE)], PackOptions(max_len=512, workers=1), out)
+    again = pack_corpus([str(tiny_corpus)], PackOptions(max_len=512, workers=1), out)
     assert again.status == "up-to-date" and again.manifest == first.manifest
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
     with pytest.raises(PackcliError, match="--overwrite"):
-        pack_corpus([str(SAMPLE)], PackOptions(max_len=256), out)
+        pack_corpus([str(tiny_corpus)], PackOptions(max_len=256), out)
     assert shard_digests(out) == digests  # refused: left intact
-    replaced = pack_corpus([str(SAMPLE)], PackOptions(max_len=256), out, overwrite=True)
+    replaced = pack_corpus([str(tiny_corpus)], PackOptions(max_len=256), out, overwrite=True)
     assert replaced.status == "packed" and replaced.manifest["max_len"] == 256
     assert not list(tmp_path.glob(".out.packcli-*"))
 
@@ -122,14 +122,14 @@ def test_unrelated_directory_is_not_overwritten(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
 
 
-def test_same_input_and_options_give_byte_identical_shards(tmp_path: Path) -> None:
+def test_same_input_and_options_give_byte_identical_shards(tmp_path: Path, tiny_corpus: Path) -> None:
     for name in ("a", "b"):
-        pack_corpus([str(SAMPLE)], PackOptions(max_len=1024, shard_size=300_000), tmp_path / name)
+        pack_corpus([str(tiny_corpus)], PackOptions(max_len=1024, shard_size=300_000), tmp_path / name)
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
     assert len(shard_digests(tmp_path / "a")) > 1
 
 
-def test_worker_counts_give_byte_identical_shards(tmp_path: Path) -> None:
+def test_worker_counts_give_byte_identical_shards(tmp_path: Path, tiny_corpus: Path) -> None:
     for workers in ("1", "2"):
         subprocess.run(
             [
@@ -137,7 +137,7 @@ def test_worker_counts_give_byte_identical_shards(tmp_path: Path) -> None:
                 "-m",
                 "packcli",
                 "pack",
-                str(SAMPLE),
+                str(tiny_corpus),
                 "--max-len",
                 "700",
                 "--workers",
@@ -153,11 +153,11 @@ def test_worker_counts_give_byte_identical_shards(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_failure_mid_write_leaves_no_output_and_propagates(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: bool
+    tmp_path: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch, existing: bool
 ) -> None:
     out = tmp_path / "out"
     if existing:
-        pack_corpus([str(SAMPLE)], PackOptions(max_len=128), out)
+        pack_corpus([str(tiny_corpus)], PackOptions(max_len=128), out)
         before = shard_digests(out)
     real = rows.row_batch
     calls = []
@@ -170,7 +170,7 @@ def test_failure_mid_write_leaves_no_output_and_propagates(
 
     monkeypatch.setattr(rows, "row_batch", failing)
     with pytest.raises(OSError, match="No space left"):
-        pack_corpus([str(SAMPLE)], PackOptions(max_len=256, shard_size=100_000), out, overwrite=True)
+        pack_corpus([str(tiny_corpus)], PackOptions(max_len=256, shard_size=100_000), out, overwrite=True)
     assert len(calls) == 3
     if existing:
         assert shard_digests(out) == before and (out / "manifest.json").exists()

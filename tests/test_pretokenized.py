@@ -127,6 +127,8 @@ def test_a_tokenizer_gives_the_eos_and_the_vocabulary_bound(tmp_path: Path, docu
         ([1.5, 2], "is not a list of ints"),
         (["1", "2"], "is not a list of ints"),
         ([[1, 2], [3]], "is not a list of ints"),
+        ([1, False, 3], "holds false at position 1: a token id is a number, not true or false"),
+        ([True, 2], "holds true at position 0"),
         ("1 2 3", "is str, not a list of token ids"),
         (None, "is null"),
     ],
@@ -184,6 +186,16 @@ def test_labels_that_disagree_with_the_ids_are_bad_records(tmp_path: Path) -> No
     short = write_jsonl(tmp_path / "short.jsonl", [{"ids": [5, 6, 7], "labels": [-100, 6]}])
     result = runner.invoke(app, ["pack", str(short), "--ids-field", "ids", "--labels-field", "labels"])
     assert result.exit_code == 1 and "holds 2 labels for 3 ids" in result.stderr
+
+
+def test_a_boolean_label_is_a_bad_record_not_the_id_1(tmp_path: Path) -> None:
+    records = [{"ids": [5, 1, 7], "labels": [-100, 1, 7]}, {"ids": [5, 1], "labels": [-100, True]}]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    args = ["pack", str(path), "--ids-field", "ids", "--labels-field", "labels", "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and result.stderr.startswith(
+        f"error: {path}:2: field 'labels' holds true at position 1"
+    )
 
 
 @pytest.mark.parametrize(

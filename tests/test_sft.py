@@ -154,6 +154,55 @@ def test_jinja_template_supervises_what_the_assistant_adds(tmp_path: Path) -> No
     assert supervised_text(labels) == "Hello!<|im_end|>\n<|endoftext|>"
 
 
+# Llama-2 and Mistral style: the template itself ends every assistant turn with the EOS token.
+EOS_RENDERING = (
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
+    "{% else %} {{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"
+)
+
+
+def test_a_template_that_renders_eos_gets_no_second_one(tmp_path: Path) -> None:
+    (tmp_path / "template.jinja").write_text(EOS_RENDERING)
+    chats = [
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                      {"role": "user", "content": "More?"}, {"role": "assistant", "content": "Sure."}]},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes."},
+                      {"role": "user", "content": "Bye"}]},
+    ]  # fmt: skip
+    path = write_jsonl(tmp_path / "chat.jsonl", chats)
+    options = PackOptions(
+        max_len=256, messages_field="messages", chat_template=str(tmp_path / "template.jinja"), shuffle=False
+    )
+    result = pack_corpus([str(path)], options, tmp_path / "o")
+    ended, open_ended = packed_documents(tmp_path / "o")
+    assert TOKENIZER.decode(ended[0], skip_special_tokens=False) == (
+        "[INST] Hi [/INST] Hello!<|endoftext|>[INST] More? [/INST] Sure.<|endoftext|>"
+    )
+    assert ended[0][-2:] != [EOS, EOS] and ended[1][-1] == EOS  # the template's EOS, supervised, and only it
+    assert supervised_text(ended[1]) == " Hello!<|endoftext|> Sure.<|endoftext|>"
+    # A chat that ends with the user's turn gets EOS appended, not supervised (as with any template).
+    assert TOKENIZER.decode(open_ended[0], skip_special_tokens=False).endswith("[INST] Bye [/INST]<|endoftext|>")
+    assert open_ended[1][-1] == -100 and supervised_text(open_ended[1]) == " Yes.<|endoftext|>"
+    assert result.manifest["totals"]["tokens"] == len(ended[0]) + len(open_ended[0])
+    assert verify_output(tmp_path / "o").ok
+
+
+def test_a_template_that_renders_bos_and_eos_with_a_mistral_tokenizer_gets_one_of_each(tmp_path: Path) -> None:
+    tekken = shared_path("tokenizers/tekken")
+    (tmp_path / "template.jinja").write_text(EOS_RENDERING)
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": chat}])
+    template = str(tmp_path / "template.jinja")
+    options = PackOptions(
+        max_len=256, messages_field="messages", chat_template=template, tokenizer=str(tekken), bos=True
+    )
+    pack_corpus([str(path)], options, tmp_path / "o")
+    [(ids, labels)] = packed_documents(tmp_path / "o")
+    assert ids.count(1) == 1 and ids[0] == 1 and labels[0] == -100  # <s>: the template's, once, though --bos
+    assert ids.count(2) == 1 and ids[-1] == 2 and labels[-1] == 2  # </s>: the template's, once, supervised
+    assert verify_output(tmp_path / "o").ok
+
+
 def test_sft_default_overflow_drops_and_counts(tmp_path: Path) -> None:
     records = [{"prompt": "long " * 100, "response": "x"}, {"prompt": "short", "response": "y"}]
     path = write_jsonl(tmp_path / "sft.jsonl", records)

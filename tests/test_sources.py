@@ -197,3 +197,11 @@ def test_a_glob_names_what_it_matches_but_packcli_does_not_read(tmp_path: Path) 
     warnings: list[str] = []
     found = find_inputs([str(tmp_path / "a.*")], warnings.append)
     assert found.files == [a.resolve()] and found.unread == [tmp_path / "a.txt"] and "a.txt" in warnings[0]
+
+
+def test_a_file_named_twice_is_read_once_however_it_is_spelled(tmp_path: Path) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", [{"text": "one"}])
+    (tmp_path / "link.jsonl").symlink_to(a)
+    (tmp_path / "hard.jsonl").hardlink_to(a)
+    found = find_inputs([str(a), str(tmp_path / "link.jsonl"), str(tmp_path / "hard.jsonl"), str(tmp_path)])
+    assert found.files == [a.resolve()]

@@ -329,3 +329,11 @@ def test_a_packing_that_costs_more_says_more(tmp_path: Path) -> None:
     pack_corpus([str(one)], PackOptions(max_len=8), tmp_path / "out")
     human = runner.invoke(app, ["stats", str(tmp_path / "out")])
     assert human.exit_code == 0 and "packing needs 1.60x more compute than random batches" in human.stdout
+
+
+def test_a_negative_seed_is_a_usage_error_on_an_output_as_on_a_raw_corpus(tmp_path: Path, small_corpus: Path) -> None:
+    pack_corpus([str(small_corpus)], PackOptions(max_len=8), tmp_path / "out")
+    for target in (tmp_path / "out", small_corpus):
+        result = runner.invoke(app, ["stats", str(target), "--seed", "-1"])
+        assert result.exit_code == 2, result.output
+        assert "--seed" in result.stderr and "unexpected" not in result.stderr

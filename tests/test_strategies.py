@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -248,3 +251,28 @@ def test_a_built_in_strategy_needs_no_entry_point_scan(tmp_path: Path, monkeypat
     assert not registry._entry_points_loaded
     with pytest.raises(PackcliError, match="cannot load strategy 'broken'"):
         get_strategy("anything-else")
+
+
+def _bench_baselines() -> ModuleType:
+    """bench/baselines.py, the plain-Python BFD that ``bench/bench_strategies.py`` times bfd against."""
+    spec = importlib.util.spec_from_file_location("baselines", REPO / "bench" / "baselines.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@given(case=length_arrays())
+@settings(max_examples=200, deadline=None)
+def test_the_benchmark_baseline_packs_exactly_as_bfd(case: tuple[np.ndarray, int]) -> None:
+    """The benchmark's speed-up is over the same packing, computed in fair plain Python (buckets by room)."""
+    lengths, max_len = case
+    assert _bench_baselines().room_bfd(lengths, max_len) == rows_of(get_strategy("bfd")(lengths, max_len))
+
+
+def test_the_benchmark_baseline_on_larger_random_inputs() -> None:
+    rng = np.random.default_rng(11)
+    room_bfd = _bench_baselines().room_bfd
+    for max_len in (1, 7, 100, 4096):
+        lengths = np.clip(rng.lognormal(np.log(max_len / 8 + 1), 1.0, size=3000).round(), 1, max_len).astype(np.int64)
+        assert room_bfd(lengths, max_len) == rows_of(get_strategy("bfd")(lengths, max_len))

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 import torch.nn.functional as F  # noqa: E402
-from conftest import SAMPLE  # noqa: E402
+from conftest import ROWS_MAX_LEN  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
-from packcli.options import PackOptions  # noqa: E402
-from packcli.pipeline import pack_corpus  # noqa: E402
 from packcli.torch import (  # noqa: E402
     PackedDataset,
     block_causal_mask,
@@ -22,14 +23,13 @@ from packcli.torch import (  # noqa: E402
     loader,
 )
 
-MAX_LEN = 96
+MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("loader") / "packed"
-    pack_corpus([str(SAMPLE)], PackOptions(max_len=MAX_LEN, shard_size=300_000), out)
-    return out
+def packed(packed_rows: Path) -> Path:
+    """The session's output packed at max_len 96 (read-only)."""
+    return packed_rows
 
 
 class TinyCausalLM(torch.nn.Module):
@@ -253,3 +253,56 @@ def test_cuda_batches_match_cpu(packed: Path) -> None:
         cpu = {k: v.cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
         on_cpu = model.cpu()(cpu["input_ids"], cpu["position_ids"], block_causal_mask(cpu["document_ids"]))
     torch.testing.assert_close(on_gpu, on_cpu, atol=1e-4, rtol=1e-4)
+
+
+@st.composite
+def random_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Rows as the dataset gives them (numpy int32 columns, a row_index): documents of random lengths, labels
+    sometimes (-100 or the token, as the shards hold them)."""
+    labelled = draw(st.booleans())
+    rows: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 6))):
+        lengths = draw(st.lists(st.integers(1, 9), min_size=1, max_size=5))
+        total = sum(lengths)
+        ids = np.array(draw(st.lists(st.integers(0, 50_000), min_size=total, max_size=total)), dtype=np.int32)
+        row: dict[str, Any] = {
+            "row_index": index * 3,
+            "input_ids": ids,
+            "position_ids": np.concatenate([np.arange(n, dtype=np.int32) for n in lengths]),
+            "cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32),
+        }
+        if labelled:
+            keep = np.array(draw(st.lists(st.booleans(), min_size=total, max_size=total)))
+            row["labels"] = np.where(keep, ids, -100).astype(np.int32)
+        rows.append(row)
+    return rows
+
+
+@given(rows=random_rows(), multiple=st.none() | st.integers(1, 16), spare=st.none() | st.integers(0, 4))
+@settings(max_examples=60, deadline=None)
+def test_collate_varlen_keeps_each_rows_own_boundaries(
+    rows: list[dict[str, Any]], multiple: int | None, spare: int | None
+) -> None:
+    """Flattening a batch puts every row's documents back to back and nothing else: the batch's boundaries are the
+    rows' own (offset by the tokens before each row), positions restart at each, labels are the row's with -100 at
+    each document start, and the padding (if asked) is one more document that takes no loss."""
+    starts = np.cumsum([0, *(len(row["input_ids"]) for row in rows)])
+    own = [int(start + offset) for row, start in zip(rows, starts) for offset in row["cu_seqlens"][1:]]
+    total = int(starts[-1])
+    padded = total + (-total % multiple if multiple else 0)
+    boundaries = [0, *own, *([padded] if padded > total else [])]
+    length = None if spare is None else len(boundaries) + spare
+    batch = collate_varlen(rows, pad_to_multiple_of=multiple, cu_seqlens_length=length, pad_id=3)
+    cu = batch["cu_seqlens"].tolist()
+    assert cu == boundaries + [padded] * (spare or 0) and batch["cu_seqlens"].dtype == torch.int32
+    ids, positions, labels = (batch[key][0].tolist() for key in ("input_ids", "position_ids", "labels"))
+    flat_ids = [int(token) for row in rows for token in row["input_ids"]]
+    assert len(ids) == padded and ids[:total] == flat_ids and ids[total:] == [3] * (padded - total)
+    flat_labels = [int(v) for row in rows for v in row.get("labels", row["input_ids"])]
+    document_ids = batch["document_ids"][0].tolist()
+    for document, (a, b) in enumerate(zip(boundaries, boundaries[1:])):
+        assert positions[a:b] == list(range(b - a)) and document_ids[a:b] == [document] * (b - a)
+        assert labels[a] == -100
+        assert labels[a + 1 : b] == (flat_labels[a + 1 : b] if b <= total else [-100] * (b - a - 1))
+    assert batch["max_seqlen"] == max(b - a for a, b in zip(boundaries, boundaries[1:]))
+    assert batch["row_index"].tolist() == [row["row_index"] for row in rows]

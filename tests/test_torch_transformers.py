@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 transformers = pytest.importorskip("transformers", reason="these tests need transformers (the dev extra)")
 import torch.nn.functional as F  # noqa: E402
-from conftest import SAMPLE, read_jsonl, write_jsonl  # noqa: E402
+from conftest import ROWS_MAX_LEN, SAMPLE, read_jsonl, write_jsonl  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from packcli.options import PackOptions  # noqa: E402
@@ -29,7 +29,7 @@ from packcli.torch import (  # noqa: E402
     flex_block_mask,
 )
 
-MAX_LEN = 96
+MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
 # Padded width of these tests: torch 2.13's CPU inductor fails to build flex_attention for some shapes (a C++
 # codegen error at 128 padded tokens here, and for shapes recompiled as dynamic) and builds it at 256, 384, 512.
 WIDTH = 384
@@ -45,10 +45,9 @@ CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("hf") / "packed"
-    pack_corpus([str(SAMPLE)], PackOptions(max_len=MAX_LEN, shard_size=300_000), out)
-    return out
+def packed(packed_rows: Path) -> Path:
+    """The session's output packed at max_len 96 (read-only)."""
+    return packed_rows
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -24,11 +23,10 @@ from packcli.write.shards import read_shard
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("verify") / "packed"
-    pack_corpus([str(SAMPLE)], PackOptions(max_len=512, shard_size=400_000), out)
-    return out
+@pytest.fixture
+def packed(packed_text: Path) -> Path:
+    """The session's packed text output (several shards; read-only: the damage tests copy it)."""
+    return packed_text
 
 
 def edit_manifest(change: Callable[[dict], None]) -> Callable[[Path], None]:  # type: ignore[type-arg]
@@ -93,6 +91,27 @@ def test_damage_is_named(packed: Path, tmp_path: Path, kind: str) -> None:
     assert json.loads(runner.invoke(app, ["verify", str(copy), "--json"]).stdout)["ok"] is False
 
 
+@pytest.mark.parametrize(
+    ("kind", "problem"),
+    [
+        ("listed twice", "lists shard-00000.arrow again (shards[0])"),
+        ("unlisted shard", "'shards' leaves out shard-"),
+        ("wrong row count", "'totals.sequences' is"),
+    ],
+)
+def test_stats_refuses_an_edited_listing(packed: Path, tmp_path: Path, kind: str, problem: str) -> None:
+    """A shard listed twice or left out would count its rows twice or not at all: stats checks the listing."""
+    damage, _ = DAMAGE[kind]
+    copy = tmp_path / "copy"
+    shutil.copytree(packed, copy)
+    damage(copy)
+    result = runner.invoke(app, ["stats", str(copy), "--json"])
+    assert result.exit_code == 1, result.stdout
+    assert result.stderr.startswith(f"error: {copy / 'manifest.json'}: manifest key "), result.stderr
+    assert problem in result.stderr
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
 def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(packed, copy)
@@ -103,21 +122,16 @@ def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None
 
 
 @pytest.fixture(scope="module")
-def small_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Small real outputs: plain text split, plain text dropped, and fine-tuning records (with labels)."""
+def small_outputs(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path, packed_sft: Path) -> dict[str, Path]:
+    """Small real outputs (read-only): plain text split, plain text dropped, and fine-tuning records (with labels)."""
     tmp = tmp_path_factory.mktemp("verify-small")
-    records = read_jsonl(SAMPLE)[:60]
-    text = write_jsonl(tmp / "text.jsonl", records)
-    sft = write_jsonl(tmp / "sft.jsonl", [{"prompt": r["text"][:200], "response": r["text"][200:700]} for r in records])
-    runs = {
-        "split": ([str(text)], PackOptions(max_len=256)),
-        "drop": ([str(text)], PackOptions(max_len=256, overflow="drop")),  # type: ignore[arg-type]
-        "sft": ([str(sft)], PackOptions(max_len=128, prompt_field="prompt", response_field="response")),
-    }
-    for name, (inputs, options) in runs.items():
-        pack_corpus(inputs, options, tmp / name)
-        assert verify_output(tmp / name).ok
-    return {name: tmp / name for name in runs}
+    runs = {"split": PackOptions(max_len=256), "drop": PackOptions(max_len=256, overflow="drop")}  # type: ignore[arg-type]
+    for name, options in runs.items():
+        pack_corpus([str(tiny_corpus)], options, tmp / name)
+    outputs = {**{name: tmp / name for name in runs}, "sft": packed_sft}
+    for out in outputs.values():
+        assert verify_output(out).ok
+    return outputs
 
 
 def rewrite_shard(out: Path, table: pa.Table, name: str = "shard-00000.arrow") -> None:
@@ -155,6 +169,24 @@ def lower_max_len(out: Path) -> None:
     edit_manifest(lambda m: (m.update(max_len=100), m["options"].update(max_len=100)))(out)
 
 
+def supervise_document_starts(out: Path) -> None:
+    """Labels equal to the input id at every document start, the shard's size, sha256 and supervised_tokens fixed."""
+    table = read_shard(out / "shard-00000.arrow")
+    rows = table.to_pylist()
+    changed = 0
+    for row in rows:
+        for start in row["cu_seqlens"][:-1]:
+            changed += row["labels"][start] == -100
+            row["labels"][start] = row["input_ids"][start]
+    rewrite_shard(out, pa.Table.from_pylist(rows, schema=table.schema))
+    edit_totals(supervised_tokens=lambda v: v + changed)(out)
+
+
+def eos_off(out: Path) -> None:
+    """The manifest edited so that nothing says an EOS was appended."""
+    edit_manifest(lambda m: (m["tokenizer"].update(eos_id=None), m["options"].update(eos=False)))(out)
+
+
 def stray_temporary(out: Path) -> None:
     (out / "shard-00001.arrow.tmp").write_bytes(b"half a shard")
 
@@ -170,6 +202,18 @@ SUBTLE_DAMAGE = {
     "labels column gone": ("sft", drop_labels, "missing column labels"),
     "another dtype": ("sft", widen_input_ids, "column input_ids is list<item: int64>, expected list<item: int32>"),
     "stray temporary file": ("split", stray_temporary, "shard-00001.arrow.tmp: a temporary file"),
+    "supervised document starts": ("sft", supervise_document_starts, "with a label other than -100 at a document's"),
+    "eos_id edited to null": (
+        "split",
+        edit_manifest(lambda m: m["tokenizer"].update(eos_id=None)),
+        "tokenizer.eos_id is null or missing, yet options.eos is true",
+    ),
+    "eos_id and options.eos edited off": ("split", eos_off, "schema metadata packcli.eos_id is '50256'"),
+    "eos_id edited to another id": (
+        "split",
+        edit_manifest(lambda m: m["tokenizer"].update(eos_id=13)),
+        "schema metadata packcli.eos_id is '50256'",
+    ),
 }
 
 

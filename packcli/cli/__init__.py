@@ -3,7 +3,8 @@ instant. Every error becomes one ``error: ...`` line on stderr with exit 1 (data
 place (:class:`OneLineErrors`); ``--debug`` anywhere on the command line shows the traceback instead.
 
 Here: the app, the error mapper and the entry point :func:`main`. ``flags`` holds the option aliases commands
-share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``report`` stats, verify, show and strategies.
+share, ``notices`` the warnings on stderr, ``pack`` the pack command, ``report`` stats, verify, show and strategies,
+``export`` the export command.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from packcli.cli import pack, report
+from packcli.cli import export, pack, report
 
 __all__ = ["Command", "OneLineErrors", "app", "main"]
 
@@ -117,6 +118,7 @@ app.command(cls=Command)(report.strategies)
 app.command(cls=Command)(report.stats)
 app.command(cls=Command)(report.verify)
 app.command(cls=Command)(report.show)
+app.command(cls=Command)(export.export)
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ def stats(
     batch_size: Annotated[
         int, typer.Option(min=1, help="Documents per batch of the padding baselines; sequences per step.")
     ] = 8,
-    seed: Annotated[int, typer.Option(help="Seed of the random batches (and of strategies that take one).")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the random batches (and of strategies that take one).")] = 0,
     plot: Annotated[
         Path | None, typer.Option(help="Also draw the figures into this .png, .svg or .pdf (needs packcli\\[plot]).")
     ] = None,

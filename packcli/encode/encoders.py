@@ -154,7 +154,8 @@ class SegmentEncoder:
         per_record = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
         last_segment = np.cumsum(per_record) - 1
         lengths = np.add.reduceat(segment_lengths, last_segment - per_record + 1) if len(records) else per_record
-        flat = add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id)
+        rendered = self.template is not None  # a chat template may render EOS and BOS itself
+        flat = add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id, rendered)
         return without_empty(flat, counts)
 
 
@@ -244,22 +245,38 @@ def add_specials(
     eos_supervised: np.ndarray | None,
     eos_id: int | None,
     bos_id: int | None,
+    rendered: bool = False,
 ) -> Flat:
     """Append EOS to (and prepend BOS to) every document of a flat token array, keeping the mask in step: EOS is
-    supervised where ``eos_supervised`` says (the document's end is), BOS never."""
+    supervised where ``eos_supervised`` says (the document's end is), BOS never.
+
+    ``rendered`` (chat templates, which may render ``eos_token`` and ``bos_token`` themselves): a document that
+    already ends with EOS gets no second one (its own keeps the supervision the template's turn gave it), and one
+    that already starts with BOS no second BOS.
+    """
     if eos_id is not None:
         ends = np.cumsum(lengths)
-        tokens = np.insert(tokens, ends, eos_id)
+        add = ~_has_at(tokens, lengths, ends - 1, eos_id) if rendered else np.ones(len(lengths), dtype=bool)
+        tokens = np.insert(tokens, ends[add], eos_id)
         if mask is not None and eos_supervised is not None:
-            mask = np.insert(mask, ends, eos_supervised)
-        lengths = lengths + 1
+            mask = np.insert(mask, ends[add], eos_supervised[add])
+        lengths = lengths + add
     if bos_id is not None:
         starts = np.cumsum(lengths) - lengths
-        tokens = np.insert(tokens, starts, bos_id)
+        add = ~_has_at(tokens, lengths, starts, bos_id) if rendered else np.ones(len(lengths), dtype=bool)
+        tokens = np.insert(tokens, starts[add], bos_id)
         if mask is not None:
-            mask = np.insert(mask, starts, False)
-        lengths = lengths + 1
+            mask = np.insert(mask, starts[add], False)
+        lengths = lengths + add
     return tokens, lengths, mask
+
+
+def _has_at(tokens: np.ndarray, lengths: np.ndarray, positions: np.ndarray, token_id: int) -> np.ndarray:
+    """Per document, whether ``tokens`` holds ``token_id`` at its position (a document of no tokens: False)."""
+    found = np.zeros(len(lengths), dtype=bool)
+    filled = lengths > 0
+    found[filled] = tokens[positions[filled]] == token_id
+    return found
 
 
 def without_empty(flat: Flat, counts: ReadCounts) -> Flat:

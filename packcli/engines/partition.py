@@ -103,12 +103,11 @@ def run_partition(job: PartitionJob, tokenizer: LoadedTokenizer | None) -> Parti
         )
         try:
             packed = pack_tokens(
-                tokenized, options, tokenizer, encoder.supervised, job.staging, SilentReporter(), prefix=part_prefix(k)
+                tokenized, options, tokenizer, encoder, job.staging, SilentReporter(), prefix=part_prefix(k)
             )
         finally:
             tokenized.store.remove()
-        shards = [shard.to_json() for shard in packed.shards]
-        area.commit(k, {**job.facts, "partition": k, "totals": packed.totals, "shards": shards})
+        area.commit(k, {**job.facts, "partition": k, "totals": packed.totals, "shards": packed.shard_entries()})
     except (PackcliError, OSError) as exc:
         area.clear(k)
         failure = (

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Draw", "interleave", "mix", "quotas", "sample_to_budget"]
+__all__ = ["Draw", "interleave", "mix", "normalised", "quotas", "sample_to_budget"]
 
 _STREAM = 0x6D6978  # "mix": keeps these draws apart from other uses of the same --seed
 
@@ -74,14 +74,22 @@ def quotas(totals: Sequence[int], weights: Sequence[float], budget: int | None) 
     if empty:
         raise ValueError(f"source {empty[0]} has a positive weight but no tokens")
     if budget is not None:
-        scale = budget / sum(weights)
-        return [round(weight * scale) for weight in weights]
+        return [round(share * budget) for share in normalised(weights)]
     limit = min((index for index, weight in enumerate(weights) if weight > 0), key=lambda i: totals[i] / weights[i])
     # Divide by the limiting weight itself so that the limiting source's quota is its total exactly.
     return [
         totals[limit] if index == limit else round(totals[limit] * (weight / weights[limit]))
         for index, weight in enumerate(weights)
     ]
+
+
+def normalised(weights: Sequence[float]) -> list[float]:
+    """The weights as shares summing to 1 (non-negative, not all zero), without overflow: each is divided by the
+    largest first, so ``1e308,1e308`` is ``0.5,0.5`` where their sum would be infinite."""
+    largest = max(weights)
+    scaled = [weight / largest for weight in weights]
+    total = sum(scaled)
+    return [weight / total for weight in scaled]
 
 
 def _draw(lengths: np.ndarray, quota: int, rng: np.random.Generator) -> Draw:

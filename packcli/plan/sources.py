@@ -17,9 +17,9 @@ import numpy as np
 
 from packcli.errors import PackcliError, UsageError, path_name
 from packcli.options import PackOptions
-from packcli.plan.mixing import Draw, interleave, mix
+from packcli.plan.mixing import Draw, interleave, mix, normalised
 from packcli.plan.overflow import Pieces, output_lengths
-from packcli.read.inputs import find_inputs
+from packcli.read.inputs import file_identity, find_inputs
 
 __all__ = ["Source", "group_inputs", "mixed_stream", "source_entries"]
 
@@ -37,7 +37,8 @@ class Source:
 def group_inputs(
     specs: Sequence[str], weights: Sequence[float] | None, warn: Callable[[str], None] = lambda message: None
 ) -> list[Source]:
-    """Resolve each INPUT on its own; a file may belong to one source only.
+    """Resolve each INPUT on its own; a file may belong to one source only, however it is spelled (``a.jsonl``
+    twice, ``./a.jsonl``, a symbolic or hard link to it: files are compared by device and inode).
 
     Raises:
         UsageError: the weights do not match the inputs in number, or two inputs share a file.
@@ -49,13 +50,14 @@ def group_inputs(
         )
     found = [find_inputs([spec], warn) for spec in specs]
     sources = [Source(spec, inputs.files, len(inputs.unread)) for spec, inputs in zip(specs, found)]
-    owner: dict[Path, str] = {}
-    for source in sources:
+    owner: dict[tuple[int, int], int] = {}  # file -> the input it came from (the same spelling twice is two inputs)
+    for number, source in enumerate(sources):
         for path in source.files:
-            if owner.setdefault(path, source.spec) != source.spec:
+            first = owner.setdefault(file_identity(path), number)
+            if first != number:
                 raise UsageError(
-                    f"{path} is in two inputs, {owner[path]!r} and {source.spec!r}: a file belongs to "
-                    "one source when mixing"
+                    f"{path} is in two inputs, {sources[first].spec!r} (input {first + 1}) and {source.spec!r} "
+                    f"(input {number + 1}): a file belongs to one source when mixing"
                 )
     return sources
 
@@ -97,12 +99,11 @@ def mixed_stream(
     used = np.repeat(np.asarray(options.weights or weights) > 0, np.diff(first))
     left_out = np.flatnonzero(used & (effective == 0))
     owner = np.searchsorted(first, left_out, side="right") - 1
-    total = sum(weights)
     return Stream(
         np.concatenate([documents, left_out]).astype(np.int64),
         np.concatenate([source, owner]).astype(np.int64),
         draws,
-        [weight / total for weight in weights],
+        normalised(weights),
     )
 
 

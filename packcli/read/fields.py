@@ -7,6 +7,7 @@ that reaches a batch has passed :func:`check_value`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,9 +122,16 @@ def _check_text(text: str, what: str) -> None:
 
 
 def _token_ids(value: Any, field: Field) -> np.ndarray:
-    """A list of ints as an int32 array, every value in [0, 2^31) (labels: or -100); else BadRecordError."""
+    """A list of ints as an int32 array, every value in [0, 2^31) (labels: or -100); else BadRecordError. A JSON
+    ``true`` or ``false`` is no id, even among numbers."""
     if not isinstance(value, (list, np.ndarray)):  # an Arrow list column arrives as numpy arrays
         raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of token ids")
+    if isinstance(value, list) and bool in map(type, value):  # numpy would read false as 0 and true as 1
+        position = [type(item) for item in value].index(bool)
+        raise BadRecordError(
+            f"field {field.name!r} holds {json.dumps(value[position])} at position {position}: a token id is a "
+            "number, not true or false"
+        )
     try:
         array = np.asarray(value) if len(value) else np.zeros(0, dtype=np.int64)
     except (ValueError, OverflowError):  # ragged nesting, or an int beyond 64 bits

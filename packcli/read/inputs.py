@@ -22,7 +22,15 @@ from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 from packcli.storage import is_url
 
-__all__ = ["SUPPORTED_SUFFIXES", "InputSlice", "Inputs", "find_inputs", "input_format", "read_records"]
+__all__ = [
+    "SUPPORTED_SUFFIXES",
+    "InputSlice",
+    "Inputs",
+    "file_identity",
+    "find_inputs",
+    "input_format",
+    "read_records",
+]
 
 JSON_SUFFIXES = tuple(kind + packed for kind in (".jsonl", ".ndjson", ".json") for packed in ("", *COMPRESSIONS))
 SUPPORTED_SUFFIXES = (*JSON_SUFFIXES, ".parquet", ".arrow")
@@ -44,7 +52,8 @@ class InputSlice:
 
 @dataclass(frozen=True)
 class Inputs:
-    """The files to read (resolved, in order, each once) and the files found beside them that are not read."""
+    """The files to read (resolved, in order, each once however it is reached: by another spelling, a symbolic or a
+    hard link) and the files found beside them that are not read."""
 
     files: list[Path]
     unread: list[Path]
@@ -104,10 +113,16 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         names = ", ".join(str(path) for path in unread[:_NAMED_UNREAD])
         more = f" and {len(unread) - _NAMED_UNREAD:,} more" if len(unread) > _NAMED_UNREAD else ""
         warn(f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}): {names}{more}")
-    unique: dict[Path, None] = {}
+    unique: dict[tuple[int, int], Path] = {}
     for path in found:
-        unique.setdefault(path.resolve(), None)
-    return Inputs(list(unique), unread)
+        unique.setdefault(file_identity(path), path.resolve())
+    return Inputs(list(unique.values()), unread)
+
+
+def file_identity(path: Path) -> tuple[int, int]:
+    """What makes two paths one file: device and inode (a link of either kind, or another spelling, shares them)."""
+    info = path.stat()
+    return info.st_dev, info.st_ino
 
 
 def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:

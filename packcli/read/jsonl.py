@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -56,16 +56,27 @@ def read_json(
 def is_json_array(path: Path) -> bool:
     """True when a JSON file holds one array of records rather than JSON Lines."""
     try:
-        with open_decompressed(path) as (stream, _):
-            head = stream.read(4096)
-    except STREAM_ERRORS as exc:
-        raise _damaged(path, exc, lines_before=0) from None
+        with open_decompressed(path) as (stream, raw):
+            head = _read(stream, raw, 4096, path, lines_before=0)
+    except STREAM_ERRORS as exc:  # the stream's header, read on opening
+        raise _damaged(path, exc, lines_before=0, read=0) from None
     return head.removeprefix(_BOM).lstrip(_JSON_SPACE).startswith(b"[")
 
 
-def _damaged(path: Path, exc: Exception, lines_before: int) -> PackcliError:
+def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before: int) -> bytes:
+    """``stream.read(size)``, or the error naming where the compressed data broke: after which line, or within
+    how many bytes of the file (those read so far, never more than the file holds)."""
+    try:
+        return stream.read(size)
+    except STREAM_ERRORS as exc:
+        raise _damaged(path, exc, lines_before, raw.tell()) from None
+
+
+def _damaged(path: Path, exc: Exception, lines_before: int, read: int) -> PackcliError:
     """A compressed stream that cannot be read on: where it broke, as near as the reader knows."""
-    where = f"after line {lines_before:,}" if lines_before else f"in its first {_BLOCK_BYTES:,} bytes"
+    where = (
+        f"after line {lines_before:,}" if lines_before else f"in its first {read:,} bytes" if read else "at its start"
+    )
     return PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path)
 
 
@@ -110,19 +121,18 @@ def _count_lines(path: Path, end: int) -> int:
 def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
     """Decompressed data in pieces of about _BLOCK_BYTES that end at a line end (the last perhaps not), each with
     the number of its first line and the bytes of the file on disk read so far (for progress: a reader that reads
-    ahead of what it parsed would overstate it). A leading BOM is dropped."""
+    ahead of what it parsed would overstate it). A BOM is dropped only as the file's first bytes: one at the start of
+    a span that starts later is part of that line (a bad record, as when the whole file is read)."""
     lines_before = 0
     rest = b""
+    at_file_start = span is None or span[0] == 0
     with open_decompressed(path, span) as (stream, raw):
         while True:
-            try:
-                chunk = stream.read(_BLOCK_BYTES)
-            except STREAM_ERRORS as exc:
-                raise _damaged(path, exc, lines_before) from None
+            chunk = _read(stream, raw, _BLOCK_BYTES, path, lines_before)
             if not chunk:
                 break
             data = rest + chunk
-            if lines_before == 0 and not rest:
+            if at_file_start and lines_before == 0 and not rest:
                 data = data.removeprefix(_BOM)
             end = data.rfind(b"\n") + 1
             rest = data[end:]
@@ -257,8 +267,8 @@ def _read_json_array(
 ) -> Iterator[FieldBatch]:
     """A ``.json`` file holding one array of records; errors name the 1-based record number."""
     try:
-        with open_decompressed(path) as (stream, _):
-            records = json.loads(stream.read().decode("utf-8-sig"))
+        with open_decompressed(path) as (stream, raw):
+            records = json.loads(_read(stream, raw, -1, path, lines_before=0).decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise PackcliError(f"invalid UTF-8 at byte {exc.start}", path) from None
     except json.JSONDecodeError as exc:
@@ -271,8 +281,8 @@ def _read_json_array(
         raise PackcliError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
     except RecursionError:
         raise PackcliError("JSON nested too deeply to read", path) from None
-    except STREAM_ERRORS as exc:
-        raise _damaged(path, exc, lines_before=0) from None
+    except STREAM_ERRORS as exc:  # the stream's header, read on opening
+        raise _damaged(path, exc, lines_before=0, read=0) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
     batch = Columns(fields, convert)

@@ -1,9 +1,11 @@
 """What packing bought: efficiency against the padding baselines (:mod:`packcli.report.padding`), the lower bound,
 steps per epoch, histograms; on a raw corpus also length percentiles and ``max_len`` candidates.
 
-``sequence_stats`` is pure (lengths in, figures out). ``measure_output`` reads a packed output's manifest and only
-its memory-mapped ``cu_seqlens`` (and ``labels``) columns; ``measure_corpus`` tokenizes a raw corpus once and
-compares every strategy. Both return the ``stats --json`` object and the length arrays the plot draws.
+``sequence_stats`` is pure (lengths in, figures out). ``measure_output`` reads a packed output's manifest, checks
+its listing against the shard files (:mod:`packcli.write.listing`: each listed once, none left out, rows and tokens
+as listed), and reads only the memory-mapped ``cu_seqlens`` (and ``labels``) columns; ``measure_corpus`` tokenizes
+a raw corpus once and compares every strategy. Both return the ``stats --json`` object and the length arrays the
+plot draws.
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.report.lengths import length_percentiles, max_len_candidates
 from packcli.report.padding import baselines, padded
 from packcli.report.progress import Reporter, SilentReporter
-from packcli.write.manifest import TOTALS, read_manifest, shard_path
-from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
+from packcli.write.listing import check_listing, open_listed_shard
+from packcli.write.manifest import TOTALS, read_manifest
+from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column
 
 __all__ = ["Measured", "histogram", "measure_corpus", "measure_output", "packed_stats", "sequence_stats"]
 
@@ -118,16 +120,16 @@ class Measured:
 def measure_output(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0) -> Measured:
     """Stats of a packed output, from its manifest and its ``cu_seqlens`` (and ``labels``) columns alone."""
     manifest = read_manifest(out)
+    check_listing(out, manifest)  # a shard listed twice or left out would be counted twice or not at all
     lengths, per_row = [], []
     supervised = LABELS_COLUMN in manifest.get("columns", [])
     supervised_tokens = unsupervised_sequences = 0
-    for shard in manifest["shards"]:
-        path = shard_path(out, shard["file"])
+    for index, shard in enumerate(manifest["shards"]):
+        table = open_listed_shard(out, index, shard)
         try:
-            table = read_shard(path, ["cu_seqlens", *([LABELS_COLUMN] if supervised else [])])
-        except (pa.ArrowException, OSError, KeyError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise PackcliError(f"unreadable shard ({reason}); run packcli verify on the output", path) from None
+            table = table.select(["cu_seqlens", *([LABELS_COLUMN] if supervised else [])])
+        except KeyError as exc:
+            raise PackcliError(f"unreadable shard (no column {exc}); run packcli verify", out / shard["file"]) from None
         if supervised:
             labels, label_offsets = flat_list_column(table.column(LABELS_COLUMN))
             taken = (labels != IGNORE_INDEX).astype(np.int64)

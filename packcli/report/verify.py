@@ -4,9 +4,16 @@ Checks, per shard: listed once, inside the output directory, present, size and s
 manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, self-describing metadata, row, document
 and token counts. Per row, each check on its own (so one bad row never hides another): 1..max_len tokens,
 ``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
-rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id, and with EOS
-appended, every document that does not end with EOS cut at exactly max_len. Then the manifest's totals against
-the sums and against each other (:mod:`packcli.report.accounting`), and stray temporary or unlisted shard files.
+rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
+every document's first token, and with EOS appended, every document that does not end with EOS cut at exactly
+max_len. Then the manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`),
+and stray temporary or unlisted shard files.
+
+The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
+whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
+tokenizer ran or one was given, or ``--eos-id``) is refused, and each shard's own ``packcli.eos_id`` metadata
+(written since this check exists; older shards lack it) must name the same id. Only a forger who rewrites every
+shard as well gets past this: nothing inside an output can tell its own bytes from a consistent rewrite of them.
 Shards are read one record batch at a time: memory stays bounded whatever the shard size.
 """
 
@@ -71,6 +78,7 @@ class Expected:
     columns: tuple[str, ...]
     eos_id: int | None  # the EOS id appended to every document, if one was
     metadata: dict[str, str]
+    written_since: dict[str, str]  # metadata that newer shards carry: checked where a shard has the key
 
     @classmethod
     def of(cls, manifest: dict[str, Any]) -> Expected:
@@ -78,17 +86,36 @@ class Expected:
         fine_tuning = options.get("prompt_field") is not None or options.get("messages_field") is not None
         labelled = fine_tuning or "supervised_tokens" in totals
         columns = manifest.get("columns") or [*TOKEN_COLUMNS, *([LABELS_COLUMN] if labelled else [])]
+        eos_id = tokenizer.get("eos_id") if options.get("eos") is True else None
         return cls(
             max_len=manifest["max_len"],
             vocab_size=tokenizer["vocab_size"],
             columns=tuple(columns),
-            eos_id=tokenizer.get("eos_id") if options.get("eos") is True else None,
+            eos_id=eos_id,
             metadata={
                 "packcli.format_version": str(FORMAT_VERSION),
                 "packcli.max_len": str(manifest["max_len"]),
                 "packcli.tokenizer_sha256": tokenizer["sha256"] or "",
             },
+            written_since={"packcli.eos_id": "" if eos_id is None else str(eos_id)},
         )
+
+
+def eos_problems(manifest: dict[str, Any]) -> list[str]:
+    """What in the manifest contradicts how pack decides on EOS: with ``eos`` on, pack appends the tokenizer's EOS
+    (refusing a tokenizer without one) or ``--eos-id``; only pre-tokenized records without either get none."""
+    tokenizer, options = manifest["tokenizer"], manifest["options"]
+    if options.get("eos") is not True:
+        return []
+    given = options.get("eos_id")
+    if given is not None and tokenizer.get("eos_id") != given:
+        return [f"manifest: tokenizer.eos_id is {tokenizer.get('eos_id')}, yet options.eos_id is {given}"]
+    if tokenizer.get("eos_id") is None and (given is not None or tokenizer.get("ran", True) or tokenizer["sha256"]):
+        return [
+            "manifest: tokenizer.eos_id is null or missing, yet options.eos is true with a tokenizer (or --eos-id): "
+            "pack appends an EOS then, so the manifest was edited"
+        ]
+    return []
 
 
 def verify_output(out: Path) -> Report:
@@ -96,6 +123,8 @@ def verify_output(out: Path) -> Report:
     report = Report()
     manifest = read_manifest(out)
     expected = Expected.of(manifest)
+    for problem in eos_problems(manifest):
+        report.add(problem)
     observed = Observed()
     seen: set[str] = set()
     for entry in manifest["shards"]:
@@ -144,6 +173,9 @@ def _check_shard(path: Path, entry: dict[str, Any], expected: Expected, observed
     for key, value in expected.metadata.items():
         if metadata.get(key) != value:
             report.add(f"{name}: schema metadata {key} is {metadata.get(key)!r}, expected {value!r}")
+    for key, value in expected.written_since.items():
+        if key in metadata and metadata[key] != value:
+            report.add(f"{name}: schema metadata {key} is {metadata[key]!r}, the manifest implies {value!r}")
     if not _check_columns(name, table.schema, expected.columns, report):
         return
     rows = RowChecks(name, expected, observed)
@@ -229,7 +261,7 @@ class RowChecks:
         )
         self._count_pieces(ids, n_rows, doc_row, doc_start, doc_length)
         if LABELS_COLUMN in batch.schema.names:
-            self._check_labels(batch, ids, offsets, row_of_token)
+            self._check_labels(batch, ids, offsets, row_of_token, doc_row, doc_start)
         self.documents += int(np.maximum(np.diff(cu_offsets) - 1, 0).sum())
         self.tokens += len(ids)
         self.first_row += n_rows
@@ -271,7 +303,13 @@ class RowChecks:
         )
 
     def _check_labels(
-        self, batch: pa.RecordBatch, ids: np.ndarray, offsets: np.ndarray, row_of_token: np.ndarray
+        self,
+        batch: pa.RecordBatch,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        row_of_token: np.ndarray,
+        doc_row: np.ndarray,
+        doc_start: np.ndarray,
     ) -> None:
         labels, label_offsets = _flat(batch, LABELS_COLUMN)
         n_rows = batch.num_rows
@@ -282,6 +320,12 @@ class RowChecks:
         kept = labels[token + shift]
         wrong = (kept != IGNORE_INDEX) & (kept != ids[token])
         self.flag(_rows_with(wrong, row_of_token[token], n_rows), "with a label neither -100 nor the input id")
+        starts = same_length[doc_row]
+        start_rows = doc_row[starts]
+        supervised_start = labels[doc_start[starts] + (label_offsets - offsets)[start_rows]] != IGNORE_INDEX
+        self.flag(
+            _rows_with(supervised_start, start_rows, n_rows), "with a label other than -100 at a document's first token"
+        )
         supervised = labels != IGNORE_INDEX
         label_rows = np.repeat(np.arange(n_rows), np.diff(label_offsets))
         per_row = np.bincount(label_rows[supervised], minlength=n_rows)

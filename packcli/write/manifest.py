@@ -98,10 +98,10 @@ def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, sort_keys=True, indent=2) + "\n"
 
 
-def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
-    """Write ``manifest.json`` atomically: temporary file, fsync, rename."""
-    path = directory / MANIFEST_NAME
-    tmp = directory / (MANIFEST_NAME + ".tmp")
+def write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFEST_NAME) -> Path:
+    """Write ``manifest.json`` (or another JSON file ``name``) atomically: temporary file, fsync, rename."""
+    path = directory / name
+    tmp = directory / (name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(dumps(manifest))
         handle.flush()

@@ -37,7 +37,7 @@ import secrets
 import shutil
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -47,7 +47,7 @@ from packcli.errors import PackcliError, Terminated, path_name, unwinds
 from packcli.write.locks import FileLock
 from packcli.write.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 
-__all__ = ["OWN_FILE", "Publication", "existing_output", "in_use", "up_to_date"]
+__all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output", "in_use", "up_to_date"]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
@@ -67,10 +67,18 @@ class Publication:
         overwrite: replace an existing packcli output of another fingerprint.
         inputs: the files and directories the run reads; none may lie inside ``out``, nor ``out`` inside them.
         resumable: stage in ``.NAME.packcli-resume``, kept (not emptied) when the run starts and when it fails.
+        existing: what ``out`` holds (default :func:`existing_output`; an export passes its own, which knows its
+            files).
     """
 
     def __init__(
-        self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = (), resumable: bool = False
+        self,
+        out: Path,
+        fingerprint: str,
+        overwrite: bool,
+        inputs: Sequence[Path] = (),
+        resumable: bool = False,
+        existing: Callable[[Path, str, Path], Existing] | None = None,
     ) -> None:
         self.out = out
         self.target = out.resolve()  # where the output lives: through any link
@@ -78,6 +86,7 @@ class Publication:
         self.overwrite = overwrite
         self.inputs = list(inputs)
         self.resumable = resumable
+        self.existing = existing or existing_output
         self.staging = self._sibling("resume" if resumable else f"staging-{os.getpid()}-{secrets.token_hex(4)}")
         self.up_to_date = False
         self._lock = FileLock(self._sibling("lock"))
@@ -105,9 +114,8 @@ class Publication:
             self._install_handlers()
             with self._deferred_signals():
                 self._remove_debris()
-            self.up_to_date = up_to_date(
-                existing_output(self.target, self.fingerprint, self.out), self.overwrite, self.out
-            )
+            existing = self.existing(self.target, self.fingerprint, self.out)
+            self.up_to_date = up_to_date(existing, self.overwrite, self.out)
             if self.up_to_date:
                 return self
             self.staging.mkdir(exist_ok=self.resumable)
@@ -221,11 +229,7 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             (named, as ``shown``): such a directory is never replaced.
     """
     shown = shown or target
-    if not target.exists():
-        return "absent"
-    if not target.is_dir():
-        raise PackcliError("exists and is not a directory; choose another --out", shown)
-    names = sorted(path.name for path in target.iterdir())
+    names = directory_names(target, shown)
     if not names:
         return "absent"
     try:
@@ -252,6 +256,19 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             shown,
         )
     return "other"
+
+
+def directory_names(target: Path, shown: Path) -> list[str]:
+    """The names ``target`` holds, sorted; none when it does not exist.
+
+    Raises:
+        PackcliError: ``target`` exists and is not a directory (named as ``shown``).
+    """
+    if not target.exists():
+        return []
+    if not target.is_dir():
+        raise PackcliError("exists and is not a directory; choose another --out", shown)
+    return sorted(path.name for path in target.iterdir())
 
 
 def _has_size(path: Path, size: int) -> bool:

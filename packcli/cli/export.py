@@ -1,0 +1,61 @@
+"""The ``export`` command: a packcli output in the format a trainer reads; the work is
+:func:`packcli.export.export_output`'s. Heavy modules are imported inside the command so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from packcli.cli import flags
+from packcli.cli.notices import Warnings
+
+__all__ = ["export"]
+
+
+def export(
+    packed: Annotated[Path, typer.Argument(help="A packed output directory (plain or partitioned).")],
+    to: Annotated[str, typer.Option("--to", help="megatron, bridge, olmo-core, nanotron or mds.")],
+    out: Annotated[Path, typer.Option(help="Export directory.")],
+    pad_to_multiple: Annotated[
+        int | None,
+        typer.Option(min=1, help="bridge: pad each document with EOS to a multiple of this many tokens (CP/SP)."),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different export.")] = False,
+    json_output: flags.JsonOption = False,
+) -> None:
+    """Write PACKED in the on-disk format a trainer reads (see docs/export.md); PACKED is checked first.
+
+    Examples:
+
+      packcli export packed/ --to megatron --out megatron-data
+
+      packcli export sft-packed/ --to bridge --out bridge-data --pad-to-multiple 8
+
+      packcli export packed/ --to olmo-core --out olmo-data --json
+    """
+    from packcli.errors import UsageError
+    from packcli.export import export_output
+    from packcli.report.render import count
+
+    if pad_to_multiple is not None and to != "bridge":
+        raise UsageError("--pad-to-multiple is for --to bridge")
+    warnings = Warnings(quiet=False)
+    try:
+        result = export_output(packed, to, out, {"pad_to_multiple": pad_to_multiple}, overwrite, warnings)
+    finally:
+        warnings.close()
+    summary = result.summary(out)
+    if json_output:
+        print(json.dumps(summary, sort_keys=True))
+    elif result.status == "up-to-date":
+        print(f"{out} is up to date (same packed output, format and options); nothing to do")
+    else:
+        totals = summary["totals"]
+        print(
+            f"exported {count(totals['documents'], 'document')} in {count(totals['sequences'], 'sequence')} "
+            f"({totals['tokens']:,} tokens) as {to} into {out}"
+        )

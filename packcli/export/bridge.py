@@ -1,0 +1,118 @@
+"""``--to bridge``: Megatron-Bridge's packed SFT Parquet, ``training_{N}.idx.parquet``, and its metadata JSON
+``{N}_metadata.jsonl`` (N: the pack size).
+
+One packcli row is one Parquet row: ``input_ids`` (list<int32>), ``seq_start_id`` (list<int32>: each document's
+first position), ``loss_mask`` (list<uint8>, stored shifted by one: position t is 1 when token t + 1 is a target of
+the same document; a document's last position is 0). Bridge's collate function trains the L - 1 positions of an
+L-token document (its EOS is the last target), so the supervised positions are exactly packcli's (labels != -100;
+for an output without labels, every token but each document's first). ``--pad-to-multiple M`` pads every document
+with EOS to a multiple of M tokens (loss 0), for context and sequence parallelism; N is then the longest padded row
+if that exceeds max_len. The metadata is a one-element list: ``dataset_max_seqlen`` (the longest document),
+``max_samples_per_bin`` (the most documents in a row), ``packing_factor`` (documents per row),
+``packing_efficiency`` (percent of N filled, on average), ``pack_size`` (N) and ``min_packed_seqlen`` (the
+shortest row), both ratios rounded to 2 decimals as Bridge's packer rounds them. Rows are the packed rows: a split
+document's pieces stay where packing put them (each is a document of its own there, as in packcli's loader).
+
+The Parquet is written in row groups of one record batch, to a temporary name; it is renamed once N is known.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packcli.errors import UsageError
+from packcli.export.base import ExportTotals
+from packcli.export.reading import PackedOutput, RowBatch
+
+__all__ = ["BridgeExporter", "bridge_row_group"]
+
+SCHEMA = pa.schema(
+    [("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())), ("seq_start_id", pa.list_(pa.int32()))]
+)
+PENDING = "training.idx.parquet.tmp"
+
+
+class BridgeExporter:
+    view: Literal["documents", "rows"] = "rows"
+
+    def __init__(self, directory: Path, packed: PackedOutput, options: dict[str, Any]) -> None:
+        self.multiple = int(options.get("pad_to_multiple") or 1)
+        if self.multiple > 1 and packed.eos_id is None:
+            raise UsageError("--pad-to-multiple pads with EOS, and this output has none (packed with --no-eos)")
+        self.directory = directory
+        self.eos = packed.eos_id or 0
+        self.max_len = int(packed.manifest["max_len"])
+        # zstd, as Bridge's own packer writes; no dictionary pages or statistics, which token lists do not use and
+        # which took a quarter of the export's time
+        self.writer = pq.ParquetWriter(
+            directory / PENDING, SCHEMA, compression="zstd", use_dictionary=False, write_statistics=False
+        )
+        self.totals = ExportTotals()
+        self.longest_document = 0
+        self.most_documents = 0
+        self.shortest_row: int | None = None
+        self.longest_row = 0
+
+    def write(self, batch: RowBatch) -> None:
+        table, lengths, row_lengths, supervised = bridge_row_group(batch, self.multiple, self.eos)
+        self.writer.write_table(table)
+        self.totals.sequences += batch.rows
+        self.totals.documents += len(lengths)
+        self.totals.tokens += int(row_lengths.sum())
+        self.totals.padding_tokens += int(row_lengths.sum()) - len(batch.tokens)
+        self.totals.supervised_tokens += supervised
+        if batch.rows:
+            self.longest_document = max(self.longest_document, int(lengths.max()))
+            self.most_documents = max(self.most_documents, int(np.diff(batch.row_documents).max()))
+            shortest = int(row_lengths.min())
+            self.shortest_row = shortest if self.shortest_row is None else min(self.shortest_row, shortest)
+            self.longest_row = max(self.longest_row, int(row_lengths.max()))
+
+    def finish(self) -> ExportTotals:
+        self.writer.close()
+        pack_size = max(self.max_len, self.longest_row)
+        rows = max(self.totals.sequences, 1)
+        metadata = {
+            "dataset_max_seqlen": self.longest_document,
+            "max_samples_per_bin": self.most_documents,
+            "packing_factor": round(self.totals.documents / rows, 2),
+            "packing_efficiency": round(self.totals.tokens / rows / pack_size * 100, 2),
+            "pack_size": pack_size,
+            "min_packed_seqlen": self.shortest_row or 0,
+        }
+        (self.directory / PENDING).rename(self.directory / f"training_{pack_size}.idx.parquet")
+        (self.directory / f"{pack_size}_metadata.jsonl").write_text(json.dumps([metadata]), encoding="utf-8")
+        return self.totals
+
+
+def bridge_row_group(batch: RowBatch, multiple: int, eos: int) -> tuple[pa.Table, np.ndarray, np.ndarray, int]:
+    """The Parquet rows of one batch of packed rows; the (padded) document and row lengths; the supervised count."""
+    lengths = batch.lengths
+    padded = -(-lengths // multiple) * multiple
+    doc_starts = np.concatenate(([0], np.cumsum(padded)))
+    source_starts = np.concatenate(([0], np.cumsum(lengths)))
+    total = int(doc_starts[-1])
+    tokens = np.full(total, eos, dtype=np.int32)
+    # each stored token goes to its document's start plus its place in the document
+    document_of = np.repeat(np.arange(len(lengths)), lengths)
+    place = np.arange(len(batch.tokens)) - source_starts[document_of] + doc_starts[document_of]
+    tokens[place] = batch.tokens
+    target = np.ones(len(batch.tokens), dtype=bool) if batch.mask is None else batch.mask.copy()
+    target[source_starts[:-1]] = False  # a document's first token is never a target
+    loss = np.zeros(total, dtype=np.uint8)
+    loss[place[target] - 1] = 1  # position t predicts token t + 1
+    row_starts = doc_starts[batch.row_documents]
+    starts = doc_starts[:-1] - np.repeat(row_starts[:-1], np.diff(batch.row_documents))
+    offsets = pa.array(row_starts.astype(np.int32))
+    columns = [
+        pa.ListArray.from_arrays(offsets, pa.array(tokens)),
+        pa.ListArray.from_arrays(offsets, pa.array(loss)),
+        pa.ListArray.from_arrays(pa.array(batch.row_documents.astype(np.int32)), pa.array(starts.astype(np.int32))),
+    ]
+    return pa.Table.from_arrays(columns, schema=SCHEMA), padded, np.diff(row_starts), int(np.count_nonzero(target))

@@ -1,0 +1,224 @@
+"""Read a packcli output for export: its rows, or its documents with split documents whole again, streaming.
+
+Two views of one output, both in the output's order (shards as the manifest lists them, rows in each):
+
+- :func:`row_batches`: the packed rows as written, a record batch (about 8 MiB) at a time.
+- :func:`document_batches`: the documents, each piece a sequence; the pieces of a document cut by ``--overflow
+  split`` come out together and in order, where its first piece (in output order) stood, found through the
+  manifest's ``split_pieces`` entries (:mod:`packcli.write.splits`); its other pieces are not repeated.
+
+Invariant: every stored token comes out exactly once in either view, with its supervision (``labels != -100``).
+Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from packcli.errors import PackcliError
+from packcli.write.manifest import read_manifest, shard_path
+from packcli.write.shards import IGNORE_INDEX, LABELS_COLUMN, flat_list_column, read_shard
+from packcli.write.splits import SPLIT_PIECES
+
+__all__ = ["DocumentBatch", "PackedOutput", "RowBatch", "document_batches", "open_packed", "row_batches"]
+
+
+@dataclass(frozen=True)
+class PackedOutput:
+    """A packcli output to export: its directory and manifest, and whether its rows carry labels."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def labelled(self) -> bool:
+        return LABELS_COLUMN in (self.manifest.get("columns") or []) or "supervised_tokens" in self.manifest["totals"]
+
+    @property
+    def vocab_size(self) -> int | None:
+        vocab: int | None = self.manifest["tokenizer"]["vocab_size"]
+        return vocab
+
+    @property
+    def eos_id(self) -> int | None:
+        eos: int | None = self.manifest["tokenizer"].get("eos_id") if self.manifest["options"].get("eos") else None
+        return eos
+
+    def shard_paths(self) -> list[Path]:
+        return [shard_path(self.path, shard["file"]) for shard in self.manifest["shards"]]
+
+
+def open_packed(path: Path) -> PackedOutput:
+    """Read an output's manifest (validated)."""
+    return PackedOutput(path, read_manifest(path))
+
+
+def check_intact(packed: PackedOutput) -> None:
+    """Re-read the whole output as ``packcli verify`` does.
+
+    Raises:
+        PackcliError: it fails verify (the first problem named); nothing has been written yet.
+    """
+    from packcli.report.verify import verify_output
+
+    report = verify_output(packed.path)
+    if not report.ok:
+        raise PackcliError(
+            f"fails verify ({report.count} problem(s); first: {report.problems[0]}); nothing was exported: run "
+            "packcli verify on it, or pack it again",
+            packed.path,
+        )
+
+
+@dataclass(frozen=True)
+class RowBatch:
+    """Consecutive rows of one shard: tokens, row token offsets, document lengths, row document offsets, and the
+    supervision mask (None for an output without labels)."""
+
+    shard: int
+    first_row: int
+    tokens: np.ndarray  # int32
+    row_offsets: np.ndarray  # int64, rows + 1
+    lengths: np.ndarray  # int64, one per document (piece)
+    row_documents: np.ndarray  # int64, rows + 1: each row's first document in ``lengths``
+    mask: np.ndarray | None  # bool per token
+
+    @property
+    def rows(self) -> int:
+        return len(self.row_offsets) - 1
+
+
+def row_batches(packed: PackedOutput) -> Iterator[RowBatch]:
+    """The output's rows, one record batch at a time, in output order."""
+    for index, path in enumerate(packed.shard_paths()):
+        first_row = 0
+        with pa.memory_map(str(path)) as source:
+            for batch in pa.ipc.open_stream(source):
+                tokens, row_offsets = flat_list_column(pa.chunked_array([batch.column("input_ids")]))
+                cu, cu_offsets = flat_list_column(pa.chunked_array([batch.column("cu_seqlens")]))
+                within = np.ones(len(cu), dtype=bool)  # False at each row's leading 0
+                within[cu_offsets[:-1]] = False
+                lengths = np.diff(cu.astype(np.int64))[within[1:]]
+                mask = None
+                if LABELS_COLUMN in batch.schema.names:
+                    labels, _ = flat_list_column(pa.chunked_array([batch.column(LABELS_COLUMN)]))
+                    mask = labels != IGNORE_INDEX
+                row_documents = cu_offsets - np.arange(len(cu_offsets))
+                yield RowBatch(index, first_row, tokens, row_offsets, lengths, row_documents, mask)
+                first_row += batch.num_rows
+
+
+@dataclass(frozen=True)
+class DocumentBatch:
+    """Pieces in export order: tokens, each piece's length, whether it ends its document, the supervision mask."""
+
+    tokens: np.ndarray
+    lengths: np.ndarray  # int64
+    ends: np.ndarray  # bool, one per piece: False only for a split document's pieces before its last
+    mask: np.ndarray | None
+
+
+class _Splits:
+    """The split documents' pieces: their coordinates by shard, and each document's pieces in order."""
+
+    def __init__(self, packed: PackedOutput) -> None:
+        self.packed = packed
+        self.by_shard: list[np.ndarray] = []  # per shard: rows [row, index, group]
+        self.groups: list[list[tuple[int, int, int]]] = []  # group -> its pieces' (shard, row, index) in order
+        keys: dict[tuple[str, int], int] = {}
+        pieces: list[list[tuple[int, int, int, int]]] = []
+        for shard_index, shard in enumerate(packed.manifest["shards"]):
+            partition = str(shard["file"]).rsplit("shard-", 1)[0]
+            found = []
+            for row, index, document, piece in shard.get(SPLIT_PIECES, []):
+                group = keys.setdefault((partition, document), len(keys))
+                if group == len(pieces):
+                    pieces.append([])
+                pieces[group].append((piece, shard_index, row, index))
+                found.append((row, index, group))
+            self.by_shard.append(np.array(found, dtype=np.int64).reshape(-1, 3))
+        for group_pieces in pieces:
+            ordered = sorted(group_pieces)
+            if [piece for piece, *_ in ordered] != list(range(len(ordered))):
+                raise PackcliError(
+                    "the manifest's split_pieces entries miss a piece of a split document: the manifest was edited "
+                    "or damaged; repack",
+                    packed.path / "manifest.json",
+                )
+            self.groups.append([(shard, row, index) for _, shard, row, index in ordered])
+        self.emitted = np.zeros(len(self.groups), dtype=bool)
+        self._tables: dict[int, pa.Table] = {}
+
+    def piece(self, shard: int, row: int, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """One stored piece's tokens and mask, read from its memory-mapped shard."""
+        if shard not in self._tables:
+            if len(self._tables) >= 4:
+                self._tables.pop(next(iter(self._tables)))
+            self._tables[shard] = read_shard(self.packed.shard_paths()[shard])
+        table = self._tables[shard]
+        cu = table.column("cu_seqlens")[row].values.to_numpy()
+        start, end = int(cu[index]), int(cu[index + 1])
+        tokens = table.column("input_ids")[row].values.to_numpy()[start:end]
+        mask = None
+        if LABELS_COLUMN in table.column_names:
+            mask = table.column(LABELS_COLUMN)[row].values.to_numpy()[start:end] != IGNORE_INDEX
+        return tokens, mask
+
+
+def document_batches(packed: PackedOutput) -> Iterator[DocumentBatch]:
+    """The output's documents in output order, a split document's pieces together where its first piece stood."""
+    splits = _Splits(packed)
+    for batch in row_batches(packed):
+        entries = splits.by_shard[batch.shard]
+        inside = (entries[:, 0] >= batch.first_row) & (entries[:, 0] < batch.first_row + batch.rows)
+        if not inside.any():
+            yield DocumentBatch(batch.tokens, batch.lengths, np.ones(len(batch.lengths), dtype=bool), batch.mask)
+            continue
+        here = entries[inside]
+        positions = batch.row_documents[here[:, 0] - batch.first_row] + here[:, 1]
+        yield _spliced(batch, positions, here[:, 2], splits)
+
+
+def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits: _Splits) -> DocumentBatch:
+    """``batch``'s pieces with each split piece replaced by its whole document (first time) or left out (after)."""
+    token_starts = np.concatenate(([0], np.cumsum(batch.lengths)))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = []
+    done = 0  # pieces of the batch already taken
+    for position, group in sorted(zip(positions.tolist(), groups.tolist())):
+        if position > done:
+            span = slice(int(token_starts[done]), int(token_starts[position]))
+            mask = None if batch.mask is None else batch.mask[span]
+            count = position - done
+            parts.append((batch.tokens[span], batch.lengths[done:position], np.ones(count, dtype=bool), mask))
+        done = position + 1
+        if splits.emitted[group]:
+            continue
+        splits.emitted[group] = True
+        for number, (shard, row, index) in enumerate(splits.groups[group]):
+            tokens, mask = splits.piece(shard, row, index)
+            last = number == len(splits.groups[group]) - 1
+            parts.append((tokens, np.array([len(tokens)], dtype=np.int64), np.array([last]), mask))
+    if done < len(batch.lengths):
+        span = slice(int(token_starts[done]), None)
+        mask = None if batch.mask is None else batch.mask[span]
+        rest = len(batch.lengths) - done
+        parts.append((batch.tokens[span], batch.lengths[done:], np.ones(rest, dtype=bool), mask))
+    if not parts:
+        return DocumentBatch(batch.tokens[:0], batch.lengths[:0], np.zeros(0, dtype=bool), _empty(batch.mask))
+    masks = [mask for *_, mask in parts]
+    return DocumentBatch(
+        np.concatenate([tokens for tokens, *_ in parts]),
+        np.concatenate([lengths for _, lengths, _, _ in parts]),
+        np.concatenate([ends for _, _, ends, _ in parts]),
+        None if batch.mask is None else np.concatenate([mask for mask in masks if mask is not None]),
+    )
+
+
+def _empty(mask: np.ndarray | None) -> np.ndarray | None:
+    return None if mask is None else mask[:0]

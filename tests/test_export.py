@@ -1,0 +1,513 @@
+"""``packcli export``: each format read back by its trainer's own reader (megatron-core, OLMo-core, datatrove) or,
+for Bridge and MDS, by a re-derivation of what their collate functions build, compared with packcli.torch's batch.
+Every test checks conservation: the exported documents are the packed output's documents token for token (split
+documents whole again where the format finds documents), and the supervised positions are the same.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tokenizers import Tokenizer
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.write.shards import IGNORE_INDEX
+from tests.conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+RUNNER = CliRunner()
+
+
+def run(*args: str | Path) -> Any:
+    result = RUNNER.invoke(app, [str(arg) for arg in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def export(packed: Path, fmt: str, out: Path, *extra: str) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads(run("export", packed, "--to", fmt, "--out", out, "--json", *extra).stdout)
+    return summary
+
+
+# -- the packed outputs, and what their documents are ---------------------------------------------------------------
+
+
+def first_records(path: Path, count: int) -> list[dict[str, Any]]:
+    """The first records of a large JSON Lines file, without reading the rest."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line, _ in zip(handle, range(count))]
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Small slices of the real corpora: long code files (split by --overflow split) and prompt/response pairs."""
+    root = tmp_path_factory.mktemp("corpora")
+    code = first_records(shared_path("data/cpython_stdlib.jsonl"), 24)
+    sft = first_records(shared_path("data/bigbench_sft.jsonl"), 40)
+    return {
+        "code": write_jsonl(root / "code.jsonl", [{"text": record["text"]} for record in code]),
+        "sft": write_jsonl(root / "sft.jsonl", [{"prompt": r["prompt"], "response": r["response"]} for r in sft]),
+        "tokenizer": shared_path("tokenizers/gpt2/tokenizer.json"),
+    }
+
+
+@pytest.fixture(scope="module")
+def text_packed(corpora: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("text") / "packed"
+    run("pack", corpora["code"], "--tokenizer", corpora["tokenizer"], "--max-len", "256", "--out", out, "--quiet")
+    return out
+
+
+@pytest.fixture(scope="module")
+def sft_packed(corpora: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sft") / "packed"
+    run(
+        "pack", corpora["sft"], "--tokenizer", corpora["tokenizer"], "--prompt-field", "prompt",
+        "--response-field", "response", "--max-len", "256", "--overflow", "split", "--out", out, "--quiet",
+    )  # fmt: skip
+    return out
+
+
+def stored_pieces(packed: Path) -> list[dict[str, Any]]:
+    """Every stored document (piece) in output order: tokens, labels (or None), and its split group and place."""
+    manifest = json.loads((packed / "manifest.json").read_text())
+    pieces = []
+    for shard in manifest["shards"]:
+        where = {(row, index): (shard["file"].rsplit("shard-", 1)[0], doc, piece) for row, index, doc, piece in shard.get("split_pieces", [])}  # fmt: skip
+        table = pa.ipc.open_stream(pa.memory_map(str(packed / shard["file"]))).read_all().to_pylist()
+        for row_number, row in enumerate(table):
+            cu = row["cu_seqlens"]
+            for index in range(len(cu) - 1):
+                labels = row.get("labels")
+                pieces.append(
+                    {
+                        "tokens": row["input_ids"][cu[index] : cu[index + 1]],
+                        "labels": None if labels is None else labels[cu[index] : cu[index + 1]],
+                        "group": where.get((row_number, index)),
+                    }
+                )
+    return pieces
+
+
+def expected_documents(packed: Path) -> list[dict[str, Any]]:
+    """The documents an EOS- or index-finding format must hold, in order: each split document whole, where its
+    first stored piece stands; tokens, supervision mask, and its pieces' lengths."""
+    pieces = stored_pieces(packed)
+    groups: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
+    for piece in pieces:
+        if piece["group"] is not None:
+            partition, doc, place = piece["group"]
+            groups.setdefault((partition, doc), []).append((place, piece))
+    documents, seen = [], set()
+    for piece in pieces:
+        members = [piece]
+        if piece["group"] is not None:
+            key = piece["group"][:2]
+            if key in seen:
+                continue
+            seen.add(key)
+            members = [member for _, member in sorted(groups[key], key=lambda pair: pair[0])]
+        tokens = [token for member in members for token in member["tokens"]]
+        mask = None
+        if piece["labels"] is not None:
+            mask = [label != IGNORE_INDEX for member in members for label in member["labels"]]
+        documents.append({"tokens": tokens, "mask": mask, "pieces": [len(m["tokens"]) for m in members]})
+    return documents
+
+
+def encoded_corpus(corpus: Path, tokenizer: Path) -> list[list[int]]:
+    """The corpus as the tokenizer encodes it, each document with its EOS: what the export must conserve."""
+    encoder = Tokenizer.from_file(str(tokenizer))
+    eos = encoder.token_to_id("<|endoftext|>")
+    return [[*encoder.encode(record["text"]).ids, eos] for record in read_jsonl(corpus)]
+
+
+def split_by(values: np.ndarray, lengths: list[int] | np.ndarray) -> list[list[int]]:
+    ends = np.cumsum(lengths)
+    return [values[end - length : end].tolist() for end, length in zip(ends, lengths)]
+
+
+# -- megatron ---------------------------------------------------------------------------------------------------------
+
+
+def megatron_dataset(prefix: Path) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        return IndexedDataset(str(prefix))
+
+
+def test_megatron_indexed_dataset_holds_the_corpus_documents_whole(
+    text_packed: Path, corpora: dict[str, Any], tmp_path: Path
+) -> None:
+    summary = export(text_packed, "megatron", tmp_path / "mg")
+    dataset = megatron_dataset(tmp_path / "mg" / "tokens")
+    assert dataset.index.dtype == np.uint16  # GPT-2's 50257 ids fit Megatron's uint16 rule (< 65500)
+    documents = [dataset[i].tolist() for i in range(len(dataset))]  # one sequence per document
+    assert dataset.document_indices.tolist() == list(range(len(documents) + 1))
+    expected = expected_documents(text_packed)
+    assert documents == [document["tokens"] for document in expected]  # output order, split ones whole
+    manifest = json.loads((text_packed / "manifest.json").read_text())
+    assert manifest["totals"]["split_documents"] > 0  # the slice does exercise split documents
+    assert sorted(documents) == sorted(encoded_corpus(corpora["code"], corpora["tokenizer"]))  # conservation
+    assert summary["totals"]["documents"] == len(documents) == manifest["totals"]["input_documents"]
+    assert summary["totals"]["tokens"] == manifest["totals"]["tokens"]
+    assert summary["source"]["fingerprint"] == manifest["fingerprint"]
+
+
+def test_megatron_gpt_dataset_builds_on_the_export(text_packed: Path, tmp_path: Path) -> None:
+    """Megatron's GPTDataset, built on CPU over the export: each sample, cut at its EODs, is made of stretches of
+    exported documents (whole ones between two EODs), and its labels are its tokens shifted by one."""
+    export(text_packed, "megatron", tmp_path / "mg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+        from megatron.core.datasets.utils import Split
+
+        dataset = megatron_dataset(tmp_path / "mg" / "tokens")
+
+        class Tokenizer:
+            eod = 50256
+            pad = 50256
+            vocab_size = 50257
+            unique_identifiers: ClassVar[dict[str, Any]] = {"class": "gpt2"}
+
+        config = GPTDatasetConfig(
+            random_seed=1,
+            sequence_length=512,
+            blend=None,
+            split="1,0,0",
+            tokenizer=Tokenizer(),
+            reset_position_ids=True,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            path_to_cache=str(tmp_path / "cache"),
+            mid_level_dataset_surplus=0.005,
+            create_attention_mask=False,
+        )
+        documents = np.arange(len(dataset.document_indices) - 1, dtype=np.int32)
+        gpt = GPTDataset(dataset, str(tmp_path / "mg" / "tokens"), documents, 16, Split.train, config)
+        samples = [gpt[index] for index in range(len(gpt))]
+    exported = [np.array(document["tokens"], dtype=">u4").tobytes() for document in expected_documents(text_packed)]
+    assert len(samples) >= 16  # at least what was asked: whole epochs
+    for sample in samples:
+        tokens = np.append(sample["tokens"].numpy(), sample["labels"].numpy()[-1])
+        assert (sample["labels"][:-1] == sample["tokens"][1:]).all()
+        cuts = [0, *(np.nonzero(tokens == 50256)[0] + 1).tolist(), len(tokens)]
+        for start, end in zip(cuts[:-1], cuts[1:]):
+            stretch = tokens[start:end].astype(">u4").tobytes()
+            assert any(stretch in document and document.index(stretch) % 4 == 0 for document in exported)
+
+
+def test_megatron_export_of_a_partitioned_output(corpora: dict[str, Any], tmp_path: Path) -> None:
+    packed = tmp_path / "parts"
+    run("pack", corpora["code"], "--tokenizer", corpora["tokenizer"], "--max-len", "256", "--partitions", "2",
+        "--workers", "1", "--out", packed, "--quiet")  # fmt: skip
+    export(packed, "megatron", tmp_path / "mg")
+    dataset = megatron_dataset(tmp_path / "mg" / "tokens")
+    documents = [dataset[i].tolist() for i in range(len(dataset))]
+    assert documents == [document["tokens"] for document in expected_documents(packed)]
+    assert sorted(documents) == sorted(encoded_corpus(corpora["code"], corpora["tokenizer"]))
+
+
+def test_megatron_refuses_a_fine_tuning_output(sft_packed: Path, tmp_path: Path) -> None:
+    result = RUNNER.invoke(app, ["export", str(sft_packed), "--to", "megatron", "--out", str(tmp_path / "mg")])
+    assert result.exit_code == 2
+    assert "no place for labels" in result.output and "--to bridge" in result.output
+    assert not (tmp_path / "mg").exists()
+
+
+# -- olmo-core --------------------------------------------------------------------------------------------------------
+
+
+def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(sft_packed: Path, tmp_path: Path) -> None:
+    summary = export(sft_packed, "olmo-core", tmp_path / "olmo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from olmo_core.data.numpy_dataset import NumpyFSLDataset, NumpyPackedFSLDataset
+
+        files = [str(tmp_path / "olmo" / "tokens.npy")]
+        masks = [str(tmp_path / "olmo" / "label_mask.npy")]
+        common = {"pad_token_id": 50256, "eos_token_id": 50256, "vocab_size": 50257, "dtype": np.uint16}
+        fsl = NumpyFSLDataset(*files, sequence_length=64, label_mask_paths=masks, **common)
+        fsl.work_dir = tmp_path / "work"
+        fsl.prepare()
+        items = [fsl[i] for i in range(len(fsl))]
+    tokens = np.concatenate([item["input_ids"].numpy() for item in items])
+    mask = np.concatenate([item["label_mask"].numpy() for item in items])
+    expected = expected_documents(sft_packed)
+    all_tokens = np.array([t for document in expected for t in document["tokens"]])
+    all_mask = np.array([m for document in expected for m in document["mask"]])
+    assert len(tokens) == len(all_tokens) // 64 * 64  # OLMo-core drops the last partial window
+    assert (tokens == all_tokens[: len(tokens)]).all() and (mask == all_mask[: len(mask)]).all()
+    assert summary["totals"]["supervised_tokens"] == int(all_mask.sum())
+    manifest = json.loads((sft_packed / "manifest.json").read_text())
+    assert summary["totals"]["supervised_tokens"] == manifest["totals"]["supervised_tokens"]
+    # every document ends in EOS, where OLMo-core's packed dataset finds it
+    ends = np.cumsum([len(document["tokens"]) for document in expected]) - 1
+    assert (all_tokens[ends] == 50256).all() and manifest["totals"]["split_documents"] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        packed = NumpyPackedFSLDataset(*files, sequence_length=2048, label_mask_paths=masks, **common)
+        packed.work_dir = tmp_path / "work-packed"
+        packed.prepare()
+        instances = [packed[i] for i in range(len(packed))]
+    by_tokens = {tuple(document["tokens"]): document["mask"] for document in expected}
+    found = 0
+    for instance in instances:
+        ids, label_mask = instance["input_ids"].numpy(), instance["label_mask"].numpy()
+        eos_at = np.nonzero(ids == 50256)[0]
+        start = 0
+        for end in eos_at:
+            document = tuple(ids[start : end + 1].tolist())
+            if document in by_tokens:  # a whole document (not padding): its mask is packcli's
+                assert label_mask[start : end + 1].tolist() == by_tokens[document]
+                found += 1
+            start = end + 1
+    assert found == len(expected)  # OLMo-core found every document by its EOS, with packcli's supervision
+
+
+# -- nanotron (datatrove) ---------------------------------------------------------------------------------------------
+
+
+def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
+    text_packed: Path, sft_packed: Path, tmp_path: Path
+) -> None:
+    export(text_packed, "nanotron", tmp_path / "nt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datatrove.utils.dataset import DatatroveFolderDataset
+
+        dataset = DatatroveFolderDataset(str(tmp_path / "nt"), seq_len=63, token_size=2, return_positions=True)
+        items = [dataset[i] for i in range(len(dataset))]
+    expected = expected_documents(text_packed)
+    all_tokens = np.array([t for document in expected for t in document["tokens"]])
+    positions = np.concatenate([np.arange(len(document["tokens"])) for document in expected])
+    for number, item in enumerate(items):
+        window = slice(number * 64, number * 64 + 64)
+        assert item["input_ids"].tolist() == all_tokens[window].tolist()
+        # datatrove restarts positions where the index says a document ends: at packcli's documents, split ones whole
+        restart = positions[window].copy()
+        restart -= restart[0] if restart[0] else 0
+        starts = np.nonzero(positions[window] == 0)[0]
+        expected_positions = np.arange(64) - np.maximum.accumulate(
+            np.where(np.isin(np.arange(64), starts), np.arange(64), 0)
+        )
+        assert item["positions"].tolist() == expected_positions.tolist()
+    metadata = (tmp_path / "nt" / "packcli.ds.metadata").read_text().split("\n")
+    import humanize
+
+    assert metadata[1:] == [str(len(all_tokens)), humanize.metric(len(all_tokens), unit="T")]
+    export(sft_packed, "nanotron", tmp_path / "nt-sft")
+    loss = np.fromfile(tmp_path / "nt-sft" / "packcli.ds.loss", dtype=np.bool_)
+    sft_expected = expected_documents(sft_packed)
+    assert loss.tolist() == [m for document in sft_expected for m in document["mask"]]
+    index = np.fromfile(tmp_path / "nt-sft" / "packcli.ds.index", dtype=np.uint64)
+    assert index.tolist() == np.cumsum([len(document["tokens"]) for document in sft_expected]).tolist()
+
+
+def test_short_count_is_datatrove_s_metric() -> None:
+    import humanize
+
+    from packcli.export.nanotron import short_count
+
+    for value in [0, 1, 9, 999, 1000, 1234, 9995, 99_950, 999_500, 999_499, 1_000_000, 123_456_789, 10**15 + 7]:
+        assert short_count(value, "T") == humanize.metric(value, unit="T"), value
+
+
+# -- bridge: what its collate function builds, against packcli.torch's batch -----------------------------------------
+
+
+def bridge_collate(row: dict[str, Any], eos: int) -> dict[str, np.ndarray]:
+    """What Megatron-Bridge's GPTSFTPackedDataset.collate_fn derives from one Parquet row (answer_only_loss)."""
+    ids, bounds = np.array(row["input_ids"]), [*row["seq_start_id"], len(row["input_ids"])]
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    tokens = np.concatenate([ids[s : e - 1] for s, e in spans])
+    loss = np.concatenate([np.array(row["loss_mask"])[s : e - 1] for s, e in spans]).astype(np.int64)
+    loss[tokens == eos] = 0
+    return {
+        "tokens": tokens,
+        "labels": np.concatenate([ids[s + 1 : e] for s, e in spans]),
+        "loss_mask": loss,
+        "position_ids": np.concatenate([np.arange(e - s - 1) for s, e in spans]),
+        "cu_seqlens": np.concatenate(([0], np.cumsum([e - s - 1 for s, e in spans]))),
+    }
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_bridge_rows_train_what_packcli_torch_trains(sft_packed: Path, tmp_path: Path, multiple: int) -> None:
+    from packcli.torch import PackedDataset, collate_varlen
+
+    extra = ["--pad-to-multiple", str(multiple)] if multiple > 1 else []
+    summary = export(sft_packed, "bridge", tmp_path / "br", *extra)
+    files = sorted((tmp_path / "br").glob("training_*.idx.parquet"))
+    assert len(files) == 1
+    rows = pq.read_table(files[0]).to_pylist()
+    metadata = json.loads(next((tmp_path / "br").glob("*_metadata.jsonl")).read_text())
+    assert files[0].name == f"training_{metadata[0]['pack_size']}.idx.parquet"
+    dataset = PackedDataset(sft_packed, shuffle=False)
+    assert len(rows) == dataset.num_rows
+    supervised = 0
+    for index, row in enumerate(rows):
+        bridge = bridge_collate(row, 50256)
+        batch = collate_varlen([dataset.row(index)])
+        ids, labels = batch["input_ids"][0].numpy(), batch["labels"][0].numpy()
+        cu = batch["cu_seqlens"].numpy()
+        pairs = set()  # (input position in its document, input token, target token) where loss is taken
+        for start, end in zip(cu[:-1], cu[1:]):
+            for t in range(start + 1, end):
+                if labels[t] != IGNORE_INDEX:
+                    pairs.add((t - 1 - start, int(ids[t - 1]), int(ids[t])))
+        bridge_pairs = set()
+        for start, end in zip(bridge["cu_seqlens"][:-1], bridge["cu_seqlens"][1:]):
+            for p in range(start, end):
+                if bridge["loss_mask"][p]:
+                    bridge_pairs.add((p - start, int(bridge["tokens"][p]), int(bridge["labels"][p])))
+        assert bridge_pairs == pairs
+        supervised += len(pairs)
+        if multiple == 1:
+            assert bridge["tokens"].tolist() == [int(ids[t]) for s, e in zip(cu[:-1], cu[1:]) for t in range(s, e - 1)]
+            assert (np.diff(bridge["cu_seqlens"]) == np.diff(cu) - 1).all()
+            assert bridge["position_ids"].tolist() == [p for s, e in zip(cu[:-1], cu[1:]) for p in range(e - s - 1)]
+        else:
+            assert all(b % multiple == 0 for b in row["seq_start_id"]) and len(row["input_ids"]) % multiple == 0
+    manifest = json.loads((sft_packed / "manifest.json").read_text())
+    assert supervised == summary["totals"]["supervised_tokens"] == manifest["totals"]["supervised_tokens"]
+    lengths = [len(row["input_ids"]) for row in rows]
+    assert metadata[0]["min_packed_seqlen"] == min(lengths)
+    assert metadata[0]["max_samples_per_bin"] == max(len(row["seq_start_id"]) for row in rows)
+    assert metadata[0]["pack_size"] >= max(lengths)
+
+
+# -- mds: the byte layout decoded as streaming's reader does, against packcli.torch's rows ----------------------------
+
+
+def decode_mds(directory: Path) -> list[np.ndarray]:
+    """Samples of an MDS dataset with one ``ndarray:uint32`` column, decoded per streaming's MDS reader."""
+    index = json.loads((directory / "index.json").read_text())
+    assert index["version"] == 2
+    samples = []
+    for shard in index["shards"]:
+        assert shard["column_encodings"] == ["ndarray:uint32"] and shard["column_names"] == ["tokens"]
+        data = (directory / shard["raw_data"]["basename"]).read_bytes()
+        assert len(data) == shard["raw_data"]["bytes"] < 1 << 26
+        count = int(np.frombuffer(data, np.uint32, 1)[0])
+        assert count == shard["samples"]
+        offsets = np.frombuffer(data, np.uint32, count + 1, 4)
+        config = {key: shard[key] for key in ("column_encodings", "column_names", "column_sizes", "compression", "format", "hashes", "size_limit", "version")}  # fmt: skip
+        assert data[4 + 4 * (count + 1) : offsets[0]] == json.dumps(config, sort_keys=True).encode()
+        for start, end in zip(offsets[:-1], offsets[1:]):
+            sample = data[start:end]
+            size = int(np.frombuffer(sample, np.uint32, 1)[0])
+            assert size == len(sample) - 4
+            head = sample[4]
+            ndim, shape_code = head >> 2, head & 3
+            shape_dtype = np.dtype(["uint8", "uint16", "uint32", "uint64"][shape_code])
+            assert ndim == 1
+            length = int(np.frombuffer(sample, shape_dtype, 1, 5)[0])
+            samples.append(np.frombuffer(sample, np.uint32, length, 5 + shape_dtype.itemsize))
+    return samples
+
+
+def test_mds_samples_are_the_packed_rows(text_packed: Path, tmp_path: Path) -> None:
+    from packcli.torch import PackedDataset
+
+    summary = export(text_packed, "mds", tmp_path / "mds")
+    samples = decode_mds(tmp_path / "mds")
+    dataset = PackedDataset(text_packed, shuffle=False)
+    assert len(samples) == dataset.num_rows == summary["totals"]["sequences"]
+    for index, sample in enumerate(samples):
+        assert sample.tolist() == dataset.row(index)["input_ids"].tolist()
+    assert sum(len(sample) for sample in samples) == summary["totals"]["tokens"]
+
+
+def test_mds_sample_header_holds_the_length_in_the_smallest_dtype() -> None:
+    from packcli.export import mds
+
+    sample = mds.encode_tokens(np.arange(300, dtype=np.int32))
+    assert sample[:4].view(np.uint32)[0] == len(sample) - 4 and sample[4] == (1 << 2) | 1  # uint16 length
+    assert mds.encode_tokens(np.arange(3, dtype=np.int32))[4] == (1 << 2) | 0
+
+
+# -- publication, refusals, the sample corpus ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first records of the bundled sample (no ../shared needed), packed with the bundled tokenizer."""
+    root = tmp_path_factory.mktemp("small")
+    corpus = write_jsonl(root / "small.jsonl", read_jsonl(SAMPLE)[:12])
+    run("pack", corpus, "--max-len", "128", "--out", root / "packed", "--quiet")
+    return root / "packed"
+
+
+def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: Path) -> None:
+    packed = small_packed
+    out = tmp_path / "olmo"
+    first = export(packed, "olmo-core", out)
+    assert first["status"] == "exported"
+    stamp = (out / "tokens.npy").stat().st_mtime_ns
+    again = export(packed, "olmo-core", out)
+    assert again["status"] == "up-to-date" and (out / "tokens.npy").stat().st_mtime_ns == stamp
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(out)])
+    assert result.exit_code == 1 and "--overwrite" in result.output
+    export(packed, "nanotron", out, "--overwrite")
+    assert sorted(path.name for path in out.iterdir()) == [
+        "export.json", "packcli.ds", "packcli.ds.index", "packcli.ds.metadata",
+    ]  # fmt: skip
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]  # no staging or lock left
+    tokens = np.fromfile(out / "packcli.ds", dtype=np.uint16)
+    assert tokens.tolist() == [t for document in expected_documents(packed) for t in document["tokens"]]
+
+
+def test_an_output_failing_verify_is_refused_before_anything_is_written(small_packed: Path, tmp_path: Path) -> None:
+    packed = tmp_path / "packed"
+    shutil.copytree(small_packed, packed)
+    shard = next(packed.glob("shard-*.arrow"))
+    data = bytearray(shard.read_bytes())
+    data[-100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "megatron", "--out", str(tmp_path / "mg")])
+    assert result.exit_code == 1 and "fails verify" in result.output
+    assert not (tmp_path / "mg").exists()
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]
+
+
+def test_export_refuses_what_is_not_its_own(small_packed: Path, tmp_path: Path) -> None:
+    packed = small_packed
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "megatron", "--out", str(out)])
+    assert result.exit_code == 1 and "notes.txt" in result.output
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "parquet", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "--to must be one of" in result.output
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "mds", "--pad-to-multiple", "8", "--out", str(tmp_path / "x")])  # fmt: skip
+    assert result.exit_code == 2 and "--pad-to-multiple is for --to bridge" in result.output
+
+
+def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
+    text_packed: Path, tmp_path: Path
+) -> None:
+    """An output packed before split_pieces existed: its pieces are exported as they are stored, with a warning."""
+    packed = tmp_path / "old"
+    shutil.copytree(text_packed, packed)
+    manifest = json.loads((packed / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        shard.pop("split_pieces", None)
+    (packed / "manifest.json").write_text(json.dumps(manifest))
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "nt")])
+    assert result.exit_code == 0 and "does not record which pieces belong together" in result.output
+    index = np.fromfile(tmp_path / "nt" / "packcli.ds.index", dtype=np.uint64)
+    assert len(index) == manifest["totals"]["documents"]  # one per stored piece
