@@ -15,6 +15,7 @@ BENCHES = [
     "bench_help.py",
     "bench_mixing.py",
     "bench_partitions.py",
+    "bench_storage.py",
     "bench_export.py",
 ]
 

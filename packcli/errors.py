@@ -101,7 +101,7 @@ class BadRecordError(PackcliError):
 
 
 # extra name -> the top-level module it provides (the tests check this against pyproject.toml).
-EXTRA_MODULES = {"torch": "torch", "ray": "ray", "plot": "matplotlib", "hf": "datasets"}
+EXTRA_MODULES = {"torch": "torch", "ray": "ray", "plot": "matplotlib", "hf": "datasets", "cloud": "fsspec"}
 
 
 class MissingExtraError(PackcliError, ImportError):

@@ -89,7 +89,8 @@ def run_identity(
 
 
 def _describe_input(item: InputFile) -> list[Any]:
-    """A file by resolved path, size and mtime; standard input's spool (a new file each run) by its bytes' sha256."""
+    """A file by resolved path, size and mtime; standard input's spool (a new file each run) by its bytes' sha256;
+    an object in a store by URL, size and ETag (its modification time where the store gives no ETag)."""
     if item.digest is not None:
         return [item.name, item.size, item.digest]
-    return [str(item.path.resolve()), item.size, item.mtime_ns]
+    return [str(item.path.resolve()), item.size, item.version]

@@ -29,6 +29,7 @@ import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
 from packcli.format.manifest import read_manifest
+from packcli.storage.mirror import readable_output
 
 with requires_extra("torch", "packcli.torch"):
     import torch
@@ -70,6 +71,8 @@ class PackedDataset(IterableDataset[Row]):
         batch_size: rows per batch of the DataLoader that iterates this dataset. Workers take turns by blocks of
             this many rows, so the DataLoader delivers rows in exactly this rank's order (needed for exact
             resume with workers; :func:`loader` sets it).
+        cache_dir, cache_limit: for an output URL (``s3://...``), the local directory its shards are fetched into
+            (each checked against the manifest's sha256) and the bytes that directory may hold.
 
     Raises:
         ValueError: a rank, world size, seed or batch size out of its range (the message gives the range).
@@ -84,6 +87,8 @@ class PackedDataset(IterableDataset[Row]):
         rank: int | None = None,
         world_size: int | None = None,
         batch_size: int = 1,
+        cache_dir: str | Path | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         super().__init__()
         if rank is None or world_size is None:
@@ -95,7 +100,7 @@ class PackedDataset(IterableDataset[Row]):
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}: pass a rank below world_size={world_size}")
         at_least("seed", seed, 0, "any integer >= 0 gives its own order")
         at_least("batch_size", batch_size, 1, "the DataLoader's rows per batch")
-        self.path = Path(path)
+        self.path = readable_output(path, cache_dir, cache_limit)
         manifest = read_manifest(self.path)
         self.output = manifest["fingerprint"]  # names the output in a state
         self.max_len = int(manifest["max_len"])
@@ -278,6 +283,7 @@ def loader(
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
+    cache_dir: str | Path | None = None,
     cp_size: int = 1,
     cp_rank: int = 0,
     **collate_options: Any,
@@ -287,6 +293,7 @@ def loader(
 
     Args:
         layout: "varlen" (:func:`collate_varlen`) or "padded" (:func:`collate_padded`, to max_len).
+        cache_dir: for an output URL, where its shards are fetched (see :class:`PackedDataset`).
         rank, world_size: the data-parallel rank and size (with context parallelism, not the global rank: every
             rank of a context-parallel group reads the same rows).
         cp_size, cp_rank: context parallelism (varlen only): each batch is this rank's share of the sequence.
@@ -302,7 +309,9 @@ def loader(
             "with cp_size > 1 pass rank= and world_size= as the data-parallel rank and size: the ranks of one "
             "context-parallel group must read the same rows, which torch.distributed's global rank would not give"
         )
-    dataset = PackedDataset(path, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, batch_size=batch_size)
+    dataset = PackedDataset(
+        path, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, batch_size=batch_size, cache_dir=cache_dir
+    )
     target = torch.device(device)
     if layout == "varlen":
         collate = partial(collate_varlen, pad_id=dataset.pad_id, cp_size=cp_size, cp_rank=cp_rank, **collate_options)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+from s3_server import s3_server  # noqa: F401 (the fixture, shared by every test module)
 
 # No per-example deadline: CI machines are shared and slow examples are not failures.
 settings.register_profile("packcli", deadline=None)
@@ -28,6 +29,7 @@ settings.load_profile("packcli")
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PACKCLI_SHARED", REPO.parent / "shared"))
 SAMPLE = REPO / "examples" / "sample.jsonl.gz"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TINY_DOCUMENT_CHARS = 12_000  # the tiny corpus takes the sample's modules up to this size ...
 TINY_DOCUMENTS = 60  # ... this many of them, in the sample's order
 ROWS_MAX_LEN = 96  # the max_len of the ``packed_rows`` output
@@ -35,7 +37,7 @@ ROWS_MAX_LEN = 96  # the max_len of the ``packed_rows`` output
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Any attempt to reach the network fails loudly."""
+    """Any attempt to reach the network fails loudly; the loopback (a server a test starts on 127.0.0.1) is fine."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "packcli-cache"))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -43,15 +45,19 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     real_connect = socket.socket.connect
 
     def connect(self: socket.socket, address: Any) -> None:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
             raise RuntimeError(f"network access attempted in a test: {address}")
         real_connect(self, address)  # local (Unix) sockets: DataLoader workers share tensors through them
 
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("network access attempted in a test")
+    real_create_connection = socket.create_connection
+
+    def create_connection(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
+        if address[0] not in LOOPBACK:
+            raise RuntimeError(f"network access attempted in a test: {address}")
+        return real_create_connection(address, *args, **kwargs)
 
     monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "create_connection", create_connection)
     yield
 
 

@@ -112,6 +112,8 @@ def stats(
     from packcli.report.stats import measure_output
     from packcli.report.summary import append_summary, stats_markdown
     from packcli.run.analysis import measure_corpus
+    from packcli.storage import location
+    from packcli.storage.mirror import local_output
 
     gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
     if plot is not None:
@@ -119,7 +121,7 @@ def stats(
 
         check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
     targets = paths or ["packed"]
-    raw = not (len(targets) == 1 and targets[0] != STDIN and is_output(Path(targets[0])))
+    raw = not (len(targets) == 1 and targets[0] != STDIN and is_output(location(targets[0])))
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
         from packcli.run.progress import make_reporter
@@ -136,7 +138,8 @@ def stats(
     else:
         _refuse_corpus_options(ctx, targets[0])
         measure = measure_checked if gates else measure_output  # a gate first needs a sound output
-        measured = measure(Path(targets[0]), batch_size, seed)
+        with local_output(location(targets[0])) as out:
+            measured = measure(out, batch_size, seed)
     figures = measured.figures
     warn_loss(loss_warning(figures, figures["max_len"]))
     verdicts = check_gates(gates, figures, title)
@@ -172,7 +175,7 @@ def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
 
 
 def verify(
-    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    path: Annotated[str, typer.Argument(help="A packed output directory, or URL.")] = "packed",
     summary_file: flags.SummaryOption = None,
     json_output: flags.JsonOption = False,
 ) -> None:
@@ -188,8 +191,11 @@ def verify(
     from packcli.report.render import count
     from packcli.report.summary import append_summary, verify_markdown
     from packcli.report.verify import MAX_LISTED, verify_output
+    from packcli.storage import location
+    from packcli.storage.mirror import local_output
 
-    report = verify_output(path)
+    with local_output(location(path), check=False) as out:  # damage in the store is verify's to report
+        report = verify_output(out)
     append_summary(verify_markdown(report.to_json(), path), summary_file)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
@@ -209,7 +215,7 @@ def verify(
 
 
 def show(
-    path: Annotated[Path, typer.Argument(help="A packed output directory.")] = Path("packed"),
+    path: Annotated[str, typer.Argument(help="A packed output directory, or URL.")] = "packed",
     row: Annotated[int, typer.Option(min=0, help="The row to show, counted from 0 over all shards.")] = 0,
     positions: Annotated[
         bool, typer.Option("--positions", help="List every token with its position, id and supervision.")
@@ -233,8 +239,11 @@ def show(
       packcli show sft-packed/ --json
     """
     from packcli.report.show import decode_row, output_tokenizer, print_row, read_row
+    from packcli.storage import location
+    from packcli.storage.mirror import local_output
 
-    manifest, shown = read_row(path, row)
+    with local_output(location(path)) as out:
+        manifest, shown = read_row(out, row)
     decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
     if json_output:
         print(json.dumps(decoded, sort_keys=True, ensure_ascii=False))

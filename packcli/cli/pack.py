@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -29,7 +28,7 @@ def pack(
     tokenizer: flags.TokenizerOption = None,
     tokenizer_backend: flags.TokenizerBackendOption = "auto",
     strategy: flags.StrategyOption = "bfd",
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("packed"),
+    out: Annotated[str, typer.Option(help="Output directory, or URL (s3://, gs://, az://).")] = "packed",
     text_field: flags.TextFieldOption = "text",
     overflow: flags.OverflowOption = None,
     prompt_field: flags.PromptFieldOption = None,
@@ -128,6 +127,7 @@ def pack(
     from packcli.report.summary import append_summary, pack_markdown
     from packcli.run.driver import pack_corpus
     from packcli.run.progress import make_reporter
+    from packcli.storage import location
 
     options = flags.pack_options(locals())
     warnings = Warnings(quiet)
@@ -136,7 +136,7 @@ def pack(
 
         try:
             with spooled_stdin(inputs, options.partitioned) as files:
-                planned = plan_run(files, options, out, overwrite, warnings)
+                planned = plan_run(files, options, location(out), overwrite, warnings)
                 report = planned.to_json() if json_output else planned.lines()  # names <stdin> while it is spooled
         finally:
             warnings.close()
@@ -145,7 +145,7 @@ def pack(
     reporter = make_reporter(quiet)
     try:
         with spooled_stdin(inputs, options.partitioned) as files:
-            result = pack_corpus(files, options, out, overwrite=overwrite, reporter=reporter, warn=warnings)
+            result = pack_corpus(files, options, location(out), overwrite, reporter=reporter, warn=warnings)
     finally:
         reporter.close()
         warnings.close()

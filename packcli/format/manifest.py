@@ -20,6 +20,7 @@ from packcli.version import __version__
 
 __all__ = [
     "MANIFEST_NAME",
+    "RUN_PREFIX",
     "SHARD",
     "SHARD_FILE",
     "TEMPORARY_SUFFIX",
@@ -34,6 +35,7 @@ __all__ = [
 
 MANIFEST_NAME = "manifest.json"
 SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
+RUN_PREFIX = re.compile(r"packcli-run-[0-9A-Za-z-]+")  # where an output on object storage keeps a run's shards
 TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete
 
 # What a value must be: (its description in an error, the test).
@@ -164,7 +166,10 @@ def _fail(key: str, problem: str, path: Path) -> NoReturn:
 
 
 def shard_path(directory: Path, name: object) -> Path:
-    """Resolve a shard file named in a manifest, refusing any name that leaves ``directory``."""
+    """Resolve a shard file named in a manifest, refusing any name that leaves ``directory``: a file name, or in an
+    output on object storage ``packcli-run-ID/NAME`` (the run prefix its shards were uploaded under)."""
+    if isinstance(name, str) and RUN_PREFIX.fullmatch(name.split("/", 1)[0]) and name.count("/") == 1:
+        return shard_path(directory / name.split("/", 1)[0], name.split("/", 1)[1])
     if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
         raise PackcliError(f"shard path {name!r} leaves the output directory", directory / MANIFEST_NAME)
     return directory / name

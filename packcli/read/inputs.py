@@ -22,6 +22,7 @@ from packcli.read.jsonl import read_json
 from packcli.read.stdin import spool_digest
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
+from packcli.storage import UrlPath, is_url
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -46,19 +47,31 @@ Warn = Callable[[str], None]
 class InputFile:
     """One input file as a value, its stat taken once, so that the fingerprint, the manifest and the resume facts
     describe the same file: the path read, the name messages and the manifest give it (``<stdin>`` for the spool
-    of standard input), its size and mtime, and for standard input the sha256 of its bytes (its identity)."""
+    of standard input), its size and mtime, for standard input the sha256 of its bytes (its identity), and for an
+    object in a store (a URL) its ETag, which stands for its mtime where the store gives one."""
 
     path: Path
     name: str
     size: int
     mtime_ns: int
     digest: str | None = None
+    etag: str | None = None
 
     @classmethod
     def of(cls, path: Path) -> InputFile:
-        """Describe ``path`` as it is now."""
+        """Describe ``path`` as it is now (an object: one request to the store)."""
+        if isinstance(path, UrlPath):
+            from packcli.storage.objects import object_info
+
+            info = object_info(str(path))
+            return cls(path, path_name(path), info.size, info.mtime_ns, etag=info.etag)
         stat = path.stat()
         return cls(path, path_name(path), stat.st_size, stat.st_mtime_ns, spool_digest(path))
+
+    @property
+    def version(self) -> str | int:
+        """What tells this version of the input from another: the object's ETag, else the mtime."""
+        return self.etag if self.etag is not None else self.mtime_ns
 
 
 @dataclass(frozen=True)
@@ -104,7 +117,9 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
     unread: list[Path] = []
     for spec in specs:
         path = Path(spec)
-        if path.is_dir():
+        if is_url(spec):
+            matches = _url_matches(spec, unread, warn)
+        elif path.is_dir():
             if is_output(path):
                 raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", path)
             matches = _walk(path, unread, warn)
@@ -142,6 +157,21 @@ def file_identity(path: Path) -> tuple[int, int]:
     """What makes two paths one file: device and inode (a link of either kind, or another spelling, shares them)."""
     info = path.stat()
     return info.st_dev, info.st_ino
+
+
+def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:
+    """The objects packcli reads that a URL names (one object, a prefix as a directory, or a glob); the others go
+    to ``unread``."""
+    from packcli.storage.listing import expand_url
+
+    expanded = expand_url(spec, warn)
+    if expanded.named and input_format(expanded.objects[0]) is None:
+        raise PackcliError(f"unsupported input format; packcli reads {FORMATS_READ}", spec)
+    matches = [path for path in expanded.objects if input_format(path) is not None]
+    unread.extend(path for path in expanded.objects if input_format(path) is None)
+    if not matches:
+        raise PackcliError(f"no object that packcli reads ({FORMATS_READ}) is there", spec)
+    return list(matches)
 
 
 def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:

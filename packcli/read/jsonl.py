@@ -113,7 +113,7 @@ def _shifted(reject: Reject, path: Path, start: int) -> Reject:
 def _count_lines(path: Path, end: int) -> int:
     """The line ends in the first ``end`` bytes of a plain file."""
     count = 0
-    with open(path, "rb") as handle:
+    with path.open("rb") as handle:  # a URL: its object, through the store
         while end > 0 and (block := handle.read(min(end, _BLOCK_BYTES))):
             count += block.count(b"\n")
             end -= len(block)

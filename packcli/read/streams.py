@@ -65,7 +65,7 @@ def open_decompressed(path: Path, span: Span | None = None) -> Iterator[tuple[IO
     """(decompressed stream, raw file) of ``path``, or of its bytes ``span`` (a plain file only); a file that cannot
     be opened is a PackcliError naming it."""
     try:
-        raw = open(path, "rb")  # noqa: SIM115 (closed below, after the stream on top of it)
+        raw = path.open("rb")
     except OSError as exc:
         raise PackcliError(f"cannot read: {exc.strerror or exc}", path) from None
     with raw:

@@ -15,6 +15,7 @@ import pyarrow as pa
 from packcli.errors import BadRecordError, PackcliError
 from packcli.read.fields import Columns, Convert, Field, FieldBatch, Reject
 from packcli.read.streams import Span
+from packcli.storage.sources import arrow_source, parquet_source
 
 __all__ = ["check_columns", "read_arrow", "read_parquet", "table_records"]
 
@@ -88,7 +89,7 @@ def read_parquet(
     import pyarrow.parquet as pq  # here: a JSON Lines run need not load Parquet (30 ms)
 
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(parquet_source(path))
     except (OSError, pa.ArrowException) as exc:
         raise PackcliError(f"cannot read as Parquet: {exc}", path) from exc
     check_columns(path, parquet.schema_arrow, fields)
@@ -113,7 +114,7 @@ def read_arrow(
 ) -> Iterator[FieldBatch]:
     """Arrow IPC, stream format (as ``datasets`` writes it) or file format (only the record batches [start, end)
     of ``span``)."""
-    source = pa.memory_map(str(path))
+    source = arrow_source(path)
     try:
         reader: Any = pa.ipc.open_stream(source)
     except pa.ArrowInvalid:

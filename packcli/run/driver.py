@@ -18,7 +18,7 @@ from typing import Any
 
 from packcli.encode import cache
 from packcli.engines import Engine
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
@@ -33,10 +33,22 @@ from packcli.run.merge import (
 from packcli.run.parts import PartsArea, part_prefix
 from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.setup import PackResult, Setup, base_manifest, check_documents, set_up, tokenizer_entry
+from packcli.storage import UrlPath
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.write.publish import Publication, existing_output
+from packcli.write.remote import RemotePublication
 
-__all__ = ["pack_corpus", "partition_plan"]
+__all__ = ["pack_corpus", "partition_plan", "refuse_partitioned_url"]
+
+
+def refuse_partitioned_url(options: PackOptions, out: Path) -> None:
+    """A partitioned run publishes through a resumable local staging directory: an output URL takes a plain run.
+
+    Raises:
+        UsageError: ``--partitions`` (or ``--partition-size``) with an output URL.
+    """
+    if options.partitioned and isinstance(out, UrlPath):
+        raise UsageError("--partitions: an output URL takes a plain run for now; pack to a path, or drop it")
 
 
 def partition_plan(setup: Setup) -> tuple[Plan, str]:
@@ -57,9 +69,12 @@ def pack_corpus(
     """Pack ``inputs`` into ``out`` (Arrow shards + manifest.json) under ``options``.
 
     An identical earlier run (same fingerprint, complete output) makes this a no-op with status "up-to-date".
-    An existing output with another fingerprint is replaced only with ``overwrite``.
+    An existing output with another fingerprint is replaced only with ``overwrite``. An output URL (a
+    :class:`~packcli.storage.UrlPath`) is published by :class:`~packcli.write.remote.RemotePublication`, and takes
+    a plain run only.
     """
     reporter = reporter or SilentReporter()
+    refuse_partitioned_url(options, out)  # before any work
     setup = set_up(inputs, options, warn)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files
@@ -72,7 +87,7 @@ def pack_corpus(
     shipped = ShippedTokenizer(setup.tokenizer) if setup.tokenizer is not None else None
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
-        Publication(out, fingerprint, overwrite, inputs=read, resumable=plan is not None) as publication,
+        _publication(out, fingerprint, overwrite, read, plan is not None) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
@@ -121,6 +136,16 @@ def pack_corpus(
             "at most that: fewer, larger partitions pack tighter"
         )
     return PackResult(out, "packed", manifest, details={**details, "partitions_reused": len(reused), **gap})
+
+
+def _publication(
+    out: Path, fingerprint: str, overwrite: bool, read: list[Path], resumable: bool
+) -> Publication | RemotePublication:
+    """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
+    store) is staged locally, uploaded under a run prefix and committed by writing its manifest last."""
+    if isinstance(out, UrlPath):
+        return RemotePublication(out, fingerprint, overwrite, inputs=read)
+    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
 
 
 def _sources(setup: Setup) -> tuple[Any, ...] | None:

@@ -19,7 +19,10 @@ from typing import Any
 from packcli.errors import PackcliError, path_name
 from packcli.options import PackOptions
 from packcli.run.setup import set_up, tokenizer_entry
+from packcli.storage import UrlPath
+from packcli.storage.sources import parquet_source
 from packcli.write.publish import existing_output
+from packcli.write.remote import remote_output
 
 __all__ = ["DryRun", "dry_run"]
 
@@ -90,6 +93,10 @@ def dry_run(
         PackcliError: an input that cannot be opened, a tokenizer that does not load, or an ``--out`` that the run
             would refuse (another output there without ``overwrite``, or a directory that is not packcli's).
     """
+    if options.partitioned:
+        from packcli.run.driver import refuse_partitioned_url
+
+        refuse_partitioned_url(options, out)  # as the run would, before any work
     setup = set_up(inputs, options, warn)
     facts: dict[str, Any] = {
         "tokenizer": tokenizer_entry(setup),
@@ -110,7 +117,11 @@ def dry_run(
             {"path": source.spec, "files": len(source.files), "weight": share}
             for source, share in zip(setup.sources, shares)
         ]
-    output = existing_output(out.resolve(), fingerprint, out)
+    output = (
+        remote_output(out, fingerprint)[0]
+        if isinstance(out, UrlPath)
+        else existing_output(out.resolve(), fingerprint, out)
+    )
     if output == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options): the run would refuse it without "
@@ -125,7 +136,7 @@ def _file_entry(path: Path) -> dict[str, Any]:
     """One input as the run would read it: its size, and its documents where the file says without reading
     records (a Parquet footer)."""
     try:
-        with open(path, "rb"):
+        with path.open("rb"):  # a URL: its object, through the store
             pass
     except OSError as exc:
         raise PackcliError(f"cannot be read ({exc.strerror or exc})", path) from None
@@ -135,7 +146,7 @@ def _file_entry(path: Path) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
         try:
-            documents = pq.read_metadata(path).num_rows
+            documents = pq.read_metadata(parquet_source(path)).num_rows
         except (pa.ArrowException, OSError) as exc:
             raise PackcliError(f"not a readable Parquet file ({exc})", path) from None
     return {"path": path_name(path), "bytes": path.stat().st_size, "documents": documents}

@@ -58,8 +58,9 @@ def run_facts(
 
 
 def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
-    """The inputs as the run found them (path, size, mtime): a rerun after an input changed reuses nothing."""
-    return [[str(item.path), item.size, item.mtime_ns] for item in inputs]
+    """The inputs as the run found them (path, size, mtime; an object's ETag for its mtime): a rerun after an input
+    changed reuses nothing."""
+    return [[str(item.path), item.size, item.version] for item in inputs]
 
 
 def merge_parts(records: list[dict[str, Any] | None], facts: dict[str, Any]) -> tuple[dict[str, int], list[Any]]:

@@ -33,6 +33,7 @@ from packcli.errors import PackcliError, UsageError
 from packcli.read.inputs import InputSlice, input_format
 from packcli.read.jsonl import is_json_array
 from packcli.read.streams import COMPRESSIONS, Span
+from packcli.storage.sources import arrow_source, parquet_source
 
 __all__ = ["Plan", "partition_count", "plan_partitions"]
 
@@ -118,7 +119,7 @@ def _pieces(path: Path, wanted: int) -> list[Piece]:
     kind = input_format(path)
     try:
         if kind == "parquet":
-            metadata = pq.ParquetFile(path).metadata
+            metadata = pq.ParquetFile(parquet_source(path)).metadata
             return _cut_units(
                 [
                     sum(group.column(c).total_compressed_size for c in range(group.num_columns))
@@ -137,7 +138,7 @@ def _pieces(path: Path, wanted: int) -> list[Piece]:
 
 def _batch_sizes(path: Path) -> list[int]:
     """The bytes of each record batch of an Arrow IPC file (stream or file format), memory-mapped: no data read."""
-    source = pa.memory_map(str(path))
+    source = arrow_source(path)
     try:
         stream = pa.ipc.open_stream(source)
         return [batch.nbytes for batch in stream]
@@ -168,7 +169,7 @@ def _cut_lines(path: Path, wanted: int) -> list[Piece]:
     """Byte ranges of a plain JSON Lines file, cut into ``wanted`` equal parts and each cut moved forward to the
     next line start; ranges left empty (a long line spans the cut) are dropped."""
     size = path.stat().st_size
-    with open(path, "rb") as handle:
+    with path.open("rb") as handle:
         bounds = [0, *(_line_start_at(handle, k * size // wanted, size) for k in range(1, wanted)), size]
     return [((start, end), end - start) for start, end in zip(bounds, bounds[1:]) if end > start]
 

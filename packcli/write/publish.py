@@ -47,7 +47,7 @@ from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, sh
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 
-__all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output"]
+__all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output", "in_use", "up_to_date"]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
@@ -105,26 +105,16 @@ class Publication:
             self.target.parent.mkdir(parents=True, exist_ok=True)
             if not self._lock.acquire(wait=False):
                 holder = self._lock.holder()
-                who = f"pid {holder}" if holder else "another process"
-                raise PackcliError(
-                    f"in use by {who}: another packcli run is writing this output; wait for it to finish or choose "
-                    "another --out",
-                    self.out,
-                )
+                raise in_use(f"pid {holder}" if holder else "another process", self.out)
         except OSError as exc:
             raise _plain(exc, "cannot lock the output") from None
         try:
             with signals_held():
                 self._remove_debris()
             existing = self.existing(self.target, self.fingerprint, self.out)
-            if existing == "same":
-                self.up_to_date = True
+            self.up_to_date = up_to_date(existing, self.overwrite, self.out)
+            if self.up_to_date:
                 return self
-            if existing == "other" and not self.overwrite:
-                raise PackcliError(
-                    "holds another packcli output (other inputs, tokenizer or options); pass --overwrite to replace it",
-                    self.out,
-                )
             self.staging.mkdir(exist_ok=self.resumable)
             self._staged = True
         except BaseException as error:
@@ -186,6 +176,29 @@ class Publication:
         for pattern in _DEBRIS:
             for path in self.target.parent.glob(f".{glob.escape(self.target.name)}.packcli-{pattern}"):
                 _remove(path)
+
+
+def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:
+    """Whether a run may skip its work (the same output is there); it may write over "other" only with
+    ``overwrite``.
+
+    Raises:
+        PackcliError: another packcli output is there and ``overwrite`` is off.
+    """
+    if existing == "other" and not overwrite:
+        raise PackcliError(
+            "holds another packcli output (other inputs, tokenizer or options); pass --overwrite to replace it", shown
+        )
+    return existing == "same"
+
+
+def in_use(holder: str, shown: Path) -> PackcliError:
+    """The refusal of a second run on an output ``holder`` is writing."""
+    return PackcliError(
+        f"in use by {holder}: another packcli run is writing this output; wait for it to finish or choose another "
+        "--out",
+        shown,
+    )
 
 
 def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -> Existing:

@@ -1,0 +1,65 @@
+"""The objects an input URL names: one object, every object under a prefix (a directory), or what a glob matches.
+
+Invariants: sorted by URL, each once; a packcli output found under a prefix (a prefix holding ``manifest.json``,
+or a run's ``packcli-run-*`` prefix, or a ``.packcli-*`` lock) is never returned as input, and said so.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from packcli.errors import PackcliError
+from packcli.storage.objects import find_objects, glob_objects, is_dir, is_file
+from packcli.storage.urls import UrlPath, location
+
+__all__ = ["Expanded", "expand_url"]
+
+MANIFEST = "manifest.json"
+RUN_PREFIX = "packcli-run-"  # the prefix an output's shards live under in a store
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """What an input URL names: its objects, and whether the URL named one object itself."""
+
+    objects: list[UrlPath]
+    named: bool
+
+
+def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
+    """The objects ``spec`` (a URL) names.
+
+    Raises:
+        PackcliError: nothing there, or the URL is a packcli output.
+    """
+    root = location(spec)  # refuses credentials in the URL
+    assert isinstance(root, UrlPath), "called for URLs only"
+    if glob.has_magic(spec):
+        found: list[str] = []
+        for match in glob_objects(spec):
+            found.extend(find_objects(match) if is_dir(match) else [match])
+        return Expanded(_inputs_only(found, warn), named=False)
+    if is_file(str(root)):
+        return Expanded([root], named=True)
+    if not is_dir(str(root)):
+        raise PackcliError("no such object or prefix", spec)
+    found = find_objects(str(root))
+    if f"{root}/{MANIFEST}" in found:
+        raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
+    return Expanded(_inputs_only(found, warn), named=False)
+
+
+def _inputs_only(urls: list[str], warn: Callable[[str], None]) -> list[UrlPath]:
+    """``urls`` less the objects of packcli outputs (each output named once in a warning)."""
+    outputs = sorted({url.rsplit("/", 1)[0] for url in urls if url.endswith("/" + MANIFEST)})
+    for output in outputs:
+        warn(f"skipping {output}: a packcli output, not input")
+    kept = []
+    for url in sorted(set(urls)):
+        parts = url.split("://", 1)[-1].split("/")
+        own = any(part.startswith((RUN_PREFIX, ".packcli-")) for part in parts)
+        if not own and not any(url.startswith(output + "/") for output in outputs):
+            kept.append(UrlPath(url))
+    return kept

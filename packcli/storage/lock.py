@@ -1,0 +1,87 @@
+"""``ObjectLock``: one writer per output URL, through a lock object that is created only if absent (S3's
+conditional ``PutObject`` with ``If-None-Match: *``), so of two runs that start together exactly one gets it.
+
+Invariants: the lock object names its holder (host, pid, run) and the time of its last heartbeat, rewritten every
+``HEARTBEAT_S`` while held; a lock is stale (and taken over) when its holder's process is gone from this host, or its
+heartbeat is older than ``STALE_S`` (a holder on another host that died). Releasing removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from packcli.storage.objects import create_object, read_object, remove_objects, write_object
+
+__all__ = ["HEARTBEAT_S", "STALE_S", "ObjectLock"]
+
+HEARTBEAT_S = 60.0
+STALE_S = 600.0
+
+
+class ObjectLock:
+    """The lock object at ``url``; ``run`` names the holder's run in it."""
+
+    def __init__(self, url: str, run: str) -> None:
+        self.url = url
+        self.run = run
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self.seen: dict[str, Any] | None = None  # the live holder that made ``acquire`` fail, as read then
+
+    def _body(self) -> bytes:
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "run": self.run, "heartbeat": time.time()}
+        return json.dumps(holder, sort_keys=True).encode()
+
+    def acquire(self) -> bool:
+        """Take the lock; False when a live run holds it. A stale lock is removed and taken over once."""
+        for _ in range(2):
+            if create_object(self.url, self._body()):
+                self._beat = threading.Thread(target=self._heartbeat, name="packcli-lock-heartbeat", daemon=True)
+                self._beat.start()
+                return True
+            holder = self.holder()
+            if holder is not None and not _stale(holder):
+                self.seen = holder  # not read again: it may finish and release in between
+                return False
+            remove_objects([self.url])
+        return False
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock (host, pid, run, heartbeat), or None if it is gone or unreadable."""
+        try:
+            content = json.loads(read_object(self.url))
+        except Exception:
+            return None
+        return content if isinstance(content, dict) else None
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            write_object(self.url, self._body())
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the lock object."""
+        if self._beat is None:
+            return
+        self._stop.set()
+        self._beat.join()
+        self._beat = None
+        remove_objects([self.url])
+
+
+def _stale(holder: dict[str, Any]) -> bool:
+    if time.time() - float(holder.get("heartbeat", 0)) > STALE_S:
+        return True
+    if holder.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(holder.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False

@@ -1,0 +1,126 @@
+"""``UrlPath``: a URL that behaves as a ``Path`` for what packcli does with inputs and outputs (name, suffix,
+joining, stat, existence, reading), its file operations sent to the store through fsspec.
+
+Invariants: ``str()`` of a UrlPath is its URL, credentials never part of it (a URL with a user, password or query
+string is refused); ``os.fspath`` of one raises, so no local file operation can run on a URL by mistake; a plain
+path or a ``file://`` URL is a plain ``Path``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat as stat_module
+from collections.abc import Generator
+from pathlib import Path, PosixPath
+from typing import IO, Any
+from urllib.parse import unquote, urlsplit
+
+from packcli.errors import UsageError
+
+__all__ = ["UrlPath", "is_url", "location"]
+
+# a scheme of two letters or more (one letter is a Windows drive) followed by "://"
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+# what PurePosixPath makes of "scheme://rest": the double slash folded to one
+_FOLDED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
+
+
+def is_url(spec: str | Path) -> bool:
+    """True for a URL packcli reads through fsspec: any ``scheme://`` but ``file://`` (a local path) and ``-``."""
+    if isinstance(spec, UrlPath):
+        return True
+    return isinstance(spec, str) and bool(_URL.match(spec)) and not spec.lower().startswith("file://")
+
+
+def location(spec: str) -> Path:
+    """Where ``spec`` points: a :class:`UrlPath` for a store URL, else a plain ``Path`` (``file://`` stripped).
+
+    Raises:
+        UsageError: a URL carrying a user, password or query string (credentials go in the environment).
+    """
+    if spec.lower().startswith("file://"):
+        return Path(unquote(urlsplit(spec).path))
+    if not is_url(spec):
+        return Path(spec)
+    parts = urlsplit(spec)
+    if parts.username or parts.password or parts.query:
+        raise UsageError(
+            f"{parts.scheme}://{parts.hostname or ''}{parts.path}: credentials in a URL are refused; give them "
+            "through the environment (AWS_ACCESS_KEY_ID, ...) as the store's library takes them"
+        )
+    return UrlPath(spec.rstrip("/") if len(spec.rstrip("/")) > len(parts.scheme) + 3 else spec)
+
+
+class UrlPath(PosixPath):
+    """An object or prefix in a store, named by URL; derived paths (``parent``, ``/``) are UrlPaths too."""
+
+    def __str__(self) -> str:
+        return _FOLDED.sub(r"\1://", super().__str__(), count=1)
+
+    def __repr__(self) -> str:
+        return f"UrlPath({str(self)!r})"
+
+    def __fspath__(self) -> str:
+        raise TypeError(f"{self} is a URL: this operation needs a local path")
+
+    @property
+    def url(self) -> str:
+        return str(self)
+
+    def resolve(self, strict: bool = False) -> UrlPath:
+        return self
+
+    def absolute(self) -> UrlPath:
+        return self
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        """Size and modification time of an object (a prefix: a directory of size 0)."""
+        from packcli.storage.objects import object_info
+
+        info = object_info(self.url)
+        mode = stat_module.S_IFDIR | 0o755 if info.is_dir else stat_module.S_IFREG | 0o644
+        whole, seconds, nanoseconds = info.mtime_ns // 10**9, info.mtime_ns / 1e9, info.mtime_ns
+        times = (whole, whole, whole, seconds, seconds, seconds, nanoseconds, nanoseconds, nanoseconds)
+        return os.stat_result((mode, 0, 0, 1, 0, 0, info.size, *times))
+
+    def exists(self, *, follow_symlinks: bool = True) -> bool:
+        from packcli.storage.objects import exists
+
+        return exists(self.url)
+
+    def is_file(self) -> bool:
+        from packcli.storage.objects import is_file
+
+        return is_file(self.url)
+
+    def is_dir(self) -> bool:
+        from packcli.storage.objects import is_dir
+
+        return is_dir(self.url)
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def iterdir(self) -> Generator[UrlPath, None, None]:
+        from packcli.storage.objects import list_children
+
+        yield from (UrlPath(url) for url in list_children(self.url))
+
+    def read_bytes(self) -> bytes:
+        from packcli.storage.objects import read_object
+
+        return read_object(self.url)
+
+    def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
+        return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
+
+    def open(  # type: ignore[override]
+        self, mode: str = "r", buffering: int = -1, encoding: str | None = None, *args: Any, **kwargs: Any
+    ) -> IO[Any]:
+        """Read-only: a buffered, seekable stream of the object whose reads are retried on transient errors."""
+        if mode != "rb":
+            raise ValueError(f"{self}: objects are opened with mode 'rb' only, not {mode!r}")
+        from packcli.storage.objects import open_object
+
+        return open_object(self.url)

@@ -1,0 +1,156 @@
+"""Publishing an output to a store, where there is no rename: ``RemotePublication`` has ``Publication``'s interface
+(``up_to_date``, ``staging``, ``commit``) for an output URL.
+
+The protocol, under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
+
+1. what dead runs left (run prefixes no manifest lists) is removed; an output of the same fingerprint with every
+   shard present is up to date; another packcli output is replaced only with ``--overwrite``; a prefix holding
+   anything else is refused, naming it;
+2. the run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
+   temporary directory);
+3. ``commit`` uploads the shards under a run-unique prefix ``packcli-run-<time>-<random>/``, then writes
+   ``manifest.json`` (one PUT: readers see the old manifest or the new one, never a part), which names the shards by
+   their paths relative to the output: ``packcli-run-.../shard-00000.arrow``. That write is the commit: before it
+   nothing a reader takes for an output has changed. The previous output's shards are removed after it.
+
+A run killed at any point leaves at most its run prefix and its lock object; the next run takes the stale lock
+over and removes the prefix. Local outputs keep :class:`~packcli.write.publish.Publication`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from packcli.errors import PackcliError, path_name
+from packcli.format.manifest import read_manifest
+from packcli.storage.listing import MANIFEST, RUN_PREFIX
+from packcli.storage.lock import ObjectLock
+from packcli.storage.objects import find_objects, object_info, remove_objects, upload_file, write_object
+from packcli.util.files import canonical_json
+from packcli.write.publish import Existing, in_use, up_to_date
+
+__all__ = ["LOCK_NAME", "RemotePublication", "remote_output", "scratch_directory"]
+
+LOCK_NAME = ".packcli-lock"
+
+
+def scratch_directory() -> Path:
+    """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH``, else the temporary
+    directory."""
+    return Path(os.environ.get("PACKCLI_SCRATCH") or tempfile.gettempdir())
+
+
+class RemotePublication:
+    """One run's claim on an output URL: the lock object, a local staging directory, the upload and the commit.
+
+    Args:
+        out: the output URL.
+        fingerprint: the run identity; an output with the same one and every shard present is up to date.
+        overwrite: replace an existing packcli output of another fingerprint.
+        inputs: the run's inputs; none may lie under ``out``.
+    """
+
+    def __init__(self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
+        self.out = out
+        self.fingerprint = fingerprint
+        self.overwrite = overwrite
+        self.inputs = list(inputs)
+        self.run = f"{RUN_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
+        self.staging = scratch_directory() / f"packcli-upload-{self.run}"
+        self.up_to_date = False
+        self._lock = ObjectLock(f"{out}/{LOCK_NAME}", self.run)
+        self._committed = False
+
+    def __enter__(self) -> RemotePublication:
+        for path in self.inputs:
+            if str(path) == str(self.out) or str(path).startswith(f"{self.out}/"):
+                raise PackcliError(
+                    f"the input {path_name(path)} lies inside the output: packcli never writes over its inputs; "
+                    "choose another --out",
+                    self.out,
+                )
+        if not self._lock.acquire():
+            holder = self._lock.seen or {}
+            raise in_use(f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another run", self.out)
+        try:
+            self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out)
+            if not self.up_to_date:
+                self.staging.mkdir(parents=True)
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def _existing(self) -> Existing:
+        """What the output URL holds, once the leftovers of dead runs are removed (the lock is held)."""
+        existing, debris = remote_output(self.out, self.fingerprint)
+        remove_objects(debris)
+        return existing
+
+    def commit(self) -> None:
+        """Upload the staged shards under the run prefix, then write the manifest (the commit), then remove the
+        previous output's shards."""
+        manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
+        for shard in manifest["shards"]:
+            upload_file(str(self.staging / shard["file"]), f"{self.out}/{self.run}/{shard['file']}")
+            shard["file"] = f"{self.run}/{shard['file']}"
+        previous = [url for url in find_objects(str(self.out)) if url.startswith(f"{self.out}/{RUN_PREFIX}")]
+        write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
+        self._committed = True
+        remove_objects([url for url in previous if not url.startswith(f"{self.out}/{self.run}/")])
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        try:
+            if not self._committed and not self.up_to_date:
+                remove_objects(find_objects(f"{self.out}/{self.run}"))
+        finally:
+            self._lock.release()
+
+
+def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
+    """What the output URL ``out`` holds ("absent", "same" or "other", as
+    :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs' prefixes there
+    (no manifest lists them).
+
+    Raises:
+        PackcliError: ``out`` holds an object that is not part of a packcli output, or an unusable manifest.
+    """
+    prefix = f"{out}/"
+    names = [url[len(prefix) :] for url in find_objects(str(out))]
+    foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(RUN_PREFIX)]
+    manifest = None
+    if MANIFEST in names:
+        try:
+            manifest = read_manifest(out)
+        except PackcliError as exc:
+            raise PackcliError(
+                f"its manifest is unusable ({exc.message}); packcli replaces only its own outputs: choose another "
+                "--out, or remove it yourself",
+                out,
+            ) from None
+    if foreign:
+        raise PackcliError(
+            f"holds {foreign[0]!r}, which is not part of a packcli output: packcli replaces only its own outputs "
+            "or an empty prefix; choose another --out, or remove it yourself",
+            out,
+        )
+    listed = {shard["file"] for shard in manifest["shards"]} if manifest else set()
+    debris = [prefix + name for name in names if name.startswith(RUN_PREFIX) and name not in listed]
+    if manifest is None:
+        return "absent", debris
+    intact = manifest["fingerprint"] == fingerprint and all(
+        shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
+        for shard in manifest["shards"]
+    )
+    return ("same" if intact else "other"), debris

@@ -1,0 +1,166 @@
+"""Inputs from an S3-protocol store (moto's server on 127.0.0.1): an object, a prefix, a glob; the same bytes as
+the pack of the same files on disk; the fingerprint from the objects' facts; errors naming the URL."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from conftest import SAMPLE, write_jsonl
+from fsspec.implementations.memory import MemoryFileSystem
+from s3_server import S3Server
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.errors import PackcliError
+from packcli.read.inputs import InputFile
+from packcli.run.merge import input_facts
+from packcli.storage import UrlPath, location, objects
+from packcli.storage.objects import READ_ATTEMPTS, open_object
+
+runner = CliRunner()
+
+
+def pack(*args: str) -> Any:
+    return runner.invoke(app, ["pack", *args, "--max-len", "512", "--quiet", "--json"])
+
+
+def without_inputs(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest less what names the inputs: their paths, the fingerprint and a partition plan's hash (both
+    hash the paths), and the files found beside them."""
+    kept = {key: value for key, value in manifest.items() if key not in ("inputs", "fingerprint")}
+    if "partitions" in kept:
+        kept["partitions"] = {key: value for key, value in kept["partitions"].items() if key != "plan_hash"}
+    return {**kept, "totals": {key: value for key, value in kept["totals"].items() if key != "unread_files"}}
+
+
+def same_output(first: Path, second: Path) -> None:
+    """Byte-identical shards, and manifests equal but for the recorded inputs (and so the fingerprint)."""
+    one, two = (json.loads((out / "manifest.json").read_text()) for out in (first, second))
+    assert without_inputs(one) == without_inputs(two)
+    assert one["shards"] and all(
+        (first / shard["file"]).read_bytes() == (second / shard["file"]).read_bytes() for shard in one["shards"]
+    )
+
+
+def test_location_keeps_paths_and_carries_urls(tmp_path: Path) -> None:
+    assert location(str(tmp_path)) == tmp_path and type(location(str(tmp_path))) is not UrlPath
+    assert location(f"file://{tmp_path}") == tmp_path
+    url = location("s3://bucket/dir/corpus.jsonl.gz")
+    assert isinstance(url, UrlPath) and str(url) == "s3://bucket/dir/corpus.jsonl.gz"
+    assert url.name == "corpus.jsonl.gz" and str(url.parent / "other.jsonl") == "s3://bucket/dir/other.jsonl"
+    with pytest.raises(TypeError, match="needs a local path"):
+        open(url, "rb")  # noqa: SIM115 (never opens a local file by mistake)
+
+
+@pytest.fixture(scope="module")
+def sample_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 20 lines (long documents) of the bundled sample, still gzipped: small, real text."""
+    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:20]
+    path = tmp_path_factory.mktemp("corpus") / "sample.jsonl.gz"
+    path.write_bytes(gzip.compress(b"".join(lines), mtime=0))
+    return path
+
+
+def test_pack_an_object_a_prefix_and_a_glob_as_from_disk(
+    s3_server: S3Server, sample_slice: Path, tmp_path: Path
+) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    fs.put_file(str(sample_slice), f"{bucket}/corpus/a/sample.jsonl.gz")
+    fs.pipe_file(f"{bucket}/corpus/notes.txt", b"not a corpus")
+    local = pack(str(sample_slice), "--out", str(tmp_path / "local"))
+    assert local.exit_code == 0, local.stderr
+    for name, spec in [
+        ("object", f"{bucket}/corpus/a/sample.jsonl.gz"),
+        ("prefix", f"{bucket}/corpus/"),
+        ("glob", f"{bucket}/corpus/*/*.jsonl.gz"),
+    ]:
+        result = pack(spec, "--out", str(tmp_path / name))
+        assert result.exit_code == 0, result.stderr
+        same_output(tmp_path / "local", tmp_path / name)
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert manifest["inputs"] == [
+            {"path": f"{bucket}/corpus/a/sample.jsonl.gz", "bytes": sample_slice.stat().st_size}
+        ]
+        assert manifest["totals"]["unread_files"] == (1 if name == "prefix" else 0)
+
+
+def test_fingerprint_follows_the_objects_facts(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    records = [{"text": f"document number {index} " * 20} for index in range(50)]
+    corpus = write_jsonl(tmp_path / "c.jsonl", records)
+    fs.put_file(str(corpus), f"{bucket}/c.jsonl")
+    url, out = f"{bucket}/c.jsonl", str(tmp_path / "out")
+    first = json.loads(pack(url, "--out", out).stdout)
+    assert json.loads(pack(url, "--out", out).stdout)["status"] == "up-to-date"
+    fs.put_file(str(write_jsonl(corpus, records[:-1])), f"{bucket}/c.jsonl")  # changed: another ETag and size
+    changed = json.loads(pack(url, "--out", out, "--overwrite").stdout)
+    assert changed["status"] == "packed" and changed["fingerprint"] != first["fingerprint"]
+    assert changed["documents"] == first["documents"] - 1
+
+
+def test_an_object_is_an_input_file_with_its_etag_for_mtime(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "a short document"}] * 3)
+    fs.put_file(str(corpus), f"{bucket}/c.jsonl")
+    item = InputFile.of(location(f"{bucket}/c.jsonl"))
+    etag = fs.info(f"{bucket}/c.jsonl")["ETag"].strip('"')
+    assert (item.name, item.size, item.etag, item.version) == (f"{bucket}/c.jsonl", corpus.stat().st_size, etag, etag)
+    assert input_facts([item]) == [[f"{bucket}/c.jsonl", corpus.stat().st_size, etag]]  # what a resume compares
+    local = InputFile.of(corpus)
+    assert local.etag is None and local.version == corpus.stat().st_mtime_ns
+
+
+def test_errors_name_the_url_and_never_a_secret(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket = s3_server.bucket()
+    missing = pack(f"{bucket}/absent.jsonl", "--out", str(tmp_path / "o"))
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == f"error: {bucket}/absent.jsonl: no such object or prefix"
+    with_key = pack("s3://key:s3cr3t@bucket/c.jsonl", "--out", str(tmp_path / "o"))
+    assert with_key.exit_code == 2 and "s3cr3t" not in with_key.stderr and "credentials in a URL" in with_key.stderr
+
+
+def test_partitions_read_their_byte_ranges_from_the_store(s3_server: S3Server, tmp_path: Path) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    records = [{"text": f"line {index}: " + "lorem ipsum dolor " * (index % 7 + 1)} for index in range(300)]
+    corpus = write_jsonl(tmp_path / "plain.jsonl", records)
+    fs.put_file(str(corpus), f"{bucket}/plain.jsonl")
+    args = ["--partitions", "3", "--workers", "1"]
+    here = pack(str(corpus), *args, "--out", str(tmp_path / "local"))
+    there = pack(f"{bucket}/plain.jsonl", *args, "--out", str(tmp_path / "remote"))
+    assert here.exit_code == 0 and there.exit_code == 0, there.stderr
+    assert json.loads(there.stdout)["partitions"] == 3
+    same_output(tmp_path / "local", tmp_path / "remote")
+
+
+class FlakyMemoryFileSystem(MemoryFileSystem):  # type: ignore[misc]
+    """fsspec's in-memory store with injected transient faults: the first ``faults`` range reads fail."""
+
+    protocol = "flakymemory"
+    faults = 0
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        if FlakyMemoryFileSystem.faults:
+            FlakyMemoryFileSystem.faults -= 1
+            raise ConnectionResetError("connection reset by peer")
+        return bytes(super().cat_file(path, start=start, end=end, **kwargs))
+
+
+def test_reads_are_retried_on_transient_faults_then_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(objects, "_BACKOFF_S", 0.0)  # the same attempts, without the waits between them
+    fsspec.register_implementation("flakymemory", FlakyMemoryFileSystem, clobber=True)
+    data = bytes(range(256)) * 100
+    fs, path = fsspec.core.url_to_fs("flakymemory://flaky/blob.bin")
+    fs.pipe_file(path, data)
+    FlakyMemoryFileSystem.faults = READ_ATTEMPTS - 1
+    with open_object("flakymemory://flaky/blob.bin") as stream:
+        assert stream.read() == data and FlakyMemoryFileSystem.faults == 0
+    FlakyMemoryFileSystem.faults = READ_ATTEMPTS
+    with pytest.raises(PackcliError, match="connection reset") as caught:
+        open_object("flakymemory://flaky/blob.bin").read()
+    assert caught.value.path == "flakymemory://flaky/blob.bin"
+    assert caught.value.message == "cannot read bytes 0-25,600 after 5 attempts: connection reset by peer"

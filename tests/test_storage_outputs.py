@@ -1,0 +1,220 @@
+"""Outputs on an S3-protocol store (moto's server on 127.0.0.1): the same shards as on disk under a run prefix,
+the manifest written last as the commit, up to date on a rerun, --overwrite only over a packcli output, one writer
+at a time (a lock object created only if absent, two real processes), a run killed mid-upload leaving nothing a
+reader takes for an output and its rerun cleaning up."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLE
+from s3_server import S3Server
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.errors import PackcliError
+from packcli.format.manifest import read_manifest, shard_path
+from packcli.storage import location
+from packcli.storage.lock import ObjectLock
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 20 lines (long documents, about 120k tokens) of the bundled sample: small, real text."""
+    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:20]
+    path = tmp_path_factory.mktemp("corpus") / "slice.jsonl"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def pack(*args: str) -> Any:
+    return runner.invoke(app, ["pack", *args, "--quiet", "--json"])
+
+
+def keys(fs: Any, url: str) -> list[str]:
+    prefix = url.removeprefix("s3://") + "/"
+    return sorted(name.removeprefix(prefix) for name in fs.find(url))
+
+
+def test_remote_output_is_the_local_output_under_a_run_prefix(
+    s3_server: S3Server, corpus: Path, tmp_path: Path
+) -> None:
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    out, source = f"{bucket}/packed", f"{bucket}/corpus/{corpus.name}"
+    fs.put_file(str(corpus), source)
+    local = pack(str(corpus), "--max-len", "256", "--out", str(tmp_path / "local"))
+    remote = pack(source, "--max-len", "256", "--out", out)  # s3:// to s3://
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
+    assert json.loads(remote.stdout)["status"] == "packed"
+    mine, theirs = (
+        json.loads((tmp_path / "local" / "manifest.json").read_text()),
+        json.loads(fs.cat(f"{out}/manifest.json")),
+    )
+    names = keys(fs, out)
+    run = names[-1].split("/")[0]
+    assert run.startswith("packcli-run-") and names == sorted(
+        ["manifest.json", *(f"{run}/{shard['file']}" for shard in mine["shards"])]
+    )
+    assert [shard["file"] for shard in theirs["shards"]] == [f"{run}/{shard['file']}" for shard in mine["shards"]]
+    for shard in mine["shards"]:
+        assert fs.cat(f"{out}/{run}/{shard['file']}") == (tmp_path / "local" / shard["file"]).read_bytes()
+    assert theirs["inputs"] == [{"path": source, "bytes": corpus.stat().st_size}]
+    differ = ("shards", "inputs", "fingerprint")  # the run prefix; the input's URL, and so the fingerprint
+    assert {**theirs, **{key: mine[key] for key in differ}} == mine
+    assert read_manifest(location(out)) == theirs
+    again = pack(source, "--max-len", "256", "--out", out)
+    assert json.loads(again.stdout)["status"] == "up-to-date" and keys(fs, out) == names
+    planned = pack(source, "--max-len", "256", "--out", out, "--dry-run")
+    assert json.loads(planned.stdout)["status"] == "up-to-date", planned.stderr
+    for report in (["stats", "--json"], ["show", "--row", "3", "--json"], ["verify", "--json"]):
+        there, here = (runner.invoke(app, [*report, target]) for target in (out, str(tmp_path / "local")))
+        assert there.exit_code == 0, there.stderr
+        remote_figures, local_figures = json.loads(there.stdout), json.loads(here.stdout)
+        if "shard" in local_figures:  # show names the row's shard: under the run prefix in the store
+            assert remote_figures.pop("shard") == f"{run}/{local_figures.pop('shard')}"
+        assert remote_figures == local_figures
+    damaged = f"{out}/{theirs['shards'][0]['file']}"
+    content = bytearray(fs.cat(damaged))
+    content[len(content) // 2] ^= 0xFF
+    fs.pipe_file(damaged, bytes(content))
+    verified = runner.invoke(app, ["verify", out])
+    assert verified.exit_code == 1 and "sha256 differs from the manifest" in verified.stderr
+
+
+def test_overwrite_replaces_only_a_packcli_output(s3_server: S3Server, corpus: Path) -> None:
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    out = f"{bucket}/packed"
+    assert pack(str(corpus), "--max-len", "256", "--out", out).exit_code == 0
+    first_run = keys(fs, out)[-1].split("/")[0]
+    refused = pack(str(corpus), "--max-len", "128", "--out", out)
+    assert refused.exit_code == 1 and "pass --overwrite" in refused.stderr
+    replaced = pack(str(corpus), "--max-len", "128", "--out", out, "--overwrite")
+    assert replaced.exit_code == 0, replaced.stderr
+    names = keys(fs, out)
+    assert not any(name.startswith(first_run) for name in names) and "manifest.json" in names
+    assert json.loads(fs.cat(f"{out}/manifest.json"))["max_len"] == 128
+    fs.pipe_file(f"{bucket}/data/notes.txt", b"mine")
+    foreign = pack(str(corpus), "--max-len", "128", "--out", f"{bucket}/data", "--overwrite")
+    assert foreign.exit_code == 1 and "'notes.txt', which is not part of a packcli output" in foreign.stderr
+    assert fs.cat(f"{bucket}/data/notes.txt") == b"mine"
+
+
+def test_a_partitioned_run_refuses_an_output_url(s3_server: S3Server, corpus: Path) -> None:
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    refused = pack(str(corpus), "--max-len", "256", "--partitions", "2", "--out", f"{bucket}/parted")
+    assert refused.exit_code == 2 and "an output URL takes a plain run" in refused.stderr
+    planned = pack(str(corpus), "--max-len", "256", "--partitions", "2", "--out", f"{bucket}/parted", "--dry-run")
+    assert planned.exit_code == 2 and "an output URL takes a plain run" in planned.stderr  # as the run would
+    assert not fs.exists(f"{bucket}/parted")
+
+
+def test_the_lock_object_keeps_a_second_run_out_and_a_dead_holder_does_not(s3_server: S3Server, corpus: Path) -> None:
+    out = s3_server.bucket() + "/packed"
+    held = ObjectLock(f"{out}/.packcli-lock", "packcli-run-test")
+    assert held.acquire()
+    try:
+        assert not ObjectLock(f"{out}/.packcli-lock", "packcli-run-other").acquire()  # created only if absent
+        refused = pack(str(corpus), "--max-len", "256", "--out", out)
+        assert refused.exit_code == 1 and f"in use by pid {os.getpid()}" in refused.stderr
+    finally:
+        held.release()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    s3_server.filesystem().pipe_file(
+        f"{out}/.packcli-lock",
+        json.dumps({"host": os.uname().nodename, "pid": int(dead.stdout), "heartbeat": time.time()}).encode(),
+    )
+    taken_over = pack(str(corpus), "--max-len", "256", "--out", out)
+    assert taken_over.exit_code == 0, taken_over.stderr
+    assert ".packcli-lock" not in keys(s3_server.filesystem(), out)
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "packcli", "pack", *args, "--quiet", "--json"]
+
+
+def test_two_concurrent_processes_leave_one_whole_output(s3_server: S3Server, corpus: Path) -> None:
+    out = s3_server.bucket() + "/packed"
+    runs = [
+        subprocess.Popen(
+            command(str(corpus), "--max-len", size, "--out", out, "--overwrite"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for size in ("256", "128")
+    ]
+    results = [(run.wait(120), *run.communicate()) for run in runs]
+    assert sorted(code for code, _, _ in results) in ([0, 0], [0, 1])
+    for code, _, stderr in results:
+        assert code == 0 or "in use by pid" in stderr
+    manifest = read_manifest(location(out))
+    winner = {json.loads(stdout)["max_len"] for code, stdout, _ in results if code == 0}
+    assert manifest["max_len"] in winner
+    verified = runner.invoke(app, ["verify", out])
+    assert verified.exit_code == 0, verified.stderr
+
+
+def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_server: S3Server, corpus: Path) -> None:
+    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    run = subprocess.Popen(command(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out))
+    deadline = time.monotonic() + 120
+    while not any("/packcli-run-" in name for name in fs.find(out)) and time.monotonic() < deadline:
+        assert run.poll() is None, "the run ended before it uploaded"
+        time.sleep(0.02)
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    left = keys(fs, out)
+    assert "manifest.json" not in left and any(name.startswith("packcli-run-") for name in left)
+    with pytest.raises(PackcliError, match="not a packcli output"):
+        read_manifest(location(out))
+    rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out)
+    assert rerun.exit_code == 0, rerun.stderr
+    manifest = read_manifest(location(out))
+    assert keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
+
+
+def test_the_loader_reads_an_output_url_through_a_bounded_cache(
+    s3_server: S3Server, corpus: Path, tmp_path: Path
+) -> None:
+    torch_module = pytest.importorskip("packcli.torch", reason="needs the torch extra")
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    for size in ("256", "128"):
+        assert pack(str(corpus), "--max-len", size, "--out", f"{bucket}/p{size}").exit_code == 0
+    assert pack(str(corpus), "--max-len", "256", "--out", str(tmp_path / "local")).exit_code == 0
+    cache = tmp_path / "cache"
+
+    def rows(dataset: Any) -> list[list[int]]:
+        return [row["input_ids"].tolist() for row in dataset]
+
+    expected = rows(torch_module.PackedDataset(tmp_path / "local", seed=3))
+    assert rows(torch_module.PackedDataset(f"{bucket}/p256", seed=3, cache_dir=cache)) == expected
+    fs.rm(f"{bucket}/p256/packcli-run-*", recursive=True)  # the copy is complete: no shard is fetched again
+    assert rows(torch_module.PackedDataset(f"{bucket}/p256", seed=3, cache_dir=cache)) == expected
+    batches = torch_module.loader(f"{bucket}/p128", batch_size=2, cache_dir=cache)
+    assert batches.dataset.num_rows > 0 and len(list(cache.iterdir())) == 2
+    size = sum(path.stat().st_size for path in batches.dataset.path.rglob("*") if path.is_file())
+    torch_module.PackedDataset(f"{bucket}/p128", cache_dir=cache, cache_limit=size)  # the other copy must go
+    assert list(cache.iterdir()) == [batches.dataset.path]
+    with pytest.raises(PackcliError, match="exceed the cache limit"):
+        torch_module.PackedDataset(f"{bucket}/p128", cache_dir=tmp_path / "tiny", cache_limit=100)
+    with pytest.raises(PackcliError, match="give cache_dir"):
+        torch_module.PackedDataset(f"{bucket}/p128")
+
+
+def test_a_shard_name_may_hold_one_run_prefix_and_nothing_else(tmp_path: Path) -> None:
+    assert shard_path(tmp_path, "packcli-run-1-ab/shard-00000.arrow") == tmp_path / "packcli-run-1-ab/shard-00000.arrow"
+    assert shard_path(tmp_path, "shard-00000.arrow") == tmp_path / "shard-00000.arrow"
+    for name in ("other/shard-00000.arrow", "packcli-run-1/../x.arrow", "packcli-run-1/a/b.arrow", "../x", "/x"):
+        with pytest.raises(PackcliError, match="leaves the output directory"):
+            shard_path(tmp_path, name)
