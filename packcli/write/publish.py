@@ -139,7 +139,10 @@ class Publication:
 
     def _refuse_unlisted(self) -> None:
         """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
-        process of another run writing here), and the output would not verify."""
+        process of another run writing here), and the output would not verify. An export, which lists its files in
+        its own record, is not a pack output and is not checked here."""
+        if not (self.staging / MANIFEST_NAME).is_file():
+            return
         listed = {MANIFEST_NAME, *(str(shard["file"]) for shard in read_manifest(self.staging)["shards"])}
         foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
         if foreign:
