@@ -5,13 +5,18 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from packcli.cli import flags
 from packcli.cli.notices import Warnings, warn_loss
 from packcli.options import DEFAULT_MAX_LEN
+from packcli.util.signals import Interrupted
+
+if TYPE_CHECKING:
+    from packcli.run.setup import PackResult
 
 __all__ = ["pack"]
 
@@ -123,8 +128,6 @@ def pack(
       packcli pack corpus/ --max-len 2048 --dry-run --json
     """
     from packcli.read.stdin import spooled_stdin
-    from packcli.report.render import loss_warning, pack_summary
-    from packcli.report.summary import append_summary, pack_markdown
     from packcli.run.driver import pack_corpus
     from packcli.run.progress import make_reporter
     from packcli.storage import location
@@ -149,6 +152,17 @@ def pack(
     finally:
         reporter.close()
         warnings.close()
+    try:
+        _report(result, out, json_output, summary_file, warnings)
+    except Interrupted:  # the output is in place: say so, not that nothing was written
+        raise Interrupted(f"interrupted after {out} was published: the output is complete") from None
+
+
+def _report(result: PackResult, out: str, json_output: bool, summary_file: Path | None, warnings: Warnings) -> None:
+    """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
+    from packcli.report.render import loss_warning, pack_summary
+    from packcli.report.summary import append_summary, pack_markdown
+
     summary = result.summary()
     lost = loss_warning(summary, summary["max_len"])
     warn_loss(lost)

@@ -15,13 +15,14 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from packcli.engines import OnResult, Start, Task, Unconnected
-from packcli.engines.reaper import reaping_descendants
+from packcli.engines.reaper import die_with_parent, ignoring_ctrl_c, reaping_descendants
 from packcli.errors import PackcliError
 
 __all__ = ["LocalEngine"]
 
 
 def _start_worker(threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
+    die_with_parent()  # a second guard beside the reaper: a worker never outlives its driver
     if start is not None:
         start(shipped, threads)
 
@@ -48,7 +49,8 @@ class LocalEngine(Unconnected):
         context = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(size, mp_context=context, initializer=_start_worker, initargs=initargs)
         try:
-            futures: list[Future[Any]] = [pool.submit(task, job) for job in jobs]  # starts the workers
+            with ignoring_ctrl_c():  # workers start ignoring it: the driver stops them itself, with no tracebacks
+                futures: list[Future[Any]] = [pool.submit(task, job) for job in jobs]  # starts the workers
             for future in as_completed(futures):
                 if future.cancelled():
                     continue

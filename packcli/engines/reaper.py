@@ -17,11 +17,13 @@ import select
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-__all__ = ["reaping_descendants"]
+__all__ = ["die_with_parent", "ignoring_ctrl_c", "reaping_descendants"]
 
 SNAPSHOT_INTERVAL_S = 0.25
 DONE = b"done\n"
@@ -50,6 +52,31 @@ def reaping_descendants() -> Iterator[None]:
         except OSError:  # the watcher is gone already: nothing left to tell it
             pass
         watcher.wait()
+
+
+@contextmanager
+def ignoring_ctrl_c() -> Iterator[None]:
+    """Block SIGINT while starting worker processes: they inherit the signal mask, so a Ctrl-C to the terminal's
+    whole process group never reaches them (no tracebacks from their imports; the engine stops them itself), while
+    this process receives it, held pending, when the block ends."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def die_with_parent() -> None:
+    """In a worker process: end it once the process that started it is gone (its parent changes), checked by a
+    daemon thread every SNAPSHOT_INTERVAL_S; a second guard beside the reaper, which its own death would disarm."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(SNAPSHOT_INTERVAL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="packcli-parent-watch", daemon=True).start()
 
 
 def _start_time(pid: int) -> str | None:

@@ -21,9 +21,10 @@ __all__ = ["Interrupted", "Terminated", "ending_by_signal", "signals_held"]
 
 class Interrupted(BaseException):
     """Ctrl-C during a command: unwinds every cleanup, then the error mapper says what was left (exit 130). Not a
-    ``KeyboardInterrupt``, which typer turns into a silent exit before any message; its text is that message."""
+    ``KeyboardInterrupt``, which typer turns into a silent exit before any message; its text is that message, which
+    an output's publication makes precise (nothing written, the resume area kept, or the output complete)."""
 
-    def __init__(self, message: str = "interrupted; no output was written") -> None:
+    def __init__(self, message: str = "interrupted") -> None:
         super().__init__(message)
 
 

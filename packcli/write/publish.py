@@ -137,6 +137,17 @@ class Publication:
             except OSError as exc:
                 raise _plain(exc, "cannot move the new output into place") from None
 
+    def _what_an_interruption_left(self) -> str:
+        """What Ctrl-C left of this publication, in words: the output complete, the resume area kept, or nothing."""
+        if self._committed:
+            return f"interrupted after {path_name(self.out)} was published: the output is complete"
+        if self.resumable and self._staged:
+            kept = f"the partitions committed so far are kept in {self.staging}"
+            return f"interrupted; {kept}: rerun the same command to resume"
+        return "interrupted; no output was written" + (
+            f" ({path_name(self.out)} is as it was)" if self.target.exists() else ""
+        )
+
     def _refuse_unlisted(self) -> None:
         """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
         process of another run writing here), and the output would not verify. An export, which lists its files in
@@ -156,11 +167,8 @@ class Publication:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self._close(error)
-        if isinstance(error, Interrupted) and self.resumable and self._staged and not self._committed:
-            raise Interrupted(
-                f"interrupted; the partitions committed so far are kept in {self.staging}: rerun the same command "
-                "to resume"
-            ) from None
+        if isinstance(error, Interrupted) and str(error) == str(Interrupted()):
+            raise Interrupted(self._what_an_interruption_left()) from None
         if isinstance(error, OSError) and error.errno in _FULL:
             raise PackcliError(
                 f"cannot write {path_name(self.out)}: {error.strerror or error}; nothing was published"
