@@ -7,7 +7,7 @@ start) and reads a pipe from the run: "done" ends it quietly; the pipe closing w
 and every process of the last snapshot that is still the same process (same start time) is killed. Linux only
 (it reads /proc); elsewhere :func:`reaping_descendants` does nothing.
 
-Run as ``python -m packcli.engines.reaper PID``: it imports nothing but the standard library.
+Run as ``python -m packcli.engines.reaper PID``: it imports only the standard library and packcli.util.signals.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+
+from packcli.util.signals import signals_held
 
 __all__ = ["die_with_parent", "ignoring_ctrl_c", "reaping_descendants"]
 
@@ -57,11 +59,13 @@ def reaping_descendants() -> Iterator[None]:
 @contextmanager
 def ignoring_ctrl_c() -> Iterator[None]:
     """Block SIGINT while starting worker processes: they inherit the signal mask, so a Ctrl-C to the terminal's
-    whole process group never reaches them (no tracebacks from their imports; the engine stops them itself), while
-    this process receives it, held pending, when the block ends."""
+    whole process group never reaches them (no tracebacks from their imports; the engine stops them itself). This
+    process still gets it, through another thread, but its handler holds it until the block ends, so a worker is
+    never left half started (its start data unsent)."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        yield
+        with signals_held():
+            yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
