@@ -130,8 +130,8 @@ def stats(
         options = flags.pack_options(record)
         warnings, reporter = Warnings(quiet), make_reporter(quiet)
         try:
-            with spooled_stdin(targets) as files:
-                measured = measure_corpus(files, options, batch_size, warnings, reporter)
+            with spooled_stdin(targets, warn=warnings) as given:
+                measured = measure_corpus(given.files, options, batch_size, given.warn, reporter, given.spool)
         finally:
             reporter.close()
             warnings.close()

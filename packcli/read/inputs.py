@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packcli.errors import BadRecordError, PackcliError, path_name
+from packcli.errors import BadRecordError, PackcliError
 from packcli.format.manifest import is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
-from packcli.read.stdin import spool_digest
+from packcli.read.stdin import STDIN_NAME, Spool
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 from packcli.storage import UrlPath, is_url
@@ -58,15 +58,17 @@ class InputFile:
     etag: str | None = None
 
     @classmethod
-    def of(cls, path: Path) -> InputFile:
-        """Describe ``path`` as it is now (an object: one request to the store)."""
+    def of(cls, path: Path, stdin: Spool | None = None) -> InputFile:
+        """Describe ``path`` as it is now (an object: one request to the store); ``stdin``'s spool by its digest."""
         if isinstance(path, UrlPath):
             from packcli.storage.objects import object_info
 
             info = object_info(str(path))
-            return cls(path, path_name(path), info.size, info.mtime_ns, etag=info.etag)
+            return cls(path, str(path), info.size, info.mtime_ns, etag=info.etag)
         stat = path.stat()
-        return cls(path, path_name(path), stat.st_size, stat.st_mtime_ns, spool_digest(path))
+        if stdin is not None and path == stdin.path:
+            return cls(path, STDIN_NAME, stat.st_size, stat.st_mtime_ns, stdin.digest)
+        return cls(path, str(path), stat.st_size, stat.st_mtime_ns)
 
     @property
     def version(self) -> str | int:
