@@ -162,8 +162,8 @@ def pack(
 
 def _report(result: PackResult, out: str, json_output: bool, summary_file: Path | None, warnings: Warnings) -> None:
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
-    from packcli.report.render import loss_warning, pack_summary
-    from packcli.report.summary import append_summary, pack_markdown
+    from packcli.report.markdown import append_summary, pack_markdown
+    from packcli.report.terminal import loss_warning, pack_summary
 
     summary = result.summary()
     lost = loss_warning(summary, summary["max_len"])
