@@ -19,7 +19,6 @@ from packcli.errors import BadRecordError, PackcliError
 from packcli.format.manifest import is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
-from packcli.read.stdin import STDIN_NAME, Spool
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 from packcli.storage import UrlPath, is_url
@@ -29,6 +28,7 @@ __all__ = [
     "InputFile",
     "InputSlice",
     "Inputs",
+    "Spool",
     "file_identity",
     "find_inputs",
     "input_format",
@@ -41,6 +41,26 @@ FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .pa
 _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Spool:
+    """A temporary file that stands for an input given another way (standard input, a ``datasets.Dataset``): the
+    file, the sha256 of its bytes (its identity: the same bytes again are the same input) and the name messages and
+    the manifest give it."""
+
+    path: Path
+    digest: str
+    name: str
+
+    def named(self, text: str) -> str:
+        """``text`` with the temporary file named as the user knows it."""
+        return text.replace(str(self.path), self.name)
+
+    def rename(self, error: PackcliError) -> None:
+        """Name the temporary file in ``error`` as the user knows it."""
+        error.message = self.named(error.message)
+        error.path = None if error.path is None else self.named(error.path)
 
 
 @dataclass(frozen=True)
@@ -59,7 +79,7 @@ class InputFile:
 
     @classmethod
     def of(cls, path: Path, stdin: Spool | None = None) -> InputFile:
-        """Describe ``path`` as it is now (an object: one request to the store); ``stdin``'s spool by its digest."""
+        """Describe ``path`` as it is now (an object: one request to the store); a spool by its digest."""
         if isinstance(path, UrlPath):
             from packcli.storage.objects import object_info
 
@@ -67,7 +87,7 @@ class InputFile:
             return cls(path, str(path), info.size, info.mtime_ns, etag=info.etag)
         stat = path.stat()
         if stdin is not None and path == stdin.path:
-            return cls(path, STDIN_NAME, stat.st_size, stat.st_mtime_ns, stdin.digest)
+            return cls(path, stdin.name, stat.st_size, stat.st_mtime_ns, stdin.digest)
         return cls(path, str(path), stat.st_size, stat.st_mtime_ns)
 
     @property

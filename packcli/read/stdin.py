@@ -7,8 +7,8 @@ messages name it ``<stdin>``, and the run identity knows it by the sha256 of its
 are the same input, so a rerun is "up to date" and ``stats -`` leaves tokens that ``pack -`` reuses. The spool is
 removed when the command ends, and one that a killed run left is removed by the next run that spools.
 
-The spool is a value, :class:`Spool`, handed to the run (``stdin=``): its inputs take their name and identity
-from it. Errors raised and warnings given while it lives name ``<stdin>``, never the temporary file.
+The spool is a value, a :class:`~packcli.read.inputs.Spool`, handed to the run (``stdin=``): its input takes its
+name and identity from it. Errors raised and warnings given while it lives name ``<stdin>``, never the temporary file.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packcli.errors import PackcliError, UsageError
+from packcli.read.inputs import Spool
 from packcli.util.locks import FileLock
 
-__all__ = ["STDIN", "STDIN_NAME", "Spool", "Spooled", "spooled_stdin"]
+__all__ = ["STDIN", "STDIN_NAME", "Spooled", "spooled_stdin"]
 
 STDIN = "-"  # the INPUT that means standard input
 STDIN_NAME = "<stdin>"  # how messages and the manifest name it
+
 _CHUNK = 1 << 20
 _WAIT_S = 0.2  # the longest a signal waits while standard input is idle
 _PREFIX = "packcli-stdin-"  # $TMPDIR/packcli-stdin-*: one run's spool and its lock
@@ -50,18 +52,6 @@ _MAGIC_BYTES = max(len(magic) for magic, _ in _MAGIC)
 _SPOOL_NAMES = frozenset({"stdin.jsonl", *(f"stdin{suffix}" for _, suffix in _MAGIC)})
 
 Warn = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Spool:
-    """Standard input kept in a temporary file for one command: the file, and the sha256 of its bytes."""
-
-    path: Path
-    digest: str
-
-    def named(self, text: str) -> str:
-        """``text`` with the spool's path named as the user knows it, ``<stdin>``."""
-        return text.replace(str(self.path), STDIN_NAME)
 
 
 @dataclass(frozen=True)
@@ -102,13 +92,12 @@ def spooled_stdin(
         )
     directory, lock = _new_spool_directory()
     try:
-        spool = Spool(*_spool(sys.stdin.buffer, directory))
+        spool = Spool(*_spool(sys.stdin.buffer, directory), STDIN_NAME)
         files = [str(spool.path) if spec == STDIN else spec for spec in specs]
         try:
             yield Spooled(files, spool, lambda message: warn(spool.named(message)))
         except PackcliError as exc:
-            exc.message = spool.named(exc.message)
-            exc.path = None if exc.path is None else spool.named(exc.path)
+            spool.rename(exc)
             raise
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -15,7 +15,7 @@ from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.packing.lengths import length_percentiles, max_len_candidates
 from packcli.packing.overflow import apply_overflow
-from packcli.read.stdin import Spool
+from packcli.read.inputs import Spool
 from packcli.report.stats import DEFAULT_BATCH_SIZE, Measured, sequence_stats
 from packcli.run.setup import set_up
 from packcli.strategies import available_strategies, run_strategy

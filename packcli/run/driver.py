@@ -21,7 +21,7 @@ from packcli.engines import Engine
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
-from packcli.read.stdin import Spool
+from packcli.read.inputs import Spool
 from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
 from packcli.run.merge import (
     PARTITIONING_WARNING,

@@ -18,7 +18,7 @@ from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
-from packcli.read.stdin import Spool
+from packcli.read.inputs import Spool
 from packcli.run.setup import set_up, tokenizer_entry
 from packcli.storage import UrlPath
 from packcli.storage.sources import parquet_source

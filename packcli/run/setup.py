@@ -15,8 +15,7 @@ from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.identity import run_identity
 from packcli.options import PackOptions
-from packcli.read.inputs import InputFile, find_inputs
-from packcli.read.stdin import Spool
+from packcli.read.inputs import InputFile, Spool, find_inputs
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 from packcli.version import __version__
