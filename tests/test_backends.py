@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.encode import backends as backends_module
-from packcli.encode.backends import Backends, FastBackend, fast_refusal, open_backends
+from packcli.encode.backends import Backends, FastBackend, fast_refusal, open_backends, start_fast_build
 from packcli.encode.corpus import tokenize_corpus
 from packcli.encode.encoders import SegmentEncoder, TextEncoder
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
@@ -211,6 +211,24 @@ def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> N
     notices: list[str] = []
     assert open_backends(loaded, "auto", False, notices.append).name == "hf"
     assert notices == [f"tokenizer backend: hf, not fastokens: {reason} (tokenizer edited)"]
+
+
+def test_the_fast_tokenizer_built_early_is_the_one_the_backend_takes() -> None:
+    """set-up starts fastokens' build from the tokenizer.json text while Hugging Face builds its own: one build,
+    which the backend then takes, and whose failure is the fallback's reason."""
+    texts: list[str] = []
+    loaded = load_tokenizer(on_source=texts.append)
+    assert texts == [loaded.source]
+    start_fast_build(loaded.source)
+    start_fast_build(loaded.source)
+    first = backends_module.FAST_LOADER(loaded)
+    assert backends_module.FAST_LOADER(loaded) is first
+    assert type(open_backends(loaded, "auto", False).text.tokenizer) is type(first)  # type: ignore[attr-defined]
+    broken = LoadedTokenizer(**{**loaded.__dict__, "source": loaded.source[: len(loaded.source) // 2]})
+    start_fast_build(broken.source)
+    notices: list[str] = []
+    assert open_backends(broken, "auto", False, notices.append).name == "hf"
+    assert len(notices) == 1 and "fastokens cannot load it" in notices[0]
 
 
 def test_without_fastokens_hf_runs_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:

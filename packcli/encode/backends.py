@@ -13,10 +13,11 @@ A backend encodes in two steps, so a helper thread does the encoding and the mai
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Protocol
@@ -25,8 +26,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
+from packcli.util.memory import release_free_memory
 
-__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends"]
+__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends", "start_fast_build"]
 
 
 class Backend(Protocol):
@@ -104,21 +106,48 @@ class Backends:
 FastLoader = Callable[[LoadedTokenizer], Any]
 
 
-_built: dict[str, Any] = {}  # fastokens tokenizers built in this process, by their tokenizer.json's sha256
+# fastokens tokenizers built or being built in this process, by their tokenizer.json text: a worker runs several
+# partitions, and building one takes about a second of CPU (Tekken)
+_built: dict[str, Future[Any]] = {}
+_built_lock = threading.Lock()
+
+
+def start_fast_build(source: str) -> None:
+    """Start building fastokens' tokenizer for ``source`` (a tokenizer.json text) on a helper thread, so that it
+    overlaps what the caller does meanwhile (fastokens releases the GIL while it builds): loading the tokenizer
+    with Hugging Face, the rest of the set-up. The backend's loader takes the result, or its error, when it needs
+    it; a second start for the same text does nothing."""
+    _fast_build(source)
+
+
+def _fast_build(source: str) -> Future[Any]:
+    with _built_lock:
+        if source not in _built:
+            _built[source] = Future()
+            threading.Thread(target=_build_fastokens, args=(source, _built[source]), daemon=True).start()
+        return _built[source]
+
+
+def _build_fastokens(source: str, result: Future[Any]) -> None:
+    try:
+        import fastokens
+
+        tokenizer = fastokens.Tokenizer.from_json_str(source)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        release_free_memory()  # the build's scratch (about twice the tokenizer), held by this thread's arena
+    except BaseException as exc:  # handed to the loader, which turns it into the fallback's reason
+        result.set_exception(exc)
+    else:
+        result.set_result(tokenizer)
 
 
 def _load_fastokens(loaded: LoadedTokenizer) -> Any:
-    """fastokens' tokenizer for ``loaded`` (raises what fastokens raises), built once per process: a worker runs
-    several partitions, and building one takes about a second (Tekken)."""
-    import fastokens
+    """fastokens' tokenizer for ``loaded`` (raises what fastokens raises), built once per process, or taken from
+    the build :func:`start_fast_build` started."""
+    import fastokens  # noqa: F401 (an ImportError is the fallback's reason, whatever was built before)
 
-    key = hashlib.sha256(loaded.source.encode()).hexdigest()
-    if key not in _built:
-        tokenizer = fastokens.Tokenizer.from_json_str(loaded.source)
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        _built[key] = tokenizer
-    return _built[key]
+    return _fast_build(loaded.source).result()
 
 
 # The fast backend's loader and its wrapper: tests swap FAST_WRAPPER for a backend of their own (the cross-check's
