@@ -18,8 +18,16 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.encode import backends as backends_module
-from packcli.encode.backends import Backends, FastBackend, fast_refusal, open_backends, start_fast_build
+from packcli.encode.backends import (
+    Backends,
+    FastBackend,
+    HFBackend,
+    fast_refusal,
+    open_backends,
+    start_fast_build,
+)
 from packcli.encode.corpus import tokenize_corpus
+from packcli.encode.crosscheck import MIN_CHARACTERS, MIN_CHECKED, CrossCheck
 from packcli.encode.encoders import SegmentEncoder, TextEncoder
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
 from packcli.options import PackOptions
@@ -175,6 +183,20 @@ def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
         str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", "--tokenizer-backend", "hf", *options
     )
     assert forced.exit_code == 0, forced.output
+
+
+def test_the_cross_checks_free_minimum_is_bounded_in_characters() -> None:
+    """The first MIN_CHECKED texts are checked whatever the time, but only while they hold MIN_CHARACTERS in all:
+    long documents (source files) are then checked within the time share alone."""
+    hf = HFBackend(load_tokenizer().tokenizer)
+    short = [f"document {k}" for k in range(MIN_CHECKED + 8)]
+    check = CrossCheck("hf", 0)
+    check.verify(short, hf, hf.encode(short), hf)
+    assert check.checked == MIN_CHECKED
+    quarter = ["word " * (MIN_CHARACTERS // 20 + 1) + str(k) for k in range(8)]  # each just over a quarter
+    check = CrossCheck("hf", 0)
+    check.verify(quarter, hf, hf.encode(quarter), hf)
+    assert check.checked == 3  # a fourth would pass MIN_CHARACTERS, and no time has passed yet
 
 
 def edited(change: dict[str, Any]) -> LoadedTokenizer:
