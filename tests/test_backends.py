@@ -24,7 +24,6 @@ from packcli.encode.backends import (
     HFBackend,
     fast_refusal,
     open_backends,
-    start_fast_build,
 )
 from packcli.encode.corpus import tokenize_corpus
 from packcli.encode.crosscheck import MIN_CHARACTERS, MIN_CHECKED, CrossCheck
@@ -233,24 +232,6 @@ def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> N
     notices: list[str] = []
     assert open_backends(loaded, "auto", False, notices.append).name == "hf"
     assert notices == [f"tokenizer backend: hf, not fastokens: {reason} (tokenizer edited)"]
-
-
-def test_the_fast_tokenizer_built_early_is_the_one_the_backend_takes() -> None:
-    """set-up starts fastokens' build from the tokenizer.json text while Hugging Face builds its own: one build,
-    which the backend then takes, and whose failure is the fallback's reason."""
-    texts: list[str] = []
-    loaded = load_tokenizer(on_source=texts.append)
-    assert texts == [loaded.source]
-    start_fast_build(loaded.source)
-    start_fast_build(loaded.source)
-    first = backends_module.FAST_LOADER(loaded)
-    assert backends_module.FAST_LOADER(loaded) is first
-    assert type(open_backends(loaded, "auto", False).text.tokenizer) is type(first)  # type: ignore[attr-defined]
-    broken = LoadedTokenizer(**{**loaded.__dict__, "source": loaded.source[: len(loaded.source) // 2]})
-    start_fast_build(broken.source)
-    notices: list[str] = []
-    assert open_backends(broken, "auto", False, notices.append).name == "hf"
-    assert len(notices) == 1 and "fastokens cannot load it" in notices[0]
 
 
 def test_without_fastokens_hf_runs_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,10 +47,10 @@ class TokenStore:
     def append(self, tokens: np.ndarray, mask: np.ndarray | None = None) -> int:
         """Append tokens (and their mask, when the store has one); returns the offset of the first."""
         offset = self.count
-        self._file.write(np.ascontiguousarray(tokens, dtype=TOKEN_DTYPE).tobytes())
+        self._file.write(np.ascontiguousarray(tokens, dtype=TOKEN_DTYPE).data)  # the buffer itself, no copy
         if self._mask is not None:
             assert mask is not None and len(mask) == len(tokens)
-            self._mask.write(np.ascontiguousarray(mask, dtype=np.uint8).tobytes())
+            self._mask.write(np.ascontiguousarray(mask, dtype=np.uint8).data)
         self.count += len(tokens)
         return offset
 

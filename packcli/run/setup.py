@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packcli.encode.backends import start_fast_build
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
@@ -78,9 +77,7 @@ def set_up(
         files, unread = found.files, len(found.unread)
     get_strategy(options.strategy)
     pretokenized = options.ids_field is not None and options.tokenizer is None
-    # the fast backend's tokenizer builds on a helper thread while Hugging Face builds its own here
-    early = start_fast_build if options.tokenizer_backend == "auto" and options.ids_field is None else None
-    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token, early)
+    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
     described = [InputFile.of(path, stdin) for path in files]
     return Setup(files, described, options, tokenizer, make_encoder(options, tokenizer, warn), sources, unread)
 
