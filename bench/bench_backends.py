@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -36,6 +37,7 @@ def main() -> None:
     gpt2, tekken = shared("tokenizers/gpt2/tokenizer.json"), shared("tokenizers/tekken/tokenizer.json")
     if not (gcide and cpython and gpt2 and tekken):
         return
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "packed"
         skewed = build_skewed(SHARED / "data", Path(tmp) / "skewed.jsonl")
@@ -91,6 +93,7 @@ def main() -> None:
             print(f"  runs {name}/{tokenizer_name}: {runs}")
 
         partitions(gcide, tekken, Path(tmp))
+    print(f"load average (1, 5, 15 min) at the start {load_before}, at the end {os.getloadavg()} (2 cores)")
 
 
 def partitions(gcide: Path, tekken: Path, tmp: Path) -> None:
