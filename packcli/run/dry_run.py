@@ -19,10 +19,8 @@ from typing import Any
 from packcli.errors import PackcliError, path_name
 from packcli.options import PackOptions
 from packcli.run.setup import set_up, tokenizer_entry
-from packcli.storage import UrlPath
 from packcli.storage.sources import parquet_source
-from packcli.write.publish import existing_output
-from packcli.write.remote import remote_output
+from packcli.write.remote import output_state
 
 __all__ = ["DryRun", "dry_run"]
 
@@ -117,11 +115,7 @@ def dry_run(
             {"path": source.spec, "files": len(source.files), "weight": share}
             for source, share in zip(setup.sources, shares)
         ]
-    output = (
-        remote_output(out, fingerprint)[0]
-        if isinstance(out, UrlPath)
-        else existing_output(out.resolve(), fingerprint, out)
-    )
+    output = output_state(out, fingerprint)
     if output == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options): the run would refuse it without "
