@@ -21,7 +21,7 @@ from typing import Any
 
 from packcli.encode import cache
 from packcli.engines import Engine
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
@@ -42,17 +42,7 @@ from packcli.util.progress import Reporter, SilentReporter
 from packcli.write.publish import Publication
 from packcli.write.remote import RemotePublication, output_state
 
-__all__ = ["pack_corpus", "partition_plan", "refuse_partitioned_url"]
-
-
-def refuse_partitioned_url(options: PackOptions, out: Path) -> None:
-    """A partitioned run publishes through a resumable local staging directory: an output URL takes a plain run.
-
-    Raises:
-        UsageError: ``--partitions`` (or ``--partition-size``) with an output URL.
-    """
-    if options.partitioned and isinstance(out, UrlPath):
-        raise UsageError("--partitions: an output URL takes a plain run for now; pack to a path, or drop it")
+__all__ = ["pack_corpus", "partition_plan"]
 
 
 def partition_plan(setup: Setup) -> tuple[Plan, str]:
@@ -78,7 +68,6 @@ def pack_corpus(
     partitioned run to one keeps its parts in the store.
     """
     reporter = reporter or SilentReporter()
-    refuse_partitioned_url(options, out)  # before any work
     setup = set_up(inputs, options, warn)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files

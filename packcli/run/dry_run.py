@@ -91,10 +91,6 @@ def dry_run(
         PackcliError: an input that cannot be opened, a tokenizer that does not load, or an ``--out`` that the run
             would refuse (another output there without ``overwrite``, or a directory that is not packcli's).
     """
-    if options.partitioned:
-        from packcli.run.driver import refuse_partitioned_url
-
-        refuse_partitioned_url(options, out)  # as the run would, before any work
     setup = set_up(inputs, options, warn)
     facts: dict[str, Any] = {
         "tokenizer": tokenizer_entry(setup),
