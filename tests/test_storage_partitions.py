@@ -1,17 +1,20 @@
 """Partitioned runs whose inputs and output are in an S3-protocol store (moto's server on 127.0.0.1): each part is
 built on the worker's scratch and uploaded, the merge copies the shards under the run prefix, and the output has the
 same shards as the same partitioned pack on disk; a run killed with ``kill -9`` leaves its committed parts in the
-store (each one verifies on its own) and the rerun resumes from them, to the same bytes."""
+store (each one verifies on its own) and the rerun resumes from them, to the same bytes; and a Ray cluster of two
+nodes on this machine, each with its own scratch, sharing nothing but the store, writes the local engine's bytes."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +131,71 @@ def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["partitions_reused"] == len(done)
     assert_same_shards(fs, out, reference)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+    """Two Ray nodes on this machine (two CPUs each), each with its own scratch directory (``PACKCLI_SCRATCH`` in
+    its raylet's environment, so in its workers'), the test process connected as the driver; the scratch
+    directories. Every Ray process is gone when the module ends. (Module scope: the other Ray tests start their own
+    local Ray in this process, one connection at a time.)"""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packcli[ray]')")
+    from ray.cluster_utils import Cluster
+
+    scratches = [tmp_path_factory.mktemp(f"node{k}-scratch") for k in range(2)]
+    node = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
+    cluster = Cluster(shutdown_at_exit=True)
+    try:
+        cluster.add_node(**node, include_dashboard=False, env_vars={"PACKCLI_SCRATCH": str(scratches[0])})
+        cluster.add_node(**node, env_vars={"PACKCLI_SCRATCH": str(scratches[1])})
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
+        yield scratches
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    deadline = time.monotonic() + 30
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ray_processes(), "Ray processes outlived the cluster"
+
+
+def ray_processes() -> list[int]:
+    """The processes under this one whose command line is Ray's (its daemons, workers and actors)."""
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = [int(child) for child in task.read_text().split()]
+            except OSError:
+                continue
+            frontier.extend(children)
+            for child in children:
+                try:
+                    line = Path(f"/proc/{child}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"ray" in line.lower():
+                    found.append(child)
+    return found
+
+
+@pytest.mark.ray
+def test_a_ray_cluster_sharing_nothing_but_the_store_writes_the_local_engines_bytes(
+    ray_cluster: list[Path], s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    fs, bucket = uploaded(s3_server, corpus)
+    out = f"{bucket}/packed"
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(tmp_path / "driver-scratch"))  # the driver's own: no node sees it
+    before = [scratch.stat().st_mtime_ns for scratch in ray_cluster]
+    time.sleep(0.01)
+    args = ["pack", f"{bucket}/corpus/", *PARTITIONS, "--engine", "ray", "--workers", "2", "--out", out]
+    result = invoke(*args, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    assert_same_shards(fs, out, reference)  # the local engine's bytes
+    after = [scratch.stat().st_mtime_ns for scratch in ray_cluster]
+    assert all(b > a for a, b in zip(before, after)), "a node's scratch was not used: its parts were built elsewhere"
+    assert not [path for scratch in ray_cluster for path in scratch.iterdir()]  # each part's scratch removed
+    verified = invoke("verify", out)
+    assert verified.exit_code == 0, verified.output
