@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from conftest import SAMPLE
 from s3_server import S3Server
+from test_processes import command_line, descendants
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -161,23 +162,7 @@ def ray_cluster(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -
 
 def ray_processes() -> list[int]:
     """The processes under this one whose command line is Ray's (its daemons, workers and actors)."""
-    found, frontier = [], [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*/children"):
-            try:
-                children = [int(child) for child in task.read_text().split()]
-            except OSError:
-                continue
-            frontier.extend(children)
-            for child in children:
-                try:
-                    line = Path(f"/proc/{child}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                if b"ray" in line.lower():
-                    found.append(child)
-    return found
+    return [pid for pid in descendants(os.getpid()) if "ray" in command_line(pid).lower()]
 
 
 @pytest.mark.ray

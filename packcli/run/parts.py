@@ -60,6 +60,7 @@ class PartsArea:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.remote = isinstance(root, UrlPath)
+        self._read: dict[int, dict[str, Any]] = {}  # committed parts' manifests read so far (a store's cost requests)
 
     def part(self, partition: int) -> Path:
         """Where a part is committed."""
@@ -83,6 +84,7 @@ class PartsArea:
 
     def clear(self, partition: int) -> None:
         """Remove a part: its manifest, shards, token store and scratch."""
+        self._read.pop(partition, None)
         _remove_tree(self.part(partition))
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
@@ -99,12 +101,18 @@ class PartsArea:
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def read(self, partition: int) -> dict[str, Any] | None:
-        """A part's manifest, or None when the part is not committed (or its manifest is damaged)."""
+        """A part's manifest, or None when the part is not committed (or its manifest is damaged). A committed
+        part changes only when cleared, so its manifest is read once."""
+        if partition in self._read:
+            return self._read[partition]
         try:
             manifest = read_manifest(self.part(partition))
         except PackcliError:
             return None
-        return manifest if isinstance(manifest.get("part"), dict) else None
+        if not isinstance(manifest.get("part"), dict):
+            return None
+        self._read[partition] = manifest
+        return manifest
 
     def resume(self, run: dict[str, Any], partitions: int, warn: Callable[[str], None]) -> list[int]:
         """Claim the area for ``run`` (its facts and inputs); returns the committed partitions reused.
@@ -121,6 +129,7 @@ class PartsArea:
                     f"another run ({_difference(earlier or {}, run)}); packing every partition"
                 )
             _remove_files(self.root, _files(self.root))
+            self._read.clear()
             self._write_record(run)
             return []
         reused = []
