@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from packcli.errors import PackcliError, path_name
+from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest
 from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
 from packcli.storage.lock import ObjectLock
@@ -78,7 +78,7 @@ class RemotePublication:
         for path in self.inputs:
             if str(path) == str(self.out) or str(path).startswith(f"{self.out}/"):
                 raise PackcliError(
-                    f"the input {path_name(path)} lies inside the output: packcli never writes over its inputs; "
+                    f"the input {path} lies inside the output: packcli never writes over its inputs; "
                     "choose another --out",
                     self.out,
                 )
