@@ -2,7 +2,7 @@
 (floor.py: read + tokenize with Hugging Face tokenizers only) and the I/O floor (io_floor.py: read + parse the
 same JSON Lines and write as many bytes as the shards, hashed; no tokenizer): gcide with GPT-2 and Tekken, the
 CPython standard library and the skewed corpus with Tekken. Each figure from a fresh process, the four commands
-interleaved corpus after corpus, medians of the rounds; peak RSS of each pack. Then `--partitions 4 --workers 2`
+interleaved corpus after corpus, medians of the rounds, in wall and in CPU seconds; peak RSS of each pack. Then `--partitions 4 --workers 2`
 with the fast backend against one process on gcide (uncompressed) with Tekken."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from common import REPO, SHARED, python, run_child, shared, table
+from common import REPO, SHARED, python, run_measured, shared, table
 from skewed import build_skewed
 
 ROUNDS = 3
@@ -45,25 +45,28 @@ def main() -> None:
         cases += [("cpython", cpython, "tekken", tekken), ("skewed", skewed, "tekken", tekken)]
         kinds = ("auto", "hf", "hf floor", "io floor")
         seconds: dict[tuple[int, str], list[float]] = {(k, kind): [] for k in range(len(cases)) for kind in kinds}
+        cpu: dict[tuple[int, str], list[float]] = {(k, kind): [] for k in range(len(cases)) for kind in kinds}
         peak: dict[tuple[int, str], list[int]] = {(k, kind): [] for k in range(len(cases)) for kind in kinds[:2]}
         shard_bytes: dict[int, int] = {}
         for _ in range(ROUNDS):
             for k, (_, corpus, _, tokenizer) in enumerate(cases):
                 for kind in kinds[:2]:
                     shutil.rmtree(out, ignore_errors=True)
-                    took, mib = run_child(pack_args(corpus, tokenizer, out, "--tokenizer-backend", kind))
+                    took, used, mib = run_measured(pack_args(corpus, tokenizer, out, "--tokenizer-backend", kind))
                     seconds[k, kind].append(took)
+                    cpu[k, kind].append(used)
                     peak[k, kind].append(mib)
                     manifest = json.loads((out / "manifest.json").read_text())
                     assert manifest["tokenizer"]["backend"] == ("fastokens" if kind == "auto" else "hf")
                     shard_bytes[k] = sum(shard["bytes"] for shard in manifest["shards"])
-                seconds[k, "hf floor"].append(
-                    run_child(python(str(REPO / "bench" / "floor.py"), str(corpus), str(tokenizer)))[0]
-                )
+                floor = python(str(REPO / "bench" / "floor.py"), str(corpus), str(tokenizer))
                 io = python(
                     str(REPO / "bench" / "io_floor.py"), str(corpus), str(shard_bytes[k]), str(Path(tmp) / "io.bin")
                 )
-                seconds[k, "io floor"].append(run_child(io)[0])
+                for kind, command in (("hf floor", floor), ("io floor", io)):
+                    took, used, _ = run_measured(command)
+                    seconds[k, kind].append(took)
+                    cpu[k, kind].append(used)
         rows = []
         for k, (name, _, tokenizer_name, _) in enumerate(cases):
             auto, hf, floor, io = (median(seconds[k, kind]) for kind in kinds)
@@ -88,6 +91,15 @@ def main() -> None:
              "floor/hf", "peak MiB auto / hf"],
             rows,
         )  # fmt: skip
+        print(f"\nthe same runs' CPU seconds (user + system), median of {ROUNDS}: steadier than wall time here")
+        rows = []
+        for k, (name, _, tokenizer_name, _) in enumerate(cases):
+            auto, hf, floor, io = (median(cpu[k, kind]) for kind in kinds)
+            rows.append(
+                [f"{name} / {tokenizer_name}", f"{auto:.2f}", f"{hf:.2f}", f"{floor:.2f}", f"{io:.2f}",
+                 f"{floor / auto:.1f}x", f"{auto / io:.2f}", f"{floor / hf:.2f}"]
+            )  # fmt: skip
+        table(["corpus / tokenizer", "auto", "hf", "HF floor", "I/O floor", "floor/auto", "auto/I/O", "floor/hf"], rows)
         for k, (name, _, tokenizer_name, _) in enumerate(cases):
             runs = "  ".join(f"{kind}: " + " ".join(f"{s:.2f}" for s in seconds[k, kind]) for kind in kinds)
             print(f"  runs {name}/{tokenizer_name}: {runs}")
@@ -101,16 +113,21 @@ def partitions(gcide: Path, tekken: Path, tmp: Path) -> None:
     plain = tmp / "gcide.jsonl"
     plain.write_bytes(gzip.decompress(gcide.read_bytes()))
     out = tmp / "parted"
-    one, parted = [], []
+    one: list[tuple[float, float, int]] = []
+    parted: list[tuple[float, float, int]] = []
     for _ in range(ROUNDS):
         shutil.rmtree(out, ignore_errors=True)
-        one.append(run_child(pack_args(plain, tekken, out))[0])
+        one.append(run_measured(pack_args(plain, tekken, out)))
         shutil.rmtree(out, ignore_errors=True)
-        parted.append(run_child(pack_args(plain, tekken, out, "--partitions", "4", "--workers", "2"))[0])
+        parted.append(run_measured(pack_args(plain, tekken, out, "--partitions", "4", "--workers", "2")))
+    (one_s, one_cpu), (parted_s, parted_cpu) = (
+        (median([r[0] for r in runs]), median([r[1] for r in runs])) for runs in (one, parted)
+    )
     print(
-        f"\ngcide (uncompressed) / tekken, fast backend: one process {median(one):.2f} s, --partitions 4 --workers 2 "
-        f"{median(parted):.2f} s ({median(parted) / median(one):.2f}x the time; runs "
-        f"{' '.join(f'{s:.2f}' for s in one)} / {' '.join(f'{s:.2f}' for s in parted)})"
+        f"\ngcide (uncompressed) / tekken, fast backend: one process {one_s:.2f} s ({one_cpu:.2f} CPU s), "
+        f"--partitions 4 --workers 2 {parted_s:.2f} s ({parted_cpu:.2f} CPU s, the workers' included): "
+        f"{parted_s / one_s:.2f}x the time, {parted_cpu / one_cpu:.2f}x the CPU; runs "
+        f"{' '.join(f'{r[0]:.2f}' for r in one)} / {' '.join(f'{r[0]:.2f}' for r in parted)}"
     )
 
 

@@ -23,13 +23,20 @@ def shared(relative: str) -> Path | None:
 
 def run_child(args: list[str]) -> tuple[float, int]:
     """Run a command; return its wall seconds and peak RSS in MiB (from wait4, that child only)."""
+    seconds, _, mib = run_measured(args)
+    return seconds, mib
+
+
+def run_measured(args: list[str]) -> tuple[float, float, int]:
+    """Run a command; return its wall seconds, CPU seconds (user + system, from wait4: steadier than wall time on
+    a shared machine) and peak RSS in MiB."""
     start = time.perf_counter()
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"benchmark command failed: {' '.join(args)}")
-    return seconds, usage.ru_maxrss // 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss // 1024
 
 
 def python(*args: str) -> list[str]:
