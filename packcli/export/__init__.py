@@ -3,8 +3,13 @@
 The Arrow output is the canonical one; an export is derived from it, streaming (one record batch at a time), and
 published like ``pack`` publishes: built in a staging directory beside ``--out``, ``export.json`` written last,
 then swapped into place (:class:`~packcli.write.publish.Publication`); a rerun on the same source output, format
-and options finds it up to date and writes nothing. The source is checked as ``packcli verify`` checks it before
-anything is written. One module per format: ``megatron``, ``bridge``, ``olmo_core``, ``nanotron``, ``mds``.
+and options finds it up to date and writes nothing. One pass over the shards: ``packcli verify`` reads and checks
+them, and hands each checked batch to the exporter, which writes it into the staging directory. The export is
+published only when the whole output verifies; an output that fails is refused with verify's first problem and
+the staging removed, so nothing is written at ``--out``. An error of the exporter's own waits for verify's verdict
+(damage that verify names may show in the exporter first, in a shard not yet checked): the verdict is reported
+when the output fails, the exporter's error when it passes. One module per format: ``megatron``, ``bridge``,
+``olmo_core``, ``nanotron``, ``mds``.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packcli.errors import UsageError
+import pyarrow as pa
+
+from packcli.errors import PackcliError, UsageError
 from packcli.export.base import Exporter, ExportTotals
+from packcli.export.reading import DocumentView, PackedOutput, row_batch
 
 __all__ = ["FORMATS", "ExportResult", "export_output"]
 
@@ -75,8 +83,9 @@ def export_output(
         UsageError: an unknown format, or a format that cannot carry this output (labels).
         PackcliError: the source is not a packcli output or fails verify (nothing written), or an I/O error.
     """
-    from packcli.export.reading import check_intact, document_batches, open_packed, row_batches
+    from packcli.export.reading import open_packed
     from packcli.export.record import EXPORT_NAME, existing_export, export_fingerprint, write_record
+    from packcli.report.verify import verify_output
     from packcli.write.publish import Publication
     from packcli.write.splits import SPLIT_PIECES
 
@@ -91,14 +100,21 @@ def export_output(
         if publication.up_to_date:
             return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
         exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
-        check_intact(packed)
+        feed = _Feed(packed, exporter)
+        report = verify_output(packed.path, feed)
+        if not report.ok:
+            raise PackcliError(
+                f"fails verify ({report.count} problem(s); first: {report.problems[0]}); nothing was exported: run "
+                "packcli verify on it, or pack it again",
+                packed.path,
+            )
+        if feed.error is not None:
+            raise feed.error
         split = int(packed.manifest["totals"].get("split_documents", 0))
         if exporter.view == "rows" and split:
             warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
         elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
             warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
-        for batch in row_batches(packed) if exporter.view == "rows" else document_batches(packed):
-            exporter.write(batch)
         totals: ExportTotals = exporter.finish()
         files = sorted(path for path in publication.staging.iterdir() if path.is_file())
         record = {
@@ -112,3 +128,28 @@ def export_output(
         write_record(publication.staging, record)
         publication.commit()
     return ExportResult("exported", record)
+
+
+class _Feed:
+    """verify's consumer: each checked batch to the exporter, in the view it takes. The first error stops the
+    feeding and is kept (``error``) until verify's verdict is in."""
+
+    def __init__(self, packed: PackedOutput, exporter: Exporter) -> None:
+        self.packed = packed
+        self.exporter = exporter
+        self.documents: DocumentView | None = None
+        self.error: Exception | None = None
+
+    def __call__(self, shard: int, first_row: int, batch: pa.RecordBatch) -> None:
+        if self.error is not None:
+            return
+        try:
+            rows = row_batch(shard, first_row, batch)
+            if self.exporter.view == "rows":
+                self.exporter.write(rows)
+                return
+            if self.documents is None:
+                self.documents = DocumentView(self.packed)
+            self.exporter.write(self.documents.documents(rows))
+        except Exception as exc:  # raised after verify's verdict, which names damage first
+            self.error = exc
