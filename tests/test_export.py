@@ -435,9 +435,11 @@ def test_mds_samples_are_the_packed_rows(text_packed: Path, tmp_path: Path) -> N
 def test_mds_sample_header_holds_the_length_in_the_smallest_dtype() -> None:
     from packcli.export import mds
 
-    sample = mds.encode_tokens(np.arange(300, dtype=np.int32))
-    assert sample[:4].view(np.uint32)[0] == len(sample) - 4 and sample[4] == (1 << 2) | 1  # uint16 length
-    assert mds.encode_tokens(np.arange(3, dtype=np.int32))[4] == (1 << 2) | 0
+    header = np.frombuffer(mds.sample_header(300), dtype=np.uint8)
+    assert len(header) == 4 + 1 + 2 and header[4] == (1 << 2) | 1  # uint16 length
+    assert header[:4].view(np.uint32)[0] == 1 + 2 + 4 * 300 and header[5:].view(np.uint16)[0] == 300
+    assert mds.sample_header(3)[4] == (1 << 2) | 0 and len(mds.sample_header(3)) == 6
+    assert mds.sample_header(70_000)[4] == (1 << 2) | 2 and len(mds.sample_header(70_000)) == 9
 
 
 # -- publication, refusals, the sample corpus ---------------------------------------------------------------------

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from packcli.export.reading import DocumentView, PackedOutput, row_batch
 
 __all__ = ["FORMATS", "ExportResult", "export_output"]
 
+IN_FLIGHT = 2  # checked batches handed to the export thread and not yet written, at most
 # format name -> (module, exporter class)
 FORMATS = {
     "megatron": ("packcli.export.megatron", "MegatronExporter"),
@@ -101,7 +104,10 @@ def export_output(
             return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
         exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
         feed = _Feed(packed, exporter)
-        report = verify_output(packed.path, feed)
+        try:
+            report = verify_output(packed.path, feed)
+        finally:
+            feed.close()
         if not report.ok:
             raise PackcliError(
                 f"fails verify ({report.count} problem(s); first: {report.problems[0]}); nothing was exported: run "
@@ -131,16 +137,29 @@ def export_output(
 
 
 class _Feed:
-    """verify's consumer: each checked batch to the exporter, in the view it takes. The first error stops the
-    feeding and is kept (``error``) until verify's verdict is in."""
+    """verify's consumer: each checked batch to the exporter, in the view it takes, on a helper thread (the export's
+    numpy, Parquet and file writes mostly release the GIL, so it overlaps verify's checks), at most ``IN_FLIGHT``
+    batches behind. The first error stops the feeding and is kept (``error``) until verify's verdict is in."""
 
     def __init__(self, packed: PackedOutput, exporter: Exporter) -> None:
         self.packed = packed
         self.exporter = exporter
         self.documents: DocumentView | None = None
         self.error: Exception | None = None
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="packcli-export")
+        self.pending: deque[Future[None]] = deque()
 
     def __call__(self, shard: int, first_row: int, batch: pa.RecordBatch) -> None:
+        while len(self.pending) >= IN_FLIGHT:
+            self.pending.popleft().result()
+        self.pending.append(self.worker.submit(self._write, shard, first_row, batch))
+
+    def close(self) -> None:
+        """Wait for the batches in flight: after this, nothing writes into the staging directory."""
+        self.worker.shutdown(wait=True)
+        self.pending.clear()
+
+    def _write(self, shard: int, first_row: int, batch: pa.RecordBatch) -> None:
         if self.error is not None:
             return
         try:

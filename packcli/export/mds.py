@@ -8,12 +8,16 @@ byte size (uint32), then the array: one byte ``ndim << 2 | shape dtype code`` (c
 smallest holding the length), the length in that dtype, and the tokens as little-endian uint32. A shard closes
 before a sample would take it past 64 MiB, counting 4 bytes per sample beside its bytes, as ``MDSWriter`` does.
 Rows are the packed rows: a split document's pieces stay in their rows (MDS has no document index). Labels have
-no column here: a fine-tuning output is refused.
+no column here: a fine-tuning output is refused. Memory: the open shard's samples are held as their headers and
+views of the source's memory-mapped tokens (verified ids are >= 0, so their int32 bytes are the uint32 ones), and
+written when the shard closes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import struct
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +27,7 @@ from packcli.errors import UsageError
 from packcli.export.base import ExportTotals
 from packcli.export.reading import PackedOutput, RowBatch
 
-__all__ = ["MdsExporter"]
+__all__ = ["MdsExporter", "sample_header"]
 
 SIZE_LIMIT = 1 << 26
 CONFIG = {
@@ -49,52 +53,53 @@ class MdsExporter:
                 "--to bridge (packed SFT), olmo-core or nanotron (label masks)"
             )
         self.directory = directory
-        self.samples: list[np.ndarray] = []  # the open shard's encoded samples
+        self.samples: list[bytes | memoryview] = []  # the open shard's samples: each header, then its tokens
+        self.sizes: list[int] = []  # each sample's bytes
         self.size = 8 + len(CONFIG_BYTES)  # the open shard's bytes as MDSWriter counts them
         self.shards: list[dict[str, Any]] = []
         self.totals = ExportTotals()
 
     def write(self, batch: RowBatch) -> None:
-        for row in range(batch.rows):
-            sample = encode_tokens(batch.tokens[batch.row_offsets[row] : batch.row_offsets[row + 1]])
-            if self.samples and self.size + len(sample) + 4 > SIZE_LIMIT:
+        # ids are >= 0 (verified), so their little-endian int32 bytes are their uint32 bytes: no copy
+        body = np.ascontiguousarray(batch.tokens, dtype="<i4").view("<u4").data.cast("B")
+        bounds = (batch.row_offsets * 4).tolist()
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            header = sample_header((end - start) // 4)
+            size = len(header) + end - start  # the sample's bytes, its column size included
+            if self.sizes and self.size + size + 4 > SIZE_LIMIT:
                 self._flush()
-            self.samples.append(sample)
-            self.size += len(sample) + 4
+            self.samples += (header, body[start:end])
+            self.sizes.append(size)
+            self.size += size + 4
         self.totals.sequences += batch.rows
         self.totals.documents += len(batch.lengths)
         self.totals.tokens += len(batch.tokens)
 
     def _flush(self) -> None:
         name = f"shard.{len(self.shards):05d}.mds"
-        sizes = np.array([len(sample) for sample in self.samples], dtype=np.int64)
+        sizes = np.array(self.sizes, dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(sizes))) + 4 + 4 * (len(sizes) + 1) + len(CONFIG_BYTES)
         with open(self.directory / name, "wb") as shard:
             shard.write(np.uint32(len(sizes)).tobytes())
             shard.write(offsets.astype("<u4").tobytes())
             shard.write(CONFIG_BYTES)
-            for sample in self.samples:
-                shard.write(sample.data)
+            shard.writelines(self.samples)
             size = shard.tell()
         raw = {"basename": name, "bytes": size, "hashes": {}}
         self.shards.append({"samples": len(sizes), "raw_data": raw, "zip_data": None, **CONFIG})
-        self.samples, self.size = [], 8 + len(CONFIG_BYTES)
+        self.samples, self.sizes, self.size = [], [], 8 + len(CONFIG_BYTES)
 
     def finish(self) -> ExportTotals:
-        if self.samples:
+        if self.sizes:
             self._flush()
         with open(self.directory / "index.json", "w", encoding="utf-8") as index:
             json.dump({"version": 2, "shards": self.shards}, index, sort_keys=True)
         return self.totals
 
 
-def encode_tokens(tokens: np.ndarray) -> np.ndarray:
-    """One sample's bytes: column size, ndarray header (1-D, length in the smallest unsigned dtype), uint32 tokens."""
-    length = len(tokens)
-    code, shape_dtype = next(
-        (code, dtype) for code, dtype in enumerate(["<u1", "<u2", "<u4", "<u8"]) if length < 1 << (8 << code)
-    )
-    header = np.array([(1 << 2) | code], dtype=np.uint8).tobytes() + np.array([length], dtype=shape_dtype).tobytes()
-    body = tokens.astype("<u4").tobytes()
-    size = np.array([len(header) + len(body)], dtype="<u4").tobytes()
-    return np.frombuffer(size + header + body, dtype=np.uint8)
+@functools.lru_cache(maxsize=1 << 12)  # rows of one length are common (full rows): each header packed once
+def sample_header(length: int) -> bytes:
+    """What precedes a sample's ``length`` uint32 tokens: its column's byte size (uint32), then the ndarray header
+    (1-D, the length in the smallest unsigned dtype that holds it)."""
+    code = next(code for code in range(4) if length < 1 << (8 << code))
+    return struct.pack(f"<IB{'BHIQ'[code]}", 1 + (1 << code) + 4 * length, (1 << 2) | code, length)

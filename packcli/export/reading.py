@@ -16,6 +16,8 @@ Memory: one record batch, plus the split pieces' coordinates (a few numbers per 
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,22 +128,28 @@ class _Splits:
         for group_pieces in pieces:  # numbered 0, 1, ... (verify checks it)
             self.groups.append([(shard, row, index) for _, shard, row, index in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
-        self._tables: dict[int, pa.Table] = {}
+        self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
 
     def piece(self, shard: int, row: int, index: int) -> tuple[np.ndarray, np.ndarray | None]:
         """One stored piece's tokens and mask, read from its memory-mapped shard."""
-        if shard not in self._tables:
-            if len(self._tables) >= 4:
-                self._tables.pop(next(iter(self._tables)))
-            self._tables[shard] = read_shard(self.packed.shard_paths()[shard])
-        table = self._tables[shard].slice(row, 1)
-        cu, _ = flat_list_column(table.column("cu_seqlens"))
-        start, end = int(cu[index]), int(cu[index + 1])
-        tokens = flat_list_column(table.column("input_ids"))[0][start:end]
-        mask = None
-        if LABELS_COLUMN in table.column_names:
-            mask = flat_list_column(table.column(LABELS_COLUMN))[0][start:end] != IGNORE_INDEX
-        return tokens, mask
+        if shard not in self._batches:
+            if len(self._batches) >= 4:
+                self._batches.pop(next(iter(self._batches)))
+            self._batches[shard] = list(_shard_batches(shard, self.packed.shard_paths()[shard]))
+        batches = self._batches[shard]
+        batch = batches[bisect.bisect_right([batch.first_row for batch in batches], row) - 1]
+        local = row - batch.first_row
+        first_document = int(batch.row_documents[local])
+        start = int(batch.row_offsets[local] + batch.lengths[first_document : first_document + index].sum())
+        span = slice(start, start + int(batch.lengths[first_document + index]))
+        return batch.tokens[span], None if batch.mask is None else batch.mask[span]
+
+
+def _shard_batches(shard: int, path: Path) -> Iterator[RowBatch]:
+    first_row = 0
+    for batch in read_shard(path).to_batches():
+        yield row_batch(shard, first_row, batch)
+        first_row += batch.num_rows
 
 
 class DocumentView:

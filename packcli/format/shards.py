@@ -25,6 +25,7 @@ __all__ = [
     "ShardInfo",
     "ShardWriter",
     "flat_list_column",
+    "int32_array",
     "list_array",
     "list_views",
     "read_shard",
