@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.format.columns import IGNORE_INDEX
+from packcli.report.verify import verify_output
 from tests.conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -484,6 +485,49 @@ def test_an_output_failing_verify_is_refused_before_anything_is_written(small_pa
     assert result.exit_code == 1 and "fails verify" in result.output
     assert not (tmp_path / "mg").exists()
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "bridge", "olmo-core", "nanotron", "mds"])
+def test_damage_found_after_the_export_began_leaves_nothing_written(
+    packed_text: Path, tmp_path: Path, fmt: str
+) -> None:
+    """The export writes while verify reads: a shard damaged after others were exported (and its own first batches
+    fed) is still refused with verify's first problem, one line, and nothing at --out nor beside it."""
+    packed = tmp_path / "packed"
+    shutil.copytree(packed_text, packed)
+    shards = sorted(packed.glob("shard-*.arrow"))
+    assert len(shards) >= 3
+    data = bytearray(shards[-1].read_bytes())
+    data[len(data) * 3 // 4] ^= 0x01
+    shards[-1].write_bytes(bytes(data))
+    report = verify_output(packed)
+    first = report.problems[0]
+    assert first.startswith(shards[-1].name)
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: {packed}: fails verify ({report.count} problem(s); first: {first}); nothing was exported: run "
+        "packcli verify "
+        "on it, or pack it again\n"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]  # no output, staging or lock left
+
+
+def test_an_edited_split_pieces_entry_is_refused_before_the_exporter_meets_it(
+    packed_text: Path, tmp_path: Path
+) -> None:
+    """An entry naming a row its shard lacks: the exporter fails on it (in a batch verify already passed), yet the
+    refusal is verify's, naming the manifest."""
+    packed = tmp_path / "packed"
+    shutil.copytree(packed_text, packed)
+    manifest = json.loads((packed / "manifest.json").read_text())
+    entries = manifest["shards"][0]["split_pieces"]
+    entries[0][0] = 10**6
+    (packed / "manifest.json").write_text(json.dumps(manifest))
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "fails verify (1 problem(s); first: manifest: split_pieces: 1 name a document (piece)" in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]
 
 
 def test_export_refuses_what_is_not_its_own(small_packed: Path, tmp_path: Path) -> None:

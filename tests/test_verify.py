@@ -187,6 +187,19 @@ def eos_off(out: Path) -> None:
     edit_manifest(lambda m: (m["tokenizer"].update(eos_id=None), m["options"].update(eos=False)))(out)
 
 
+def edit_split_pieces(change: Callable[[list[list[int]]], None]) -> Callable[[Path], None]:
+    """Edit the split_pieces entries of the first shard that lists any."""
+    return edit_manifest(lambda m: change(next(s["split_pieces"] for s in m["shards"] if "split_pieces" in s)))
+
+
+def swap_first_and_last_piece(pieces: list[list[int]]) -> None:
+    """Swap where the first and the last piece of the first entry's document are said to be."""
+    document = pieces[0][2]
+    mine = sorted((entry for entry in pieces if entry[2] == document), key=lambda entry: entry[3])
+    first, last = mine[0], mine[-1]
+    first[:2], last[:2] = last[:2], first[:2]
+
+
 def stray_temporary(out: Path) -> None:
     (out / "shard-00001.arrow.tmp").write_bytes(b"half a shard")
 
@@ -202,6 +215,32 @@ SUBTLE_DAMAGE = {
     "labels column gone": ("sft", drop_labels, "missing column labels"),
     "another dtype": ("sft", widen_input_ids, "column input_ids is list<item: int64>, expected list<item: int32>"),
     "stray temporary file": ("split", stray_temporary, "shard-00001.arrow.tmp: a temporary file"),
+    "split piece renumbered": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].__setitem__(3, pieces[0][3] + 5)),
+        "split_pieces: 1 whose pieces are not numbered 0, 1, ... each once, two at least",
+    ),
+    "split piece in a row the shard lacks": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].__setitem__(0, 10**6)),
+        "split_pieces: 1 name a document (piece) that its shard does not hold (first: shard-00000.arrow row 1000000",
+    ),
+    "split piece at an index the row lacks": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].__setitem__(1, 999)),
+        "split_pieces: 1 name a document (piece) that its shard does not hold",
+    ),
+    "split piece listed twice": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces.append(list(pieces[0]))),
+        "split_pieces: 1 name a piece that an earlier entry names",
+    ),
+    "split piece unlisted": ("split", edit_split_pieces(lambda pieces: pieces.pop(0)), "split_pieces"),
+    "split pieces out of order": (
+        "split",
+        edit_split_pieces(swap_first_and_last_piece),
+        "split_pieces: 1 whose last piece does not end with EOS",
+    ),
     "supervised document starts": ("sft", supervise_document_starts, "with a label other than -100 at a document's"),
     "eos_id edited to null": (
         "split",

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from packcli.errors import PackcliError, UsageError
 from packcli.export.base import Exporter, ExportTotals
-from packcli.export.reading import DocumentView, PackedOutput, row_batch
+from packcli.export.reading import DocumentView, PackedOutput, open_packed, row_batch
 
 __all__ = ["FORMATS", "ExportResult", "export_output"]
 
@@ -86,9 +86,7 @@ def export_output(
         UsageError: an unknown format, or a format that cannot carry this output (labels).
         PackcliError: the source is not a packcli output or fails verify (nothing written), or an I/O error.
     """
-    from packcli.export.reading import open_packed
     from packcli.export.record import EXPORT_NAME, existing_export, export_fingerprint, write_record
-    from packcli.report.verify import verify_output
     from packcli.write.publish import Publication
     from packcli.write.splits import SPLIT_PIECES
 
@@ -103,25 +101,16 @@ def export_output(
         if publication.up_to_date:
             return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
         exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
-        feed = _Feed(packed, exporter)
         try:
-            report = verify_output(packed.path, feed)
+            _export_verified(packed, exporter)
+            split = int(packed.manifest["totals"].get("split_documents", 0))
+            if exporter.view == "rows" and split:
+                warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
+            elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
+                warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+            totals: ExportTotals = exporter.finish()
         finally:
-            feed.close()
-        if not report.ok:
-            raise PackcliError(
-                f"fails verify ({report.count} problem(s); first: {report.problems[0]}); nothing was exported: run "
-                "packcli verify on it, or pack it again",
-                packed.path,
-            )
-        if feed.error is not None:
-            raise feed.error
-        split = int(packed.manifest["totals"].get("split_documents", 0))
-        if exporter.view == "rows" and split:
-            warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
-        elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
-            warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
-        totals: ExportTotals = exporter.finish()
+            exporter.close()
         files = sorted(path for path in publication.staging.iterdir() if path.is_file())
         record = {
             "format": fmt,
@@ -134,6 +123,30 @@ def export_output(
         write_record(publication.staging, record)
         publication.commit()
     return ExportResult("exported", record)
+
+
+def _export_verified(packed: PackedOutput, exporter: Exporter) -> None:
+    """Verify ``packed``, handing each batch to ``exporter`` once it is checked.
+
+    Raises:
+        PackcliError: the output fails verify (its first problem named, the count given); nothing is published.
+        Exception: the exporter's own error, when the output verifies.
+    """
+    from packcli.report.verify import verify_output
+
+    feed = _Feed(packed, exporter)
+    try:
+        report = verify_output(packed.path, feed)
+    finally:
+        feed.close()
+    if not report.ok:
+        raise PackcliError(
+            f"fails verify ({report.count} problem(s); first: {report.problems[0]}); nothing was exported: run "
+            "packcli verify on it, or pack it again",
+            packed.path,
+        )
+    if feed.error is not None:
+        raise feed.error
 
 
 class _Feed:

@@ -77,8 +77,11 @@ class BridgeExporter:
             self.shortest_row = shortest if self.shortest_row is None else min(self.shortest_row, shortest)
             self.longest_row = max(self.longest_row, int(row_lengths.max()))
 
-    def finish(self) -> ExportTotals:
+    def close(self) -> None:
         self.writer.close()
+
+    def finish(self) -> ExportTotals:
+        self.close()
         pack_size = max(self.max_len, self.longest_row)
         rows = max(self.totals.sequences, 1)
         metadata = {

@@ -89,6 +89,9 @@ class MdsExporter:
         self.shards.append({"samples": len(sizes), "raw_data": raw, "zip_data": None, **CONFIG})
         self.samples, self.sizes, self.size = [], [], 8 + len(CONFIG_BYTES)
 
+    def close(self) -> None:
+        """Nothing is open between shards (each is written whole when it closes)."""
+
     def finish(self) -> ExportTotals:
         if self.sizes:
             self._flush()

@@ -129,13 +129,15 @@ class SplitPieceCheck:
             about = f"document {document}" + (f" of partition {partition!r}" if partition else "")
             numbers = [piece for piece, _, _ in members]
             if len(numbers) < 2 or numbers != list(range(len(numbers))):
-                note("whose pieces are not numbered 0, 1, ... each once, two at least", f"{about}: {numbers}")
+                note("whose pieces are not numbered 0, 1, ... each once, two at least", f"{about}: {_shown(numbers)}")
                 continue
             if any(self.shards[shard].state[k] != RESOLVED for _, shard, k in members):
                 continue
             lengths = [int(self.shards[shard].length[k]) for _, shard, k in members]
             if any(length != max_len for length in lengths[:-1]):
-                note(f"with a piece before the last that is not max_len {max_len} tokens", f"{about}: {lengths}")
+                note(
+                    f"with a piece before the last that is not max_len {max_len} tokens", f"{about}: {_shown(lengths)}"
+                )
             _, shard, k = members[-1]
             if self.eos_id is not None and not self.shards[shard].ends_eos[k]:
                 note("whose last piece does not end with EOS", about)
@@ -159,3 +161,8 @@ class SplitPieceCheck:
                     f"{counted} (documents - input_documents + dropped_documents)"
                 )
         return problems
+
+
+def _shown(values: list[int]) -> str:
+    """A list as a problem line shows it: at most a dozen values."""
+    return str(values) if len(values) <= 12 else f"[{', '.join(map(str, values[:12]))}, ... ({len(values)} in all)]"
