@@ -41,6 +41,7 @@ CONFIG = {
     "version": 2,
 }
 CONFIG_BYTES = json.dumps(CONFIG, sort_keys=True).encode()
+WRITE_BUFFER = 1 << 23  # the samples (a header and a row of tokens each) reach the file in few large writes
 
 
 class MdsExporter:
@@ -79,7 +80,7 @@ class MdsExporter:
         name = f"shard.{len(self.shards):05d}.mds"
         sizes = np.array(self.sizes, dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(sizes))) + 4 + 4 * (len(sizes) + 1) + len(CONFIG_BYTES)
-        with open(self.directory / name, "wb") as shard:
+        with open(self.directory / name, "wb", buffering=WRITE_BUFFER) as shard:
             shard.write(np.uint32(len(sizes)).tobytes())
             shard.write(offsets.astype("<u4").tobytes())
             shard.write(CONFIG_BYTES)
