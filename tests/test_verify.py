@@ -10,14 +10,19 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions
-from packcli.report.verify import verify_output
+from packcli.report.accounting import Observed
+from packcli.report.splits import SplitPieceCheck
+from packcli.report.verify import Expected, RowChecks, ShardUnderCheck, verify_output
 from packcli.run.driver import pack_corpus
 
 runner = CliRunner()
@@ -299,3 +304,54 @@ def test_stats_on_a_truncated_shard_names_it(small_outputs: dict[str, Path], tmp
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: {copy / 'shard-00000.arrow'}: unreadable shard"), result.stderr
     assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr
+
+
+VOCAB, MAX_LEN = 100, 24
+
+
+@st.composite
+def damaged_batches(draw: st.DrawFn) -> tuple[pa.RecordBatch, set[int], set[int]]:
+    """Rows of documents (intact ids, positions and cu_seqlens), then some rows given a wrong position_id and some
+    an id outside the vocabulary: the batch, and which rows were given each."""
+    rows = draw(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=4), min_size=1, max_size=8))
+    ids, positions, cu = [], [], []
+    for documents in rows:
+        ids.append(draw(st.lists(st.integers(0, VOCAB - 1), min_size=sum(documents), max_size=sum(documents))))
+        positions.append([place for length in documents for place in range(length)])
+        cu.append([0, *np.cumsum(documents).tolist()])
+    moved = draw(st.sets(st.integers(0, len(rows) - 1)))
+    for row in moved:
+        token = draw(st.integers(0, len(positions[row]) - 1))
+        positions[row][token] += draw(st.sampled_from([-3, -1, 1, 2, 7]))
+    outside = draw(st.sets(st.integers(0, len(rows) - 1)))
+    for row in outside:
+        ids[row][draw(st.integers(0, len(ids[row]) - 1))] = draw(st.sampled_from([-1, VOCAB, 2**31 - 1]))
+    columns = {"input_ids": ids, "position_ids": positions, "cu_seqlens": cu}
+    batch = pa.RecordBatch.from_pydict(
+        {name: pa.array(values, pa.list_(pa.int32())) for name, values in columns.items()}
+    )
+    return batch, moved, outside
+
+
+@given(damaged_batches())
+def test_rows_flagged_are_exactly_the_damaged_ones(case: tuple[pa.RecordBatch, set[int], set[int]]) -> None:
+    """The vectorised proof that a batch is intact and the row-by-row search behind it agree: a clean batch flags
+    nothing, and each kind of damage flags exactly its rows, counting them and naming the first."""
+    batch, moved, outside = case
+    manifest = {
+        "max_len": MAX_LEN,
+        "tokenizer": {"vocab_size": VOCAB, "sha256": "t"},
+        "options": {"eos": False},
+        "totals": {},
+        "shards": [{}],
+    }
+    expected = Expected.of(manifest)
+    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(manifest, None))
+    rows = RowChecks("shard", shard)
+    rows.check(batch)
+    flagged = {
+        "whose position_ids do not restart exactly at cu_seqlens": moved,
+        f"with an id outside the vocabulary [0, {VOCAB})": outside,
+    }
+    assert rows.bad == {what: [len(which), min(which)] for what, which in flagged.items() if which}
+    assert rows.tokens == sum(len(row) for row in batch.column("input_ids").to_pylist())

@@ -159,7 +159,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
             report.add(f"{path.name}: listed twice in the manifest")
             continue
         seen.add(path.name)
-        shard = _Shard(number, entry, expected, observed, pieces)
+        shard = ShardUnderCheck(number, entry, expected, observed, pieces)
         _check_shard(path, shard, report, None if consumer is None else lambda *batch, n=number: consumer(n, *batch))
     for path in sorted(out.iterdir()):
         if path.name.endswith(TEMPORARY_SUFFIX):
@@ -175,7 +175,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
 
 
 @dataclass(frozen=True)
-class _Shard:
+class ShardUnderCheck:
     """One shard to check: its place in the manifest, its entry, and where what it holds is summed."""
 
     number: int
@@ -188,7 +188,7 @@ class _Shard:
 Feed = Callable[[int, pa.RecordBatch], None]  # a consumer bound to one shard: (first row, batch)
 
 
-def _check_shard(path: Path, shard: _Shard, report: Report, feed: Feed | None) -> None:
+def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed | None) -> None:
     """Check one shard against its manifest entry and the format, adding what it holds to ``shard.observed``;
     ``feed`` gets each checked batch while nothing is wrong."""
     name, entry = path.name, shard.entry
@@ -216,7 +216,7 @@ def _sha256(data: pa.Buffer) -> str:
 
 
 def _check_contents(
-    name: str, data: pa.Buffer, shard: _Shard, problems: list[str], feed: Feed | None
+    name: str, data: pa.Buffer, shard: ShardUnderCheck, problems: list[str], feed: Feed | None
 ) -> tuple[int, int]:
     """Check a shard's bytes as an Arrow stream (schema metadata, columns, rows, counts), appending to ``problems``;
     returns the rows and tokens checked."""
@@ -278,7 +278,7 @@ class RowChecks:
     Each check over every token first asks, in a few vectorised passes, whether the whole batch is intact; only
     when it is not are the rows at fault found (the exact, slower search), so an intact batch costs little."""
 
-    def __init__(self, name: str, shard: _Shard) -> None:
+    def __init__(self, name: str, shard: ShardUnderCheck) -> None:
         self.name = name
         self.shard = shard
         self.expected = shard.expected
