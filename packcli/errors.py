@@ -2,8 +2,7 @@
 
 Exit codes: 0 success, 1 a data or runtime error (:class:`PackcliError`), 2 a usage error (:class:`UsageError`), 3 a
 ``stats`` gate failed (:class:`packcli.report.gates.GateFailed`).
-A file that stands in for what the user gave (the spool of standard input) is named as the user knows it
-(:func:`named_as`). A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here
+A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here
 rather than alone.
 
 Optional dependencies: every import of an extra's module sits inside ``with requires_extra(...)``
@@ -28,8 +27,6 @@ __all__ = [
     "MissingExtraError",
     "PackcliError",
     "UsageError",
-    "named_as",
-    "path_name",
     "requires_extra",
 ]
 
@@ -58,36 +55,18 @@ class PackcliError(Exception):
 
     @property
     def path(self) -> str | None:
-        """The file at fault, named as the user knows it (see :func:`named_as`)."""
+        """The file at fault, as the user named it."""
         return self._path
 
     @path.setter
     def path(self, path: str | Path | None) -> None:
-        self._path = None if path is None else path_name(path)
+        self._path = None if path is None else str(path)
 
     def __str__(self) -> str:
         where = ""
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
         return f"{where}{self.message}"
-
-
-_names: dict[str, str] = {}  # path -> the name messages give it (a spool of standard input is "<stdin>")
-
-
-def path_name(path: str | Path) -> str:
-    """How messages and the manifest name ``path``: as given, unless :func:`named_as` renamed it."""
-    return _names.get(str(path), str(path))
-
-
-@contextmanager
-def named_as(path: Path, name: str) -> Iterator[None]:
-    """Within the block, messages name ``path`` ``name`` (a temporary file that stands for what the user gave)."""
-    _names[str(path)] = name
-    try:
-        yield
-    finally:
-        del _names[str(path)]
 
 
 class UsageError(PackcliError):

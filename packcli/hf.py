@@ -5,7 +5,9 @@ a ``datasets.Dataset`` memory-mapped from its shards (no copy), ready for a Trai
 A dataset is streamed, a thousand records at a time, into one Arrow stream file in a temporary directory holding
 only the columns the options name (``text_field``, ``prompt_field``/``response_field``, ``messages_field``,
 ``ids_field``, ``labels_field``), which ``pack`` then reads like any input: the same records from a dataset and
-from a file give the same shards. ``datasets`` is imported only here, when called, so the command line never pays
+from a file give the same shards. The file is a spool (:class:`~packcli.read.inputs.Spool`): the output knows it by
+the sha256 of its bytes and names it ``<dataset>``, so packing the same records again is "up to date", and a bad
+record is named ``<dataset>:ROW``. ``datasets`` is imported only here, when called, so the command line never pays
 for it. Needs the ``hf`` extra (``pip install 'packcli[hf]'``).
 """
 
@@ -17,12 +19,15 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from packcli.errors import UsageError, requires_extra
+from packcli.errors import PackcliError, UsageError, requires_extra
 from packcli.options import PackOptions, parse_size
+from packcli.read.inputs import Spool
+from packcli.util.files import file_sha256
 
 __all__ = ["pack"]
 
 BATCH_RECORDS = 1000
+DATASET_NAME = "<dataset>"  # how messages and the manifest name a dataset given to pack()
 FIELD_OPTIONS = ("text_field", "prompt_field", "response_field", "messages_field", "ids_field", "labels_field")
 
 
@@ -67,7 +72,12 @@ def pack(
         with tempfile.TemporaryDirectory(prefix="packcli-dataset-") as scratch:
             path = Path(scratch) / "dataset.arrow"
             _write_stream(path, _record_batches(source, _named_columns(pack_options)))
-            manifest = _pack([str(path)], pack_options, out, overwrite)
+            spool = Spool(path, file_sha256(path), DATASET_NAME)
+            try:
+                manifest = _pack([str(path)], pack_options, out, overwrite, spool)
+            except PackcliError as error:
+                spool.rename(error)
+                raise
     else:
         inputs = [str(source)] if isinstance(source, (str, Path)) else [str(item) for item in source]
         manifest = _pack(inputs, pack_options, out, overwrite)
@@ -75,10 +85,12 @@ def pack(
     return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0]
 
 
-def _pack(inputs: list[str], options: PackOptions, out: Path, overwrite: bool) -> dict[str, Any]:
+def _pack(
+    inputs: list[str], options: PackOptions, out: Path, overwrite: bool, spool: Spool | None = None
+) -> dict[str, Any]:
     from packcli.run.driver import pack_corpus
 
-    return pack_corpus(inputs, options, out, overwrite=overwrite).manifest
+    return pack_corpus(inputs, options, out, overwrite=overwrite, stdin=spool).manifest
 
 
 def _named_columns(options: PackOptions) -> list[str]:

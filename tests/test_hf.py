@@ -12,7 +12,7 @@ import datasets
 import pytest
 
 import packcli
-from packcli.errors import UsageError
+from packcli.errors import PackcliError, UsageError
 from tests.conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 
 
@@ -38,6 +38,24 @@ def test_a_dataset_and_a_jsonl_file_of_the_same_texts_give_the_same_shards(
     assert [Path(f["filename"]).parent for f in from_dataset.cache_files] == [tmp_path / "dataset"]
     streamed = packcli.pack(dataset.to_iterable_dataset(), max_len=128, out=tmp_path / "iterable")
     assert shard_hashes(tmp_path / "iterable") == shard_hashes(tmp_path / "file") and len(streamed) == len(from_file)
+
+
+def test_the_same_dataset_again_is_up_to_date_and_a_bad_record_is_named_by_its_row(
+    records: list[dict[str, str]], tmp_path: Path
+) -> None:
+    out = tmp_path / "packed"
+    packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out)
+    manifest = (out / "manifest.json").stat()
+    again = packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out)
+    assert (out / "manifest.json").stat().st_mtime_ns == manifest.st_mtime_ns  # nothing rewritten
+    assert len(again) > 0
+    assert [entry["path"] for entry in json.loads((out / "manifest.json").read_text())["inputs"]] == ["<dataset>"]
+    with pytest.raises(PackcliError, match=r"other inputs|another"):
+        packcli.pack(datasets.Dataset.from_list(records[:5]), max_len=128, out=out)
+    bad = datasets.Dataset.from_list([*records[:3], {"text": ""}, {"text": None}])
+    with pytest.raises(PackcliError) as caught:
+        packcli.pack(bad, max_len=128, out=tmp_path / "bad")
+    assert str(caught.value).startswith("<dataset>:") and "dataset.arrow" not in str(caught.value)
 
 
 def test_fine_tuning_columns_and_options_pass_through(tmp_path: Path) -> None:

@@ -156,6 +156,24 @@ def test_stdin_beside_a_file_is_one_source_named_stdin(tmp_path: Path) -> None:
     assert [source["path"] for source in json.loads(result.stdout)["sources"]] == ["<stdin>", str(other)]
 
 
+def test_a_skipped_record_and_a_dry_run_name_stdin_never_the_spool(tmp_path: Path, spool_dir: Path) -> None:
+    skipped = pack_stdin(JSONL + b'{"text": 7}\n', tmp_path / "out", "--skip-bad-records")
+    assert skipped.exit_code == 0, skipped.stderr
+    assert f"<stdin>:{len(RECORDS) + 1}: field 'text' is int" in skipped.stderr
+    assert str(spool_dir) not in skipped.stderr
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(JSONL)
+    planned = runner.invoke(
+        app,
+        ["pack", "-", str(other), "--weights", "1,1", "--out", str(tmp_path / "o"), "--dry-run", "--json"],
+        input=JSONL,
+    )
+    assert planned.exit_code == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert [source["path"] for source in plan["sources"]] == ["<stdin>", str(other)]
+    assert [entry["path"] for entry in plan["files"]] == ["<stdin>", str(other)]
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

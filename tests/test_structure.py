@@ -112,3 +112,17 @@ def test_the_loader_loads_the_format_alone() -> None:
     heavy = [name for name in loaded if name.startswith(("packcli.write", "packcli.strategies", "packcli.packing."))]
     assert heavy == []
     assert not any(name.startswith(("packcli.run", "packcli.encode", "packcli.engines")) for name in loaded)
+
+
+def test_the_readme_code_map_names_every_package_and_module_and_nothing_else() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Code map", 1)[1].split("```", 2)[1]
+    named = {line.split()[0].rstrip("/") for line in block.splitlines() if line.startswith("  ") and line[2] != " "}
+    tracked = subprocess.run(["git", "ls-files", "packcli"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    tree = {Path(name).parts[1].removesuffix(".py") for name in tracked} - {"__init__", "__main__", "py.typed"}
+    if not tree:  # not a git checkout (an sdist): what is on disk
+        tree = {path.name.removesuffix(".py") for path in PACKAGE.iterdir() if path.name != "__pycache__"}
+        tree -= {"__init__", "__main__", "py.typed"}
+    named_tree = {name.removesuffix(".py") for name in named}
+    assert named_tree - tree == set(), "the code map names what is not in packcli/"
+    assert tree - named_tree == set(), "packcli/ holds what the code map does not name"

@@ -39,7 +39,7 @@ def export(
     """
     from packcli.errors import UsageError
     from packcli.export import export_output
-    from packcli.report.render import count
+    from packcli.report.terminal import count
 
     if pad_to_multiple is not None and to != "bridge":
         raise UsageError("--pad-to-multiple is for --to bridge")

@@ -108,9 +108,9 @@ def stats(
     from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.gates import check_gates, failure, measure_checked, parse_gates
-    from packcli.report.render import loss_warning, print_corpus_choices, print_stats
+    from packcli.report.markdown import append_summary, stats_markdown
     from packcli.report.stats import measure_output
-    from packcli.report.summary import append_summary, stats_markdown
+    from packcli.report.terminal import loss_warning, print_corpus_choices, print_stats
     from packcli.run.analysis import measure_corpus
     from packcli.storage import location
     from packcli.storage.mirror import local_output
@@ -130,8 +130,8 @@ def stats(
         options = flags.pack_options(record)
         warnings, reporter = Warnings(quiet), make_reporter(quiet)
         try:
-            with spooled_stdin(targets) as files:
-                measured = measure_corpus(files, options, batch_size, warnings, reporter)
+            with spooled_stdin(targets, warn=warnings) as given:
+                measured = measure_corpus(given.files, options, batch_size, given.warn, reporter, given.spool)
         finally:
             reporter.close()
             warnings.close()
@@ -188,8 +188,8 @@ def verify(
       packcli verify packed/ --json
     """
     from packcli.errors import EXIT_DATA
-    from packcli.report.render import count
-    from packcli.report.summary import append_summary, verify_markdown
+    from packcli.report.markdown import append_summary, verify_markdown
+    from packcli.report.terminal import count
     from packcli.report.verify import MAX_LISTED, verify_output
     from packcli.storage import location
     from packcli.storage.mirror import local_output

@@ -138,8 +138,8 @@ def pack(
         from packcli.run.dry_run import dry_run as plan_run
 
         try:
-            with spooled_stdin(inputs, options.partitioned) as files:
-                planned = plan_run(files, options, location(out), overwrite, warnings)
+            with spooled_stdin(inputs, options.partitioned, warnings) as given:
+                planned = plan_run(given.files, options, location(out), overwrite, given.warn, given.spool)
                 report = planned.to_json() if json_output else planned.lines()  # names <stdin> while it is spooled
         finally:
             warnings.close()
@@ -147,8 +147,10 @@ def pack(
         return
     reporter = make_reporter(quiet)
     try:
-        with spooled_stdin(inputs, options.partitioned) as files:
-            result = pack_corpus(files, options, location(out), overwrite, reporter=reporter, warn=warnings)
+        with spooled_stdin(inputs, options.partitioned, warnings) as given:
+            result = pack_corpus(
+                given.files, options, location(out), overwrite, reporter, given.warn, stdin=given.spool
+            )
     finally:
         reporter.close()
         warnings.close()
@@ -160,8 +162,8 @@ def pack(
 
 def _report(result: PackResult, out: str, json_output: bool, summary_file: Path | None, warnings: Warnings) -> None:
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
-    from packcli.report.render import loss_warning, pack_summary
-    from packcli.report.summary import append_summary, pack_markdown
+    from packcli.report.markdown import append_summary, pack_markdown
+    from packcli.report.terminal import loss_warning, pack_summary
 
     summary = result.summary()
     lost = loss_warning(summary, summary["max_len"])

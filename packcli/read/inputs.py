@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packcli.errors import BadRecordError, PackcliError, path_name
+from packcli.errors import BadRecordError, PackcliError
 from packcli.format.manifest import is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
-from packcli.read.stdin import spool_digest
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 from packcli.storage import UrlPath, is_url
@@ -29,6 +28,7 @@ __all__ = [
     "InputFile",
     "InputSlice",
     "Inputs",
+    "Spool",
     "file_identity",
     "find_inputs",
     "input_format",
@@ -41,6 +41,26 @@ FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .pa
 _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Spool:
+    """A temporary file that stands for an input given another way (standard input, a ``datasets.Dataset``): the
+    file, the sha256 of its bytes (its identity: the same bytes again are the same input) and the name messages and
+    the manifest give it."""
+
+    path: Path
+    digest: str
+    name: str
+
+    def named(self, text: str) -> str:
+        """``text`` with the temporary file named as the user knows it."""
+        return text.replace(str(self.path), self.name)
+
+    def rename(self, error: PackcliError) -> None:
+        """Name the temporary file in ``error`` as the user knows it."""
+        error.message = self.named(error.message)
+        error.path = None if error.path is None else self.named(error.path)
 
 
 @dataclass(frozen=True)
@@ -58,15 +78,17 @@ class InputFile:
     etag: str | None = None
 
     @classmethod
-    def of(cls, path: Path) -> InputFile:
-        """Describe ``path`` as it is now (an object: one request to the store)."""
+    def of(cls, path: Path, stdin: Spool | None = None) -> InputFile:
+        """Describe ``path`` as it is now (an object: one request to the store); a spool by its digest."""
         if isinstance(path, UrlPath):
             from packcli.storage.objects import object_info
 
             info = object_info(str(path))
-            return cls(path, path_name(path), info.size, info.mtime_ns, etag=info.etag)
+            return cls(path, str(path), info.size, info.mtime_ns, etag=info.etag)
         stat = path.stat()
-        return cls(path, path_name(path), stat.st_size, stat.st_mtime_ns, spool_digest(path))
+        if stdin is not None and path == stdin.path:
+            return cls(path, stdin.name, stat.st_size, stat.st_mtime_ns, stdin.digest)
+        return cls(path, str(path), stat.st_size, stat.st_mtime_ns)
 
     @property
     def version(self) -> str | int:

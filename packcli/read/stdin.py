@@ -6,6 +6,9 @@ bytes (gzip, zstd, bzip2 and xz magic; Parquet's ``PAR1``; Arrow's ``ARROW1`` or
 messages name it ``<stdin>``, and the run identity knows it by the sha256 of its bytes: the same bytes piped twice
 are the same input, so a rerun is "up to date" and ``stats -`` leaves tokens that ``pack -`` reuses. The spool is
 removed when the command ends, and one that a killed run left is removed by the next run that spools.
+
+The spool is a value, a :class:`~packcli.read.inputs.Spool`, handed to the run (``stdin=``): its input takes its
+name and identity from it. Errors raised and warnings given while it lives name ``<stdin>``, never the temporary file.
 """
 
 from __future__ import annotations
@@ -17,18 +20,21 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from packcli.errors import PackcliError, UsageError, named_as
+from packcli.errors import PackcliError, UsageError
+from packcli.read.inputs import Spool
 from packcli.util.locks import FileLock
 
-__all__ = ["STDIN", "STDIN_NAME", "spool_digest", "spooled_stdin"]
+__all__ = ["STDIN", "STDIN_NAME", "Spooled", "spooled_stdin"]
 
 STDIN = "-"  # the INPUT that means standard input
 STDIN_NAME = "<stdin>"  # how messages and the manifest name it
+
 _CHUNK = 1 << 20
 _WAIT_S = 0.2  # the longest a signal waits while standard input is idle
 _PREFIX = "packcli-stdin-"  # $TMPDIR/packcli-stdin-*: one run's spool and its lock
@@ -44,12 +50,28 @@ _MAGIC = (  # first bytes -> the spool's suffix, which picks the reader
 )
 _MAGIC_BYTES = max(len(magic) for magic, _ in _MAGIC)
 _SPOOL_NAMES = frozenset({"stdin.jsonl", *(f"stdin{suffix}" for _, suffix in _MAGIC)})
-_digests: dict[Path, str] = {}  # spool -> sha256 of its bytes, while its command runs
+
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """The INPUTs with ``-`` replaced by the spool's path, the spool (None without ``-``), and the command's warning
+    callback naming the spool ``<stdin>``."""
+
+    files: list[str]
+    spool: Spool | None
+    warn: Warn
 
 
 @contextmanager
-def spooled_stdin(specs: Sequence[str], partitioned: bool = False) -> Iterator[list[str]]:
+def spooled_stdin(
+    specs: Sequence[str], partitioned: bool = False, warn: Warn = lambda message: None
+) -> Iterator[Spooled]:
     """``specs`` with ``-`` replaced by a spool of standard input (removed on exit); unchanged without ``-``.
+
+    A :class:`PackcliError` raised in the block, and a warning given through the yielded ``warn``, name the spool
+    ``<stdin>``.
 
     Raises:
         UsageError: ``-`` is given twice, standard input is a terminal or closed (nothing piped in), or the run is
@@ -57,7 +79,7 @@ def spooled_stdin(specs: Sequence[str], partitioned: bool = False) -> Iterator[l
         PackcliError: standard input cannot be kept in ``$TMPDIR``.
     """
     if STDIN not in specs:
-        yield list(specs)
+        yield Spooled(list(specs), None, warn)
         return
     if list(specs).count(STDIN) > 1:
         raise UsageError(f"{STDIN} (standard input) is given more than once; it can be read only once")
@@ -69,21 +91,17 @@ def spooled_stdin(specs: Sequence[str], partitioned: bool = False) -> Iterator[l
             f"{STDIN} reads standard input, which is {state}: pipe a corpus in (zcat corpus.jsonl.gz | packcli pack -)"
         )
     directory, lock = _new_spool_directory()
-    spool = directory / "stdin"
     try:
-        spool, digest = _spool(sys.stdin.buffer, directory)
-        _digests[spool] = digest
-        with named_as(spool, STDIN_NAME):
-            yield [str(spool) if spec == STDIN else spec for spec in specs]
+        spool = Spool(*_spool(sys.stdin.buffer, directory), STDIN_NAME)
+        files = [str(spool.path) if spec == STDIN else spec for spec in specs]
+        try:
+            yield Spooled(files, spool, lambda message: warn(spool.named(message)))
+        except PackcliError as exc:
+            spool.rename(exc)
+            raise
     finally:
-        _digests.pop(spool, None)
         shutil.rmtree(directory, ignore_errors=True)
         lock.release()
-
-
-def spool_digest(path: Path) -> str | None:
-    """The sha256 of a spool of standard input; None for any other file."""
-    return _digests.get(path)
 
 
 def _new_spool_directory() -> tuple[Path, FileLock]:

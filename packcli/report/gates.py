@@ -22,8 +22,8 @@ import numpy as np
 from packcli.errors import EXIT_GATE, PackcliError, UsageError
 from packcli.format.manifest import read_manifest, shard_path
 from packcli.report.accounting import Observed, check_totals
-from packcli.report.render import token_loss
 from packcli.report.stats import Measured, measure_output
+from packcli.report.terminal import token_loss
 
 __all__ = ["Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
 

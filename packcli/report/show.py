@@ -25,7 +25,7 @@ from packcli.errors import PackcliError, UsageError
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
 from packcli.format.shards import read_shard
-from packcli.report.render import console, count
+from packcli.report.terminal import console, count
 
 __all__ = ["decode_row", "output_tokenizer", "print_row", "read_row"]
 

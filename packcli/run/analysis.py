@@ -15,6 +15,7 @@ from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.packing.lengths import length_percentiles, max_len_candidates
 from packcli.packing.overflow import apply_overflow
+from packcli.read.inputs import Spool
 from packcli.report.stats import DEFAULT_BATCH_SIZE, Measured, sequence_stats
 from packcli.run.setup import set_up
 from packcli.strategies import available_strategies, run_strategy
@@ -29,6 +30,7 @@ def measure_corpus(
     batch_size: int = DEFAULT_BATCH_SIZE,
     warn: Callable[[str], None] = lambda message: None,
     reporter: Reporter | None = None,
+    stdin: Spool | None = None,
 ) -> Measured:
     """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
 
@@ -37,7 +39,7 @@ def measure_corpus(
     the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost.
     """
     reporter = reporter or SilentReporter()
-    setup = set_up(inputs, options, warn)
+    setup = set_up(inputs, options, warn, stdin)
     key = setup.cache_key()
     tokenized = cache.load(key)
     if tokenized is None:

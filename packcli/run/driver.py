@@ -21,6 +21,7 @@ from packcli.engines import Engine
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
+from packcli.read.inputs import Spool
 from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
 from packcli.run.merge import (
     PARTITIONING_WARNING,
@@ -65,17 +66,18 @@ def pack_corpus(
     overwrite: bool = False,
     reporter: Reporter | None = None,
     warn: Callable[[str], None] = lambda message: None,
+    stdin: Spool | None = None,
 ) -> PackResult:
     """Pack ``inputs`` into ``out`` (Arrow shards + manifest.json) under ``options``.
 
     An identical earlier run (same fingerprint, complete output) makes this a no-op with status "up-to-date".
     An existing output with another fingerprint is replaced only with ``overwrite``. An output URL (a
     :class:`~packcli.storage.UrlPath`) is published by :class:`~packcli.write.remote.RemotePublication`, and takes
-    a plain run only.
+    a plain run only. ``stdin``: the spool of standard input among ``inputs`` (see :mod:`packcli.read.stdin`).
     """
     reporter = reporter or SilentReporter()
     refuse_partitioned_url(options, out)  # before any work
-    setup = set_up(inputs, options, warn)
+    setup = set_up(inputs, options, warn, stdin)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())

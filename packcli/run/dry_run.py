@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packcli.errors import PackcliError, path_name
+from packcli.errors import PackcliError
 from packcli.options import PackOptions
+from packcli.read.inputs import Spool
 from packcli.run.setup import set_up, tokenizer_entry
 from packcli.storage import UrlPath
 from packcli.storage.sources import parquet_source
@@ -85,6 +86,7 @@ def dry_run(
     out: Path,
     overwrite: bool = False,
     warn: Callable[[str], None] = lambda message: None,
+    stdin: Spool | None = None,
 ) -> DryRun:
     """Resolve ``pack inputs --out out`` with ``options`` and say what it would do, reading no record.
 
@@ -97,7 +99,7 @@ def dry_run(
         from packcli.run.driver import refuse_partitioned_url
 
         refuse_partitioned_url(options, out)  # as the run would, before any work
-    setup = set_up(inputs, options, warn)
+    setup = set_up(inputs, options, warn, stdin)
     facts: dict[str, Any] = {
         "tokenizer": tokenizer_entry(setup),
         "options": options.output_relevant(),
@@ -114,7 +116,7 @@ def dry_run(
         given = options.weights
         shares = [w / sum(given) for w in given] if given else [None] * len(setup.sources)  # None: as the corpus is
         facts["sources"] = [
-            {"path": source.spec, "files": len(source.files), "weight": share}
+            {"path": source.name, "files": len(source.files), "weight": share}
             for source, share in zip(setup.sources, shares)
         ]
     output = (
@@ -129,10 +131,10 @@ def dry_run(
             out,
         )
     status = "up-to-date" if output == "same" else "would-pack"
-    return DryRun(status, fingerprint, out, output, [_file_entry(path) for path in setup.files], facts)
+    return DryRun(status, fingerprint, out, output, [_file_entry(item.path, item.name) for item in setup.inputs], facts)
 
 
-def _file_entry(path: Path) -> dict[str, Any]:
+def _file_entry(path: Path, name: str) -> dict[str, Any]:
     """One input as the run would read it: its size, and its documents where the file says without reading
     records (a Parquet footer)."""
     try:
@@ -149,4 +151,4 @@ def _file_entry(path: Path) -> dict[str, Any]:
             documents = pq.read_metadata(parquet_source(path)).num_rows
         except (pa.ArrowException, OSError) as exc:
             raise PackcliError(f"not a readable Parquet file ({exc})", path) from None
-    return {"path": path_name(path), "bytes": path.stat().st_size, "documents": documents}
+    return {"path": name, "bytes": path.stat().st_size, "documents": documents}

@@ -5,7 +5,7 @@ the encoder (every usage error found before a record is read); and the manifest 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.identity import run_identity
 from packcli.options import PackOptions
-from packcli.read.inputs import InputFile, find_inputs
+from packcli.read.inputs import InputFile, Spool, find_inputs
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 from packcli.version import __version__
@@ -35,16 +35,12 @@ class Setup:
     """What ``pack`` and ``stats`` both start from: the resolved inputs, the tokenizer and the encoder."""
 
     files: list[Path]
+    inputs: list[InputFile]  # ``files`` as values, each stat-ed once (at set-up)
     options: PackOptions
     tokenizer: LoadedTokenizer | None  # None: pre-tokenized records and no --tokenizer
     encoder: Encoder
     sources: list[Source] | None = None  # mixed runs: one source per INPUT, its files in ``files`` order
     unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
-    inputs: list[InputFile] = field(default_factory=list)  # ``files`` as values, each stat-ed once (at set-up)
-
-    def __post_init__(self) -> None:
-        if not self.inputs:
-            object.__setattr__(self, "inputs", [InputFile.of(path) for path in self.files])
 
     def fingerprint(self, plan_hash: str | None = None) -> str:
         """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it, and
@@ -61,11 +57,19 @@ class Setup:
         return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "tokens")[:32]
 
 
-def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] = lambda message: None) -> Setup:
+def set_up(
+    inputs: list[str],
+    options: PackOptions,
+    warn: Callable[[str], None] = lambda message: None,
+    stdin: Spool | None = None,
+) -> Setup:
     """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
-    can be found before reading a record is raised here."""
+    can be found before reading a record is raised here. ``stdin``: the spool of standard input among ``inputs``,
+    which names it and gives its identity."""
     sources = group_inputs(inputs, options.weights, warn) if options.mixing else None
     if sources is not None:
+        if stdin is not None:
+            sources = [replace(source, name=stdin.named(source.spec)) for source in sources]
         files = [path for source in sources for path in source.files]
         unread = sum(source.unread for source in sources)
     else:
@@ -74,7 +78,8 @@ def set_up(inputs: list[str], options: PackOptions, warn: Callable[[str], None] 
     get_strategy(options.strategy)
     pretokenized = options.ids_field is not None and options.tokenizer is None
     tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
-    return Setup(files, options, tokenizer, make_encoder(options, tokenizer, warn), sources, unread)
+    described = [InputFile.of(path, stdin) for path in files]
+    return Setup(files, described, options, tokenizer, make_encoder(options, tokenizer, warn), sources, unread)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError, UsageError, path_name
+from packcli.errors import PackcliError, UsageError
 from packcli.options import PackOptions
 from packcli.packing.mixing import Draw, interleave, mix, normalised
 from packcli.packing.overflow import Pieces, output_lengths
@@ -26,12 +26,17 @@ __all__ = ["Source", "group_inputs", "mixed_stream", "source_entries"]
 
 @dataclass(frozen=True)
 class Source:
-    """One INPUT as given on the command line, the files it resolved to, and how many files found beside them
-    packcli does not read."""
+    """One INPUT as given on the command line, the files it resolved to, how many files found beside them packcli
+    does not read, and the name the manifest gives it (the spec, or ``<stdin>`` for standard input's spool)."""
 
     spec: str
     files: list[Path]
     unread: int = 0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.spec)
 
 
 def group_inputs(
@@ -128,7 +133,7 @@ def source_entries(
     for k, (source, draw) in enumerate(zip(sources, stream.draws)):
         entries.append(
             {
-                "path": path_name(source.spec),
+                "path": source.name,
                 "files": len(source.files),
                 "weight": round(stream.weights[k], 6),
                 "input_documents": int(first[k + 1] - first[k]),

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from packcli.errors import PackcliError, path_name
+from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
@@ -140,13 +140,11 @@ class Publication:
     def _what_an_interruption_left(self) -> str:
         """What Ctrl-C left of this publication, in words: the output complete, the resume area kept, or nothing."""
         if self._committed:
-            return f"interrupted after {path_name(self.out)} was published: the output is complete"
+            return f"interrupted after {self.out} was published: the output is complete"
         if self.resumable and self._staged:
             kept = f"the partitions committed so far are kept in {self.staging}"
             return f"interrupted; {kept}: rerun the same command to resume"
-        return "interrupted; no output was written" + (
-            f" ({path_name(self.out)} is as it was)" if self.target.exists() else ""
-        )
+        return "interrupted; no output was written" + (f" ({self.out} is as it was)" if self.target.exists() else "")
 
     def _refuse_unlisted(self) -> None:
         """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
@@ -158,7 +156,7 @@ class Publication:
         foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
         if foreign:
             raise PackcliError(
-                f"not publishing {path_name(self.out)}: {len(foreign)} file(s) in its staging directory are not in "
+                f"not publishing {self.out}: {len(foreign)} file(s) in its staging directory are not in "
                 f"its manifest ({foreign[0]}...): another process wrote there; rerun to pack again",
                 self.staging,
             )
@@ -171,7 +169,7 @@ class Publication:
             raise Interrupted(self._what_an_interruption_left()) from None
         if isinstance(error, OSError) and error.errno in _FULL:
             raise PackcliError(
-                f"cannot write {path_name(self.out)}: {error.strerror or error}; nothing was published"
+                f"cannot write {self.out}: {error.strerror or error}; nothing was published"
                 + (", the earlier output is intact" if self.target.exists() else "")
             ) from None
 
@@ -273,7 +271,7 @@ def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
         resolved = path.resolve()
         if resolved.is_relative_to(target):
             raise PackcliError(
-                f"the input {path_name(path)} is or lies inside the output directory: packcli never writes over its "
+                f"the input {path} is or lies inside the output directory: packcli never writes over its "
                 "inputs; choose another --out",
                 out,
             )

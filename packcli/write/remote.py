@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from packcli.errors import PackcliError, path_name
+from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest
 from packcli.storage.listing import MANIFEST, RUN_PREFIX
 from packcli.storage.lock import ObjectLock
@@ -73,7 +73,7 @@ class RemotePublication:
         for path in self.inputs:
             if str(path) == str(self.out) or str(path).startswith(f"{self.out}/"):
                 raise PackcliError(
-                    f"the input {path_name(path)} lies inside the output: packcli never writes over its inputs; "
+                    f"the input {path} lies inside the output: packcli never writes over its inputs; "
                     "choose another --out",
                     self.out,
                 )

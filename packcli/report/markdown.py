@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError
-from packcli.report.render import count, token_loss
+from packcli.report.terminal import count, token_loss
 
 __all__ = ["GITHUB_SUMMARY", "append_summary", "pack_markdown", "stats_markdown", "verify_markdown"]
 

@@ -1,6 +1,6 @@
-"""Human-readable reports on stdout: the ``stats`` view (leading with the compute multiple against random batches),
-the raw-corpus tables, the ``pack`` summary, and the loss warning. Outside a terminal nothing is wrapped at 80
-columns: a log line or a piped table keeps its shape.
+"""What ``pack`` and ``stats`` print on a terminal or in a log: the ``stats`` view (leading with the compute
+multiple against random batches), the raw-corpus tables, the ``pack`` summary, and the loss warning. Outside a
+terminal nothing is wrapped at 80 columns: a log line or a piped table keeps its shape.
 """
 
 from __future__ import annotations
