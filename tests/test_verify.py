@@ -241,6 +241,11 @@ SUBTLE_DAMAGE = {
         "split_pieces: 1 name a piece that an earlier entry names",
     ),
     "split piece unlisted": ("split", edit_split_pieces(lambda pieces: pieces.pop(0)), "split_pieces"),
+    "split piece malformed": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].pop()),
+        "manifest key 'shards[0].split_pieces' must be a list of [row, index, document, piece] (integers >= 0)",
+    ),
     "split pieces out of order": (
         "split",
         edit_split_pieces(swap_first_and_last_piece),

@@ -87,8 +87,8 @@ def export_output(
         PackcliError: the source is not a packcli output or fails verify (nothing written), or an I/O error.
     """
     from packcli.export.record import EXPORT_NAME, existing_export, export_fingerprint, write_record
+    from packcli.format.manifest import SPLIT_PIECES
     from packcli.write.publish import Publication
-    from packcli.write.splits import SPLIT_PIECES
 
     if fmt not in FORMATS:
         raise UsageError(f"--to must be one of {', '.join(FORMATS)}, not {fmt!r}")

@@ -26,9 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
-from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.manifest import SPLIT_PIECES, read_manifest, shard_path
 from packcli.format.shards import flat_list_column, read_shard
-from packcli.write.splits import SPLIT_PIECES
 
 __all__ = ["DocumentBatch", "DocumentView", "PackedOutput", "RowBatch", "open_packed", "row_batch"]
 

@@ -23,6 +23,7 @@ __all__ = [
     "RUN_PREFIX",
     "SHARD",
     "SHARD_FILE",
+    "SPLIT_PIECES",
     "TEMPORARY_SUFFIX",
     "TOKENIZER",
     "TOP",
@@ -37,6 +38,7 @@ MANIFEST_NAME = "manifest.json"
 SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
 RUN_PREFIX = re.compile(r"packcli-run-[0-9A-Za-z-]+")  # where an output on object storage keeps a run's shards
 TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete
+SPLIT_PIECES = "split_pieces"  # a shard entry's pieces of split documents (see packcli.write.splits)
 
 # What a value must be: (its description in an error, the test).
 Kind = tuple[str, Callable[[object], bool]]
@@ -52,6 +54,16 @@ OPTIONAL_POSITIVE: Kind = (
     lambda value: value is None or (type(value) is int and value >= 1),
 )
 NAMES: Kind = ("a list of strings", lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value))
+PIECES: Kind = (
+    "a list of [row, index, document, piece] (integers >= 0)",
+    lambda value: (
+        isinstance(value, list)
+        and all(
+            isinstance(entry, list) and len(entry) == 4 and all(type(v) is int and v >= 0 for v in entry)
+            for entry in value
+        )
+    ),
+)
 
 # Each block: its keys, each with its kind and whether every manifest has it (False: the additive keys of format
 # version 1, which older outputs may lack; checked when present).
@@ -89,6 +101,7 @@ SHARD: dict[str, tuple[Kind, bool]] = {
     "bytes": (COUNT, True),
     "sha256": (TEXT, True),
     "documents": (COUNT, False),
+    SPLIT_PIECES: (PIECES, False),
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.write.splits import SPLIT_PIECES
+from packcli.format.manifest import SPLIT_PIECES
 
 __all__ = ["SplitPieceCheck"]
 
