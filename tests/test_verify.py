@@ -244,7 +244,7 @@ SUBTLE_DAMAGE = {
     "split piece malformed": (
         "split",
         edit_split_pieces(lambda pieces: pieces[0].pop()),
-        "manifest key 'shards[0].split_pieces' must be a list of [row, index, document, piece] (integers >= 0)",
+        "manifest: the split_pieces of 1 shard(s) are not lists of [row, index, document, piece], integers >= 0",
     ),
     "split pieces out of order": (
         "split",

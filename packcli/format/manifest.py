@@ -54,16 +54,6 @@ OPTIONAL_POSITIVE: Kind = (
     lambda value: value is None or (type(value) is int and value >= 1),
 )
 NAMES: Kind = ("a list of strings", lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value))
-PIECES: Kind = (
-    "a list of [row, index, document, piece] (integers >= 0)",
-    lambda value: (
-        isinstance(value, list)
-        and all(
-            isinstance(entry, list) and len(entry) == 4 and all(type(v) is int and v >= 0 for v in entry)
-            for entry in value
-        )
-    ),
-)
 
 # Each block: its keys, each with its kind and whether every manifest has it (False: the additive keys of format
 # version 1, which older outputs may lack; checked when present).
@@ -101,7 +91,6 @@ SHARD: dict[str, tuple[Kind, bool]] = {
     "bytes": (COUNT, True),
     "sha256": (TEXT, True),
     "documents": (COUNT, False),
-    SPLIT_PIECES: (PIECES, False),
 }
 
 

@@ -59,8 +59,11 @@ class SplitPieceCheck:
         self.manifest = manifest
         self.eos_id = eos_id
         self.listed = any(SPLIT_PIECES in shard for shard in manifest["shards"])
+        self.malformed = [str(shard["file"]) for shard in manifest["shards"] if not _well_formed(shard)]
         self.shards = [
-            _Entries(np.array(shard.get(SPLIT_PIECES, []), dtype=np.int64).reshape(-1, 4))
+            _Entries(
+                np.array(shard.get(SPLIT_PIECES, []) if _well_formed(shard) else [], dtype=np.int64).reshape(-1, 4)
+            )
             for shard in manifest["shards"]
         ]
         self.read: set[int] = set()  # shards whose rows were all read
@@ -102,6 +105,11 @@ class SplitPieceCheck:
         """What the entries get wrong, one line per kind of problem (empty when they hold, or list nothing)."""
         if not self.listed:
             return []
+        if self.malformed:
+            return [
+                f"manifest: the split_pieces of {len(self.malformed)} shard(s) are not lists of [row, index, document, "
+                f"piece], integers >= 0 (first: {self.malformed[0]})"
+            ]
         kinds: dict[str, _Kind] = {}
 
         def note(what: str, detail: str) -> None:
@@ -161,6 +169,15 @@ class SplitPieceCheck:
                     f"{counted} (documents - input_documents + dropped_documents)"
                 )
         return problems
+
+
+def _well_formed(shard: dict[str, Any]) -> bool:
+    """Whether a shard entry's ``split_pieces`` (an empty list where it has none) are all four integers >= 0."""
+    entries = shard.get(SPLIT_PIECES, [])
+    return isinstance(entries, list) and all(
+        isinstance(entry, list) and len(entry) == 4 and all(type(value) is int and value >= 0 for value in entry)
+        for entry in entries
+    )
 
 
 def _shown(values: list[int]) -> str:
