@@ -433,6 +433,32 @@ def test_mds_samples_are_the_packed_rows(text_packed: Path, tmp_path: Path) -> N
     assert sum(len(sample) for sample in samples) == summary["totals"]["tokens"]
 
 
+def test_mds_shards_close_as_mdswriter_closes_them(
+    text_packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards planned ahead from the rows' offsets: with a small size limit, many shards, each closed just before a
+    sample would take it past the limit (each sample counted with 4 more bytes, as MDSWriter counts)."""
+    from packcli.export import mds
+    from packcli.torch import PackedDataset
+
+    limit = 40_000
+    monkeypatch.setattr(mds, "SIZE_LIMIT", limit)
+    export(text_packed, "mds", tmp_path / "mds")
+    dataset = PackedDataset(text_packed, shuffle=False)
+    assert [sample.tolist() for sample in decode_mds(tmp_path / "mds")] == [
+        dataset.row(index)["input_ids"].tolist() for index in range(dataset.num_rows)
+    ]
+    index = json.loads((tmp_path / "mds" / "index.json").read_text())
+    counted = []  # per shard: its bytes as MDSWriter counts them, and its first sample's
+    for shard in index["shards"]:
+        data = (tmp_path / "mds" / shard["raw_data"]["basename"]).read_bytes()
+        offsets = np.frombuffer(data, np.uint32, shard["samples"] + 1, 4).astype(np.int64)
+        counted.append((mds.EMPTY_SHARD + int(np.sum(np.diff(offsets) + 4)), int(offsets[1] - offsets[0]) + 4))
+    assert len(counted) > 3
+    assert all(size <= limit for size, _ in counted)
+    assert all(size + first > limit for (size, _), (_, first) in zip(counted, counted[1:]))
+
+
 def test_mds_sample_header_holds_the_length_in_the_smallest_dtype() -> None:
     from packcli.export import mds
 
