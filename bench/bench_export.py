@@ -32,7 +32,7 @@ from packcli.options import PackOptions
 from packcli.report.verify import verify_output
 from packcli.run.driver import pack_corpus
 
-ROUNDS = 5
+ROUNDS = 7
 CODECS = [("zstd", None), ("zstd", 3), ("zstd", -1), ("lz4", None), ("snappy", None), ("none", None)]
 
 
