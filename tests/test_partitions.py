@@ -186,11 +186,11 @@ def test_resume_after_a_kill_ends_identical_and_refuses_other_runs_parts(
     command = [sys.executable, "-m", "packcli", "pack", str(plain), "--max-len", "512", "--partitions", "4"]
     process = subprocess.Popen([*command, "--workers", "1", "--out", str(out), "--quiet"], start_new_session=True)
     deadline = time.monotonic() + 120
-    while not list((staging / ".parts").glob("part-*.json")) and process.poll() is None and time.monotonic() < deadline:
+    while not list(staging.glob("part-*/manifest.json")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    committed = len(list((staging / ".parts").glob("part-*.json")))
+    committed = len(list(staging.glob("part-*/manifest.json")))
     assert 1 <= committed < 4 and not out.exists()
     shutil.copytree(staging, tmp_path / ".other.packcli-resume")
     shutil.copytree(staging, tmp_path / ".damaged.packcli-resume")
@@ -206,7 +206,7 @@ def test_resume_after_a_kill_ends_identical_and_refuses_other_runs_parts(
     assert other.exit_code == 0 and json.loads(other.stdout)["partitions_reused"] == 0
     assert "its partition plan differs: 4 partitions then, 3 now" in other.stderr
 
-    shard = sorted((tmp_path / ".damaged.packcli-resume").glob("part-00000-shard-*.arrow"))[0]
+    shard = sorted((tmp_path / ".damaged.packcli-resume").glob("part-00000/part-00000-shard-*.arrow"))[0]
     data = bytearray(shard.read_bytes())
     data[-100] ^= 0xFF
     shard.write_bytes(bytes(data))
@@ -229,21 +229,32 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: {corpus}:76: invalid JSON") and "partition 3 of 4" in result.stderr
     assert not out.exists()
-    committed = sorted(p.name for p in (tmp_path / ".out.packcli-resume" / ".parts").glob("part-*.json"))
-    assert committed == ["part-00000.json", "part-00001.json", "part-00002.json"]
+    staging = tmp_path / ".out.packcli-resume"
+    committed = sorted(path.parent.name for path in staging.glob("part-*/manifest.json"))
+    assert committed == ["part-00000", "part-00001", "part-00002"]
+    verified = invoke("verify", str(staging / "part-00001"), "--json")  # a committed part is an output of its own
+    assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
+    stats = invoke("stats", str(staging / "part-00001"), "--json")
+    assert stats.exit_code == 0, stats.output
 
 
 def test_parts_that_disagree_are_refused() -> None:
     facts = {"fingerprint": "f", "plan_hash": "p", "partitions": 2, "options": {"max_len": 8}, "tokenizer": {},
              "format_version": 1, "packcli_version": "0", "columns": ["input_ids"]}  # fmt: skip
-    part = {**facts, "totals": {"tokens": 3, "sequences": 1}, "shards": [{"file": "x"}]}
-    totals, shards = merge_parts([{**part, "partition": 0}, {**part, "partition": 1}], facts)
-    assert totals == {"tokens": 6, "sequences": 2} and len(shards) == 2
+
+    def part(k: int, **changed: object) -> dict[str, object]:
+        return {"totals": {"tokens": 3, "sequences": 1}, "shards": [{"file": "x"}], "tokenizer": {},
+                "part": {**facts, "partition": k, **changed}}  # fmt: skip
+
+    parts, totals, shards = merge_parts([part(0), part(1)], facts)
+    assert totals == {"tokens": 6, "sequences": 2} and len(shards) == 2 and len(parts) == 2
     for key, value in (("plan_hash", "q"), ("options", {"max_len": 9}), ("format_version", 2), ("tokenizer", {"a": 1})):
         with pytest.raises(PackcliError, match=f"partition 1 disagrees with the run on {key}"):
-            merge_parts([{**part, "partition": 0}, {**part, "partition": 1, key: value}], facts)
-    with pytest.raises(PackcliError, match="partition 1 has no completion record"):
-        merge_parts([{**part, "partition": 0}, None], facts)
+            merge_parts([part(0), part(1, **{key: value})], facts)
+    with pytest.raises(PackcliError, match="partition 1 has no manifest"):
+        merge_parts([part(0), None], facts)
+    with pytest.raises(PackcliError, match="the manifest of partition 1 is for partition 0"):
+        merge_parts([part(0), part(0)], facts)
 
 
 def test_partition_options_are_checked() -> None:

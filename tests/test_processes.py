@@ -72,7 +72,7 @@ def wait_for(condition: Callable[[], bool], process: subprocess.Popen[bytes], se
 
 
 def committed(staging: Path) -> list[Path]:
-    return sorted((staging / ".parts").glob("part-*.json"))
+    return sorted(staging.glob("part-*/manifest.json"))
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +117,14 @@ def test_a_stray_file_in_the_resume_area_never_reaches_the_output(big: Path, tmp
     out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
     args = [str(big), "--max-len", "2048", "--partitions", "4", "--out", str(out)]
     assert kill_after_first_commit([*PACK, *args, "--workers", "1", "--quiet"], staging) >= 1
-    shard = sorted(staging.glob("part-*-shard-*.arrow"))[0]
-    shutil.copy(shard, staging / "part-00000-shard-00099.arrow")  # written by no partition record of this run
+    part = committed(staging)[0].parent
+    shard = sorted(part.glob("part-*-shard-*.arrow"))[0]
+    shutil.copy(shard, part / "part-00000-shard-00099.arrow")  # in a committed part, but not in its manifest
+    shutil.copy(shard, staging / "part-00000-shard-00098.arrow")  # beside the parts: written by no part
     resumed = invoke("pack", *args, "--json")
     assert resumed.exit_code == 0, resumed.output
-    assert not (out / "part-00000-shard-00099.arrow").exists()
+    assert "removing 2 file(s) no committed partition wrote" in resumed.stderr
+    assert not (out / "part-00000-shard-00099.arrow").exists() and not (out / "part-00000-shard-00098.arrow").exists()
     verified = invoke("verify", str(out))
     assert verified.exit_code == 0, verified.output
 

@@ -110,15 +110,6 @@ def test_overwrite_replaces_only_a_packcli_output(s3_server: S3Server, corpus: P
     assert fs.cat(f"{bucket}/data/notes.txt") == b"mine"
 
 
-def test_a_partitioned_run_refuses_an_output_url(s3_server: S3Server, corpus: Path) -> None:
-    fs, bucket = s3_server.filesystem(), s3_server.bucket()
-    refused = pack(str(corpus), "--max-len", "256", "--partitions", "2", "--out", f"{bucket}/parted")
-    assert refused.exit_code == 2 and "an output URL takes a plain run" in refused.stderr
-    planned = pack(str(corpus), "--max-len", "256", "--partitions", "2", "--out", f"{bucket}/parted", "--dry-run")
-    assert planned.exit_code == 2 and "an output URL takes a plain run" in planned.stderr  # as the run would
-    assert not fs.exists(f"{bucket}/parted")
-
-
 def test_the_lock_object_keeps_a_second_run_out_and_a_dead_holder_does_not(s3_server: S3Server, corpus: Path) -> None:
     out = s3_server.bucket() + "/packed"
     held = ObjectLock(f"{out}/.packcli-lock", "packcli-run-test")

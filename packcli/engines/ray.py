@@ -1,12 +1,13 @@
 """The Ray engine (``--engine ray``, the ``packcli[ray]`` extra): the same partitions as calls on a pool of Ray
 actors, for a cluster. Ray schedules; it carries no tokens: each call reads its slices from the inputs and writes
-its shards to the staging directory (both on storage every node sees) and returns a small result.
+its part (to a directory every node sees, or built on its node's scratch and uploaded to the output's store) and
+returns a small result.
 
 Where: ``--ray-address``, else ``RAY_ADDRESS``, else a Ray already initialised in this process, else a local Ray
-that packcli starts and stops. The pool: ``--workers`` actors (default: the cluster's CPUs less one), each loading
-the driver's tokenizer once from bytes put in the object store. The pool stays below the cluster's CPU count (an
-actor takes one CPU; fractions when asked for more actors than that): actors holding every CPU slot starve other
-Ray work on the cluster, as Ray Data's read tasks are starved in ray-project/ray issue 44687.
+that packcli starts and stops. The pool: ``--workers`` actors (default: the cluster's CPUs less one), spread over
+the nodes, each loading the driver's tokenizer once from bytes put in the object store. The pool stays below the
+cluster's CPU count (an actor takes one CPU; fractions when asked for more actors than that): actors holding every
+CPU slot starve other Ray work on the cluster, as Ray Data's read tasks are starved in ray-project/ray issue 44687.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ class RayEngine:
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         size = max(1, min(len(jobs), self.workers or int(cpus) - 1))
         spare = cpus - 1 if cpus > 1 else cpus / 2  # leave one CPU to the rest of the cluster
-        actor_class = ray.remote(num_cpus=min(1.0, spare / size))(WorkerActor)
+        # spread over the nodes: each node's scratch, disk and network take their share of the parts
+        actor_class = ray.remote(num_cpus=min(1.0, spare / size), scheduling_strategy="SPREAD")(WorkerActor)
         shipped_ref = ray.put(shipped)
         # Tokenizer threads: the actor's share of the cores, assuming actors spread evenly over the nodes.
         actors = [actor_class.remote(max(1, int(cpus) // size), start, shipped_ref) for _ in range(size)]

@@ -2,10 +2,13 @@
 
 A plain run is one job on the in-process engine, its shards ``shard-NNNNN.arrow``, in a fresh staging directory;
 a partitioned run (``--partitions``) is one job per partition of a plan made from the inputs alone, on worker
-processes or Ray, in a staging directory that survives a failed or killed run (``.OUT.packcli-resume``) so that a
-rerun with the same fingerprint reuses the committed partitions. Either way each job commits a record, the merge
-reads the records, and the manifest is written last and the whole directory moved into place: an interrupted run
-never leaves an output that looks complete, and an existing output stays intact until then.
+processes or Ray, in a parts area that survives a failed or killed run (``.OUT.packcli-resume`` beside a local
+output, ``OUT/packcli-resume/`` in the store of an output URL) so that a rerun with the same fingerprint reuses the
+committed partitions. Either way each job commits a part, a small output with its own manifest
+(:mod:`packcli.run.parts`); the merge reads the parts' manifests and brings their shards into the output, and the
+output's manifest is written last, the commit: an interrupted run never leaves an output that looks complete, and
+an existing output stays intact until then. A worker needs no path of the driver's: with an output URL its part is
+built on its node's scratch and uploaded to the store.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from packcli.encode import cache
 from packcli.engines import Engine
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
@@ -35,21 +38,12 @@ from packcli.run.parts import PartsArea, part_prefix
 from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.setup import PackResult, Setup, base_manifest, check_documents, set_up, tokenizer_entry
 from packcli.storage import UrlPath
+from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
-from packcli.write.publish import Publication, existing_output
-from packcli.write.remote import RemotePublication
+from packcli.write.publish import Publication
+from packcli.write.remote import RemotePublication, output_state
 
-__all__ = ["pack_corpus", "partition_plan", "refuse_partitioned_url"]
-
-
-def refuse_partitioned_url(options: PackOptions, out: Path) -> None:
-    """A partitioned run publishes through a resumable local staging directory: an output URL takes a plain run.
-
-    Raises:
-        UsageError: ``--partitions`` (or ``--partition-size``) with an output URL.
-    """
-    if options.partitioned and isinstance(out, UrlPath):
-        raise UsageError("--partitions: an output URL takes a plain run for now; pack to a path, or drop it")
+__all__ = ["pack_corpus", "partition_plan"]
 
 
 def partition_plan(setup: Setup) -> tuple[Plan, str]:
@@ -72,61 +66,66 @@ def pack_corpus(
 
     An identical earlier run (same fingerprint, complete output) makes this a no-op with status "up-to-date".
     An existing output with another fingerprint is replaced only with ``overwrite``. An output URL (a
-    :class:`~packcli.storage.UrlPath`) is published by :class:`~packcli.write.remote.RemotePublication`, and takes
-    a plain run only. ``stdin``: the spool of standard input among ``inputs`` (see :mod:`packcli.read.stdin`).
+    :class:`~packcli.storage.UrlPath`) is published by :class:`~packcli.write.remote.RemotePublication`; a
+    partitioned run to one keeps its parts in the store. ``stdin``: the spool of standard input among ``inputs``
+    (see :mod:`packcli.read.stdin`).
     """
     reporter = reporter or SilentReporter()
-    refuse_partitioned_url(options, out)  # before any work
     setup = set_up(inputs, options, warn, stdin)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
-    if plan is not None and existing_output(out.resolve(), fingerprint, out) == "same":
+    if plan is not None and output_state(out, fingerprint) == "same":
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
     facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)
     shipped = ShippedTokenizer(setup.tokenizer) if setup.tokenizer is not None else None
+    manifest = base_manifest(setup, fingerprint)
+    if plan is not None:
+        manifest["partitions"] = plan.describe()
+    part_manifest = {key: value for key, value in manifest.items() if key != "inputs"}  # what the parts share
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
         _publication(out, fingerprint, overwrite, read, plan is not None) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
-        area = PartsArea(publication.staging)
+        remote_parts = plan is not None and isinstance(out, UrlPath)
+        area = PartsArea(out / RESUME_PREFIX if remote_parts else publication.staging)
         reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn)
         if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
-            job = Job(0, tuple(files), options, publication.staging, facts, "shard", _sources(setup), setup.cache_key())
+            job = Job(
+                0, tuple(files), options, area.root, facts, part_manifest, "shard", _sources(setup), setup.cache_key()
+            )
             task = partial(run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers)
             engine.run([job], task, bool, None, None)
         else:
             progress = _Progress(plan, reporter, warn)
             progress.start(reused, area)
-            jobs = [
-                _partition_job(plan, k, options, publication.staging, facts) for k in range(count) if k not in reused
-            ]
+            jobs = [_partition_job(plan, k, options, area.root, facts, part_manifest) for k in range(count)]
+            jobs = [job for job in jobs if job.partition not in reused]
             if jobs:
                 engine.run(jobs, run_job, progress.on_result, start_worker, shipped)
-            progress.raise_first_failure(publication.staging)
-        records = [area.read(k) for k in range(count)]
-        totals, shards = merge_parts(records, facts)
-        read_documents = sum(int(record.get("read_documents", 0)) for record in records if record is not None)
+            progress.raise_first_failure(area.root)
+        parts, totals, shards = merge_parts([area.read(k) for k in range(count)], facts)
+        read_documents = sum(int(part["part"]["read_documents"]) for part in parts)
         check_documents(read_documents if plan is None else totals["input_documents"], totals, files, options)
-        manifest = base_manifest(setup, fingerprint)
-        manifest["tokenizer"].update(merged_backend(records))  # which backend encoded: outside the fingerprint
+        manifest["tokenizer"].update(merged_backend(parts))  # which backend encoded: outside the fingerprint
         totals["unread_files"] = setup.unread_files
         manifest.update(totals=totals, shards=shards)
-        first = records[0] or {}
-        if "sources" in first:
-            manifest["sources"] = first["sources"]
-        if plan is not None:
-            manifest["partitions"] = plan.describe()
-        area.finish()
+        if "sources" in parts[0]:
+            manifest["sources"] = parts[0]["sources"]
+        placed = area.gather(publication.staging, parts)
         write_manifest(publication.staging, manifest)
-        from_cache = bool(first.get("from_cache"))
+        from_cache = bool(parts[0]["part"]["from_cache"])
         if from_cache:
             cache.discard(setup.cache_key())
-        publication.commit()
+        if isinstance(publication, RemotePublication):
+            publication.commit(placed)
+        else:
+            publication.commit()
+        area.discard()
     reporter.close()
     if plan is None:
         return PackResult(out, "packed", manifest, from_cache)
@@ -154,10 +153,12 @@ def _sources(setup: Setup) -> tuple[Any, ...] | None:
     return tuple(setup.sources) if setup.sources is not None else None
 
 
-def _partition_job(plan: Plan, k: int, options: PackOptions, staging: Path, facts: dict[str, Any]) -> Job:
+def _partition_job(
+    plan: Plan, k: int, options: PackOptions, parts: Path, facts: dict[str, Any], manifest: dict[str, Any]
+) -> Job:
     """Partition ``k``'s job: its slices, its own seed, its shard names."""
     partition_options = replace(options, seed=partition_seed(options.seed, k))
-    return Job(k, plan.partitions[k], partition_options, staging, facts, part_prefix(k))
+    return Job(k, plan.partitions[k], partition_options, parts, facts, manifest, part_prefix(k))
 
 
 def _engine(options: PackOptions) -> Engine:
@@ -216,7 +217,7 @@ class _Progress:
         self.reporter.stage(f"partitions {self.partitions}/{len(self.plan)}")
         self.reporter.advance(self.bytes, self.documents, self.tokens)
 
-    def raise_first_failure(self, staging: Path) -> None:
+    def raise_first_failure(self, parts: Path) -> None:
         """Raise the failure of the lowest partition id that failed, naming its file and line."""
         if not self.failures:
             return
@@ -224,7 +225,7 @@ class _Progress:
         assert first.failure is not None
         error = PackcliError(
             f"{first.failure.message} (partition {first.partition} of {len(self.plan)}; the {self.partitions} "
-            f"partition(s) committed are kept in {staging}: rerun the same command to resume)",
+            f"partition(s) committed are kept in {parts}: rerun the same command to resume)",
             first.failure.path,
             first.failure.line,
         )

@@ -20,10 +20,8 @@ from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
 from packcli.run.setup import set_up, tokenizer_entry
-from packcli.storage import UrlPath
 from packcli.storage.sources import parquet_source
-from packcli.write.publish import existing_output
-from packcli.write.remote import remote_output
+from packcli.write.remote import output_state
 
 __all__ = ["DryRun", "dry_run"]
 
@@ -95,10 +93,6 @@ def dry_run(
         PackcliError: an input that cannot be opened, a tokenizer that does not load, or an ``--out`` that the run
             would refuse (another output there without ``overwrite``, or a directory that is not packcli's).
     """
-    if options.partitioned:
-        from packcli.run.driver import refuse_partitioned_url
-
-        refuse_partitioned_url(options, out)  # as the run would, before any work
     setup = set_up(inputs, options, warn, stdin)
     facts: dict[str, Any] = {
         "tokenizer": tokenizer_entry(setup),
@@ -119,11 +113,7 @@ def dry_run(
             {"path": source.name, "files": len(source.files), "weight": share}
             for source, share in zip(setup.sources, shares)
         ]
-    output = (
-        remote_output(out, fingerprint)[0]
-        if isinstance(out, UrlPath)
-        else existing_output(out.resolve(), fingerprint, out)
-    )
+    output = output_state(out, fingerprint)
     if output == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options): the run would refuse it without "

@@ -1,10 +1,11 @@
 """One local run, the same for every run and engine: read its inputs (a whole corpus, or a partition's slices),
 tokenize (or take the tokens ``stats`` left in the cache), draw a mixture, apply overflow, pack, order the rows,
-write its shards into the staging directory, then commit its completion record, last and atomically.
+write its shards, then commit its part (:mod:`packcli.run.parts`): a small output whose manifest is written last.
 
 A plain run is one such job in-process, its shards ``shard-NNNNN.arrow``; a partitioned run has one per partition,
 ``part-NNNNN-shard-MMMMM.arrow``, in worker processes or Ray actors: what crosses the engine is the job (inputs,
-options, paths) and a small result; tokens only ever go from the inputs to files. In a worker, a failure is
+options, where its part goes: a directory, or a prefix in a store) and a small result; tokens only ever go from the
+inputs to files. In a worker, a failure is
 returned, not raised, as a :class:`Failure` naming file and line (exceptions lose their fields when pickled across
 processes, and the other partitions' committed work must survive it).
 """
@@ -81,8 +82,9 @@ class Job:
     partition: int
     inputs: tuple[Path | InputSlice, ...]
     options: PackOptions  # the seed is this job's (a partition's own, derived from the run's)
-    staging: Path  # the run's staging directory, on storage every worker sees
+    staging: Path  # where the run's parts go: a directory every worker sees, or a prefix in a store
     facts: dict[str, Any]  # what every part of the run agrees on (see packcli.run.merge.run_facts)
+    manifest: dict[str, Any]  # the part manifest's run-wide keys (format and packcli versions, options, tokenizer, ...)
     prefix: str = "shard"  # shard names: shard-NNNNN.arrow, or part-NNNNN-shard-MMMMM.arrow
     sources: tuple[Source, ...] | None = None  # a mixed run: its sources (one job reads the whole corpus)
     cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
@@ -100,7 +102,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class JobResult:
-    """A finished job: its totals (from its committed record), or its failure; warnings either way."""
+    """A finished job: its totals (from its committed part), or its failure; warnings either way."""
 
     partition: int
     totals: dict[str, int] | None
@@ -150,41 +152,41 @@ def run_local(
     warn: Callable[[str], None],
     threads: int | None = None,
 ) -> dict[str, int]:
-    """Run one job into the staging directory and commit its record; returns its totals. Errors propagate.
-    ``threads``: the tokenizer's (None: every core)."""
+    """Run one job and commit its part; returns its totals. Errors propagate. ``threads``: the tokenizer's (None:
+    every core)."""
     area = PartsArea(job.staging)
     k, options = job.partition, job.options
     area.clear(k)  # what an earlier, interrupted attempt left
+    built = area.build_path(k)
+    built.mkdir(parents=True)
+    area.work_path(k).parent.mkdir(parents=True, exist_ok=True)
     use_threads(threads)
     encoder = make_encoder(options, tokenizer)  # its set-up warnings were the driver's to give, once
     cached = cache.load(job.cache_key) if job.cache_key is not None else None
     tokenized = cached or tokenize_corpus(
         job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, threads
     )
-    # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
-    record: dict[str, Any] = {
-        **job.facts,
-        "partition": k,
-        "read_documents": len(tokenized.lengths),
-        "backend": tokenized.backend,
-    }
+    part = {**job.facts, "partition": k, "read_documents": len(tokenized.lengths), "from_cache": cached is not None}
     try:
         stream = None
         if job.sources is not None and len(tokenized.lengths):
             stream = mixed_stream(list(job.sources), tokenized.file_documents, tokenized.lengths, options)
         drawn = None if stream is None else stream.documents
-        packed = pack_tokens(tokenized, options, tokenizer, encoder, job.staging, reporter, drawn, job.prefix)
+        packed = pack_tokens(tokenized, options, tokenizer, encoder, built, reporter, drawn, job.prefix)
     finally:
         if cached is None:
             tokenized.store.remove()
         else:
             tokenized.store.close()
+    # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
+    tokenizer_entry = {**job.manifest["tokenizer"], **tokenized.backend}
+    manifest = {**job.manifest, "tokenizer": tokenizer_entry, "totals": packed.totals, "part": part}
+    manifest["shards"] = packed.shard_entries()
     if job.sources is not None and stream is not None:
-        record["sources"] = source_entries(
+        manifest["sources"] = source_entries(
             list(job.sources), stream, tokenized.file_documents, tokenized.lengths, packed.pieces
         )
-    shards = packed.shard_entries()
-    area.commit(k, {**record, "from_cache": cached is not None, "totals": packed.totals, "shards": shards})
+    area.commit(k, manifest)
     return packed.totals
 
 

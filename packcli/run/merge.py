@@ -1,6 +1,7 @@
-"""Merge the parts of a partitioned run: every part must agree on the run's facts (fingerprint, plan hash,
-partition count, options, tokenizer, format and packcli versions, columns); totals are summed and shards listed
-in partition order, so the merged manifest is the same whatever engine or worker count produced the parts.
+"""Merge the parts of a run from their manifests: every part's ``part`` block must agree on the run's facts
+(fingerprint, plan hash, partition count, options, tokenizer, format and packcli versions, columns); totals are
+summed and shards listed in partition order, so the merged manifest is the same whatever engine or worker count
+produced the parts.
 
 The packing gap: sequences against the lower bound ``ceil(tokens / max_len)``. It bounds what partitioning cost
 (packing each partition on its own can only add sequences to one global packing, which is itself at or above the
@@ -43,7 +44,8 @@ def run_facts(
     tokenizer: dict[str, Any],
     supervised: bool,
 ) -> dict[str, Any]:
-    """What every part of a run records and the merge checks (as JSON values, to compare with records read back)."""
+    """What every part of a run records in its manifest's ``part`` block and the merge checks (as JSON values, to
+    compare with manifests read back)."""
     return {
         "fingerprint": fingerprint,
         "plan_hash": plan.digest if plan is not None else None,  # None: a plain run, one job on the whole corpus
@@ -63,42 +65,50 @@ def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
     return [[str(item.path), item.size, item.version] for item in inputs]
 
 
-def merge_parts(records: list[dict[str, Any] | None], facts: dict[str, Any]) -> tuple[dict[str, int], list[Any]]:
-    """The merged totals and shard entries of a run's parts, in partition order.
+def merge_parts(
+    manifests: list[dict[str, Any] | None], facts: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, int], list[Any]]:
+    """The parts' manifests checked, and their merged totals and shard entries, in partition order.
 
     Raises:
         PackcliError: a partition is not committed, or a part disagrees with the run on one of the facts.
     """
-    if len(records) != facts["partitions"]:
-        raise PackcliError(f"expected {facts['partitions']} parts, found {len(records)}")
-    for partition, record in enumerate(records):
-        if record is None:
-            raise PackcliError(f"partition {partition} has no completion record: it did not finish")
-        if record.get("partition") != partition:
-            raise PackcliError(f"the record of partition {partition} is for partition {record.get('partition')}")
+    if len(manifests) != facts["partitions"]:
+        raise PackcliError(f"expected {facts['partitions']} parts, found {len(manifests)}")
+    parts = []
+    for partition, manifest in enumerate(manifests):
+        if manifest is None:
+            raise PackcliError(f"partition {partition} has no manifest: it did not finish")
+        part = manifest["part"]
+        if part.get("partition") != partition:
+            raise PackcliError(f"the manifest of partition {partition} is for partition {part.get('partition')}")
         for key in AGREED:
-            if record.get(key) != facts[key]:
+            if part.get(key) != facts[key]:
                 raise PackcliError(
                     f"partition {partition} disagrees with the run on {key}: it was packed by another run "
                     "(another plan, options, tokenizer or packcli); rerun to pack it again"
                 )
-    parts = [record for record in records if record is not None]
+        parts.append(manifest)
     keys = list(parts[0]["totals"])
-    for partition, record in enumerate(parts):
-        if list(record["totals"]) != keys:
-            raise PackcliError(f"partition {partition} records other totals than partition 0")
-    totals = {key: sum(int(record["totals"][key]) for record in parts) for key in keys}
-    return totals, [shard for record in parts for shard in record["shards"]]
+    for partition, manifest in enumerate(parts):
+        if list(manifest["totals"]) != keys:
+            raise PackcliError(f"partition {partition} has other totals than partition 0")
+    totals = {key: sum(int(manifest["totals"][key]) for manifest in parts) for key in keys}
+    return parts, totals, [shard for manifest in parts for shard in manifest["shards"]]
 
 
-def merged_backend(records: list[dict[str, Any] | None]) -> dict[str, str]:
-    """The tokenizer backend of a run from its parts' records: the one they all used, else every one used, joined
+def merged_backend(manifests: list[dict[str, Any]]) -> dict[str, str]:
+    """The tokenizer backend of a run from its parts' manifests: the one they all used, else every one used, joined
     by "+" (a part reused from an earlier run, or a worker where the fast backend does not import)."""
-    used = sorted({json.dumps(record.get("backend", {}), sort_keys=True) for record in records if record is not None})
+    used = sorted({json.dumps(_backend(manifest["tokenizer"]), sort_keys=True) for manifest in manifests})
     backends = [json.loads(entry) for entry in used]
     if len(backends) == 1:
         return dict(backends[0])
     return {key: "+".join(str(backend.get(key)) for backend in backends) for key in ("backend", "backend_version")}
+
+
+def _backend(tokenizer: dict[str, Any]) -> dict[str, Any]:
+    return {key: tokenizer[key] for key in ("backend", "backend_version") if key in tokenizer}
 
 
 def packing_gap(totals: dict[str, int], max_len: int) -> dict[str, Any]:

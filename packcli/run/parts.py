@@ -1,15 +1,22 @@
-"""The parts of a partitioned run in its staging directory, and what a rerun may reuse of them.
+"""The parts of a run, and what a rerun may reuse of them. A part is a small output of its own: a directory holding
+one job's shards and its ``manifest.json``, a real packcli manifest (``packcli verify`` and ``stats`` read one part)
+with a ``part`` block of the run's facts that the merge and a rerun check.
 
-Each partition writes its shards beside the others' and then its completion record, last and atomically: a
-partition without a record is not done, whatever files it left. The run record says which run the parts belong to.
-A rerun of the same run (same fingerprint) reuses every committed partition whose shards still have the sizes and
-sha256 of its record; the parts of another run are removed, saying why they cannot be reused. Layout::
+The manifest is written last (on a disk atomically, in a store in one PUT after every shard): a part without one is
+not done, whatever files it left. The run record says which run the parts belong to. A rerun of the same run (same
+fingerprint) reuses every committed part whose shards still have the sizes and sha256 of its manifest; the parts of
+another run are removed, saying why they cannot be reused, and so is every file no reused part lists. Layout, in the
+staging directory of a local output or, for an output URL, under its ``packcli-resume/`` prefix in the store::
 
-    .OUT.packcli-resume/
-        part-00000-shard-00000.arrow ...   the shards, named as they will be in the output
-        .parts/run.json                    the run's facts (fingerprint, plan hash, options, ...) and its inputs
-        .parts/part-00000.json             partition 0's completion record: the facts, totals, shards with sha256
-        .parts/part-00001.tokens           partition 1's token store while it runs (or in $PACKCLI_SCRATCH)
+    .OUT.packcli-resume/                                       s3://bucket/OUT/packcli-resume/
+        run.json                       the run's facts (fingerprint, plan hash, options, ...) and its inputs
+        part-00000/manifest.json       partition 0's manifest: the format's fields, totals, shards, its `part` block
+        part-00000/part-00000-shard-00000.arrow ...           its shards, named as they will be in the output
+        part-00001/tokens              partition 1's token store while it runs (or in $PACKCLI_SCRATCH)
+
+A part in a store is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else the temporary directory),
+token store and shards, and uploaded on commit: its shards, then its manifest. The merge moves the shards of a local
+run into the output; a store's are copied there by the publication's commit, and the parts removed after it.
 """
 
 from __future__ import annotations
@@ -22,119 +29,209 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from packcli.util.files import file_sha256, write_json
+from packcli.errors import PackcliError
+from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from packcli.storage import UrlPath
+from packcli.storage.objects import find_objects, remove_objects, upload_file, write_object
+from packcli.util.files import canonical_json, file_sha256, write_json
+from packcli.write.remote import scratch_directory
 
-__all__ = ["PartsArea", "part_prefix"]
+__all__ = ["PartsArea", "part_name", "part_prefix"]
 
-PARTS = ".parts"
 RUN_RECORD = "run.json"
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
+TOKENS = "tokens"
+
+
+def part_name(partition: int) -> str:
+    """The directory of one part: ``part-00003``."""
+    return f"part-{partition:05d}"
 
 
 def part_prefix(partition: int) -> str:
     """The shard name prefix of one partition: its shards are ``part-00003-shard-00000.arrow`` and on."""
-    return f"part-{partition:05d}-shard"
+    return f"{part_name(partition)}-shard"
 
 
 class PartsArea:
-    """The parts of one run in its staging directory."""
+    """The parts of one run under ``root``: a local directory, or a prefix in a store (a
+    :class:`~packcli.storage.UrlPath`)."""
 
-    def __init__(self, staging: Path) -> None:
-        self.staging = staging
-        self.directory = staging / PARTS
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.remote = isinstance(root, UrlPath)
+        self._read: dict[int, dict[str, Any]] = {}  # committed parts' manifests read so far (a store's cost requests)
+
+    def part(self, partition: int) -> Path:
+        """Where a part is committed."""
+        return self.root / part_name(partition)
+
+    def _scratch(self, partition: int) -> Path:
+        """A part's node-local directory: one name per output and partition."""
+        run = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+        return scratch_directory() / f"packcli-{run}-{part_name(partition)}"
+
+    def build_path(self, partition: int) -> Path:
+        """Where a running part writes its shards: the part's own directory, or for a store its scratch directory
+        (uploaded on commit)."""
+        return self._scratch(partition) if self.remote else self.part(partition)
 
     def work_path(self, partition: int) -> Path:
-        """Where a running partition keeps its token store: ``$PACKCLI_SCRATCH`` (a node-local directory, for a
-        cluster whose staging is on shared storage), else beside the parts."""
-        name = f"part-{partition:05d}.tokens"
-        scratch = os.environ.get(SCRATCH_VARIABLE)
-        if not scratch:
-            return self.directory / name
-        run = hashlib.sha256(str(self.staging.resolve()).encode()).hexdigest()[:16]  # one name per output
-        return Path(scratch) / f"packcli-{run}-{name}"
-
-    def record_path(self, partition: int) -> Path:
-        """A partition's completion record."""
-        return self.directory / f"part-{partition:05d}.json"
+        """Where a running part keeps its token store: ``$PACKCLI_SCRATCH`` (a node-local directory, for a cluster
+        whose staging is on shared storage) or the part's scratch directory in a store, else its own directory."""
+        local = self.remote or bool(os.environ.get(SCRATCH_VARIABLE))
+        return (self._scratch(partition) if local else self.part(partition)) / TOKENS
 
     def clear(self, partition: int) -> None:
-        """Remove a partition's record, shards and token store."""
-        self.record_path(partition).unlink(missing_ok=True)
-        shards = self.staging.glob(part_prefix(partition) + "-*")
-        work = self.work_path(partition)
-        for path in [*shards, *work.parent.glob(work.name + "*")]:
-            path.unlink(missing_ok=True)
+        """Remove a part: its manifest, shards, token store and scratch."""
+        self._read.pop(partition, None)
+        _remove_tree(self.part(partition))
+        shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
-    def commit(self, partition: int, record: dict[str, Any]) -> None:
-        """Write a partition's completion record, atomically: the partition is done once it exists."""
-        write_json(self.record_path(partition), record)
+    def commit(self, partition: int, manifest: dict[str, Any]) -> None:
+        """Commit a built part: in a store, upload its shards then its manifest; on a disk, write its manifest
+        atomically. The part is done once its manifest exists."""
+        part = self.part(partition)
+        if self.remote:
+            for shard in manifest["shards"]:
+                upload_file(str(self.build_path(partition) / shard["file"]), f"{part}/{shard['file']}")
+            write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
+        else:
+            write_manifest(part, manifest)
+        shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def read(self, partition: int) -> dict[str, Any] | None:
-        """A partition's completion record, or None when the partition is not committed."""
+        """A part's manifest, or None when the part is not committed (or its manifest is damaged). A committed
+        part changes only when cleared, so its manifest is read once."""
+        if partition in self._read:
+            return self._read[partition]
         try:
-            record = json.loads(self.record_path(partition).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            manifest = read_manifest(self.part(partition))
+        except PackcliError:
             return None
-        return record if isinstance(record, dict) else None
+        if not isinstance(manifest.get("part"), dict):
+            return None
+        self._read[partition] = manifest
+        return manifest
 
     def resume(self, run: dict[str, Any], partitions: int, warn: Callable[[str], None]) -> list[int]:
-        """Claim the staging directory for ``run`` (its facts and inputs); returns the committed partitions reused.
+        """Claim the area for ``run`` (its facts and inputs); returns the committed partitions reused.
 
-        The parts of another run are removed (with a warning naming what differs); a committed partition whose
-        record or shards do not check out is packed again (with a warning saying why).
+        The parts of another run are removed (with a warning naming what differs); a committed part whose manifest
+        or shards do not check out is packed again (with a warning saying why).
         """
-        earlier = _read_json(self.directory / RUN_RECORD)
+        earlier = _read_json(self.root / RUN_RECORD)
         if earlier != run:
-            committed = sorted(self.directory.glob("part-*.json")) if earlier is not None else []
+            committed = [k for k in range(partitions) if self.read(k) is not None] if earlier is not None else []
             if committed:
                 warn(
-                    f"not reusing the {len(committed)} committed partition(s) in {self.staging}: they belong to "
+                    f"not reusing the {len(committed)} committed partition(s) in {self.root}: they belong to "
                     f"another run ({_difference(earlier or {}, run)}); packing every partition"
                 )
-            for path in list(self.staging.iterdir()):
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-            self.directory.mkdir()
-            write_json(self.directory / RUN_RECORD, run)
+            _remove_files(self.root, _files(self.root))
+            self._read.clear()
+            self._write_record(run)
             return []
         reused = []
         for partition in range(partitions):
-            record = self.read(partition)
-            problem = None if record is None else _check_record(self.staging, record, run)
-            if record is not None and problem is None:
+            manifest = self.read(partition)
+            problem = None if manifest is None else self._check(partition, manifest, run)
+            if manifest is not None and problem is None:
                 reused.append(partition)
                 continue
             if problem is not None:
                 warn(f"partition {partition} is packed again: {problem}")
             self.clear(partition)
-        self._remove_unrecorded(reused, warn)
+        self._remove_unlisted(reused, warn)
         return reused
 
-    def _remove_unrecorded(self, reused: list[int], warn: Callable[[str], None]) -> None:
-        """Remove every file that no reused partition's record lists: this run wrote none of them."""
-        recorded = {str(shard["file"]) for k in reused for shard in (self.read(k) or {}).get("shards", [])}
-        stray = sorted(path for path in self.staging.iterdir() if path.name != PARTS and path.name not in recorded)
+    def _write_record(self, run: dict[str, Any]) -> None:
+        if self.remote:
+            write_object(f"{self.root}/{RUN_RECORD}", canonical_json(run).encode())
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
+            write_json(self.root / RUN_RECORD, run)
+
+    def _check(self, partition: int, manifest: dict[str, Any], run: dict[str, Any]) -> str | None:
+        """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed."""
+        for key, value in manifest["part"].items():
+            if key in run and value != run[key]:
+                return f"its manifest's {key} is not this run's"
+        for shard in manifest["shards"]:
+            path = self.part(partition) / str(shard["file"])
+            if not path.is_file() or path.stat().st_size != shard["bytes"]:
+                return f"{path.name} is missing or not {shard['bytes']} bytes as listed"
+            if file_sha256(path) != shard["sha256"]:
+                return f"{path.name} does not have the sha256 listed"
+        return None
+
+    def _remove_unlisted(self, reused: list[int], warn: Callable[[str], None]) -> None:
+        """Remove every file that no reused part's manifest lists: this run wrote none of them."""
+        listed = {RUN_RECORD}
+        for partition in reused:
+            manifest = self.read(partition) or {"shards": []}
+            names = [MANIFEST_NAME, *(str(shard["file"]) for shard in manifest["shards"])]
+            listed.update(f"{part_name(partition)}/{name}" for name in names)
+        stray = [name for name in _files(self.root) if name not in listed]
         if stray:
-            warn(f"removing {len(stray)} file(s) no committed partition wrote from {self.staging}: {stray[0].name}")
-        for path in stray:
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            warn(f"removing {len(stray)} file(s) no committed partition wrote from {self.root}: {stray[0]}")
+        _remove_files(self.root, stray)
 
-    def finish(self) -> None:
-        """Remove the records and the run record (the merged manifest replaces them)."""
-        shutil.rmtree(self.directory)
+    def gather(self, into: Path, manifests: list[dict[str, Any]]) -> dict[str, Path]:
+        """Bring the parts' shards into the output being built in ``into``, under their own names. On a disk they
+        are moved there and the parts removed (nothing is returned); in a store, where there is no move, returns
+        where each shard lies, for the commit to copy (and :meth:`discard` to remove after it)."""
+        placed = {
+            str(shard["file"]): self.part(int(manifest["part"]["partition"])) / str(shard["file"])
+            for manifest in manifests
+            for shard in manifest["shards"]
+        }
+        if self.remote:
+            return placed
+        for name, path in placed.items():
+            os.replace(path, into / name)
+        for path in self.root.iterdir():
+            if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
+                _remove_tree(path)
+        return {}
+
+    def discard(self) -> None:
+        """Remove a store's parts area (once the output that copied its shards is committed)."""
+        if self.remote:
+            _remove_files(self.root, _files(self.root))
 
 
-def _check_record(staging: Path, record: dict[str, Any], run: dict[str, Any]) -> str | None:
-    """Why a committed partition cannot be reused, or None: its facts are the run's, its shards as recorded."""
-    for key, value in record.items():
-        if key in run and value != run[key]:
-            return f"its record's {key} is not this run's"
-    for shard in record.get("shards", []):
-        path = staging / str(shard.get("file"))
-        if not path.is_file() or path.stat().st_size != shard.get("bytes"):
-            return f"{path.name} is missing or not {shard.get('bytes')} bytes as recorded"
-        if file_sha256(path) != shard.get("sha256"):
-            return f"{path.name} does not have the sha256 recorded"
-    return None
+def _files(root: Path) -> list[str]:
+    """Every file under ``root``, by its path relative to it (sorted); a local directory's empty directories
+    too."""
+    if isinstance(root, UrlPath):
+        return [url[len(f"{root}/") :] for url in find_objects(str(root))]
+    if not root.is_dir():
+        return []
+    found = (path for path in root.rglob("*") if not path.is_dir() or not any(path.iterdir()))
+    return sorted(str(path.relative_to(root)) for path in found)
+
+
+def _remove_files(root: Path, names: list[str]) -> None:
+    """Remove ``names`` under ``root``; locally, then the directories left empty."""
+    if isinstance(root, UrlPath):
+        remove_objects([f"{root}/{name}" for name in names])
+        return
+    for name in names:
+        _remove_tree(root / name)
+    for directory in sorted({(root / name).parent for name in names}, reverse=True):
+        if directory != root and directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a file, a directory tree, or every object under a prefix; absent is fine."""
+    if isinstance(path, UrlPath):
+        remove_objects(find_objects(str(path)))
+    elif path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
@@ -175,5 +272,5 @@ def _inputs_difference(earlier: list[list[Any]], now: list[list[Any]]) -> str:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, PackcliError):
         return None

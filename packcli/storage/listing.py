@@ -1,7 +1,8 @@
 """The objects an input URL names: one object, every object under a prefix (a directory), or what a glob matches.
 
 Invariants: sorted by URL, each once; a packcli output found under a prefix (a prefix holding ``manifest.json``,
-or a run's ``packcli-run-*`` prefix, or a ``.packcli-*`` lock) is never returned as input, and said so.
+a run's ``packcli-run-*`` prefix, a partitioned run's ``packcli-resume`` parts, or a ``.packcli-*`` lock) is never
+returned as input, and said so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = ["Expanded", "expand_url"]
 
 MANIFEST = "manifest.json"
 RUN_PREFIX = "packcli-run-"  # the prefix an output's shards live under in a store
+RESUME_PREFIX = "packcli-resume"  # where a partitioned run to an output URL keeps its parts (packcli.run.parts)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def _inputs_only(urls: list[str], warn: Callable[[str], None]) -> list[UrlPath]:
     kept = []
     for url in sorted(set(urls)):
         parts = url.split("://", 1)[-1].split("/")
-        own = any(part.startswith((RUN_PREFIX, ".packcli-")) for part in parts)
+        own = any(part.startswith((RUN_PREFIX, RESUME_PREFIX, ".packcli-")) for part in parts)
         if not own and not any(url.startswith(output + "/") for output in outputs):
             kept.append(UrlPath(url))
     return kept

@@ -24,6 +24,7 @@ __all__ = [
     "READ_ATTEMPTS",
     "READ_BLOCK",
     "ObjectInfo",
+    "copy_object",
     "create_object",
     "exists",
     "filesystem",
@@ -287,6 +288,13 @@ def upload_file(local: str, url: str) -> None:
     fs, path = filesystem(url)
     with _named(url, "cannot upload"):
         fs.put_file(local, path)
+
+
+def copy_object(source: str, url: str) -> None:
+    """Copy the object at ``source`` to ``url`` in the same store (the store copies: no byte comes here)."""
+    fs, path = filesystem(url)
+    with _named(source, "cannot copy"):
+        fs.cp_file(filesystem(source)[1], path)
 
 
 def remove_objects(urls: list[str]) -> None:

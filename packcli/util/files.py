@@ -36,9 +36,9 @@ def write_json(path: Path, value: Any) -> Path:
 
 
 def file_sha256(path: Path) -> str:
-    """The sha256 (hex) of a file's bytes, read in 4 MiB blocks."""
+    """The sha256 (hex) of a file's bytes (or an object's, for a URL), read in 4 MiB blocks."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()

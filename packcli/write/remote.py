@@ -8,13 +8,17 @@ The protocol, under the output's lock object (:class:`~packcli.storage.lock.Obje
    anything else is refused, naming it;
 2. the run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
    temporary directory);
-3. ``commit`` uploads the shards under a run-unique prefix ``packcli-run-<time>-<random>/``, then writes
-   ``manifest.json`` (one PUT: readers see the old manifest or the new one, never a part), which names the shards by
-   their paths relative to the output: ``packcli-run-.../shard-00000.arrow``. That write is the commit: before it
-   nothing a reader takes for an output has changed. The previous output's shards are removed after it.
+   (a partitioned run stages only its manifest there: its parts are in the store already, under
+   ``packcli-resume/``, see :mod:`packcli.run.parts`);
+3. ``commit`` uploads the shards under a run-unique prefix ``packcli-run-<time>-<random>/`` (a part's shard already
+   in the store is copied there by the store itself), then writes ``manifest.json`` (one PUT: readers see the old
+   manifest or the new one, never a part), which names the shards by their paths relative to the output:
+   ``packcli-run-.../shard-00000.arrow``. That write is the commit: before it nothing a reader takes for an output
+   has changed. The previous output's shards are removed after it.
 
-A run killed at any point leaves at most its run prefix and its lock object; the next run takes the stale lock
-over and removes the prefix. Local outputs keep :class:`~packcli.write.publish.Publication`.
+A run killed at any point leaves at most its run prefix, its lock object and (a partitioned run) its parts; the
+next run takes the stale lock over, removes the run prefix and resumes from the parts. Local outputs keep
+:class:`~packcli.write.publish.Publication`.
 """
 
 from __future__ import annotations
@@ -25,19 +29,20 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest
-from packcli.storage.listing import MANIFEST, RUN_PREFIX
+from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
 from packcli.storage.lock import ObjectLock
-from packcli.storage.objects import find_objects, object_info, remove_objects, upload_file, write_object
+from packcli.storage.objects import copy_object, find_objects, object_info, remove_objects, upload_file, write_object
+from packcli.storage.urls import UrlPath
 from packcli.util.files import canonical_json
-from packcli.write.publish import Existing, in_use, up_to_date
+from packcli.write.publish import Existing, existing_output, in_use, up_to_date
 
-__all__ = ["LOCK_NAME", "RemotePublication", "remote_output", "scratch_directory"]
+__all__ = ["LOCK_NAME", "RemotePublication", "output_state", "remote_output", "scratch_directory"]
 
 LOCK_NAME = ".packcli-lock"
 
@@ -95,12 +100,18 @@ class RemotePublication:
         remove_objects(debris)
         return existing
 
-    def commit(self) -> None:
-        """Upload the staged shards under the run prefix, then write the manifest (the commit), then remove the
-        previous output's shards."""
+    def commit(self, stored: Mapping[str, Path] | None = None) -> None:
+        """Put the shards under the run prefix (uploaded from the staging directory, or copied from where
+        ``stored`` says the store holds them), then write the manifest (the commit), then remove the previous
+        output's shards."""
         manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
         for shard in manifest["shards"]:
-            upload_file(str(self.staging / shard["file"]), f"{self.out}/{self.run}/{shard['file']}")
+            target = f"{self.out}/{self.run}/{shard['file']}"
+            source = (stored or {}).get(shard["file"])
+            if source is not None:
+                copy_object(str(source), target)
+            else:
+                upload_file(str(self.staging / shard["file"]), target)
             shard["file"] = f"{self.run}/{shard['file']}"
         previous = [url for url in find_objects(str(self.out)) if url.startswith(f"{self.out}/{RUN_PREFIX}")]
         write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
@@ -118,17 +129,27 @@ class RemotePublication:
             self._lock.release()
 
 
+def output_state(out: Path, fingerprint: str) -> Existing:
+    """What ``out`` holds, a directory or an output URL, before a run claims it (see :func:`remote_output` and
+    :func:`~packcli.write.publish.existing_output`)."""
+    if isinstance(out, UrlPath):
+        return remote_output(out, fingerprint)[0]
+    return existing_output(out.resolve(), fingerprint, out)
+
+
 def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     """What the output URL ``out`` holds ("absent", "same" or "other", as
     :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs' prefixes there
-    (no manifest lists them).
+    (no manifest lists them). A partitioned run's parts (``packcli-resume/``) are neither: its rerun resumes from
+    them.
 
     Raises:
         PackcliError: ``out`` holds an object that is not part of a packcli output, or an unusable manifest.
     """
     prefix = f"{out}/"
     names = [url[len(prefix) :] for url in find_objects(str(out))]
-    foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(RUN_PREFIX)]
+    own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
+    foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(own)]
     manifest = None
     if MANIFEST in names:
         try:

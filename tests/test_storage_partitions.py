@@ -1,0 +1,186 @@
+"""Partitioned runs whose inputs and output are in an S3-protocol store (moto's server on 127.0.0.1): each part is
+built on the worker's scratch and uploaded, the merge copies the shards under the run prefix, and the output has the
+same shards as the same partitioned pack on disk; a run killed with ``kill -9`` leaves its committed parts in the
+store (each one verifies on its own) and the rerun resumes from them, to the same bytes; and a Ray cluster of two
+nodes on this machine, each with its own scratch, sharing nothing but the store, writes the local engine's bytes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLE
+from s3_server import S3Server
+from test_processes import command_line, descendants
+from typer.testing import CliRunner
+
+from packcli.cli import app
+
+runner = CliRunner()
+PARTITIONS = ["--max-len", "512", "--partitions", "4"]
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+def keys(fs: Any, url: str) -> list[str]:
+    prefix = url.removeprefix("s3://") + "/"
+    return sorted(name.removeprefix(prefix) for name in fs.find(url))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """60 lines of the bundled sample (about 1 MB of real text): four partitions of a second or so each."""
+    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:60]
+    path = tmp_path_factory.mktemp("corpus") / "slice.jsonl"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same partitioned pack from disk to disk."""
+    out = tmp_path_factory.mktemp("reference") / "packed"
+    result = invoke("pack", str(corpus), *PARTITIONS, "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def uploaded(s3_server: S3Server, corpus: Path) -> tuple[Any, str]:
+    """A fresh bucket holding the corpus: (the filesystem, the bucket's URL)."""
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    fs.put_file(str(corpus), f"{bucket}/corpus/{corpus.name}")
+    return fs, bucket
+
+
+def assert_same_shards(fs: Any, out: str, reference: Path) -> dict[str, Any]:
+    """The output at ``out`` holds the reference's shards, byte for byte, under one run prefix; returns its
+    manifest."""
+    mine = json.loads((reference / "manifest.json").read_text())
+    theirs = json.loads(fs.cat(f"{out}/manifest.json"))
+    run = theirs["shards"][0]["file"].split("/")[0]
+    assert run.startswith("packcli-run-")
+    assert [shard["file"] for shard in theirs["shards"]] == [f"{run}/{shard['file']}" for shard in mine["shards"]]
+    for there, here in zip(theirs["shards"], mine["shards"]):
+        assert there["sha256"] == here["sha256"] and there["bytes"] == here["bytes"]
+        assert fs.cat(f"{out}/{there['file']}") == (reference / here["file"]).read_bytes()
+    # the run prefix; the input's URL, and so the plan's hash and the fingerprint
+    differ = ("shards", "inputs", "fingerprint", "partitions")
+    assert theirs["partitions"]["count"] == mine["partitions"]["count"]
+    assert {**theirs, **{key: mine[key] for key in differ}} == mine
+    assert keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in theirs["shards"])])  # parts gone
+    return dict(theirs)
+
+
+def test_a_partitioned_run_from_and_to_a_store_is_the_partitioned_run_on_disk(
+    s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs, bucket = uploaded(s3_server, corpus)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))  # the workers build their parts there
+    out = f"{bucket}/packed"
+    result = invoke("pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "2", "--out", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["partitions"] == 4
+    manifest = assert_same_shards(fs, out, reference)
+    assert not list(scratch.iterdir())
+    for report in (["verify", "--json"], ["stats", "--json"]):
+        there, here = invoke(*report, out), invoke(*report, str(reference))
+        assert there.exit_code == 0, there.output
+        assert json.loads(there.stdout) == json.loads(here.stdout)
+    again = invoke("pack", f"{bucket}/corpus/", *PARTITIONS, "--out", out, "--quiet", "--json")
+    assert json.loads(again.stdout)["status"] == "up-to-date" and json.loads(fs.cat(f"{out}/manifest.json")) == manifest
+
+
+def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
+    s3_server: S3Server, corpus: Path, reference: Path
+) -> None:
+    fs, bucket = uploaded(s3_server, corpus)
+    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    args = [f"{bucket}/corpus/", *PARTITIONS, "--out", out]
+    command = [sys.executable, "-m", "packcli", "pack", *args, "--workers", "1", "--quiet"]
+    process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
+
+    def committed() -> list[str]:
+        return [name for name in keys(fs, parts) if name.endswith("/manifest.json")] if fs.exists(parts) else []
+
+    deadline = time.monotonic() + 120
+    while not committed() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before the moment under test"
+    os.killpg(process.pid, signal.SIGKILL)  # the driver and its worker
+    process.wait()
+    done = committed()
+    assert 1 <= len(done) < 4 and "manifest.json" not in keys(fs, out)
+    part = f"{parts}/{done[0].split('/')[0]}"
+    verified = invoke("verify", part, "--json")  # a committed part is an output of its own
+    assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
+
+    resumed = invoke("pack", *args, "--quiet", "--json")  # takes over the dead run's lock, reuses its parts
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["partitions_reused"] == len(done)
+    assert_same_shards(fs, out, reference)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+    """Two Ray nodes on this machine (two CPUs each), each with its own scratch directory (``PACKCLI_SCRATCH`` in
+    its raylet's environment, so in its workers'), the test process connected as the driver; the scratch
+    directories. Every Ray process is gone when the module ends. (Module scope: the other Ray tests start their own
+    local Ray in this process, one connection at a time.)"""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packcli[ray]')")
+    from ray.cluster_utils import Cluster
+
+    scratches = [tmp_path_factory.mktemp(f"node{k}-scratch") for k in range(2)]
+    node = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
+    cluster = Cluster(shutdown_at_exit=True)
+    try:
+        cluster.add_node(**node, include_dashboard=False, env_vars={"PACKCLI_SCRATCH": str(scratches[0])})
+        cluster.add_node(**node, env_vars={"PACKCLI_SCRATCH": str(scratches[1])})
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
+        yield scratches
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    deadline = time.monotonic() + 30
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ray_processes(), "Ray processes outlived the cluster"
+
+
+def ray_processes() -> list[int]:
+    """The processes under this one whose command line is Ray's (its daemons, workers and actors)."""
+    return [pid for pid in descendants(os.getpid()) if "ray" in command_line(pid).lower()]
+
+
+@pytest.mark.ray
+def test_a_ray_cluster_sharing_nothing_but_the_store_writes_the_local_engines_bytes(
+    ray_cluster: list[Path], s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    fs, bucket = uploaded(s3_server, corpus)
+    out = f"{bucket}/packed"
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(tmp_path / "driver-scratch"))  # the driver's own: no node sees it
+    before = [scratch.stat().st_mtime_ns for scratch in ray_cluster]
+    time.sleep(0.01)
+    args = ["pack", f"{bucket}/corpus/", *PARTITIONS, "--engine", "ray", "--workers", "2", "--out", out]
+    result = invoke(*args, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    assert_same_shards(fs, out, reference)  # the local engine's bytes
+    after = [scratch.stat().st_mtime_ns for scratch in ray_cluster]
+    assert all(b > a for a, b in zip(before, after)), "a node's scratch was not used: its parts were built elsewhere"
+    assert not [path for scratch in ray_cluster for path in scratch.iterdir()]  # each part's scratch removed
+    verified = invoke("verify", out)
+    assert verified.exit_code == 0, verified.output
