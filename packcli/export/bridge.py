@@ -38,6 +38,8 @@ SCHEMA = pa.schema(
     [("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())), ("seq_start_id", pa.list_(pa.int32()))]
 )
 PENDING = "training.idx.parquet.tmp"
+# zstd at pyarrow's default level: a seventh of the uncompressed file for about 0.1 s more encoding on gcide (the
+# codecs are measured in docs/export.md, Speed); Bridge reads any codec pyarrow reads
 COMPRESSION = "zstd"
 
 
@@ -51,8 +53,7 @@ class BridgeExporter:
         self.directory = directory
         self.eos = packed.eos_id or 0
         self.max_len = int(packed.manifest["max_len"])
-        # zstd, as Bridge's own packer writes; no dictionary pages or statistics, which token lists do not use and
-        # which took a quarter of the export's time
+        # no dictionary pages or statistics, which token lists do not use and which took a quarter of the export's time
         self.writer = pq.ParquetWriter(
             directory / PENDING, SCHEMA, compression=COMPRESSION, use_dictionary=False, write_statistics=False
         )
