@@ -72,21 +72,26 @@ class MdsExporter:
     def write(self, batch: RowBatch) -> None:
         # ids are >= 0 (verified), so their little-endian int32 bytes are their uint32 bytes: no copy
         body = np.ascontiguousarray(batch.tokens, dtype="<i4").view("<u4").data.cast("B")
-        bounds = (batch.row_offsets * 4).tolist()
-        for start, end in zip(bounds[:-1], bounds[1:]):
+        lengths = np.diff(batch.row_offsets)
+        row = 0
+        while row < batch.rows:
             if self.shard is None:
                 self._open()
-            length = (end - start) // 4
-            if length != self.planned[self.written]:
+            rows = slice(row, row + min(batch.rows - row, len(self.planned) - self.written))
+            if not np.array_equal(lengths[rows], self.planned[self.written : self.written + rows.stop - row]):
                 raise PackcliError(
                     "a shard changed while it was exported (a row's length differs from its offsets read before); "
                     "nothing was exported",
                     self.directory,
                 )
-            shard = cast(BinaryIO, self.shard)
-            shard.write(sample_header(length))
-            shard.write(body[start:end])
-            self.written += 1
+            bounds = (batch.row_offsets[rows.start : rows.stop + 1] * 4).tolist()
+            cast(BinaryIO, self.shard).writelines(
+                part
+                for length, start, end in zip(lengths[rows].tolist(), bounds[:-1], bounds[1:])
+                for part in (sample_header(length), body[start:end])
+            )
+            self.written += rows.stop - row
+            row = rows.stop
             if self.written == len(self.planned):
                 self._close_shard()
         self.totals.sequences += batch.rows
