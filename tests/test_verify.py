@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import shared_path
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -130,7 +131,10 @@ def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None
 def small_outputs(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path, packed_sft: Path) -> dict[str, Path]:
     """Small real outputs (read-only): plain text split, plain text dropped, and fine-tuning records (with labels)."""
     tmp = tmp_path_factory.mktemp("verify-small")
-    runs = {"split": PackOptions(max_len=256), "drop": PackOptions(max_len=256, overflow="drop")}  # type: ignore[arg-type]
+    runs = {
+        "split": PackOptions(max_len=256),
+        "drop": PackOptions(max_len=256, overflow="drop"),  # type: ignore[arg-type]
+    }
     for name, options in runs.items():
         pack_corpus([str(tiny_corpus)], options, tmp / name)
     outputs = {**{name: tmp / name for name in runs}, "sft": packed_sft}
@@ -276,6 +280,30 @@ def test_subtle_damage_is_named(small_outputs: dict[str, Path], tmp_path: Path, 
     assert result.exit_code == 1, result.stdout
     assert expected in result.stderr, result.stderr
     assert "unexpected" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (edit_manifest(lambda m: m["tokenizer"].update(bos_id=13)), "do not start with the BOS id 13"),
+        (
+            edit_manifest(lambda m: m["tokenizer"].update(bos_id=None)),
+            "tokenizer.bos_id is null or missing, yet options.bos is true",
+        ),
+    ],
+    ids=["another id", "null"],
+)
+def test_an_edited_bos_id_is_named(
+    tiny_corpus: Path, tmp_path: Path, edit: Callable[[Path], None], expected: str
+) -> None:
+    tekken = shared_path("tokenizers/tekken/tokenizer.json")  # has a BOS (the bundled GPT-2 has none)
+    out = tmp_path / "bos"
+    pack_corpus([str(tiny_corpus)], PackOptions(max_len=256, bos=True, tokenizer=str(tekken)), out)
+    assert verify_output(out).ok
+    edit(out)
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1, result.stdout
+    assert expected in result.stderr, result.stderr
 
 
 def test_one_bad_row_never_hides_another(small_outputs: dict[str, Path], tmp_path: Path) -> None:

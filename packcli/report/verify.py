@@ -5,9 +5,10 @@ manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, sel
 and token counts. Per row, each check on its own (so one bad row never hides another): 1..max_len tokens,
 ``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
 rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
-every document's first token, and with EOS appended, every document that does not end with EOS cut at exactly
-max_len. Then the manifest's ``split_pieces`` against the pieces the shards hold (:mod:`packcli.report.splits`),
-the manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray
+every document's first token, with EOS appended, every document that does not end with EOS cut at exactly
+max_len, and with BOS prepended (``--bos``), no more documents without it than later pieces of split documents.
+Then the manifest's ``split_pieces`` against the pieces the shards hold (:mod:`packcli.report.splits`), the
+manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray
 temporary or unlisted shard files.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
@@ -92,6 +93,7 @@ class Expected:
     vocab_size: int | None  # None: pre-tokenized records without a tokenizer (ids need only fit int32)
     columns: tuple[str, ...]
     eos_id: int | None  # the EOS id appended to every document, if one was
+    bos_id: int | None  # the BOS id every document starts with (``--bos``), if one was prepended
     metadata: dict[str, str]
     written_since: dict[str, str]  # metadata that newer shards carry: checked where a shard has the key
 
@@ -107,6 +109,7 @@ class Expected:
             vocab_size=tokenizer["vocab_size"],
             columns=tuple(columns),
             eos_id=eos_id,
+            bos_id=tokenizer.get("bos_id") if options.get("bos") is True else None,
             metadata={
                 "packcli.format_version": str(FORMAT_VERSION),
                 "packcli.max_len": str(manifest["max_len"]),
@@ -117,9 +120,12 @@ class Expected:
 
 
 def eos_problems(manifest: dict[str, Any]) -> list[str]:
-    """What in the manifest contradicts how pack decides on EOS: with ``eos`` on, pack appends the tokenizer's EOS
-    (refusing a tokenizer without one) or ``--eos-id``; only pre-tokenized records without either get none."""
+    """What in the manifest contradicts how pack decides on EOS and BOS: with ``eos`` on, pack appends the
+    tokenizer's EOS (refusing a tokenizer without one) or ``--eos-id``; only pre-tokenized records without either
+    get none. With ``bos`` on, pack prepends the tokenizer's BOS and refuses a tokenizer without one."""
     tokenizer, options = manifest["tokenizer"], manifest["options"]
+    if options.get("bos") is True and tokenizer.get("bos_id") is None:
+        return ["manifest: tokenizer.bos_id is null or missing, yet options.bos is true: pack prepends a BOS then"]
     if options.get("eos") is not True:
         return []
     given = options.get("eos_id")
@@ -169,6 +175,8 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     for problem in pieces.problems():
         report.add(problem)
     for problem in check_totals(manifest, observed, expected.eos_id is not None):
+        report.add(problem)
+    for problem in _bos_problems(manifest["totals"], observed, expected.bos_id):
         report.add(problem)
     report.shards = len(seen)
     return report
@@ -380,9 +388,12 @@ class RowChecks:
     def _count_pieces(
         self, ids: np.ndarray, n_rows: int, doc_row: np.ndarray, doc_start: np.ndarray, doc_length: np.ndarray
     ) -> None:
-        """Count full and cut documents; with EOS appended, one that does not end with it was cut at max_len."""
+        """Count full and cut documents, and with BOS prepended those that do not start with it; with EOS appended,
+        one that does not end with it was cut at max_len."""
         full = doc_length == self.expected.max_len
         self.observed.full_pieces += int(np.count_nonzero(full))
+        if self.expected.bos_id is not None:
+            self.observed.unmarked_starts += int(np.count_nonzero(ids[doc_start] != self.expected.bos_id))
         if self.expected.eos_id is None:
             return
         cut = ids[doc_start + doc_length - 1] != self.expected.eos_id
@@ -448,3 +459,19 @@ def _rows_with(bad: np.ndarray, row_of: np.ndarray, n_rows: int) -> np.ndarray:
     rows = np.zeros(n_rows, dtype=bool)
     rows[row_of[bad]] = True
     return rows
+
+
+def _bos_problems(totals: dict[str, Any], observed: Observed, bos_id: int | None) -> list[str]:
+    """With BOS prepended every document starts with it but the later pieces of a split one: more documents without
+    it than such pieces means the BOS id (or the shards) differ from what pack wrote."""
+    if bos_id is None:
+        return []
+    later_pieces = (
+        totals["documents"] - totals.get("input_documents", totals["documents"]) + totals["dropped_documents"]
+    )
+    if observed.unmarked_starts <= max(later_pieces, 0):
+        return []
+    return [
+        f"{observed.unmarked_starts} document(s) do not start with the BOS id {bos_id}, yet at most {later_pieces} "
+        "are later pieces of a split document: the manifest's tokenizer.bos_id is not what pack prepended"
+    ]
