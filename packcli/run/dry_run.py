@@ -93,7 +93,7 @@ def dry_run(
         PackcliError: an input that cannot be opened, a tokenizer that does not load, or an ``--out`` that the run
             would refuse (another output there without ``overwrite``, or a directory that is not packcli's).
     """
-    setup = set_up(inputs, options, warn, stdin)
+    setup = set_up(inputs, options, warn, stdin, encodes=False)
     facts: dict[str, Any] = {
         "tokenizer": tokenizer_entry(setup),
         "options": options.output_relevant(),
