@@ -162,25 +162,33 @@ def test_resume_names_what_changed_in_the_inputs(tmp_path: Path) -> None:
     assert "the inputs changed" in resumed.stderr and "3.jsonl" in resumed.stderr
 
 
-def test_a_full_disk_names_the_output(tmp_path: Path) -> None:
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_full_disk_names_the_output(tmp_path: Path, partitioned: bool) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()))
     out = tmp_path / "out"
+    extra = ["--partitions", "2", "--workers", "1"] if partitioned else []
 
-    def small_files() -> None:  # every file this process writes stops at 64 kB: a disk that fills up
+    def small_files() -> None:  # every file this process (and its workers) writes stops at 64 kB: a disk that fills
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
 
     result = subprocess.run(
-        [*PACK, str(corpus), "--max-len", "1024", "--out", str(out), "--quiet"],
+        [*PACK, str(corpus), "--max-len", "1024", "--out", str(out), "--quiet", *extra],
         preexec_fn=small_files,
         capture_output=True,
         text=True,
         env={**os.environ, "PACKCLI_CACHE": str(tmp_path / "cache")},
     )
     assert result.returncode == 1, result.stderr
-    assert result.stderr.count("\n") == 1 and str(out) in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "Errno" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: cannot write {out}: File too large; nothing was published"), result.stderr
     assert not out.exists()
+    staging = tmp_path / ".out.packcli-resume"
+    if partitioned:  # the resume area is kept, and said so
+        assert staging.is_dir() and f"kept in {staging}" in result.stderr and "resume" in result.stderr
+    else:
+        assert not staging.exists()
 
 
 @pytest.mark.parametrize("partitioned", [False, True])

@@ -47,14 +47,23 @@ from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, sh
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 
-__all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output", "in_use", "up_to_date"]
+__all__ = [
+    "FULL_DISK",
+    "OWN_FILE",
+    "Existing",
+    "Publication",
+    "directory_names",
+    "existing_output",
+    "in_use",
+    "up_to_date",
+]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
 _DEBRIS = ("staging-*", "old-*", "partial", "old")
 # Errors of a write that ran out of room: the disk or quota is full, or a file reached its size limit.
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 Existing = Literal["absent", "same", "other"]
 
@@ -142,9 +151,11 @@ class Publication:
         if self._committed:
             return f"interrupted after {self.out} was published: the output is complete"
         if self.resumable and self._staged:
-            kept = f"the partitions committed so far are kept in {self.staging}"
-            return f"interrupted; {kept}: rerun the same command to resume"
+            return f"interrupted; {self._kept()}: rerun the same command to resume"
         return "interrupted; no output was written" + (f" ({self.out} is as it was)" if self.target.exists() else "")
+
+    def _kept(self) -> str:
+        return f"the partitions committed so far are kept in {self.staging}"
 
     def _refuse_unlisted(self) -> None:
         """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
@@ -167,10 +178,12 @@ class Publication:
         self._close(error)
         if isinstance(error, Interrupted) and str(error) == str(Interrupted()):
             raise Interrupted(self._what_an_interruption_left()) from None
-        if isinstance(error, OSError) and error.errno in _FULL:
+        if isinstance(error, OSError) and error.errno in FULL_DISK:
+            kept = f"; {self._kept()}: free space, then rerun the same command to resume" if self.resumable else ""
             raise PackcliError(
                 f"cannot write {self.out}: {error.strerror or error}; nothing was published"
                 + (", the earlier output is intact" if self.target.exists() else "")
+                + kept
             ) from None
 
     def _close(self, error: BaseException | None) -> None:
