@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -182,5 +183,40 @@ def test_a_ray_cluster_sharing_nothing_but_the_store_writes_the_local_engines_by
     after = [scratch.stat().st_mtime_ns for scratch in ray_cluster]
     assert all(b > a for a, b in zip(before, after)), "a node's scratch was not used: its parts were built elsewhere"
     assert not [path for scratch in ray_cluster for path in scratch.iterdir()]  # each part's scratch removed
+    verified = invoke("verify", out)
+    assert verified.exit_code == 0, verified.output
+
+
+def test_parts_a_committed_run_left_are_removed_by_the_next_run_unless_a_live_run_holds_the_lock(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    fs, bucket = uploaded(s3_server, corpus)
+    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    args = ["pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "2", "--out", out, "--quiet", "--json"]
+    packed = invoke(*args)
+    assert packed.exit_code == 0, packed.output
+    manifest = json.loads(fs.cat(f"{out}/manifest.json"))
+
+    def died_while_removing_the_parts() -> None:  # what the driver leaves when it dies after its commit
+        shard = manifest["shards"][0]["file"]
+        fs.pipe(f"{parts}/run.json", json.dumps({"fingerprint": manifest["fingerprint"]}).encode())
+        fs.copy(f"{out}/{shard}", f"{parts}/part-00003/{shard.split('/')[-1]}")
+
+    died_while_removing_the_parts()
+    live = {"host": socket.gethostname(), "pid": os.getpid(), "run": "packcli-run-live", "heartbeat": time.time()}
+    fs.pipe(f"{out}/.packcli-lock", json.dumps(live).encode())  # a live run holds the output: its parts stay
+    held = invoke(*args)
+    assert held.exit_code == 0 and json.loads(held.stdout)["status"] == "up-to-date", held.output
+    assert fs.exists(f"{parts}/run.json")
+    fs.rm_file(f"{out}/.packcli-lock")
+
+    again = invoke(*args)  # up to date, and no run is live: the dead run's parts go
+    assert again.exit_code == 0 and json.loads(again.stdout)["status"] == "up-to-date", again.output
+    assert not fs.exists(parts) and json.loads(fs.cat(f"{out}/manifest.json")) == manifest
+
+    died_while_removing_the_parts()
+    replaced = invoke("pack", f"{bucket}/corpus/", "--max-len", "256", "--out", out, "--overwrite", "--quiet")
+    assert replaced.exit_code == 0, replaced.output
+    assert not fs.exists(parts) and ".packcli-lock" not in keys(fs, out)
     verified = invoke("verify", out)
     assert verified.exit_code == 0, verified.output

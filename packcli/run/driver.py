@@ -42,7 +42,7 @@ from packcli.storage import UrlPath
 from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.write.publish import FULL_DISK, Publication
-from packcli.write.remote import RemotePublication, output_state
+from packcli.write.remote import RemotePublication, output_state, remove_leftovers
 
 __all__ = ["pack_corpus", "partition_plan"]
 
@@ -78,6 +78,8 @@ def pack_corpus(
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
     if plan is not None and output_state(out, fingerprint) == "same":
+        if isinstance(out, UrlPath):
+            remove_leftovers(out, fingerprint)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
     facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)
