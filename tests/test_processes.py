@@ -316,3 +316,37 @@ def test_ctrl_c_after_the_output_is_published_does_not_deny_it(tmp_path: Path) -
             assert invoke("verify", str(out)).exit_code == 0
             return
     pytest.skip("the run ended before every Ctrl-C: the window after the swap was not hit")
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(
+    ("moment", "to_the_group"),
+    [("raylet", True), ("WorkerActor", False)],  # while Ray starts, to the whole group; while its actors run
+)
+def test_ctrl_c_during_ray_is_one_line_and_leaves_no_ray_process(
+    big: Path, tmp_path: Path, moment: str, to_the_group: bool
+) -> None:
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [*PACK, str(big), "--max-len", "2048", "--engine", "ray", "--partitions", "2", "--out", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's job gets it
+    )
+    wait_for(lambda: any(moment in command_line(pid) for pid in descendants(process.pid)), process)
+    started = descendants(process.pid)
+    if to_the_group:
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr  # not a crash (-11) nor a SystemError (1)
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("packcli: ")]
+    assert lines == [lines[-1]] and lines[-1].startswith("error: interrupted"), stderr
+    assert not out.exists()
+    deadline = time.monotonic() + 15
+    while [pid for pid in started if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in started if alive(pid)], "Ray processes outlived the interrupted run"
