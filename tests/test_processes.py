@@ -162,16 +162,19 @@ def test_resume_names_what_changed_in_the_inputs(tmp_path: Path) -> None:
     assert "the inputs changed" in resumed.stderr and "3.jsonl" in resumed.stderr
 
 
+def small_files() -> None:
+    """In a child process before it starts: every file it (and its workers) writes stops at 64 kB, a disk that
+    fills up."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_a_full_disk_names_the_output(tmp_path: Path, partitioned: bool) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()))
     out = tmp_path / "out"
     extra = ["--partitions", "2", "--workers", "1"] if partitioned else []
-
-    def small_files() -> None:  # every file this process (and its workers) writes stops at 64 kB: a disk that fills
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
 
     result = subprocess.run(
         [*PACK, str(corpus), "--max-len", "1024", "--out", str(out), "--quiet", *extra],
@@ -336,6 +339,7 @@ def test_ctrl_c_during_ray_is_one_line_and_leaves_no_ray_process(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's job gets it
     )
     wait_for(lambda: any(moment in command_line(pid) for pid in descendants(process.pid)), process)
+    time.sleep(0.5)  # the driver blocked in Ray: an actor starting, its first call waited for
     started = descendants(process.pid)
     if to_the_group:
         os.killpg(process.pid, signal.SIGINT)

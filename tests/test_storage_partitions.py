@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import SAMPLE
 from s3_server import S3Server
-from test_processes import command_line, descendants
+from test_processes import command_line, descendants, small_files
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -220,3 +220,23 @@ def test_parts_a_committed_run_left_are_removed_by_the_next_run_unless_a_live_ru
     assert not fs.exists(parts) and ".packcli-lock" not in keys(fs, out)
     verified = invoke("verify", out)
     assert verified.exit_code == 0, verified.output
+
+
+def test_a_full_scratch_disk_in_a_partitioned_run_to_a_store_is_one_line(
+    s3_server: S3Server, corpus: Path, tmp_path: Path
+) -> None:
+    fs, bucket = uploaded(s3_server, corpus)
+    out = f"{bucket}/packed"
+    command = [sys.executable, "-m", "packcli", "pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "1"]
+    result = subprocess.run(
+        [*command, "--out", out, "--quiet"],
+        preexec_fn=small_files,  # the workers' token stores on the scratch disk fill it
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PACKCLI_SCRATCH": str(tmp_path)},
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and "Errno" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: cannot write {out}: File too large; nothing was published"), result.stderr
+    assert f"kept in {out}/packcli-resume" in result.stderr
+    assert "manifest.json" not in keys(fs, out) and ".packcli-lock" not in keys(fs, out)

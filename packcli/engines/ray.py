@@ -101,8 +101,8 @@ class RayEngine:
                     where = f"at {self.address}" if self.address else "locally"
                     raise PackcliError(f"cannot start or reach Ray {where}: {exc}") from None
                 self._started = True
-                if terminate is not None:
-                    signal.signal(signal.SIGTERM, terminate)  # ray.init put its own in place of ours
+                if callable(terminate):  # the CLI's handler (a library caller's default stays Ray's to replace)
+                    signal.signal(signal.SIGTERM, terminate)  # ray.init put its own in place of it
         except BaseException:
             self._stop()
             raise

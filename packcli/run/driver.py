@@ -158,7 +158,7 @@ def _publication(
     """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
     store) is staged locally, uploaded under a run prefix and committed by writing its manifest last."""
     if isinstance(out, UrlPath):
-        return RemotePublication(out, fingerprint, overwrite, inputs=read)
+        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
     return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
 
 

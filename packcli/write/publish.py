@@ -55,6 +55,7 @@ __all__ = [
     "directory_names",
     "existing_output",
     "in_use",
+    "out_of_room",
     "up_to_date",
 ]
 
@@ -151,11 +152,8 @@ class Publication:
         if self._committed:
             return f"interrupted after {self.out} was published: the output is complete"
         if self.resumable and self._staged:
-            return f"interrupted; {self._kept()}: rerun the same command to resume"
+            return f"interrupted; {_kept(self.staging)}: rerun the same command to resume"
         return "interrupted; no output was written" + (f" ({self.out} is as it was)" if self.target.exists() else "")
-
-    def _kept(self) -> str:
-        return f"the partitions committed so far are kept in {self.staging}"
 
     def _refuse_unlisted(self) -> None:
         """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
@@ -178,13 +176,9 @@ class Publication:
         self._close(error)
         if isinstance(error, Interrupted) and str(error) == str(Interrupted()):
             raise Interrupted(self._what_an_interruption_left()) from None
-        if isinstance(error, OSError) and error.errno in FULL_DISK:
-            kept = f"; {self._kept()}: free space, then rerun the same command to resume" if self.resumable else ""
-            raise PackcliError(
-                f"cannot write {self.out}: {error.strerror or error}; nothing was published"
-                + (", the earlier output is intact" if self.target.exists() else "")
-                + kept
-            ) from None
+        full = out_of_room(error, self.out, self.target.exists(), self.staging if self.resumable else None)
+        if full is not None:
+            raise full from None
 
     def _close(self, error: BaseException | None) -> None:
         """Remove the staging unless committed (or resumable) and unlock (removing the lock file), signals held."""
@@ -198,6 +192,23 @@ class Publication:
         for pattern in _DEBRIS:
             for path in self.target.parent.glob(f".{glob.escape(self.target.name)}.packcli-{pattern}"):
                 _remove(path)
+
+
+def out_of_room(error: BaseException | None, out: Path, earlier: bool, parts: Path | None) -> PackcliError | None:
+    """A write that ran out of room (``FULL_DISK``) as one line naming the output ``out``: nothing published, the
+    ``earlier`` output intact, and where a partitioned run keeps the ``parts`` it committed; None for any other
+    error."""
+    if not (isinstance(error, OSError) and error.errno in FULL_DISK):
+        return None
+    return PackcliError(
+        f"cannot write {out}: {error.strerror or error}; nothing was published"
+        + (", the earlier output is intact" if earlier else "")
+        + (f"; {_kept(parts)}: free space, then rerun the same command to resume" if parts is not None else "")
+    )
+
+
+def _kept(parts: Path) -> str:
+    return f"the partitions committed so far are kept in {parts}"
 
 
 def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:

@@ -49,7 +49,7 @@ from packcli.storage.objects import (
 )
 from packcli.storage.urls import UrlPath
 from packcli.util.files import canonical_json
-from packcli.write.publish import Existing, existing_output, in_use, up_to_date
+from packcli.write.publish import Existing, existing_output, in_use, out_of_room, up_to_date
 
 __all__ = [
     "LOCK_NAME",
@@ -79,10 +79,15 @@ class RemotePublication:
         fingerprint: the run identity; an output with the same one and every shard present is up to date.
         overwrite: replace an existing packcli output of another fingerprint.
         inputs: the run's inputs; none may lie under ``out``.
+        resumable: a partitioned run, whose committed parts (under ``packcli-resume/``) outlive a failure.
     """
 
-    def __init__(self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = (), resumable: bool = False
+    ) -> None:
         self.out = out
+        self.resumable = resumable
+        self._earlier = False  # an output was there when the run began
         self.fingerprint = fingerprint
         self.overwrite = overwrite
         self.inputs = list(inputs)
@@ -115,6 +120,7 @@ class RemotePublication:
         """What the output URL holds, once the leftovers of dead runs are removed (the lock is held)."""
         existing, debris = remote_output(self.out, self.fingerprint)
         remove_objects(debris)
+        self._earlier = existing != "absent"
         return existing
 
     def commit(self, stored: Mapping[str, Path] | None = None) -> None:
@@ -144,11 +150,18 @@ class RemotePublication:
                 remove_objects(find_objects(f"{self.out}/{self.run}"))
         finally:
             self._lock.release()
+        parts = self.out / RESUME_PREFIX if self.resumable else None
+        full = out_of_room(error, self.out, self._earlier, parts)
+        if full is not None:
+            raise full from None
 
 
 def remove_leftovers(out: Path, fingerprint: str) -> None:
     """Remove what dead runs left under an up-to-date output URL (see :func:`remote_output`), unless a live run
-    holds its lock: a partitioned run that finds the output up to date starts no engine and takes no publication."""
+    holds its lock: a partitioned run that finds the output up to date starts no engine and takes no publication.
+    Where no parts are left (one listing says so) it writes nothing, so a reader's credentials do."""
+    if not find_objects(f"{out}/{RESUME_PREFIX}"):
+        return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
     if not lock.acquire():
         return  # a live run's: what is there is its own
