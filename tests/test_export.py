@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.format.columns import IGNORE_INDEX
+from packcli.report.verify import verify_output
 from tests.conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -432,12 +433,40 @@ def test_mds_samples_are_the_packed_rows(text_packed: Path, tmp_path: Path) -> N
     assert sum(len(sample) for sample in samples) == summary["totals"]["tokens"]
 
 
+def test_mds_shards_close_as_mdswriter_closes_them(
+    text_packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards planned ahead from the rows' offsets: with a small size limit, many shards, each closed just before a
+    sample would take it past the limit (each sample counted with 4 more bytes, as MDSWriter counts)."""
+    from packcli.export import mds
+    from packcli.torch import PackedDataset
+
+    limit = 40_000
+    monkeypatch.setattr(mds, "SIZE_LIMIT", limit)
+    export(text_packed, "mds", tmp_path / "mds")
+    dataset = PackedDataset(text_packed, shuffle=False)
+    assert [sample.tolist() for sample in decode_mds(tmp_path / "mds")] == [
+        dataset.row(index)["input_ids"].tolist() for index in range(dataset.num_rows)
+    ]
+    index = json.loads((tmp_path / "mds" / "index.json").read_text())
+    counted = []  # per shard: its bytes as MDSWriter counts them, and its first sample's
+    for shard in index["shards"]:
+        data = (tmp_path / "mds" / shard["raw_data"]["basename"]).read_bytes()
+        offsets = np.frombuffer(data, np.uint32, shard["samples"] + 1, 4).astype(np.int64)
+        counted.append((mds.EMPTY_SHARD + int(np.sum(np.diff(offsets) + 4)), int(offsets[1] - offsets[0]) + 4))
+    assert len(counted) > 3
+    assert all(size <= limit for size, _ in counted)
+    assert all(size + first > limit for (size, _), (_, first) in zip(counted, counted[1:]))
+
+
 def test_mds_sample_header_holds_the_length_in_the_smallest_dtype() -> None:
     from packcli.export import mds
 
-    sample = mds.encode_tokens(np.arange(300, dtype=np.int32))
-    assert sample[:4].view(np.uint32)[0] == len(sample) - 4 and sample[4] == (1 << 2) | 1  # uint16 length
-    assert mds.encode_tokens(np.arange(3, dtype=np.int32))[4] == (1 << 2) | 0
+    header = np.frombuffer(mds.sample_header(300), dtype=np.uint8)
+    assert len(header) == 4 + 1 + 2 and header[4] == (1 << 2) | 1  # uint16 length
+    assert header[:4].view(np.uint32)[0] == 1 + 2 + 4 * 300 and header[5:].view(np.uint16)[0] == 300
+    assert mds.sample_header(3)[4] == (1 << 2) | 0 and len(mds.sample_header(3)) == 6
+    assert mds.sample_header(70_000)[4] == (1 << 2) | 2 and len(mds.sample_header(70_000)) == 9
 
 
 # -- publication, refusals, the sample corpus ---------------------------------------------------------------------
@@ -482,6 +511,49 @@ def test_an_output_failing_verify_is_refused_before_anything_is_written(small_pa
     assert result.exit_code == 1 and "fails verify" in result.output
     assert not (tmp_path / "mg").exists()
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "bridge", "olmo-core", "nanotron", "mds"])
+def test_damage_found_after_the_export_began_leaves_nothing_written(
+    packed_text: Path, tmp_path: Path, fmt: str
+) -> None:
+    """The export writes while verify reads: a shard damaged after others were exported (and its own first batches
+    fed) is still refused with verify's first problem, one line, and nothing at --out nor beside it."""
+    packed = tmp_path / "packed"
+    shutil.copytree(packed_text, packed)
+    shards = sorted(packed.glob("shard-*.arrow"))
+    assert len(shards) >= 3
+    data = bytearray(shards[-1].read_bytes())
+    data[len(data) * 3 // 4] ^= 0x01
+    shards[-1].write_bytes(bytes(data))
+    report = verify_output(packed)
+    first = report.problems[0]
+    assert first.startswith(shards[-1].name)
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: {packed}: fails verify ({report.count} problem(s); first: {first}); nothing was exported: run "
+        "packcli verify "
+        "on it, or pack it again\n"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]  # no output, staging or lock left
+
+
+def test_an_edited_split_pieces_entry_is_refused_before_the_exporter_meets_it(
+    packed_text: Path, tmp_path: Path
+) -> None:
+    """An entry naming a row its shard lacks: the exporter fails on it (in a batch verify already passed), yet the
+    refusal is verify's, naming the manifest."""
+    packed = tmp_path / "packed"
+    shutil.copytree(packed_text, packed)
+    manifest = json.loads((packed / "manifest.json").read_text())
+    entries = manifest["shards"][0]["split_pieces"]
+    entries[0][0] = 10**6
+    (packed / "manifest.json").write_text(json.dumps(manifest))
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "fails verify (1 problem(s); first: manifest: split_pieces: 1 name a document (piece)" in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]
 
 
 def test_export_refuses_what_is_not_its_own(small_packed: Path, tmp_path: Path) -> None:

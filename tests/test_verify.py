@@ -10,14 +10,20 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import shared_path
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions
-from packcli.report.verify import verify_output
+from packcli.report.accounting import Observed
+from packcli.report.splits import SplitPieceCheck
+from packcli.report.verify import Expected, RowChecks, ShardUnderCheck, verify_output
 from packcli.run.driver import pack_corpus
 
 runner = CliRunner()
@@ -125,7 +131,10 @@ def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None
 def small_outputs(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path, packed_sft: Path) -> dict[str, Path]:
     """Small real outputs (read-only): plain text split, plain text dropped, and fine-tuning records (with labels)."""
     tmp = tmp_path_factory.mktemp("verify-small")
-    runs = {"split": PackOptions(max_len=256), "drop": PackOptions(max_len=256, overflow="drop")}  # type: ignore[arg-type]
+    runs = {
+        "split": PackOptions(max_len=256),
+        "drop": PackOptions(max_len=256, overflow="drop"),  # type: ignore[arg-type]
+    }
     for name, options in runs.items():
         pack_corpus([str(tiny_corpus)], options, tmp / name)
     outputs = {**{name: tmp / name for name in runs}, "sft": packed_sft}
@@ -187,6 +196,19 @@ def eos_off(out: Path) -> None:
     edit_manifest(lambda m: (m["tokenizer"].update(eos_id=None), m["options"].update(eos=False)))(out)
 
 
+def edit_split_pieces(change: Callable[[list[list[int]]], None]) -> Callable[[Path], None]:
+    """Edit the split_pieces entries of the first shard that lists any."""
+    return edit_manifest(lambda m: change(next(s["split_pieces"] for s in m["shards"] if "split_pieces" in s)))
+
+
+def swap_first_and_last_piece(pieces: list[list[int]]) -> None:
+    """Swap where the first and the last piece of the first entry's document are said to be."""
+    document = pieces[0][2]
+    mine = sorted((entry for entry in pieces if entry[2] == document), key=lambda entry: entry[3])
+    first, last = mine[0], mine[-1]
+    first[:2], last[:2] = last[:2], first[:2]
+
+
 def stray_temporary(out: Path) -> None:
     (out / "shard-00001.arrow.tmp").write_bytes(b"half a shard")
 
@@ -202,6 +224,37 @@ SUBTLE_DAMAGE = {
     "labels column gone": ("sft", drop_labels, "missing column labels"),
     "another dtype": ("sft", widen_input_ids, "column input_ids is list<item: int64>, expected list<item: int32>"),
     "stray temporary file": ("split", stray_temporary, "shard-00001.arrow.tmp: a temporary file"),
+    "split piece renumbered": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].__setitem__(3, pieces[0][3] + 5)),
+        "split_pieces: 1 whose pieces are not numbered 0, 1, ... each once, two at least",
+    ),
+    "split piece in a row the shard lacks": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].__setitem__(0, 10**6)),
+        "split_pieces: 1 name a document (piece) that its shard does not hold (first: shard-00000.arrow row 1000000",
+    ),
+    "split piece at an index the row lacks": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].__setitem__(1, 999)),
+        "split_pieces: 1 name a document (piece) that its shard does not hold",
+    ),
+    "split piece listed twice": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces.append(list(pieces[0]))),
+        "split_pieces: 1 name a piece that an earlier entry names",
+    ),
+    "split piece unlisted": ("split", edit_split_pieces(lambda pieces: pieces.pop(0)), "split_pieces"),
+    "split piece malformed": (
+        "split",
+        edit_split_pieces(lambda pieces: pieces[0].pop()),
+        "manifest: the split_pieces of 1 shard(s) are not lists of [row, index, document, piece], integers >= 0",
+    ),
+    "split pieces out of order": (
+        "split",
+        edit_split_pieces(swap_first_and_last_piece),
+        "split_pieces: 1 whose last piece does not end with EOS",
+    ),
     "supervised document starts": ("sft", supervise_document_starts, "with a label other than -100 at a document's"),
     "eos_id edited to null": (
         "split",
@@ -227,6 +280,30 @@ def test_subtle_damage_is_named(small_outputs: dict[str, Path], tmp_path: Path, 
     assert result.exit_code == 1, result.stdout
     assert expected in result.stderr, result.stderr
     assert "unexpected" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (edit_manifest(lambda m: m["tokenizer"].update(bos_id=13)), "do not start with the BOS id 13"),
+        (
+            edit_manifest(lambda m: m["tokenizer"].update(bos_id=None)),
+            "tokenizer.bos_id is null or missing, yet options.bos is true",
+        ),
+    ],
+    ids=["another id", "null"],
+)
+def test_an_edited_bos_id_is_named(
+    tiny_corpus: Path, tmp_path: Path, edit: Callable[[Path], None], expected: str
+) -> None:
+    tekken = shared_path("tokenizers/tekken/tokenizer.json")  # has a BOS (the bundled GPT-2 has none)
+    out = tmp_path / "bos"
+    pack_corpus([str(tiny_corpus)], PackOptions(max_len=256, bos=True, tokenizer=str(tekken)), out)
+    assert verify_output(out).ok
+    edit(out)
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1, result.stdout
+    assert expected in result.stderr, result.stderr
 
 
 def test_one_bad_row_never_hides_another(small_outputs: dict[str, Path], tmp_path: Path) -> None:
@@ -260,3 +337,54 @@ def test_stats_on_a_truncated_shard_names_it(small_outputs: dict[str, Path], tmp
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: {copy / 'shard-00000.arrow'}: unreadable shard"), result.stderr
     assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr
+
+
+VOCAB, MAX_LEN = 100, 24
+
+
+@st.composite
+def damaged_batches(draw: st.DrawFn) -> tuple[pa.RecordBatch, set[int], set[int]]:
+    """Rows of documents (intact ids, positions and cu_seqlens), then some rows given a wrong position_id and some
+    an id outside the vocabulary: the batch, and which rows were given each."""
+    rows = draw(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=4), min_size=1, max_size=8))
+    ids, positions, cu = [], [], []
+    for documents in rows:
+        ids.append(draw(st.lists(st.integers(0, VOCAB - 1), min_size=sum(documents), max_size=sum(documents))))
+        positions.append([place for length in documents for place in range(length)])
+        cu.append([0, *np.cumsum(documents).tolist()])
+    moved = draw(st.sets(st.integers(0, len(rows) - 1)))
+    for row in moved:
+        token = draw(st.integers(0, len(positions[row]) - 1))
+        positions[row][token] += draw(st.sampled_from([-3, -1, 1, 2, 7]))
+    outside = draw(st.sets(st.integers(0, len(rows) - 1)))
+    for row in outside:
+        ids[row][draw(st.integers(0, len(ids[row]) - 1))] = draw(st.sampled_from([-1, VOCAB, 2**31 - 1]))
+    columns = {"input_ids": ids, "position_ids": positions, "cu_seqlens": cu}
+    batch = pa.RecordBatch.from_pydict(
+        {name: pa.array(values, pa.list_(pa.int32())) for name, values in columns.items()}
+    )
+    return batch, moved, outside
+
+
+@given(damaged_batches())
+def test_rows_flagged_are_exactly_the_damaged_ones(case: tuple[pa.RecordBatch, set[int], set[int]]) -> None:
+    """The vectorised proof that a batch is intact and the row-by-row search behind it agree: a clean batch flags
+    nothing, and each kind of damage flags exactly its rows, counting them and naming the first."""
+    batch, moved, outside = case
+    manifest = {
+        "max_len": MAX_LEN,
+        "tokenizer": {"vocab_size": VOCAB, "sha256": "t"},
+        "options": {"eos": False},
+        "totals": {},
+        "shards": [{}],
+    }
+    expected = Expected.of(manifest)
+    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(manifest, None))
+    rows = RowChecks("shard", shard)
+    rows.check(batch)
+    flagged = {
+        "whose position_ids do not restart exactly at cu_seqlens": moved,
+        f"with an id outside the vocabulary [0, {VOCAB})": outside,
+    }
+    assert rows.bad == {what: [len(which), min(which)] for what, which in flagged.items() if which}
+    assert rows.tokens == sum(len(row) for row in batch.column("input_ids").to_pylist())

@@ -3,24 +3,35 @@
 The Arrow output is the canonical one; an export is derived from it, streaming (one record batch at a time), and
 published like ``pack`` publishes: built in a staging directory beside ``--out``, ``export.json`` written last,
 then swapped into place (:class:`~packcli.write.publish.Publication`); a rerun on the same source output, format
-and options finds it up to date and writes nothing. The source is checked as ``packcli verify`` checks it before
-anything is written. One module per format: ``megatron``, ``bridge``, ``olmo_core``, ``nanotron``, ``mds``.
+and options finds it up to date and writes nothing. One pass over the shards: ``packcli verify`` reads and checks
+them, and hands each checked batch to the exporter, which writes it into the staging directory. The export is
+published only when the whole output verifies; an output that fails is refused with verify's first problem and
+the staging removed, so nothing is written at ``--out``. An error of the exporter's own waits for verify's verdict
+(damage that verify names may show in the exporter first, in a shard not yet checked): the verdict is reported
+when the output fails, the exporter's error when it passes. One module per format: ``megatron``, ``bridge``,
+``olmo_core``, ``nanotron``, ``mds``.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packcli.errors import UsageError
+import pyarrow as pa
+
+from packcli.errors import PackcliError, UsageError
 from packcli.export.base import Exporter, ExportTotals
+from packcli.export.reading import DocumentView, PackedOutput, open_packed, row_batch
 
 __all__ = ["FORMATS", "ExportResult", "export_output"]
 
+IN_FLIGHT = 2  # checked batches handed to the export thread and not yet written, at most
 # format name -> (module, exporter class)
 FORMATS = {
     "megatron": ("packcli.export.megatron", "MegatronExporter"),
@@ -75,10 +86,9 @@ def export_output(
         UsageError: an unknown format, or a format that cannot carry this output (labels).
         PackcliError: the source is not a packcli output or fails verify (nothing written), or an I/O error.
     """
-    from packcli.export.reading import check_intact, document_batches, open_packed, row_batches
     from packcli.export.record import EXPORT_NAME, existing_export, export_fingerprint, write_record
+    from packcli.format.manifest import SPLIT_PIECES
     from packcli.write.publish import Publication
-    from packcli.write.splits import SPLIT_PIECES
 
     if fmt not in FORMATS:
         raise UsageError(f"--to must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -91,15 +101,16 @@ def export_output(
         if publication.up_to_date:
             return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
         exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
-        check_intact(packed)
-        split = int(packed.manifest["totals"].get("split_documents", 0))
-        if exporter.view == "rows" and split:
-            warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
-        elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
-            warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
-        for batch in row_batches(packed) if exporter.view == "rows" else document_batches(packed):
-            exporter.write(batch)
-        totals: ExportTotals = exporter.finish()
+        try:
+            _export_verified(packed, exporter)
+            split = int(packed.manifest["totals"].get("split_documents", 0))
+            if exporter.view == "rows" and split:
+                warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
+            elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
+                warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+            totals: ExportTotals = exporter.finish()
+        finally:
+            exporter.close()
         files = sorted(path for path in publication.staging.iterdir() if path.is_file())
         record = {
             "format": fmt,
@@ -112,3 +123,65 @@ def export_output(
         write_record(publication.staging, record)
         publication.commit()
     return ExportResult("exported", record)
+
+
+def _export_verified(packed: PackedOutput, exporter: Exporter) -> None:
+    """Verify ``packed``, handing each batch to ``exporter`` once it is checked.
+
+    Raises:
+        PackcliError: the output fails verify (its first problem named, the count given); nothing is published.
+        Exception: the exporter's own error, when the output verifies.
+    """
+    from packcli.report.verify import verify_output
+
+    feed = _Feed(packed, exporter)
+    try:
+        report = verify_output(packed.path, feed)
+    finally:
+        feed.close()
+    if not report.ok:
+        raise PackcliError(
+            f"fails verify ({report.count} problem(s); first: {report.problems[0]}); nothing was exported: run "
+            "packcli verify on it, or pack it again",
+            packed.path,
+        )
+    if feed.error is not None:
+        raise feed.error
+
+
+class _Feed:
+    """verify's consumer: each checked batch to the exporter, in the view it takes, on a helper thread (the export's
+    numpy, Parquet and file writes mostly release the GIL, so it overlaps verify's checks), at most ``IN_FLIGHT``
+    batches behind. The first error stops the feeding and is kept (``error``) until verify's verdict is in."""
+
+    def __init__(self, packed: PackedOutput, exporter: Exporter) -> None:
+        self.packed = packed
+        self.exporter = exporter
+        self.documents: DocumentView | None = None
+        self.error: Exception | None = None
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="packcli-export")
+        self.pending: deque[Future[None]] = deque()
+
+    def __call__(self, shard: int, first_row: int, batch: pa.RecordBatch) -> None:
+        while len(self.pending) >= IN_FLIGHT:
+            self.pending.popleft().result()
+        self.pending.append(self.worker.submit(self._write, shard, first_row, batch))
+
+    def close(self) -> None:
+        """Wait for the batches in flight: after this, nothing writes into the staging directory."""
+        self.worker.shutdown(wait=True)
+        self.pending.clear()
+
+    def _write(self, shard: int, first_row: int, batch: pa.RecordBatch) -> None:
+        if self.error is not None:
+            return
+        try:
+            rows = row_batch(shard, first_row, batch)
+            if self.exporter.view == "rows":
+                self.exporter.write(rows)
+                return
+            if self.documents is None:
+                self.documents = DocumentView(self.packed)
+            self.exporter.write(self.documents.documents(rows))
+        except Exception as exc:  # raised after verify's verdict, which names damage first
+            self.error = exc

@@ -43,6 +43,9 @@ class Exporter(Protocol):
 
     def finish(self) -> ExportTotals: ...
 
+    def close(self) -> None:
+        """Close every file it holds open, finished or not (the export failed: its staging is removed)."""
+
 
 def token_dtype(packed: PackedOutput, small: str, limit: int, wide: str) -> np.dtype[Any]:
     """``small`` when the output's vocabulary is known and below ``limit``, else ``wide`` (numpy dtype names)."""

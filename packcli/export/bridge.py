@@ -29,6 +29,8 @@ import pyarrow.parquet as pq
 from packcli.errors import UsageError
 from packcli.export.base import ExportTotals
 from packcli.export.reading import PackedOutput, RowBatch
+from packcli.format.shards import int32_array, list_array
+from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["BridgeExporter", "bridge_row_group"]
 
@@ -36,6 +38,9 @@ SCHEMA = pa.schema(
     [("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())), ("seq_start_id", pa.list_(pa.int32()))]
 )
 PENDING = "training.idx.parquet.tmp"
+# zstd at pyarrow's default level: a seventh of the uncompressed file for about 0.1 s more encoding on gcide (the
+# codecs are measured in docs/export.md, Speed); Bridge reads any codec pyarrow reads
+COMPRESSION = "zstd"
 
 
 class BridgeExporter:
@@ -48,10 +53,9 @@ class BridgeExporter:
         self.directory = directory
         self.eos = packed.eos_id or 0
         self.max_len = int(packed.manifest["max_len"])
-        # zstd, as Bridge's own packer writes; no dictionary pages or statistics, which token lists do not use and
-        # which took a quarter of the export's time
+        # no dictionary pages or statistics, which token lists do not use and which took a quarter of the export's time
         self.writer = pq.ParquetWriter(
-            directory / PENDING, SCHEMA, compression="zstd", use_dictionary=False, write_statistics=False
+            directory / PENDING, SCHEMA, compression=COMPRESSION, use_dictionary=False, write_statistics=False
         )
         self.totals = ExportTotals()
         self.longest_document = 0
@@ -74,8 +78,11 @@ class BridgeExporter:
             self.shortest_row = shortest if self.shortest_row is None else min(self.shortest_row, shortest)
             self.longest_row = max(self.longest_row, int(row_lengths.max()))
 
-    def finish(self) -> ExportTotals:
+    def close(self) -> None:
         self.writer.close()
+
+    def finish(self) -> ExportTotals:
+        self.close()
         pack_size = max(self.max_len, self.longest_row)
         rows = max(self.totals.sequences, 1)
         metadata = {
@@ -94,25 +101,31 @@ class BridgeExporter:
 def bridge_row_group(batch: RowBatch, multiple: int, eos: int) -> tuple[pa.Table, np.ndarray, np.ndarray, int]:
     """The Parquet rows of one batch of packed rows; the (padded) document and row lengths; the supervised count."""
     lengths = batch.lengths
-    padded = -(-lengths // multiple) * multiple
-    doc_starts = np.concatenate(([0], np.cumsum(padded)))
-    source_starts = np.concatenate(([0], np.cumsum(lengths)))
-    total = int(doc_starts[-1])
-    tokens = np.full(total, eos, dtype=np.int32)
-    # each stored token goes to its document's start plus its place in the document
-    document_of = np.repeat(np.arange(len(lengths)), lengths)
-    place = np.arange(len(batch.tokens)) - source_starts[document_of] + doc_starts[document_of]
-    tokens[place] = batch.tokens
+    source_starts = exclusive_cumsum(lengths)
     target = np.ones(len(batch.tokens), dtype=bool) if batch.mask is None else batch.mask.copy()
     target[source_starts[:-1]] = False  # a document's first token is never a target
-    loss = np.zeros(total, dtype=np.uint8)
-    loss[place[target] - 1] = 1  # position t predicts token t + 1
+    if multiple == 1:  # the tokens as stored; position t predicts token t + 1
+        padded, doc_starts, tokens = lengths, source_starts, batch.tokens
+        loss = np.zeros(len(tokens), dtype=np.uint8)
+        loss[:-1] = target[1:]
+    else:  # each stored token goes to its document's start plus its place in the document
+        padded = -(-lengths // multiple) * multiple
+        doc_starts = exclusive_cumsum(padded)
+        tokens = np.full(int(doc_starts[-1]), eos, dtype=np.int32)
+        place = np.arange(len(batch.tokens)) + np.repeat(doc_starts[:-1] - source_starts[:-1], lengths)
+        tokens[place] = batch.tokens
+        loss = np.zeros(len(tokens), dtype=np.uint8)
+        loss[place[target] - 1] = 1
     row_starts = doc_starts[batch.row_documents]
     starts = doc_starts[:-1] - np.repeat(row_starts[:-1], np.diff(batch.row_documents))
-    offsets = pa.array(row_starts.astype(np.int32))
     columns = [
-        pa.ListArray.from_arrays(offsets, pa.array(tokens)),
-        pa.ListArray.from_arrays(offsets, pa.array(loss)),
-        pa.ListArray.from_arrays(pa.array(batch.row_documents.astype(np.int32)), pa.array(starts.astype(np.int32))),
+        list_array(row_starts, tokens),
+        pa.ListArray.from_arrays(int32_array(row_starts), _uint8_array(loss)),
+        list_array(batch.row_documents, starts),
     ]
     return pa.Table.from_arrays(columns, schema=SCHEMA), padded, np.diff(row_starts), int(np.count_nonzero(target))
+
+
+def _uint8_array(values: np.ndarray) -> pa.Array:
+    """A zero-copy Arrow uint8 array over a numpy one (``pa.array`` would first import pandas)."""
+    return pa.Array.from_buffers(pa.uint8(), len(values), [None, pa.py_buffer(values)])

@@ -61,9 +61,12 @@ class MegatronExporter:
         self.totals.documents += len(lengths)
         self.totals.tokens += len(batch.tokens)
 
-    def finish(self) -> ExportTotals:
+    def close(self) -> None:
         for handle in (self.bin, self.lengths):
             handle.close()
+
+    def finish(self) -> ExportTotals:
+        self.close()
         lengths_path = self.directory / f"{PREFIX}.lengths.tmp"
         count = self.totals.sequences
         with open(self.directory / f"{PREFIX}.idx", "wb") as idx:

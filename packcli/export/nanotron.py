@@ -47,10 +47,13 @@ class NanotronExporter:
         self.totals.documents += len(ends)
         self.totals.tokens += len(batch.tokens)
 
-    def finish(self) -> ExportTotals:
+    def close(self) -> None:
         for handle in (self.tokens, self.index, self.loss):
             if handle is not None:
                 handle.close()
+
+    def finish(self) -> ExportTotals:
+        self.close()
         lines = [f"{self.name}|{self.dtype.itemsize}", str(self.totals.tokens), short_count(self.totals.tokens, "T")]
         (self.directory / f"{NAME}.metadata").write_text("\n".join(lines), encoding="utf-8")
         return self.totals

@@ -39,8 +39,11 @@ class OlmoCoreExporter:
         self.totals.documents += int(np.count_nonzero(batch.ends))
         self.totals.tokens += len(batch.tokens)
 
+    def close(self) -> None:
+        for handle in (self.tokens, self.mask):
+            if handle is not None:
+                handle.close()
+
     def finish(self) -> ExportTotals:
-        self.tokens.close()
-        if self.mask is not None:
-            self.mask.close()
+        self.close()
         return self.totals

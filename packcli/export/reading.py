@@ -1,11 +1,14 @@
 """Read a packcli output for export: its rows, or its documents with split documents whole again, streaming.
 
-Two views of one output, both in the output's order (shards as the manifest lists them, rows in each):
+The record batches come from ``packcli verify`` as it checks them (:func:`packcli.report.verify.verify_output`
+with a consumer), in the output's order (shards as the manifest lists them, rows in each), so the export reads
+the shards once. Two views of them:
 
-- :func:`row_batches`: the packed rows as written, a record batch (about 8 MiB) at a time.
-- :func:`document_batches`: the documents, each piece a sequence; the pieces of a document cut by ``--overflow
+- :func:`row_batch`: the packed rows as written, a record batch (about 8 MiB) at a time.
+- :class:`DocumentView`: the documents, each piece a sequence; the pieces of a document cut by ``--overflow
   split`` come out together and in order, where its first piece (in output order) stood, found through the
-  manifest's ``split_pieces`` entries (:mod:`packcli.write.splits`); its other pieces are not repeated.
+  manifest's ``split_pieces`` entries (:mod:`packcli.write.splits`, checked by verify); its other pieces are not
+  repeated.
 
 Invariant: every stored token comes out exactly once in either view, with its supervision (``labels != -100``).
 Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document).
@@ -13,6 +16,7 @@ Memory: one record batch, plus the split pieces' coordinates (a few numbers per 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +25,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from packcli.errors import PackcliError
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
-from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.manifest import SPLIT_PIECES, read_manifest, shard_path
 from packcli.format.shards import flat_list_column, read_shard
-from packcli.write.splits import SPLIT_PIECES
 
-__all__ = ["DocumentBatch", "PackedOutput", "RowBatch", "document_batches", "open_packed", "row_batches"]
+__all__ = ["DocumentBatch", "DocumentView", "PackedOutput", "RowBatch", "open_packed", "row_batch"]
 
 
 @dataclass(frozen=True)
@@ -60,23 +62,6 @@ def open_packed(path: Path) -> PackedOutput:
     return PackedOutput(path, read_manifest(path))
 
 
-def check_intact(packed: PackedOutput) -> None:
-    """Re-read the whole output as ``packcli verify`` does.
-
-    Raises:
-        PackcliError: it fails verify (the first problem named); nothing has been written yet.
-    """
-    from packcli.report.verify import verify_output
-
-    report = verify_output(packed.path)
-    if not report.ok:
-        raise PackcliError(
-            f"fails verify ({report.count} problem(s); first: {report.problems[0]}); nothing was exported: run "
-            "packcli verify on it, or pack it again",
-            packed.path,
-        )
-
-
 @dataclass(frozen=True)
 class RowBatch:
     """Consecutive rows of one shard: tokens, row token offsets, document lengths, row document offsets, and the
@@ -95,24 +80,19 @@ class RowBatch:
         return len(self.row_offsets) - 1
 
 
-def row_batches(packed: PackedOutput) -> Iterator[RowBatch]:
-    """The output's rows, one record batch at a time, in output order."""
-    for index, path in enumerate(packed.shard_paths()):
-        first_row = 0
-        with pa.memory_map(str(path)) as source:
-            for batch in pa.ipc.open_stream(source):
-                tokens, row_offsets = flat_list_column(pa.chunked_array([batch.column("input_ids")]))
-                cu, cu_offsets = flat_list_column(pa.chunked_array([batch.column("cu_seqlens")]))
-                within = np.ones(len(cu), dtype=bool)  # False at each row's leading 0
-                within[cu_offsets[:-1]] = False
-                lengths = np.diff(cu.astype(np.int64))[within[1:]]
-                mask = None
-                if LABELS_COLUMN in batch.schema.names:
-                    labels, _ = flat_list_column(pa.chunked_array([batch.column(LABELS_COLUMN)]))
-                    mask = labels != IGNORE_INDEX
-                row_documents = cu_offsets - np.arange(len(cu_offsets))
-                yield RowBatch(index, first_row, tokens, row_offsets, lengths, row_documents, mask)
-                first_row += batch.num_rows
+def row_batch(shard: int, first_row: int, batch: pa.RecordBatch) -> RowBatch:
+    """The rows of one record batch of shard number ``shard`` (a verified batch: its columns are ``list<int32>``)."""
+    tokens, row_offsets = flat_list_column(pa.chunked_array([batch.column("input_ids")]))
+    cu, cu_offsets = flat_list_column(pa.chunked_array([batch.column("cu_seqlens")]))
+    within = np.ones(len(cu), dtype=bool)  # False at each row's leading 0
+    within[cu_offsets[:-1]] = False
+    lengths = np.diff(cu.astype(np.int64))[within[1:]]
+    mask = None
+    if LABELS_COLUMN in batch.schema.names:
+        labels, _ = flat_list_column(pa.chunked_array([batch.column(LABELS_COLUMN)]))
+        mask = labels != IGNORE_INDEX
+    row_documents = cu_offsets - np.arange(len(cu_offsets))
+    return RowBatch(shard, first_row, tokens, row_offsets, lengths, row_documents, mask)
 
 
 @dataclass(frozen=True)
@@ -144,46 +124,48 @@ class _Splits:
                 pieces[group].append((piece, shard_index, row, index))
                 found.append((row, index, group))
             self.by_shard.append(np.array(found, dtype=np.int64).reshape(-1, 3))
-        for group_pieces in pieces:
-            ordered = sorted(group_pieces)
-            if [piece for piece, *_ in ordered] != list(range(len(ordered))):
-                raise PackcliError(
-                    "the manifest's split_pieces entries miss a piece of a split document: the manifest was edited "
-                    "or damaged; repack",
-                    packed.path / "manifest.json",
-                )
-            self.groups.append([(shard, row, index) for _, shard, row, index in ordered])
+        for group_pieces in pieces:  # numbered 0, 1, ... (verify checks it)
+            self.groups.append([(shard, row, index) for _, shard, row, index in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
-        self._tables: dict[int, pa.Table] = {}
+        self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
 
     def piece(self, shard: int, row: int, index: int) -> tuple[np.ndarray, np.ndarray | None]:
         """One stored piece's tokens and mask, read from its memory-mapped shard."""
-        if shard not in self._tables:
-            if len(self._tables) >= 4:
-                self._tables.pop(next(iter(self._tables)))
-            self._tables[shard] = read_shard(self.packed.shard_paths()[shard])
-        table = self._tables[shard]
-        cu = table.column("cu_seqlens")[row].values.to_numpy()
-        start, end = int(cu[index]), int(cu[index + 1])
-        tokens = table.column("input_ids")[row].values.to_numpy()[start:end]
-        mask = None
-        if LABELS_COLUMN in table.column_names:
-            mask = table.column(LABELS_COLUMN)[row].values.to_numpy()[start:end] != IGNORE_INDEX
-        return tokens, mask
+        if shard not in self._batches:
+            if len(self._batches) >= 4:
+                self._batches.pop(next(iter(self._batches)))
+            self._batches[shard] = list(_shard_batches(shard, self.packed.shard_paths()[shard]))
+        batches = self._batches[shard]
+        batch = batches[bisect.bisect_right([batch.first_row for batch in batches], row) - 1]
+        local = row - batch.first_row
+        first_document = int(batch.row_documents[local])
+        start = int(batch.row_offsets[local] + batch.lengths[first_document : first_document + index].sum())
+        span = slice(start, start + int(batch.lengths[first_document + index]))
+        return batch.tokens[span], None if batch.mask is None else batch.mask[span]
 
 
-def document_batches(packed: PackedOutput) -> Iterator[DocumentBatch]:
-    """The output's documents in output order, a split document's pieces together where its first piece stood."""
-    splits = _Splits(packed)
-    for batch in row_batches(packed):
-        entries = splits.by_shard[batch.shard]
+def _shard_batches(shard: int, path: Path) -> Iterator[RowBatch]:
+    first_row = 0
+    for batch in read_shard(path).to_batches():
+        yield row_batch(shard, first_row, batch)
+        first_row += batch.num_rows
+
+
+class DocumentView:
+    """The documents of the output's rows, given batch by batch in output order: a split document's pieces together
+    where its first piece stood."""
+
+    def __init__(self, packed: PackedOutput) -> None:
+        self.splits = _Splits(packed)
+
+    def documents(self, batch: RowBatch) -> DocumentBatch:
+        entries = self.splits.by_shard[batch.shard]
         inside = (entries[:, 0] >= batch.first_row) & (entries[:, 0] < batch.first_row + batch.rows)
         if not inside.any():
-            yield DocumentBatch(batch.tokens, batch.lengths, np.ones(len(batch.lengths), dtype=bool), batch.mask)
-            continue
+            return DocumentBatch(batch.tokens, batch.lengths, np.ones(len(batch.lengths), dtype=bool), batch.mask)
         here = entries[inside]
         positions = batch.row_documents[here[:, 0] - batch.first_row] + here[:, 1]
-        yield _spliced(batch, positions, here[:, 2], splits)
+        return _spliced(batch, positions, here[:, 2], self.splits)
 
 
 def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits: _Splits) -> DocumentBatch:

@@ -23,6 +23,7 @@ __all__ = [
     "RUN_PREFIX",
     "SHARD",
     "SHARD_FILE",
+    "SPLIT_PIECES",
     "TEMPORARY_SUFFIX",
     "TOKENIZER",
     "TOP",
@@ -37,6 +38,7 @@ MANIFEST_NAME = "manifest.json"
 SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
 RUN_PREFIX = re.compile(r"packcli-run-[0-9A-Za-z-]+")  # where an output on object storage keeps a run's shards
 TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete
+SPLIT_PIECES = "split_pieces"  # a shard entry's pieces of split documents (see packcli.write.splits)
 
 # What a value must be: (its description in an error, the test).
 Kind = tuple[str, Callable[[object], bool]]

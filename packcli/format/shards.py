@@ -25,6 +25,7 @@ __all__ = [
     "ShardInfo",
     "ShardWriter",
     "flat_list_column",
+    "int32_array",
     "list_array",
     "list_views",
     "read_shard",
@@ -233,8 +234,13 @@ def _int32_view(buffer: pa.Buffer | None, start: int, count: int) -> np.ndarray:
 
 
 def flat_list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """A ``list<int32>`` column as (values, int64 row offsets) numpy arrays; zero-copy for one chunk."""
+    """A list column as (values, int64 row offsets from 0) numpy arrays: for one chunk of ``list<int32>`` without
+    nulls, the values are a view of its buffer (no copy, no pandas import); another list of integers (a damaged
+    shard, which verify reports) is converted."""
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    offsets = array.offsets.to_numpy().astype(np.int64)
-    values = array.values.to_numpy(zero_copy_only=False)
+    try:
+        values, offsets = list_views(array)
+    except ValueError:
+        values, offsets = array.values.to_numpy(zero_copy_only=False), array.offsets.to_numpy()
+    offsets = offsets.astype(np.int64)
     return values[offsets[0] : offsets[-1]], offsets - offsets[0]

@@ -27,6 +27,7 @@ class Observed:
     labelled: bool = False  # some shard has a labels column
     cut_pieces: int = 0  # documents (pieces) that do not end with EOS; meaningful when EOS is appended
     full_pieces: int = 0  # documents (pieces) exactly max_len long
+    unmarked_starts: int = 0  # documents (pieces) that do not start with BOS; meaningful when BOS is prepended
 
 
 POLICY_COUNTS = {"split": "split_documents", "truncate": "truncated_documents", "drop": "dropped_documents"}

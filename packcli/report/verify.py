@@ -5,20 +5,31 @@ manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, sel
 and token counts. Per row, each check on its own (so one bad row never hides another): 1..max_len tokens,
 ``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
 rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
-every document's first token, and with EOS appended, every document that does not end with EOS cut at exactly
-max_len. Then the manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`),
-and stray temporary or unlisted shard files.
+every document's first token, with EOS appended, every document that does not end with EOS cut at exactly
+max_len, and with BOS prepended (``--bos``), no more documents without it than later pieces of split documents.
+Then the manifest's ``split_pieces`` against the pieces the shards hold (:mod:`packcli.report.splits`), the
+manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray
+temporary or unlisted shard files.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
 whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
 tokenizer ran or one was given, or ``--eos-id``) is refused, and each shard's own ``packcli.eos_id`` metadata
 (written since this check exists; older shards lack it) must name the same id. Only a forger who rewrites every
 shard as well gets past this: nothing inside an output can tell its own bytes from a consistent rewrite of them.
-Shards are read one record batch at a time: memory stays bounded whatever the shard size.
+Speed (verify reads every byte, and every export runs it): each shard is memory-mapped once; a helper thread hashes
+the mapped bytes (hashlib releases the GIL) while the rows are checked, batch by batch, vectorised over the batch.
+The checks over every token prove an intact batch in a few passes (ids' minimum and maximum; position_ids rising by
+one except exactly at the document starts; labels equal to -100 or the id); only a batch that fails one of them is
+searched row by row for what to name. An export passes a consumer that receives each batch once it is checked, as
+long as nothing is wrong so far, so the export reads the shards once; nothing it writes is published unless the
+whole output verifies. Shards are read one record batch at a time: memory stays bounded whatever the shard size.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +40,16 @@ import pyarrow as pa
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
-from packcli.format.shards import flat_list_column, read_shard
+from packcli.format.shards import flat_list_column
 from packcli.report.accounting import Observed, check_totals
+from packcli.report.splits import SplitPieceCheck
 from packcli.util.arrays import exclusive_cumsum
-from packcli.util.files import file_sha256
 
-__all__ = ["MAX_LISTED", "verify_output"]
+__all__ = ["MAX_LISTED", "Consumer", "verify_output"]
+
+# receives each checked batch: (the shard's index in the manifest, the batch's first row in the shard, the batch)
+Consumer = Callable[[int, int, pa.RecordBatch], None]
+Add = Callable[[str], None]
 
 MAX_LISTED = 20
 COLUMN_TYPE = pa.list_(pa.int32())
@@ -78,6 +93,7 @@ class Expected:
     vocab_size: int | None  # None: pre-tokenized records without a tokenizer (ids need only fit int32)
     columns: tuple[str, ...]
     eos_id: int | None  # the EOS id appended to every document, if one was
+    bos_id: int | None  # the BOS id every document starts with (``--bos``), if one was prepended
     metadata: dict[str, str]
     written_since: dict[str, str]  # metadata that newer shards carry: checked where a shard has the key
 
@@ -93,6 +109,7 @@ class Expected:
             vocab_size=tokenizer["vocab_size"],
             columns=tuple(columns),
             eos_id=eos_id,
+            bos_id=tokenizer.get("bos_id") if options.get("bos") is True else None,
             metadata={
                 "packcli.format_version": str(FORMAT_VERSION),
                 "packcli.max_len": str(manifest["max_len"]),
@@ -103,9 +120,12 @@ class Expected:
 
 
 def eos_problems(manifest: dict[str, Any]) -> list[str]:
-    """What in the manifest contradicts how pack decides on EOS: with ``eos`` on, pack appends the tokenizer's EOS
-    (refusing a tokenizer without one) or ``--eos-id``; only pre-tokenized records without either get none."""
+    """What in the manifest contradicts how pack decides on EOS and BOS: with ``eos`` on, pack appends the
+    tokenizer's EOS (refusing a tokenizer without one) or ``--eos-id``; only pre-tokenized records without either
+    get none. With ``bos`` on, pack prepends the tokenizer's BOS and refuses a tokenizer without one."""
     tokenizer, options = manifest["tokenizer"], manifest["options"]
+    if options.get("bos") is True and tokenizer.get("bos_id") is None:
+        return ["manifest: tokenizer.bos_id is null or missing, yet options.bos is true: pack prepends a BOS then"]
     if options.get("eos") is not True:
         return []
     given = options.get("eos_id")
@@ -119,16 +139,23 @@ def eos_problems(manifest: dict[str, Any]) -> list[str]:
     return []
 
 
-def verify_output(out: Path) -> Report:
-    """Check a packed output; the report lists what is wrong (nothing when it is intact)."""
+def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
+    """Check a packed output; the report lists what is wrong (nothing when it is intact).
+
+    Args:
+        out: the output directory.
+        consumer: called with each batch of rows once it is checked, in output order, while no problem has been
+            found (an export writes them as they come; it publishes nothing unless the report is clean).
+    """
     report = Report()
     manifest = read_manifest(out)
     expected = Expected.of(manifest)
     for problem in eos_problems(manifest):
         report.add(problem)
     observed = Observed()
+    pieces = SplitPieceCheck(manifest, expected.eos_id)
     seen: set[str] = set()
-    for entry in manifest["shards"]:
+    for number, entry in enumerate(manifest["shards"]):
         try:
             path = shard_path(out, entry["file"])
         except PackcliError as exc:
@@ -138,84 +165,132 @@ def verify_output(out: Path) -> Report:
             report.add(f"{path.name}: listed twice in the manifest")
             continue
         seen.add(path.name)
-        _check_shard(path, entry, expected, observed, report)
+        shard = ShardUnderCheck(number, entry, expected, observed, pieces)
+        _check_shard(path, shard, report, None if consumer is None else lambda *batch, n=number: consumer(n, *batch))
     for path in sorted(out.iterdir()):
         if path.name.endswith(TEMPORARY_SUFFIX):
             report.add(f"{path.name}: a temporary file left by an interrupted write (not part of the output)")
         elif SHARD_FILE.fullmatch(path.name) and path.name not in seen:
             report.add(f"{path.name}: shard file not listed in the manifest")
+    for problem in pieces.problems():
+        report.add(problem)
     for problem in check_totals(manifest, observed, expected.eos_id is not None):
+        report.add(problem)
+    for problem in _bos_problems(manifest["totals"], observed, expected.bos_id):
         report.add(problem)
     report.shards = len(seen)
     return report
 
 
-def _check_shard(path: Path, entry: dict[str, Any], expected: Expected, observed: Observed, report: Report) -> None:
-    """Check one shard against its manifest entry and the format, adding what it holds to ``observed``."""
-    name = path.name
+@dataclass(frozen=True)
+class ShardUnderCheck:
+    """One shard to check: its place in the manifest, its entry, and where what it holds is summed."""
+
+    number: int
+    entry: dict[str, Any]
+    expected: Expected
+    observed: Observed
+    pieces: SplitPieceCheck
+
+
+Feed = Callable[[int, pa.RecordBatch], None]  # a consumer bound to one shard: (first row, batch)
+
+
+def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed | None) -> None:
+    """Check one shard against its manifest entry and the format, adding what it holds to ``shard.observed``;
+    ``feed`` gets each checked batch while nothing is wrong."""
+    name, entry = path.name, shard.entry
     if not path.is_file():
         report.add(f"{name}: missing")
         return
     size = path.stat().st_size
     if size != entry["bytes"]:
         report.add(f"{name}: {size} bytes, the manifest says {entry['bytes']}")
-    if file_sha256(path) != entry["sha256"]:
-        report.add(f"{name}: sha256 differs from the manifest (the file was changed or damaged)")
+    later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
+    with pa.memory_map(str(path)) as mapped, ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
+        data = mapped.read_buffer()
+        digest = hasher.submit(_sha256, data)
+        rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None)
+        if digest.result() != entry["sha256"]:
+            report.add(f"{name}: sha256 differs from the manifest (the file was changed or damaged)")
+    for problem in later:
+        report.add(problem)
+    report.rows += rows
+    report.tokens += tokens
+
+
+def _sha256(data: pa.Buffer) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_contents(
+    name: str, data: pa.Buffer, shard: ShardUnderCheck, problems: list[str], feed: Feed | None
+) -> tuple[int, int]:
+    """Check a shard's bytes as an Arrow stream (schema metadata, columns, rows, counts), appending to ``problems``;
+    returns the rows and tokens checked."""
+    expected, entry = shard.expected, shard.entry
     try:
-        table = read_shard(path)
+        table = pa.ipc.open_stream(data).read_all()
     except (pa.ArrowException, OSError) as exc:
-        report.add(f"{name}: unreadable as an Arrow IPC stream ({exc})")
-        return
+        problems.append(f"{name}: unreadable as an Arrow IPC stream ({exc})")
+        return 0, 0
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     for key, value in expected.metadata.items():
         if metadata.get(key) != value:
-            report.add(f"{name}: schema metadata {key} is {metadata.get(key)!r}, expected {value!r}")
+            problems.append(f"{name}: schema metadata {key} is {metadata.get(key)!r}, expected {value!r}")
     for key, value in expected.written_since.items():
         if key in metadata and metadata[key] != value:
-            report.add(f"{name}: schema metadata {key} is {metadata[key]!r}, the manifest implies {value!r}")
-    if not _check_columns(name, table.schema, expected.columns, report):
-        return
-    rows = RowChecks(name, expected, observed)
+            problems.append(f"{name}: schema metadata {key} is {metadata[key]!r}, the manifest implies {value!r}")
+    if not _check_columns(name, table.schema, expected.columns, problems.append):
+        return 0, 0
+    rows = RowChecks(name, shard)
     for batch in table.to_batches():
+        first_row = rows.first_row
         rows.check(batch)
-    rows.report_to(report)
+        if feed is not None and not problems and not rows.bad:
+            feed(first_row, batch)
+    shard.pieces.shard_read(shard.number)
+    rows.report_to(problems.append)
     counts = {"rows": table.num_rows, "documents": rows.documents, "tokens": rows.tokens}
     for key, value in counts.items():
         if entry.get(key, value) != value:
-            report.add(f"{name}: holds {value} {key}, the manifest says {entry[key]}")
-    observed.sequences += table.num_rows
-    observed.documents += rows.documents
-    observed.tokens += rows.tokens
-    report.rows += table.num_rows
-    report.tokens += rows.tokens
+            problems.append(f"{name}: holds {value} {key}, the manifest says {entry[key]}")
+    shard.observed.sequences += table.num_rows
+    shard.observed.documents += rows.documents
+    shard.observed.tokens += rows.tokens
+    return table.num_rows, rows.tokens
 
 
-def _check_columns(name: str, schema: pa.Schema, columns: tuple[str, ...], report: Report) -> bool:
+def _check_columns(name: str, schema: pa.Schema, columns: tuple[str, ...], add: Add) -> bool:
     """Report missing, extra and mistyped columns; True when the rows can still be read (every column present is a
     list of integers, the token columns all there)."""
     readable = True
     for column in columns:
         if column not in schema.names:
-            report.add(f"{name}: missing column {column}")
+            add(f"{name}: missing column {column}")
             readable = readable and column not in TOKEN_COLUMNS
     for column in schema.names:
         kind = schema.field(column).type
         if column not in columns:
-            report.add(f"{name}: column {column} is not one the manifest lists ({', '.join(columns)})")
+            add(f"{name}: column {column} is not one the manifest lists ({', '.join(columns)})")
         elif kind != COLUMN_TYPE:
-            report.add(f"{name}: column {column} is {kind}, expected {COLUMN_TYPE}")
+            add(f"{name}: column {column} is {kind}, expected {COLUMN_TYPE}")
             is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
             readable = readable and is_list and pa.types.is_integer(kind.value_type)
     return readable
 
 
 class RowChecks:
-    """The per-row checks of one shard, batch by batch; each kind of damage counted with its first row."""
+    """The per-row checks of one shard, batch by batch; each kind of damage counted with its first row.
 
-    def __init__(self, name: str, expected: Expected, observed: Observed) -> None:
+    Each check over every token first asks, in a few vectorised passes, whether the whole batch is intact; only
+    when it is not are the rows at fault found (the exact, slower search), so an intact batch costs little."""
+
+    def __init__(self, name: str, shard: ShardUnderCheck) -> None:
         self.name = name
-        self.expected = expected
-        self.observed = observed
+        self.shard = shard
+        self.expected = shard.expected
+        self.observed = shard.observed
         self.bad: dict[str, list[int]] = {}  # what is wrong -> [rows, first row]
         self.first_row = 0
         self.documents = 0
@@ -228,9 +303,9 @@ class RowChecks:
             entry = self.bad.setdefault(what, [0, self.first_row + int(np.argmax(bad_rows))])
             entry[0] += count
 
-    def report_to(self, report: Report) -> None:
+    def report_to(self, add: Add) -> None:
         for what, (count, first) in self.bad.items():
-            report.add(f"{self.name}: {count} row(s) {what} (first: row {first})")
+            add(f"{self.name}: {count} row(s) {what} (first: row {first})")
 
     def check(self, batch: pa.RecordBatch) -> None:
         expected = self.expected
@@ -239,35 +314,38 @@ class RowChecks:
         cu, cu_offsets = _flat(batch, "cu_seqlens")
         n_rows = batch.num_rows
         lengths = np.diff(offsets)
-        row_of_token = np.repeat(np.arange(n_rows), lengths)
         self.flag((lengths < 1) | (lengths > expected.max_len), f"not within 1..{expected.max_len} tokens")
-        outside = (ids < 0) if expected.vocab_size is None else (ids < 0) | (ids >= expected.vocab_size)
-        vocabulary = f"[0, {expected.vocab_size})" if expected.vocab_size else "(negative)"
-        self.flag(_rows_with(outside, row_of_token, n_rows), f"with an id outside the vocabulary {vocabulary}")
-        doc_row, doc_start, doc_length = self._check_cu(cu, cu_offsets, offsets)
+        self._check_ids(ids, offsets)
+        bad_cu, doc_row, doc_start, doc_length = self._check_cu(cu, cu_offsets, offsets)
         same_length = np.diff(position_offsets) == lengths
         self.flag(~same_length, "with position_ids and input_ids of different lengths")
-        keep = same_length[doc_row]
-        starts, kept_lengths, kept_rows = doc_start[keep], doc_length[keep], doc_row[keep]
-        within = np.arange(kept_lengths.sum()) - np.repeat(exclusive_cumsum(kept_lengths)[:-1], kept_lengths)
-        token = np.repeat(starts, kept_lengths) + within
-        shift = np.repeat((position_offsets - offsets)[kept_rows], kept_lengths)
-        wrong = positions[token + shift] != within
-        self.flag(
-            _rows_with(wrong, row_of_token[token], n_rows), "whose position_ids do not restart exactly at cu_seqlens"
-        )
+        if not (same_length.all() and not bad_cu.any() and _restart_at(positions, doc_start)):
+            self._locate_positions(positions, position_offsets, offsets, same_length, doc_row, doc_start, doc_length)
         self._count_pieces(ids, n_rows, doc_row, doc_start, doc_length)
+        self.shard.pieces.observe(self.shard.number, self.first_row, bad_cu, doc_row, doc_start, doc_length, ids)
         if LABELS_COLUMN in batch.schema.names:
-            self._check_labels(batch, ids, offsets, row_of_token, doc_row, doc_start)
+            self._check_labels(batch, ids, offsets, doc_row, doc_start)
         self.documents += int(np.maximum(np.diff(cu_offsets) - 1, 0).sum())
         self.tokens += len(ids)
         self.first_row += n_rows
 
+    def _check_ids(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        """Flag rows with an id outside the vocabulary (searched for only when the extremes say there is one)."""
+        vocab = self.expected.vocab_size
+        if not len(ids) or (int(ids.min()) >= 0 and (vocab is None or int(ids.max()) < vocab)):
+            return
+        outside = (ids < 0) if vocab is None else (ids < 0) | (ids >= vocab)
+        vocabulary = f"[0, {vocab})" if vocab else "(negative)"
+        self.flag(
+            _rows_with(outside, _row_of_token(offsets), len(offsets) - 1),
+            f"with an id outside the vocabulary {vocabulary}",
+        )
+
     def _check_cu(
         self, cu: np.ndarray, cu_offsets: np.ndarray, offsets: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Flag rows whose cu_seqlens is wrong; returns the documents of the other rows: (row, index of the first
-        token in the batch, length)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Flag rows whose cu_seqlens is wrong; returns them (a bool per row) and the documents of the other rows:
+        (row, index of the first token in the batch, length), in row order."""
         n_rows = len(offsets) - 1
         entries = np.diff(cu_offsets)
         has = entries > 0
@@ -275,21 +353,47 @@ class RowChecks:
         first[has] = cu[cu_offsets[:-1][has]]
         last[has] = cu[cu_offsets[1:][has] - 1]
         cu_row = np.repeat(np.arange(n_rows), entries)
-        steps = np.diff(cu)
+        steps = np.diff(cu.astype(np.int64))
         inside = cu_row[1:] == cu_row[:-1]  # a step between two entries of one row: a document
         falling = _rows_with(inside & (steps <= 0), cu_row[:-1], n_rows)
         bad = (entries < 2) | (first != 0) | (last != np.diff(offsets)) | falling
         self.flag(bad, "whose cu_seqlens does not start at 0, rise strictly and end at the row length")
         document = inside & ~bad[cu_row[:-1]]
         doc_row = cu_row[:-1][document]
-        return doc_row, offsets[doc_row] + cu[:-1][document], steps[document]
+        return bad, doc_row, offsets[doc_row] + cu[:-1][document], steps[document]
+
+    def _locate_positions(
+        self,
+        positions: np.ndarray,
+        position_offsets: np.ndarray,
+        offsets: np.ndarray,
+        same_length: np.ndarray,
+        doc_row: np.ndarray,
+        doc_start: np.ndarray,
+        doc_length: np.ndarray,
+    ) -> None:
+        """Flag the rows whose position_ids do not count 0, 1, ... from each document start (the rows of equal
+        lengths and sound cu_seqlens; the others are flagged already)."""
+        keep = same_length[doc_row]
+        starts, kept_lengths, kept_rows = doc_start[keep], doc_length[keep], doc_row[keep]
+        within = np.arange(kept_lengths.sum()) - np.repeat(exclusive_cumsum(kept_lengths)[:-1], kept_lengths)
+        token = np.repeat(starts, kept_lengths) + within
+        shift = np.repeat((position_offsets - offsets)[kept_rows], kept_lengths)
+        wrong = positions[token + shift] != within
+        self.flag(
+            _rows_with(wrong, _row_of_token(offsets)[token], len(offsets) - 1),
+            "whose position_ids do not restart exactly at cu_seqlens",
+        )
 
     def _count_pieces(
         self, ids: np.ndarray, n_rows: int, doc_row: np.ndarray, doc_start: np.ndarray, doc_length: np.ndarray
     ) -> None:
-        """Count full and cut documents; with EOS appended, one that does not end with it was cut at max_len."""
+        """Count full and cut documents, and with BOS prepended those that do not start with it; with EOS appended,
+        one that does not end with it was cut at max_len."""
         full = doc_length == self.expected.max_len
         self.observed.full_pieces += int(np.count_nonzero(full))
+        if self.expected.bos_id is not None:
+            self.observed.unmarked_starts += int(np.count_nonzero(ids[doc_start] != self.expected.bos_id))
         if self.expected.eos_id is None:
             return
         cut = ids[doc_start + doc_length - 1] != self.expected.eos_id
@@ -300,40 +404,54 @@ class RowChecks:
         )
 
     def _check_labels(
-        self,
-        batch: pa.RecordBatch,
-        ids: np.ndarray,
-        offsets: np.ndarray,
-        row_of_token: np.ndarray,
-        doc_row: np.ndarray,
-        doc_start: np.ndarray,
+        self, batch: pa.RecordBatch, ids: np.ndarray, offsets: np.ndarray, doc_row: np.ndarray, doc_start: np.ndarray
     ) -> None:
         labels, label_offsets = _flat(batch, LABELS_COLUMN)
         n_rows = batch.num_rows
         same_length = np.diff(label_offsets) == np.diff(offsets)
         self.flag(~same_length, "with labels and input_ids of different lengths")
-        token = np.flatnonzero(same_length[row_of_token])
-        shift = np.repeat((label_offsets - offsets)[:-1], np.diff(offsets))[token]
-        kept = labels[token + shift]
-        wrong = (kept != IGNORE_INDEX) & (kept != ids[token])
-        self.flag(_rows_with(wrong, row_of_token[token], n_rows), "with a label neither -100 nor the input id")
+        supervised = labels != IGNORE_INDEX
+        if not same_length.all() or np.any(supervised & (labels != ids)):
+            row_of_token = _row_of_token(offsets)
+            token = np.flatnonzero(same_length[row_of_token])
+            shift = np.repeat((label_offsets - offsets)[:-1], np.diff(offsets))[token]
+            kept = labels[token + shift]
+            wrong = (kept != IGNORE_INDEX) & (kept != ids[token])
+            self.flag(_rows_with(wrong, row_of_token[token], n_rows), "with a label neither -100 nor the input id")
         starts = same_length[doc_row]
         start_rows = doc_row[starts]
         supervised_start = labels[doc_start[starts] + (label_offsets - offsets)[start_rows]] != IGNORE_INDEX
         self.flag(
             _rows_with(supervised_start, start_rows, n_rows), "with a label other than -100 at a document's first token"
         )
-        supervised = labels != IGNORE_INDEX
-        label_rows = np.repeat(np.arange(n_rows), np.diff(label_offsets))
-        per_row = np.bincount(label_rows[supervised], minlength=n_rows)
+        label_lengths = np.diff(label_offsets)
+        if len(labels) and label_lengths.min() >= 1:
+            per_row = np.add.reduceat(supervised, label_offsets[:-1], dtype=np.int64)
+        else:  # a row without labels (flagged above) has nothing to reduce
+            per_row = np.bincount(_row_of_token(label_offsets)[supervised], minlength=n_rows)
         self.observed.labelled = True
         self.observed.supervised_tokens += int(np.count_nonzero(supervised))
         self.observed.unsupervised_sequences += int(np.count_nonzero(per_row == 0))
 
 
 def _flat(batch: pa.RecordBatch, column: str) -> tuple[np.ndarray, np.ndarray]:
-    values, offsets = flat_list_column(pa.chunked_array([batch.column(column)]))
-    return values.astype(np.int64, copy=False), offsets
+    return flat_list_column(pa.chunked_array([batch.column(column)]))
+
+
+def _row_of_token(offsets: np.ndarray) -> np.ndarray:
+    """The row of each value, from the row offsets."""
+    return np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+
+
+def _restart_at(positions: np.ndarray, doc_start: np.ndarray) -> bool:
+    """Whether ``positions`` count 0, 1, ... from each document start (``doc_start`` ascending, its documents
+    covering every position): 0 at every start, and a step of exactly one everywhere else."""
+    if not len(positions):
+        return True
+    if np.any(positions[doc_start] != 0):
+        return False
+    steps_elsewhere = np.flatnonzero(positions[1:] - positions[:-1] != 1) + 1
+    return np.array_equal(steps_elsewhere, doc_start[1:])
 
 
 def _rows_with(bad: np.ndarray, row_of: np.ndarray, n_rows: int) -> np.ndarray:
@@ -341,3 +459,19 @@ def _rows_with(bad: np.ndarray, row_of: np.ndarray, n_rows: int) -> np.ndarray:
     rows = np.zeros(n_rows, dtype=bool)
     rows[row_of[bad]] = True
     return rows
+
+
+def _bos_problems(totals: dict[str, Any], observed: Observed, bos_id: int | None) -> list[str]:
+    """With BOS prepended every document starts with it but the later pieces of a split one: more documents without
+    it than such pieces means the BOS id (or the shards) differ from what pack wrote."""
+    if bos_id is None:
+        return []
+    later_pieces = (
+        totals["documents"] - totals.get("input_documents", totals["documents"]) + totals["dropped_documents"]
+    )
+    if observed.unmarked_starts <= max(later_pieces, 0):
+        return []
+    return [
+        f"{observed.unmarked_starts} document(s) do not start with the BOS id {bos_id}, yet at most {later_pieces} "
+        "are later pieces of a split document: the manifest's tokenizer.bos_id is not what pack prepended"
+    ]

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from packcli.format.manifest import SPLIT_PIECES
 from packcli.format.shards import ShardInfo
 from packcli.packing.overflow import Pieces
 from packcli.strategies import Packing
 
-__all__ = ["SPLIT_PIECES", "shard_entries", "split_pieces"]
-
-SPLIT_PIECES = "split_pieces"
+__all__ = ["shard_entries", "split_pieces"]
 
 
 def split_pieces(pieces: Pieces, packing: Packing, shards: list[ShardInfo]) -> list[list[list[int]]]:

@@ -1,0 +1,185 @@
+"""verify's cross-check of the manifest's ``split_pieces`` entries (:mod:`packcli.write.splits`) against the shards.
+
+What must hold, and is checked: every ``[row, index, document, piece]`` names a document (piece) the shard holds,
+and no piece is named twice; the pieces of each split document (its number, within the shards of one partition)
+are numbered 0, 1, ... each once, at least two of them; every piece but a document's last is exactly ``max_len``
+tokens (splitting cuts there), and with EOS appended its last piece ends with EOS; the documents listed are
+``totals.split_documents`` in number, and their pieces beyond each document's first are the pieces the totals
+count beyond one per input document. An output packed before ``split_pieces`` existed lists none: then nothing is
+checked here. A piece in a row whose ``cu_seqlens`` is damaged, or in a shard that could not be read, is not
+resolved (verify reports that row or shard already), and its document is left out of the length checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from packcli.format.manifest import SPLIT_PIECES
+
+__all__ = ["SplitPieceCheck"]
+
+UNSEEN, RESOLVED, UNRESOLVED, ABSENT = 0, 1, 2, 3  # what became of an entry while its shard was read
+
+
+@dataclass
+class _Kind:
+    """One kind of problem: how many, and the first one's detail."""
+
+    count: int = 0
+    first: str = ""
+
+
+@dataclass
+class _Entries:
+    """One shard's entries (rows of ``[row, index, document, piece]``) and what the shard holds there."""
+
+    entries: np.ndarray  # int64, (k, 4)
+    state: np.ndarray = field(init=False)  # UNSEEN / RESOLVED / UNRESOLVED / ABSENT per entry
+    length: np.ndarray = field(init=False)  # the piece's tokens, where resolved
+    ends_eos: np.ndarray = field(init=False)  # whether its last token is EOS, where resolved
+
+    def __post_init__(self) -> None:
+        self.state = np.zeros(len(self.entries), dtype=np.int8)
+        self.length = np.zeros(len(self.entries), dtype=np.int64)
+        self.ends_eos = np.zeros(len(self.entries), dtype=bool)
+
+
+class SplitPieceCheck:
+    """Collects, shard by shard and batch by batch, the pieces the entries name; :meth:`problems` says what fails.
+
+    Args:
+        manifest: the output's manifest (validated: each entry is four integers >= 0).
+        eos_id: the EOS id appended to every document, or None.
+    """
+
+    def __init__(self, manifest: dict[str, Any], eos_id: int | None) -> None:
+        self.manifest = manifest
+        self.eos_id = eos_id
+        self.listed = any(SPLIT_PIECES in shard for shard in manifest["shards"])
+        self.malformed = [str(shard["file"]) for shard in manifest["shards"] if not _well_formed(shard)]
+        self.shards = [
+            _Entries(
+                np.array(shard.get(SPLIT_PIECES, []) if _well_formed(shard) else [], dtype=np.int64).reshape(-1, 4)
+            )
+            for shard in manifest["shards"]
+        ]
+        self.read: set[int] = set()  # shards whose rows were all read
+
+    def observe(
+        self,
+        shard: int,
+        first_row: int,
+        bad_rows: np.ndarray,
+        doc_row: np.ndarray,
+        doc_start: np.ndarray,
+        doc_length: np.ndarray,
+        ids: np.ndarray,
+    ) -> None:
+        """Resolve the entries naming rows of one batch: ``bad_rows`` (a bool per row) are the rows whose documents
+        cannot be told; ``doc_row`` (ascending), ``doc_start`` and ``doc_length`` the documents of the others."""
+        held = self.shards[shard]
+        rows = held.entries[:, 0] - first_row
+        here = np.flatnonzero((rows >= 0) & (rows < len(bad_rows)))
+        if not len(here):
+            return
+        rows = rows[here]
+        first_doc = np.searchsorted(doc_row, rows, side="left")
+        count = np.searchsorted(doc_row, rows, side="right") - first_doc
+        index = held.entries[here, 1]
+        found = index < count
+        held.state[here] = np.where(bad_rows[rows], UNRESOLVED, np.where(found, RESOLVED, ABSENT))
+        resolved = here[held.state[here] == RESOLVED]
+        document = (first_doc + index)[held.state[here] == RESOLVED]
+        held.length[resolved] = doc_length[document]
+        if self.eos_id is not None:
+            held.ends_eos[resolved] = ids[doc_start[document] + doc_length[document] - 1] == self.eos_id
+
+    def shard_read(self, shard: int) -> None:
+        """Every row of ``shard`` went through :meth:`observe`: an entry still unseen names a row it does not have."""
+        self.read.add(shard)
+
+    def problems(self) -> list[str]:
+        """What the entries get wrong, one line per kind of problem (empty when they hold, or list nothing)."""
+        if not self.listed:
+            return []
+        if self.malformed:
+            return [
+                f"manifest: the split_pieces of {len(self.malformed)} shard(s) are not lists of [row, index, document, "
+                f"piece], integers >= 0 (first: {self.malformed[0]})"
+            ]
+        kinds: dict[str, _Kind] = {}
+
+        def note(what: str, detail: str) -> None:
+            kind = kinds.setdefault(what, _Kind(first=detail))
+            kind.count += 1
+
+        groups: dict[tuple[str, int], list[tuple[int, int, int]]] = {}  # -> (piece, shard, entry)
+        for number, (shard, held) in enumerate(zip(self.manifest["shards"], self.shards)):
+            name = str(shard["file"])
+            partition = name.rsplit("shard-", 1)[0]
+            named: set[tuple[int, int]] = set()
+            for k, (row, index, document, piece) in enumerate(held.entries.tolist()):
+                where = f"{name} row {row} index {index}"
+                if number in self.read and held.state[k] in (UNSEEN, ABSENT):
+                    note("name a document (piece) that its shard does not hold", where)
+                if (row, index) in named:
+                    note("name a piece that an earlier entry names", where)
+                named.add((row, index))
+                groups.setdefault((partition, document), []).append((piece, number, k))
+        max_len = int(self.manifest["max_len"])
+        extra = 0
+        for (partition, document), members in groups.items():
+            members.sort()
+            extra += len(members) - 1
+            about = f"document {document}" + (f" of partition {partition!r}" if partition else "")
+            numbers = [piece for piece, _, _ in members]
+            if len(numbers) < 2 or numbers != list(range(len(numbers))):
+                note("whose pieces are not numbered 0, 1, ... each once, two at least", f"{about}: {_shown(numbers)}")
+                continue
+            if any(self.shards[shard].state[k] != RESOLVED for _, shard, k in members):
+                continue
+            lengths = [int(self.shards[shard].length[k]) for _, shard, k in members]
+            if any(length != max_len for length in lengths[:-1]):
+                note(
+                    f"with a piece before the last that is not max_len {max_len} tokens", f"{about}: {_shown(lengths)}"
+                )
+            _, shard, k = members[-1]
+            if self.eos_id is not None and not self.shards[shard].ends_eos[k]:
+                note("whose last piece does not end with EOS", about)
+        lines = [f"manifest: split_pieces: {kind.count} {what} (first: {kind.first})" for what, kind in kinds.items()]
+        return lines + self._against_totals(len(groups), extra)
+
+    def _against_totals(self, documents: int, extra: int) -> list[str]:
+        """The split documents listed, and their pieces beyond the first, against what the totals count."""
+        totals = self.manifest["totals"]
+        problems = []
+        if documents != totals["split_documents"]:
+            problems.append(
+                f"manifest: split_pieces list {documents} split documents, totals.split_documents is "
+                f"{totals['split_documents']}"
+            )
+        if "input_documents" in totals:
+            counted = totals["documents"] - totals["input_documents"] + totals["dropped_documents"]
+            if extra != counted:
+                problems.append(
+                    f"manifest: split_pieces list {extra} pieces beyond each split document's first, the totals count "
+                    f"{counted} (documents - input_documents + dropped_documents)"
+                )
+        return problems
+
+
+def _well_formed(shard: dict[str, Any]) -> bool:
+    """Whether a shard entry's ``split_pieces`` (an empty list where it has none) are all four integers >= 0."""
+    entries = shard.get(SPLIT_PIECES, [])
+    return isinstance(entries, list) and all(
+        isinstance(entry, list) and len(entry) == 4 and all(type(value) is int and value >= 0 for value in entry)
+        for entry in entries
+    )
+
+
+def _shown(values: list[int]) -> str:
+    """A list as a problem line shows it: at most a dozen values."""
+    return str(values) if len(values) <= 12 else f"[{', '.join(map(str, values[:12]))}, ... ({len(values)} in all)]"
