@@ -192,7 +192,7 @@ def test_parts_a_committed_run_left_are_removed_by_the_next_run_unless_a_live_ru
 ) -> None:
     fs, bucket = uploaded(s3_server, corpus)
     out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
-    args = ["pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "2", "--out", out, "--quiet", "--json"]
+    args = ["pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "1", "--out", out, "--quiet", "--json"]
     packed = invoke(*args)
     assert packed.exit_code == 0, packed.output
     manifest = json.loads(fs.cat(f"{out}/manifest.json"))
