@@ -29,6 +29,12 @@ TEXTS = [record["text"] for record in read_jsonl(SAMPLE)]
 PACK = [sys.executable, "-m", "packcli", "pack"]
 
 
+def ctrl_c_at_default() -> None:
+    """In a child before it runs: Ctrl-C at its default, as a terminal's foreground job has it, even where this
+    suite was started in the background (where a shell makes its commands ignore SIGINT, and so their children)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def invoke(*args: str):  # type: ignore[no-untyped-def]
     return runner.invoke(app, list(args))
 
@@ -202,6 +208,7 @@ def test_ctrl_c_says_what_it_left(big: Path, tmp_path: Path, partitioned: bool) 
         [*PACK, str(big), "--max-len", "2048", "--out", str(out), *extra],
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_at_default,
     )
     staging = tmp_path / ".out.packcli-resume"
     if partitioned:
@@ -290,7 +297,7 @@ def test_ctrl_c_to_the_whole_group_while_workers_start_is_one_line(big: Path, tm
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_at_default,
     )
     wait_for(lambda: len(descendants(process.pid)) >= 3, process)  # workers spawned, still importing
     os.killpg(process.pid, signal.SIGINT)
@@ -306,7 +313,9 @@ def test_ctrl_c_after_the_output_is_published_does_not_deny_it(tmp_path: Path) -
     out = tmp_path / "out"
     for _ in range(3):  # the window between the swap and the exit is short: try a few times
         shutil.rmtree(out, ignore_errors=True)
-        process = subprocess.Popen([*PACK, str(corpus), "--out", str(out)], stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            [*PACK, str(corpus), "--out", str(out)], stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_at_default
+        )
         deadline = time.monotonic() + 120
         while not (out / "manifest.json").exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.002)
