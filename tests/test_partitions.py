@@ -338,3 +338,45 @@ def test_a_bom_at_a_cut_is_a_bad_line_in_one_process_and_in_partitions(tmp_path:
         assert skipped.exit_code == 0, skipped.output
         outputs.append(json.loads((out / "manifest.json").read_text())["totals"])
     assert [(t["input_documents"], t["bad_records"]) for t in outputs] == [(39, 1), (39, 1)]
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_chat_template_travels_with_the_jobs_not_as_the_drivers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import packcli.run.driver as driver
+
+    chats = [
+        {
+            "messages": [
+                {"role": "user", "content": TEXTS[k][:300]},
+                {"role": "assistant", "content": TEXTS[k + 1][:600]},
+            ]
+        }
+        for k in range(0, 40, 2)
+    ]
+    corpus = write_jsonl(tmp_path / "chat.jsonl", chats)
+    template = tmp_path / "template.jinja"
+    template.write_text(CHAT_TEMPLATE)
+    args = [str(corpus), "--messages-field", "messages", "--chat-template", str(template), "--max-len", "512"]
+    args += ["--partitions", "2", "--workers", "1"]
+    present = invoke("pack", *args, "--out", str(tmp_path / "present"))
+    assert present.exit_code == 0, present.output
+
+    set_up = driver.set_up
+
+    def set_up_then_remove_the_template(*given: object, **named: object) -> object:
+        setup = set_up(*given, **named)  # type: ignore[arg-type]
+        template.unlink()  # read by the driver; a worker on another node would not find it
+        return setup
+
+    monkeypatch.setattr(driver, "set_up", set_up_then_remove_the_template)
+    removed = invoke("pack", *args, "--out", str(tmp_path / "removed"))
+    assert removed.exit_code == 0, removed.output
+    assert not template.exists()
+    assert files_of(tmp_path / "removed") == files_of(tmp_path / "present")

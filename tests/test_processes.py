@@ -168,25 +168,36 @@ def test_resume_names_what_changed_in_the_inputs(tmp_path: Path) -> None:
     assert "the inputs changed" in resumed.stderr and "3.jsonl" in resumed.stderr
 
 
-def test_a_full_disk_names_the_output(tmp_path: Path) -> None:
+def small_files() -> None:
+    """In a child process before it starts: every file it (and its workers) writes stops at 64 kB, a disk that
+    fills up."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_full_disk_names_the_output(tmp_path: Path, partitioned: bool) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()))
     out = tmp_path / "out"
-
-    def small_files() -> None:  # every file this process writes stops at 64 kB: a disk that fills up
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+    extra = ["--partitions", "2", "--workers", "1"] if partitioned else []
 
     result = subprocess.run(
-        [*PACK, str(corpus), "--max-len", "1024", "--out", str(out), "--quiet"],
+        [*PACK, str(corpus), "--max-len", "1024", "--out", str(out), "--quiet", *extra],
         preexec_fn=small_files,
         capture_output=True,
         text=True,
         env={**os.environ, "PACKCLI_CACHE": str(tmp_path / "cache")},
     )
     assert result.returncode == 1, result.stderr
-    assert result.stderr.count("\n") == 1 and str(out) in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "Errno" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: cannot write {out}: File too large; nothing was published"), result.stderr
     assert not out.exists()
+    staging = tmp_path / ".out.packcli-resume"
+    if partitioned:  # the resume area is kept, and said so
+        assert staging.is_dir() and f"kept in {staging}" in result.stderr and "resume" in result.stderr
+    else:
+        assert not staging.exists()
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
@@ -317,3 +328,29 @@ def test_ctrl_c_after_the_output_is_published_does_not_deny_it(tmp_path: Path) -
             assert invoke("verify", str(out)).exit_code == 0
             return
     pytest.skip("the run ended before every Ctrl-C: the window after the swap was not hit")
+
+
+@pytest.mark.ray
+def test_ctrl_c_during_ray_is_one_line_and_leaves_no_ray_process(big: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    process = subprocess.Popen(  # its own process group, as a terminal's job: Ctrl-C reaches every process in it
+        [*PACK, str(big), "--max-len", "2048", "--engine", "ray", "--partitions", "2", "--out", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    wait_for(lambda: any("WorkerActor" in command_line(pid) for pid in descendants(process.pid)), process)
+    time.sleep(0.5)  # the driver blocked in Ray: an actor starting, its first call waited for
+    started = descendants(process.pid)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr  # not a crash (-11) nor a SystemError (1)
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("packcli: ")]
+    assert lines == [lines[-1]] and lines[-1].startswith("error: interrupted"), stderr
+    assert not out.exists()
+    deadline = time.monotonic() + 15
+    while [pid for pid in started if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in started if alive(pid)], "Ray processes outlived the interrupted run"

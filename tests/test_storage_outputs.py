@@ -209,3 +209,23 @@ def test_a_shard_name_may_hold_one_run_prefix_and_nothing_else(tmp_path: Path) -
     for name in ("other/shard-00000.arrow", "packcli-run-1/../x.arrow", "packcli-run-1/a/b.arrow", "../x", "/x"):
         with pytest.raises(PackcliError, match="leaves the output directory"):
             shard_path(tmp_path, name)
+
+
+def test_a_lock_object_that_cannot_be_read_is_held_until_it_is_stale_by_its_age(
+    s3_server: S3Server, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import packcli.storage.lock as lock
+
+    out = s3_server.bucket() + "/packed"
+    fs = s3_server.filesystem()
+    for body in (b'["not", "a", "holder"]', b'{"pid": 1, "heartbeat": "soon"}', b'{"host": "n'):
+        fs.pipe_file(f"{out}/.packcli-lock", body)  # a live run's lock, caught half written or damaged
+        refused = pack(str(corpus), "--max-len", "256", "--out", out)
+        assert refused.exit_code == 1 and "in use by" in refused.stderr, refused.stderr
+        assert "cannot be read" in refused.stderr and fs.cat(f"{out}/.packcli-lock") == body
+
+    monkeypatch.setattr(lock, "STALE_S", 1.0)  # the store's modification time says its writer stopped long ago
+    time.sleep(1.5)
+    taken_over = pack(str(corpus), "--max-len", "256", "--out", out)
+    assert taken_over.exit_code == 0, taken_over.stderr
+    assert ".packcli-lock" not in keys(fs, out)

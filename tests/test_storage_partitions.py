@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import SAMPLE
 from s3_server import S3Server
-from test_processes import command_line, descendants
+from test_processes import command_line, descendants, small_files
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -184,3 +185,58 @@ def test_a_ray_cluster_sharing_nothing_but_the_store_writes_the_local_engines_by
     assert not [path for scratch in ray_cluster for path in scratch.iterdir()]  # each part's scratch removed
     verified = invoke("verify", out)
     assert verified.exit_code == 0, verified.output
+
+
+def test_parts_a_committed_run_left_are_removed_by_the_next_run_unless_a_live_run_holds_the_lock(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    fs, bucket = uploaded(s3_server, corpus)
+    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    args = ["pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "1", "--out", out, "--quiet", "--json"]
+    packed = invoke(*args)
+    assert packed.exit_code == 0, packed.output
+    manifest = json.loads(fs.cat(f"{out}/manifest.json"))
+
+    def died_while_removing_the_parts() -> None:  # what the driver leaves when it dies after its commit
+        shard = manifest["shards"][0]["file"]
+        fs.pipe(f"{parts}/run.json", json.dumps({"fingerprint": manifest["fingerprint"]}).encode())
+        fs.copy(f"{out}/{shard}", f"{parts}/part-00003/{shard.split('/')[-1]}")
+
+    died_while_removing_the_parts()
+    live = {"host": socket.gethostname(), "pid": os.getpid(), "run": "packcli-run-live", "heartbeat": time.time()}
+    fs.pipe(f"{out}/.packcli-lock", json.dumps(live).encode())  # a live run holds the output: its parts stay
+    held = invoke(*args)
+    assert held.exit_code == 0 and json.loads(held.stdout)["status"] == "up-to-date", held.output
+    assert fs.exists(f"{parts}/run.json")
+    fs.rm_file(f"{out}/.packcli-lock")
+
+    again = invoke(*args)  # up to date, and no run is live: the dead run's parts go
+    assert again.exit_code == 0 and json.loads(again.stdout)["status"] == "up-to-date", again.output
+    assert not fs.exists(parts) and json.loads(fs.cat(f"{out}/manifest.json")) == manifest
+
+    died_while_removing_the_parts()
+    replaced = invoke("pack", f"{bucket}/corpus/", "--max-len", "256", "--out", out, "--overwrite", "--quiet")
+    assert replaced.exit_code == 0, replaced.output
+    assert not fs.exists(parts) and ".packcli-lock" not in keys(fs, out)
+    verified = invoke("verify", out)
+    assert verified.exit_code == 0, verified.output
+
+
+def test_a_full_scratch_disk_in_a_partitioned_run_to_a_store_is_one_line(
+    s3_server: S3Server, corpus: Path, tmp_path: Path
+) -> None:
+    fs, bucket = uploaded(s3_server, corpus)
+    out = f"{bucket}/packed"
+    command = [sys.executable, "-m", "packcli", "pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "1"]
+    result = subprocess.run(
+        [*command, "--out", out, "--quiet"],
+        preexec_fn=small_files,  # the workers' token stores on the scratch disk fill it
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PACKCLI_SCRATCH": str(tmp_path)},
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and "Errno" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: cannot write {out}: File too large; nothing was published"), result.stderr
+    assert f"kept in {out}/packcli-resume" in result.stderr
+    assert "manifest.json" not in keys(fs, out) and ".packcli-lock" not in keys(fs, out)

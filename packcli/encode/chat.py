@@ -65,6 +65,7 @@ class JinjaTemplate:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         self.name = name
+        self.source = source
         self.sha256 = hashlib.sha256(source.encode()).hexdigest()
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         environment.globals["raise_exception"] = _raise_exception
@@ -112,16 +113,21 @@ def _raise_exception(message: str) -> None:
     raise BadRecordError(f"chat template raised: {message}")
 
 
-def load_template(path: str | None, tokenizer: LoadedTokenizer, warn: Callable[[str], None]) -> ChatML | JinjaTemplate:
+def load_template(
+    path: str | None, tokenizer: LoadedTokenizer, warn: Callable[[str], None], source: str | None = None
+) -> ChatML | JinjaTemplate:
     """The template for chat records: ``--chat-template`` file, else the one in the tokenizer's
-    ``tokenizer_config.json``, else ChatML (with a warning when the tokenizer lacks its markers as special tokens)."""
+    ``tokenizer_config.json``, else ChatML (with a warning when the tokenizer lacks its markers as special tokens).
+    ``source``: the ``--chat-template`` file's text as the driver read it (a worker then never opens ``path``)."""
     bos = tokenizer.tokenizer.id_to_token(tokenizer.bos_id) if tokenizer.bos_id is not None else None
     eos = tokenizer.tokenizer.id_to_token(tokenizer.eos_id) if tokenizer.eos_id is not None else None
     if path is not None:
         file = Path(path)
-        if not file.is_file():
-            raise UsageError(f"--chat-template {path}: no such file")
-        return JinjaTemplate(file.read_text(encoding="utf-8"), str(file), bos or "", eos or "")
+        if source is None:
+            if not file.is_file():
+                raise UsageError(f"--chat-template {path}: no such file")
+            source = file.read_text(encoding="utf-8")
+        return JinjaTemplate(source, str(file), bos or "", eos or "")
     configured = _configured_template(tokenizer.config.get("chat_template"))
     if configured is not None:
         return JinjaTemplate(configured, f"{tokenizer.name} tokenizer_config.json", bos or "", eos or "")

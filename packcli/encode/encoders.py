@@ -123,7 +123,12 @@ class SegmentEncoder:
     supervised: bool = True
 
     def __init__(
-        self, options: PackOptions, tokenizer: LoadedTokenizer, backends: Backends, warn: Callable[[str], None]
+        self,
+        options: PackOptions,
+        tokenizer: LoadedTokenizer,
+        backends: Backends,
+        warn: Callable[[str], None],
+        template_source: str | None = None,
     ) -> None:
         self.loss_on_all = options.loss_on == "all"
         self.eos_id, self.bos_id = special_ids(tokenizer, options.eos, options.bos)
@@ -138,7 +143,7 @@ class SegmentEncoder:
         self.template_sha256: str | None = None
         if options.messages_field is not None:
             self.fields = [Field(options.messages_field, "messages", "--messages-field")]
-            self.template = template = load_template(options.chat_template, tokenizer, warn)
+            self.template = template = load_template(options.chat_template, tokenizer, warn, template_source)
             self.template_sha256 = template.sha256
             self.convert = lambda values: template.segments(values[0], self.loss_on_all)
         else:
@@ -360,14 +365,17 @@ def without_empty(flat: Flat, counts: ReadCounts) -> Flat:
 
 
 def make_encoder(
-    options: PackOptions, tokenizer: LoadedTokenizer | None, warn: Callable[[str], None] = lambda message: None
+    options: PackOptions,
+    tokenizer: LoadedTokenizer | None,
+    warn: Callable[[str], None] = lambda message: None,
+    template_source: str | None = None,
 ) -> TextEncoder | SegmentEncoder | IdsEncoder:
     """The encoder for the options' record kind: text, prompt/response, chat messages, or token ids (the only
-    kind that needs no tokenizer)."""
+    kind that needs no tokenizer). ``template_source``: the ``--chat-template`` file's text, read by the driver."""
     if options.ids_field is not None:
         return IdsEncoder(options, tokenizer)
     assert tokenizer is not None
     backends = open_backends(tokenizer, options.tokenizer_backend, options.messages_field is not None, warn)
     if options.fine_tuning:
-        return SegmentEncoder(options, tokenizer, backends, warn)
+        return SegmentEncoder(options, tokenizer, backends, warn, template_source)
     return TextEncoder(options, tokenizer, backends)

@@ -8,12 +8,20 @@ that packcli starts and stops. The pool: ``--workers`` actors (default: the clus
 the nodes, each loading the driver's tokenizer once from bytes put in the object store. The pool stays below the
 cluster's CPU count (an actor takes one CPU; fractions when asked for more actors than that): actors holding every
 CPU slot starve other Ray work on the cluster, as Ray Data's read tasks are starved in ray-project/ray issue 44687.
+
+Signals: no handler of ours runs inside a call into Ray. Ray's compiled code checks for signals while it blocks and
+knows only ``KeyboardInterrupt``: the CLI's Ctrl-C exception raised there came out as a ``SystemError``, and one that
+cut ``ray.init`` short left a half-started Ray that crashed the interpreter at exit. So every call into Ray runs with
+signals held (:func:`~packcli.util.signals.signals_held`), waits are short (``WAIT_S``), and a Ctrl-C or SIGTERM takes
+effect between them, in Python, where the run unwinds and Ray is shut down. ``ray.init`` also puts its own SIGTERM
+handler in place of the CLI's: ours is put back.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -24,10 +32,12 @@ from urllib.parse import urlsplit
 from packcli.engines import OnResult, Start, Task
 from packcli.engines.reaper import reaping_descendants
 from packcli.errors import PackcliError, requires_extra
+from packcli.util.signals import signals_held
 
 __all__ = ["RayEngine"]
 
 CONNECT_TIMEOUT_S = 5.0
+WAIT_S = 0.2  # the longest a signal waits for a blocking call into Ray to return
 LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through it, never tokens
 
 
@@ -82,50 +92,67 @@ class RayEngine:
         else:
             _check_reachable(self.address)
             options["address"] = self.address
+        terminate = signal.getsignal(signal.SIGTERM)
         try:
-            ray.init(**options)
-        except Exception as exc:  # Ray raises ConnectionError, RuntimeError or ValueError here
-            self._reaper.close()
-            where = f"at {self.address}" if self.address else "locally"
-            raise PackcliError(f"cannot start or reach Ray {where}: {exc}") from None
-        self._started = True
+            with signals_held():  # a Ctrl-C waits until Ray is up, and then shuts it down
+                try:
+                    ray.init(**options)
+                except Exception as exc:  # Ray raises ConnectionError, RuntimeError or ValueError here
+                    where = f"at {self.address}" if self.address else "locally"
+                    raise PackcliError(f"cannot start or reach Ray {where}: {exc}") from None
+                self._started = True
+                if callable(terminate):  # the CLI's handler (a library caller's default stays Ray's to replace)
+                    signal.signal(signal.SIGTERM, terminate)  # ray.init put its own in place of it
+        except BaseException:
+            self._stop()
+            raise
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        if self._started:
-            self._ray.shutdown()
-            self._started = False
-        self._reaper.close()
+        self._stop()
+
+    def _stop(self) -> None:
+        """Shut down the Ray this engine started, and end the reaper; never cut short by a signal."""
+        with signals_held():
+            if self._started:
+                self._ray.shutdown()
+                self._started = False
+            self._reaper.close()
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no
         further job (the calls in flight finish)."""
         ray = self._ray
-        cpus = float(ray.cluster_resources().get("CPU", 1.0))
-        size = max(1, min(len(jobs), self.workers or int(cpus) - 1))
-        spare = cpus - 1 if cpus > 1 else cpus / 2  # leave one CPU to the rest of the cluster
-        # spread over the nodes: each node's scratch, disk and network take their share of the parts
-        actor_class = ray.remote(num_cpus=min(1.0, spare / size), scheduling_strategy="SPREAD")(WorkerActor)
-        shipped_ref = ray.put(shipped)
-        # Tokenizer threads: the actor's share of the cores, assuming actors spread evenly over the nodes.
-        actors = [actor_class.remote(max(1, int(cpus) // size), start, shipped_ref) for _ in range(size)]
-        waiting = list(reversed(jobs))
+        actors: list[Any] = []
         running: dict[Any, Any] = {}
-        go_on = True
         try:
+            with signals_held():  # each step into Ray whole; a signal takes effect between steps (see above)
+                cpus = float(ray.cluster_resources().get("CPU", 1.0))
+                size = max(1, min(len(jobs), self.workers or int(cpus) - 1))
+                spare = cpus - 1 if cpus > 1 else cpus / 2  # leave one CPU to the rest of the cluster
+                # spread over the nodes: each node's scratch, disk and network take their share of the parts
+                actor_class = ray.remote(num_cpus=min(1.0, spare / size), scheduling_strategy="SPREAD")(WorkerActor)
+                shipped_ref = ray.put(shipped)
+                # Tokenizer threads: the actor's share of the cores, assuming actors spread evenly over the nodes.
+                actors = [actor_class.remote(max(1, int(cpus) // size), start, shipped_ref) for _ in range(size)]
+            waiting = list(reversed(jobs))
+            go_on = True
             while running or (waiting and go_on):
-                while actors and waiting and go_on:
-                    actor = actors.pop()
-                    running[actor.run.remote(task, waiting.pop())] = actor
-                done, _ = ray.wait(list(running), num_returns=1)
-                for ref in done:
+                with signals_held():
+                    while actors and waiting and go_on:
+                        actor = actors.pop()
+                        running[actor.run.remote(task, waiting.pop())] = actor
+                    done, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
+                    results = [(ref, _result(ray, ref)) for ref in done]
+                for ref, result in results:
                     actors.append(running.pop(ref))
-                    go_on = on_result(_result(ray, ref)) and go_on
+                    go_on = on_result(result) and go_on
         finally:
-            for actor in [*actors, *running.values()]:
-                ray.kill(actor)
+            with signals_held():
+                for actor in [*actors, *running.values()]:
+                    ray.kill(actor)
 
 
 def _result(ray: Any, ref: Any) -> Any:

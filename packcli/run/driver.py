@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode import cache
+from packcli.encode.chat import JinjaTemplate
 from packcli.engines import Engine
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
@@ -40,8 +41,8 @@ from packcli.run.setup import PackResult, Setup, base_manifest, check_documents,
 from packcli.storage import UrlPath
 from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
-from packcli.write.publish import Publication
-from packcli.write.remote import RemotePublication, output_state
+from packcli.write.publish import FULL_DISK, Publication
+from packcli.write.remote import RemotePublication, output_state, remove_leftovers
 
 __all__ = ["pack_corpus", "partition_plan"]
 
@@ -77,6 +78,8 @@ def pack_corpus(
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
     if plan is not None and output_state(out, fingerprint) == "same":
+        if isinstance(out, UrlPath):
+            remove_leftovers(out, fingerprint)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
     facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)
@@ -96,14 +99,24 @@ def pack_corpus(
         reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn)
         if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
             job = Job(
-                0, tuple(files), options, area.root, facts, part_manifest, "shard", _sources(setup), setup.cache_key()
+                0,
+                tuple(files),
+                options,
+                area.root,
+                facts,
+                part_manifest,
+                "shard",
+                _sources(setup),
+                setup.cache_key(),
+                _template_source(setup),
             )
             task = partial(run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers)
             engine.run([job], task, bool, None, None)
         else:
             progress = _Progress(plan, reporter, warn)
             progress.start(reused, area)
-            jobs = [_partition_job(plan, k, options, area.root, facts, part_manifest) for k in range(count)]
+            template = _template_source(setup)
+            jobs = [_partition_job(plan, k, options, area.root, facts, part_manifest, template) for k in range(count)]
             jobs = [job for job in jobs if job.partition not in reused]
             if jobs:
                 engine.run(jobs, run_job, progress.on_result, start_worker, shipped)
@@ -145,7 +158,7 @@ def _publication(
     """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
     store) is staged locally, uploaded under a run prefix and committed by writing its manifest last."""
     if isinstance(out, UrlPath):
-        return RemotePublication(out, fingerprint, overwrite, inputs=read)
+        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
     return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
 
 
@@ -153,12 +166,25 @@ def _sources(setup: Setup) -> tuple[Any, ...] | None:
     return tuple(setup.sources) if setup.sources is not None else None
 
 
+def _template_source(setup: Setup) -> str | None:
+    """The ``--chat-template`` file's text as set-up read it (its sha256 is in the fingerprint): it travels in each
+    job, so a worker on a node without the driver's disk never needs the driver's path."""
+    template = getattr(setup.encoder, "template", None)
+    return template.source if isinstance(template, JinjaTemplate) and setup.options.chat_template else None
+
+
 def _partition_job(
-    plan: Plan, k: int, options: PackOptions, parts: Path, facts: dict[str, Any], manifest: dict[str, Any]
+    plan: Plan,
+    k: int,
+    options: PackOptions,
+    parts: Path,
+    facts: dict[str, Any],
+    manifest: dict[str, Any],
+    template: str | None,
 ) -> Job:
-    """Partition ``k``'s job: its slices, its own seed, its shard names."""
+    """Partition ``k``'s job: its slices, its own seed, its shard names, the chat template's text."""
     partition_options = replace(options, seed=partition_seed(options.seed, k))
-    return Job(k, plan.partitions[k], partition_options, parts, facts, manifest, part_prefix(k))
+    return Job(k, plan.partitions[k], partition_options, parts, facts, manifest, part_prefix(k), chat_template=template)
 
 
 def _engine(options: PackOptions) -> Engine:
@@ -223,6 +249,8 @@ class _Progress:
             return
         first = min(self.failures, key=lambda result: result.partition)
         assert first.failure is not None
+        if first.failure.errno in FULL_DISK:  # the publication says it, naming the output and what it kept
+            raise OSError(first.failure.errno, first.failure.message, first.failure.path)
         error = PackcliError(
             f"{first.failure.message} (partition {first.partition} of {len(self.plan)}; the {self.partitions} "
             f"partition(s) committed are kept in {parts}: rerun the same command to resume)",

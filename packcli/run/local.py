@@ -88,16 +88,19 @@ class Job:
     prefix: str = "shard"  # shard names: shard-NNNNN.arrow, or part-NNNNN-shard-MMMMM.arrow
     sources: tuple[Source, ...] | None = None  # a mixed run: its sources (one job reads the whole corpus)
     cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
+    chat_template: str | None = None  # the --chat-template file's text as the driver read it: no worker opens its path
 
 
 @dataclass(frozen=True)
 class Failure:
-    """Why a job failed: the error's message, file, line and exit code."""
+    """Why a job failed: the error's message, file, line and exit code; for an I/O error, its errno (a full disk is
+    the driver's to say, naming the output)."""
 
     message: str
     path: str | None
     line: int | None
     exit_code: int
+    errno: int | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ def run_job(job: Job) -> JobResult:
         failure = (
             Failure(exc.message, exc.path, exc.line, exc.exit_code)
             if isinstance(exc, PackcliError)
-            else Failure(str(exc), None, None, 1)
+            else Failure(exc.strerror or str(exc), exc.filename, None, 1, exc.errno)
         )
         return JobResult(job.partition, None, warnings, failure)
     return JobResult(job.partition, totals, warnings)
@@ -161,7 +164,8 @@ def run_local(
     built.mkdir(parents=True)
     area.work_path(k).parent.mkdir(parents=True, exist_ok=True)
     use_threads(threads)
-    encoder = make_encoder(options, tokenizer)  # its set-up warnings were the driver's to give, once
+    # its set-up warnings were the driver's to give, once
+    encoder = make_encoder(options, tokenizer, template_source=job.chat_template)
     cached = cache.load(job.cache_key) if job.cache_key is not None else None
     tokenized = cached or tokenize_corpus(
         job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, threads

@@ -34,11 +34,10 @@ from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
 from packcli.storage import UrlPath
 from packcli.storage.objects import find_objects, remove_objects, upload_file, write_object
 from packcli.util.files import canonical_json, file_sha256, write_json
-from packcli.write.remote import scratch_directory
+from packcli.write.remote import RUN_RECORD, scratch_directory
 
 __all__ = ["PartsArea", "part_name", "part_prefix"]
 
-RUN_RECORD = "run.json"
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
 TOKENS = "tokens"
 

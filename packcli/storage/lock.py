@@ -3,7 +3,10 @@ conditional ``PutObject`` with ``If-None-Match: *``), so of two runs that start 
 
 Invariants: the lock object names its holder (host, pid, run) and the time of its last heartbeat, rewritten every
 ``HEARTBEAT_S`` while held; a lock is stale (and taken over) when its holder's process is gone from this host, or its
-heartbeat is older than ``STALE_S`` (a holder on another host that died). Releasing removes it.
+heartbeat is older than ``STALE_S`` (a holder on another host that died). A lock object whose body cannot be read
+(damaged, not a holder, or a read error) names no holder to ask, so only its age can say its run is dead: it is
+held until the store's own modification time of it is older than ``STALE_S`` (a live holder rewrites it every
+``HEARTBEAT_S``). Never is a lock taken over for what its body fails to say. Releasing removes it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import threading
 import time
 from typing import Any
 
-from packcli.storage.objects import create_object, read_object, remove_objects, write_object
+from packcli.errors import PackcliError
+from packcli.storage.objects import create_object, exists, object_info, read_object, remove_objects, write_object
 
 __all__ = ["HEARTBEAT_S", "STALE_S", "ObjectLock"]
 
@@ -44,20 +48,34 @@ class ObjectLock:
                 self._beat = threading.Thread(target=self._heartbeat, name="packcli-lock-heartbeat", daemon=True)
                 self._beat.start()
                 return True
-            holder = self.holder()
-            if holder is not None and not _stale(holder):
+            holder = self._live_holder()
+            if holder is not None:
                 self.seen = holder  # not read again: it may finish and release in between
                 return False
             remove_objects([self.url])
         return False
 
-    def holder(self) -> dict[str, Any] | None:
-        """Who holds the lock (host, pid, run, heartbeat), or None if it is gone or unreadable."""
+    def _live_holder(self) -> dict[str, Any] | None:
+        """Who holds the lock while its run may be alive (host, pid, run, heartbeat; for a lock that cannot be read,
+        ``unreadable`` and its ``age`` in seconds); None when it is gone or stale, to be taken over.
+
+        Raises:
+            PackcliError: the store cannot say whether the lock object exists.
+        """
+        try:
+            written = object_info(self.url).mtime_ns / 1e9
+        except PackcliError:
+            if not exists(self.url):
+                return None  # released meanwhile
+            return {"unreadable": True, "age": 0.0}  # there, but not even its age can be read: held
         try:
             content = json.loads(read_object(self.url))
-        except Exception:
-            return None
-        return content if isinstance(content, dict) else None
+        except (PackcliError, ValueError):
+            content = None
+        if _is_holder(content):
+            return None if _stale(content) else content
+        age = time.time() - written
+        return None if age > STALE_S else {"unreadable": True, "age": age}
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -73,15 +91,25 @@ class ObjectLock:
         remove_objects([self.url])
 
 
+def _is_holder(content: Any) -> bool:
+    """Whether a lock object's body names a holder: its host, pid and heartbeat, as :meth:`ObjectLock._body` writes."""
+    return (
+        isinstance(content, dict)
+        and isinstance(content.get("host"), str)
+        and isinstance(content.get("pid"), int)
+        and isinstance(content.get("heartbeat"), (int, float))
+    )
+
+
 def _stale(holder: dict[str, Any]) -> bool:
-    if time.time() - float(holder.get("heartbeat", 0)) > STALE_S:
+    if time.time() - float(holder["heartbeat"]) > STALE_S:
         return True
     if holder.get("host") != socket.gethostname():
         return False
     try:
-        os.kill(int(holder.get("pid", 0)), 0)
+        os.kill(holder["pid"], 0)
     except ProcessLookupError:
         return True
-    except (PermissionError, ValueError):
+    except (PermissionError, ValueError, OverflowError):
         return False
     return False

@@ -47,14 +47,24 @@ from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, sh
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 
-__all__ = ["OWN_FILE", "Existing", "Publication", "directory_names", "existing_output", "in_use", "up_to_date"]
+__all__ = [
+    "FULL_DISK",
+    "OWN_FILE",
+    "Existing",
+    "Publication",
+    "directory_names",
+    "existing_output",
+    "in_use",
+    "out_of_room",
+    "up_to_date",
+]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
 _DEBRIS = ("staging-*", "old-*", "partial", "old")
 # Errors of a write that ran out of room: the disk or quota is full, or a file reached its size limit.
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 Existing = Literal["absent", "same", "other"]
 
@@ -142,8 +152,7 @@ class Publication:
         if self._committed:
             return f"interrupted after {self.out} was published: the output is complete"
         if self.resumable and self._staged:
-            kept = f"the partitions committed so far are kept in {self.staging}"
-            return f"interrupted; {kept}: rerun the same command to resume"
+            return f"interrupted; {_kept(self.staging)}: rerun the same command to resume"
         return "interrupted; no output was written" + (f" ({self.out} is as it was)" if self.target.exists() else "")
 
     def _refuse_unlisted(self) -> None:
@@ -167,11 +176,9 @@ class Publication:
         self._close(error)
         if isinstance(error, Interrupted) and str(error) == str(Interrupted()):
             raise Interrupted(self._what_an_interruption_left()) from None
-        if isinstance(error, OSError) and error.errno in _FULL:
-            raise PackcliError(
-                f"cannot write {self.out}: {error.strerror or error}; nothing was published"
-                + (", the earlier output is intact" if self.target.exists() else "")
-            ) from None
+        full = out_of_room(error, self.out, self.target.exists(), self.staging if self.resumable else None)
+        if full is not None:
+            raise full from None
 
     def _close(self, error: BaseException | None) -> None:
         """Remove the staging unless committed (or resumable) and unlock (removing the lock file), signals held."""
@@ -185,6 +192,23 @@ class Publication:
         for pattern in _DEBRIS:
             for path in self.target.parent.glob(f".{glob.escape(self.target.name)}.packcli-{pattern}"):
                 _remove(path)
+
+
+def out_of_room(error: BaseException | None, out: Path, earlier: bool, parts: Path | None) -> PackcliError | None:
+    """A write that ran out of room (``FULL_DISK``) as one line naming the output ``out``: nothing published, the
+    ``earlier`` output intact, and where a partitioned run keeps the ``parts`` it committed; None for any other
+    error."""
+    if not (isinstance(error, OSError) and error.errno in FULL_DISK):
+        return None
+    return PackcliError(
+        f"cannot write {out}: {error.strerror or error}; nothing was published"
+        + (", the earlier output is intact" if earlier else "")
+        + (f"; {_kept(parts)}: free space, then rerun the same command to resume" if parts is not None else "")
+    )
+
+
+def _kept(parts: Path) -> str:
+    return f"the partitions committed so far are kept in {parts}"
 
 
 def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:

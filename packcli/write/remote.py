@@ -32,19 +32,37 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest
 from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
-from packcli.storage.lock import ObjectLock
-from packcli.storage.objects import copy_object, find_objects, object_info, remove_objects, upload_file, write_object
+from packcli.storage.lock import STALE_S, ObjectLock
+from packcli.storage.objects import (
+    copy_object,
+    find_objects,
+    object_info,
+    read_object,
+    remove_objects,
+    upload_file,
+    write_object,
+)
 from packcli.storage.urls import UrlPath
 from packcli.util.files import canonical_json
-from packcli.write.publish import Existing, existing_output, in_use, up_to_date
+from packcli.write.publish import Existing, existing_output, in_use, out_of_room, up_to_date
 
-__all__ = ["LOCK_NAME", "RemotePublication", "output_state", "remote_output", "scratch_directory"]
+__all__ = [
+    "LOCK_NAME",
+    "RUN_RECORD",
+    "RemotePublication",
+    "output_state",
+    "remote_output",
+    "remove_leftovers",
+    "scratch_directory",
+]
 
 LOCK_NAME = ".packcli-lock"
+RUN_RECORD = "run.json"  # a parts area's run record (packcli.run.parts)
 
 
 def scratch_directory() -> Path:
@@ -61,10 +79,15 @@ class RemotePublication:
         fingerprint: the run identity; an output with the same one and every shard present is up to date.
         overwrite: replace an existing packcli output of another fingerprint.
         inputs: the run's inputs; none may lie under ``out``.
+        resumable: a partitioned run, whose committed parts (under ``packcli-resume/``) outlive a failure.
     """
 
-    def __init__(self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = (), resumable: bool = False
+    ) -> None:
         self.out = out
+        self.resumable = resumable
+        self._earlier = False  # an output was there when the run began
         self.fingerprint = fingerprint
         self.overwrite = overwrite
         self.inputs = list(inputs)
@@ -83,8 +106,7 @@ class RemotePublication:
                     self.out,
                 )
         if not self._lock.acquire():
-            holder = self._lock.seen or {}
-            raise in_use(f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another run", self.out)
+            raise in_use(_holder_words(self._lock.seen or {}, self._lock.url), self.out)
         try:
             self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out)
             if not self.up_to_date:
@@ -98,6 +120,7 @@ class RemotePublication:
         """What the output URL holds, once the leftovers of dead runs are removed (the lock is held)."""
         existing, debris = remote_output(self.out, self.fingerprint)
         remove_objects(debris)
+        self._earlier = existing != "absent"
         return existing
 
     def commit(self, stored: Mapping[str, Path] | None = None) -> None:
@@ -127,6 +150,46 @@ class RemotePublication:
                 remove_objects(find_objects(f"{self.out}/{self.run}"))
         finally:
             self._lock.release()
+        parts = self.out / RESUME_PREFIX if self.resumable else None
+        full = out_of_room(error, self.out, self._earlier, parts)
+        if full is not None:
+            raise full from None
+
+
+def remove_leftovers(out: Path, fingerprint: str) -> None:
+    """Remove what dead runs left under an up-to-date output URL (see :func:`remote_output`), unless a live run
+    holds its lock: a partitioned run that finds the output up to date starts no engine and takes no publication.
+    Where no parts are left (one listing says so) it writes nothing, so a reader's credentials do."""
+    if not find_objects(f"{out}/{RESUME_PREFIX}"):
+        return
+    lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
+    if not lock.acquire():
+        return  # a live run's: what is there is its own
+    try:
+        remove_objects(remote_output(out, fingerprint)[1])
+    finally:
+        lock.release()
+
+
+def _committed_run(out: Path, committed: str) -> bool:
+    """Whether the parts under ``out``'s ``packcli-resume/`` are what the run that committed the output left (its
+    driver died while removing them): their run record names the output's fingerprint, or is gone (parts without
+    it are never reused). Another run's parts stay for its rerun to resume."""
+    try:
+        record = json.loads(read_object(f"{out}/{RESUME_PREFIX}/{RUN_RECORD}"))
+    except (PackcliError, OSError, ValueError):
+        return True
+    return not isinstance(record, dict) or record.get("fingerprint") == committed
+
+
+def _holder_words(holder: dict[str, Any], url: str) -> str:
+    """Who holds an output's lock, in words."""
+    if holder.get("unreadable"):
+        return (
+            f"a run whose lock object {url} cannot be read (written {holder['age']:.0f} s ago; taken over once "
+            f"{STALE_S:.0f} s old)"
+        )
+    return f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another run"
 
 
 def output_state(out: Path, fingerprint: str) -> Existing:
@@ -139,9 +202,9 @@ def output_state(out: Path, fingerprint: str) -> Existing:
 
 def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     """What the output URL ``out`` holds ("absent", "same" or "other", as
-    :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs' prefixes there
-    (no manifest lists them). A partitioned run's parts (``packcli-resume/``) are neither: its rerun resumes from
-    them.
+    :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs there: run
+    prefixes no manifest lists, and the parts (``packcli-resume/``) of the run that committed the output, left when
+    its driver died while removing them. Another run's parts are neither: its rerun resumes from them.
 
     Raises:
         PackcliError: ``out`` holds an object that is not part of a packcli output, or an unusable manifest.
@@ -170,6 +233,9 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     debris = [prefix + name for name in names if name.startswith(RUN_PREFIX) and name not in listed]
     if manifest is None:
         return "absent", debris
+    parts = [name for name in names if name.startswith(f"{RESUME_PREFIX}/")]
+    if parts and _committed_run(out, manifest["fingerprint"]):
+        debris += [prefix + name for name in parts]
     intact = manifest["fingerprint"] == fingerprint and all(
         shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
         for shard in manifest["shards"]
