@@ -278,3 +278,18 @@ def test_workers_rebuild_the_drivers_tokenizer_and_choose_the_same_backend() -> 
     assert rebuilt.source == loaded.source and rebuilt.describe() == loaded.describe()
     assert rebuilt.tokenizer.encode_special_tokens and rebuilt.tokenizer.truncation is None
     assert open_backends(rebuilt, "auto", False).name == "fastokens"
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_fallback_is_said_once_whether_the_driver_or_its_workers_encode(tmp_path: Path, partitioned: bool) -> None:
+    """A partitioned run's driver builds no fast backend (its workers do): the notice still comes, once."""
+    minilm = shared_path("tokenizers/minilm/tokenizer.json")
+    corpus = write_jsonl(tmp_path / "c.jsonl", read_jsonl(SAMPLE)[:40])
+    parts = ["--partitions", "2", "--workers", "1"] if partitioned else []
+    result = runner.invoke(
+        app, ["pack", str(corpus), "--tokenizer", str(minilm), "--out", str(tmp_path / "out"), "--json", *parts]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("tokenizer backend: hf, not fastokens: its model is WordPiece") == 1, result.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["tokenizer"]["backend"] == "hf"
