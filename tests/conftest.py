@@ -76,6 +76,11 @@ def write_jsonl(path: Path, records: list[Any], compress: bool = False) -> Path:
     return path
 
 
+def sample_lines(count: int) -> bytes:
+    """The first ``count`` lines of the bundled sample, as JSON Lines bytes: small, real text (long documents)."""
+    return b"".join(gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:count])
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Read (possibly gzipped) JSON Lines."""
     opener = gzip.open if path.name.endswith(".gz") else open

@@ -47,6 +47,12 @@ class S3Server:
         return f"s3://{name}"
 
 
+def object_keys(fs: Any, url: str) -> list[str]:
+    """The keys below ``url``, relative to it, sorted."""
+    prefix = url.removeprefix("s3://") + "/"
+    return sorted(name.removeprefix(prefix) for name in fs.find(url))
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

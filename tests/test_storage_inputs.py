@@ -10,7 +10,7 @@ from typing import Any
 
 import fsspec
 import pytest
-from conftest import SAMPLE, write_jsonl
+from conftest import sample_lines, write_jsonl
 from fsspec.implementations.memory import MemoryFileSystem
 from s3_server import S3Server
 from typer.testing import CliRunner
@@ -60,9 +60,8 @@ def test_location_keeps_paths_and_carries_urls(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def sample_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 20 lines (long documents) of the bundled sample, still gzipped: small, real text."""
-    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:20]
     path = tmp_path_factory.mktemp("corpus") / "sample.jsonl.gz"
-    path.write_bytes(gzip.compress(b"".join(lines), mtime=0))
+    path.write_bytes(gzip.compress(sample_lines(20), mtime=0))
     return path
 
 

@@ -5,7 +5,6 @@ reader takes for an output and its rerun cleaning up."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import signal
@@ -16,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE
-from s3_server import S3Server
+from conftest import sample_lines
+from s3_server import S3Server, object_keys
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -32,19 +31,13 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 20 lines (long documents, about 120k tokens) of the bundled sample: small, real text."""
-    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:20]
     path = tmp_path_factory.mktemp("corpus") / "slice.jsonl"
-    path.write_bytes(b"".join(lines))
+    path.write_bytes(sample_lines(20))
     return path
 
 
 def pack(*args: str) -> Any:
     return runner.invoke(app, ["pack", *args, "--quiet", "--json"])
-
-
-def keys(fs: Any, url: str) -> list[str]:
-    prefix = url.removeprefix("s3://") + "/"
-    return sorted(name.removeprefix(prefix) for name in fs.find(url))
 
 
 def test_remote_output_is_the_local_output_under_a_run_prefix(
@@ -61,7 +54,7 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
         json.loads((tmp_path / "local" / "manifest.json").read_text()),
         json.loads(fs.cat(f"{out}/manifest.json")),
     )
-    names = keys(fs, out)
+    names = object_keys(fs, out)
     run = names[-1].split("/")[0]
     assert run.startswith("packcli-run-") and names == sorted(
         ["manifest.json", *(f"{run}/{shard['file']}" for shard in mine["shards"])]
@@ -74,7 +67,7 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
     assert {**theirs, **{key: mine[key] for key in differ}} == mine
     assert read_manifest(location(out)) == theirs
     again = pack(source, "--max-len", "256", "--out", out)
-    assert json.loads(again.stdout)["status"] == "up-to-date" and keys(fs, out) == names
+    assert json.loads(again.stdout)["status"] == "up-to-date" and object_keys(fs, out) == names
     planned = pack(source, "--max-len", "256", "--out", out, "--dry-run")
     assert json.loads(planned.stdout)["status"] == "up-to-date", planned.stderr
     for report in (["stats", "--json"], ["show", "--row", "3", "--json"], ["verify", "--json"]):
@@ -96,12 +89,12 @@ def test_overwrite_replaces_only_a_packcli_output(s3_server: S3Server, corpus: P
     fs, bucket = s3_server.filesystem(), s3_server.bucket()
     out = f"{bucket}/packed"
     assert pack(str(corpus), "--max-len", "256", "--out", out).exit_code == 0
-    first_run = keys(fs, out)[-1].split("/")[0]
+    first_run = object_keys(fs, out)[-1].split("/")[0]
     refused = pack(str(corpus), "--max-len", "128", "--out", out)
     assert refused.exit_code == 1 and "pass --overwrite" in refused.stderr
     replaced = pack(str(corpus), "--max-len", "128", "--out", out, "--overwrite")
     assert replaced.exit_code == 0, replaced.stderr
-    names = keys(fs, out)
+    names = object_keys(fs, out)
     assert not any(name.startswith(first_run) for name in names) and "manifest.json" in names
     assert json.loads(fs.cat(f"{out}/manifest.json"))["max_len"] == 128
     fs.pipe_file(f"{bucket}/data/notes.txt", b"mine")
@@ -127,7 +120,7 @@ def test_the_lock_object_keeps_a_second_run_out_and_a_dead_holder_does_not(s3_se
     )
     taken_over = pack(str(corpus), "--max-len", "256", "--out", out)
     assert taken_over.exit_code == 0, taken_over.stderr
-    assert ".packcli-lock" not in keys(s3_server.filesystem(), out)
+    assert ".packcli-lock" not in object_keys(s3_server.filesystem(), out)
 
 
 def command(*args: str) -> list[str]:
@@ -165,14 +158,14 @@ def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_ser
         time.sleep(0.02)
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
-    left = keys(fs, out)
+    left = object_keys(fs, out)
     assert "manifest.json" not in left and any(name.startswith("packcli-run-") for name in left)
     with pytest.raises(PackcliError, match="not a packcli output"):
         read_manifest(location(out))
     rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out)
     assert rerun.exit_code == 0, rerun.stderr
     manifest = read_manifest(location(out))
-    assert keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
+    assert object_keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
 
 
 def test_the_loader_reads_an_output_url_through_a_bounded_cache(
@@ -228,4 +221,4 @@ def test_a_lock_object_that_cannot_be_read_is_held_until_it_is_stale_by_its_age(
     time.sleep(1.5)
     taken_over = pack(str(corpus), "--max-len", "256", "--out", out)
     assert taken_over.exit_code == 0, taken_over.stderr
-    assert ".packcli-lock" not in keys(fs, out)
+    assert ".packcli-lock" not in object_keys(fs, out)

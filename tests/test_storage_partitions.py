@@ -6,7 +6,6 @@ nodes on this machine, each with its own scratch, sharing nothing but the store,
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
@@ -20,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE
-from s3_server import S3Server
+from conftest import sample_lines
+from s3_server import S3Server, object_keys
 from test_processes import command_line, descendants, small_files
 from typer.testing import CliRunner
 
@@ -35,17 +34,11 @@ def invoke(*args: str) -> Any:
     return runner.invoke(app, list(args))
 
 
-def keys(fs: Any, url: str) -> list[str]:
-    prefix = url.removeprefix("s3://") + "/"
-    return sorted(name.removeprefix(prefix) for name in fs.find(url))
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """60 lines of the bundled sample (about 1 MB of real text): four partitions of a second or so each."""
-    lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)[:60]
     path = tmp_path_factory.mktemp("corpus") / "slice.jsonl"
-    path.write_bytes(b"".join(lines))
+    path.write_bytes(sample_lines(60))
     return path
 
 
@@ -80,7 +73,9 @@ def assert_same_shards(fs: Any, out: str, reference: Path) -> dict[str, Any]:
     differ = ("shards", "inputs", "fingerprint", "partitions")
     assert theirs["partitions"]["count"] == mine["partitions"]["count"]
     assert {**theirs, **{key: mine[key] for key in differ}} == mine
-    assert keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in theirs["shards"])])  # parts gone
+    assert object_keys(fs, out) == sorted(
+        ["manifest.json", *(shard["file"] for shard in theirs["shards"])]
+    )  # parts gone
     return dict(theirs)
 
 
@@ -115,7 +110,7 @@ def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
 
     def committed() -> list[str]:
-        return [name for name in keys(fs, parts) if name.endswith("/manifest.json")] if fs.exists(parts) else []
+        return [name for name in object_keys(fs, parts) if name.endswith("/manifest.json")] if fs.exists(parts) else []
 
     deadline = time.monotonic() + 120
     while not committed() and process.poll() is None and time.monotonic() < deadline:
@@ -124,7 +119,7 @@ def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     os.killpg(process.pid, signal.SIGKILL)  # the driver and its worker
     process.wait()
     done = committed()
-    assert 1 <= len(done) < 4 and "manifest.json" not in keys(fs, out)
+    assert 1 <= len(done) < 4 and "manifest.json" not in object_keys(fs, out)
     part = f"{parts}/{done[0].split('/')[0]}"
     verified = invoke("verify", part, "--json")  # a committed part is an output of its own
     assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
@@ -217,7 +212,7 @@ def test_parts_a_committed_run_left_are_removed_by_the_next_run_unless_a_live_ru
     died_while_removing_the_parts()
     replaced = invoke("pack", f"{bucket}/corpus/", "--max-len", "256", "--out", out, "--overwrite", "--quiet")
     assert replaced.exit_code == 0, replaced.output
-    assert not fs.exists(parts) and ".packcli-lock" not in keys(fs, out)
+    assert not fs.exists(parts) and ".packcli-lock" not in object_keys(fs, out)
     verified = invoke("verify", out)
     assert verified.exit_code == 0, verified.output
 
@@ -239,4 +234,4 @@ def test_a_full_scratch_disk_in_a_partitioned_run_to_a_store_is_one_line(
     assert result.stderr.count("\n") == 1 and "Errno" not in result.stderr, result.stderr
     assert result.stderr.startswith(f"error: cannot write {out}: File too large; nothing was published"), result.stderr
     assert f"kept in {out}/packcli-resume" in result.stderr
-    assert "manifest.json" not in keys(fs, out) and ".packcli-lock" not in keys(fs, out)
+    assert "manifest.json" not in object_keys(fs, out) and ".packcli-lock" not in object_keys(fs, out)
