@@ -27,6 +27,7 @@ from packcli.options import PackOptions
 from packcli.report.verify import verify_output
 from packcli.run.driver import pack_corpus
 from packcli.run.merge import merge_parts
+from packcli.run.parts import PartsArea
 from packcli.run.plan import plan_partitions
 
 runner = CliRunner()
@@ -236,6 +237,27 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
     assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
     stats = invoke("stats", str(staging / "part-00001"), "--json")
     assert stats.exit_code == 0, stats.output
+
+
+def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_path: Path) -> None:
+    """The merge moves the parts' shards into the output being built before it publishes; a Ctrl-C or kill -9 then
+    must not cost the committed parts (the Ctrl-C message says they are kept)."""
+    lines = [json.dumps({"text": text}) for text in TEXTS[:80]]
+    lines[75] = '{"text": "an unterminated string}'
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    area = PartsArea(tmp_path / ".out.packcli-resume")
+    run = json.loads((area.root / "run.json").read_text())
+    committed = [k for k in range(4) if area.read(k) is not None]
+    assert committed == [0, 1, 2]
+    moved = [area.part(k) / str(shard["file"]) for k in committed for shard in (area.read(k) or {})["shards"]]
+    for path in moved:  # as the merge leaves them: in the output being built, beside the parts' manifests
+        path.replace(area.root / path.name)
+    warnings: list[str] = []
+    assert PartsArea(area.root).resume(run, 4, warnings.append) == committed
+    assert warnings == [] and all(path.is_file() for path in moved)
 
 
 def test_parts_that_disagree_are_refused() -> None:

@@ -41,6 +41,7 @@ from packcli.run.setup import PackResult, Setup, base_manifest, check_documents,
 from packcli.storage import UrlPath
 from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
+from packcli.util.signals import signals_held
 from packcli.write.publish import FULL_DISK, Publication
 from packcli.write.remote import RemotePublication, output_state, remove_leftovers
 
@@ -137,7 +138,9 @@ def pack_corpus(
         if isinstance(publication, RemotePublication):
             publication.commit(placed)
         else:
-            publication.commit()
+            with signals_held():  # the parts stay committed until the output is in place
+                area.remove_records()
+                publication.commit()
         area.discard()
     reporter.close()
     if plan is None:

@@ -131,6 +131,8 @@ class PartsArea:
             self._read.clear()
             self._write_record(run)
             return []
+        if not self.remote:
+            self._regather(partitions)
         reused = []
         for partition in range(partitions):
             manifest = self.read(partition)
@@ -178,8 +180,9 @@ class PartsArea:
 
     def gather(self, into: Path, manifests: list[dict[str, Any]]) -> dict[str, Path]:
         """Bring the parts' shards into the output being built in ``into``, under their own names. On a disk they
-        are moved there and the parts removed (nothing is returned); in a store, where there is no move, returns
-        where each shard lies, for the commit to copy (and :meth:`discard` to remove after it)."""
+        are moved there (nothing is returned; :meth:`remove_records` then removes the parts); in a store, where
+        there is no move, returns where each shard lies, for the commit to copy (and :meth:`discard` to remove
+        after it)."""
         placed = {
             str(shard["file"]): self.part(int(manifest["part"]["partition"])) / str(shard["file"])
             for manifest in manifests
@@ -189,10 +192,26 @@ class PartsArea:
             return placed
         for name, path in placed.items():
             os.replace(path, into / name)
+        return {}
+
+    def remove_records(self) -> None:
+        """On a disk, remove the run record and the parts' manifests once their shards are gathered: the last step
+        before the output is published (a rerun after an interrupt before it finds every part still committed)."""
+        if self.remote:
+            return
         for path in self.root.iterdir():
             if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
                 _remove_tree(path)
-        return {}
+
+    def _regather(self, partitions: int) -> None:
+        """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
+        for partition in range(partitions):
+            manifest = self.read(partition)
+            for shard in manifest["shards"] if manifest is not None else []:
+                name = str(shard["file"])
+                moved, home = self.root / name, self.part(partition) / name
+                if not home.exists() and moved.is_file() and not moved.is_symlink():
+                    os.replace(moved, home)
 
     def discard(self) -> None:
         """Remove a store's parts area (once the output that copied its shards is committed)."""
