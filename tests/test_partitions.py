@@ -279,6 +279,16 @@ def test_parts_that_disagree_are_refused() -> None:
         merge_parts([part(0), part(0)], facts)
 
 
+def test_a_partition_count_beyond_what_the_bytes_can_hold_is_refused_at_once(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in TEXTS[:20]))
+    for flags in (["--partitions", "99999999999"], ["--partition-size", "1"]):
+        result = invoke("pack", str(corpus), *flags, "--out", str(tmp_path / "out"), "--dry-run")
+        assert result.exit_code == 2, result.output
+        assert "partitions are more than these inputs can be cut into" in result.stderr
+        assert "records; ask for fewer partitions" in result.stderr and result.stderr.count("\n") == 1
+
+
 def test_partition_options_are_checked() -> None:
     with pytest.raises(UsageError, match="not both"):
         PackOptions(partitions=2, partition_size=10)

@@ -38,6 +38,7 @@ from packcli.storage.sources import arrow_source, parquet_source
 __all__ = ["Plan", "partition_count", "plan_partitions"]
 
 SLICES_PER_PARTITION = 16  # pieces a partition reads on average: more mixing, against more files opened
+MIN_RECORD_BYTES = 3  # no record takes fewer bytes ("{}" and its line end): no file holds more records than this allows
 _SCAN_BYTES = 1 << 16
 
 Piece = tuple[Span | None, int]  # (span in the file's unit, or None for the whole file; bytes on disk)
@@ -77,6 +78,12 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
     """
     sizes = [path.stat().st_size for path in files]
     total = max(1, sum(sizes))
+    most = sum(max(1, size // MIN_RECORD_BYTES) for size in sizes)
+    if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
+        raise UsageError(
+            f"{partitions:,} partitions are more than these inputs can be cut into: their {sum(sizes):,} bytes hold "
+            f"at most {most:,} records; ask for fewer partitions"
+        )
     pieces = [
         _pieces(path, min(partitions, max(1, math.ceil(partitions * SLICES_PER_PARTITION * size / total))))
         for path, size in zip(files, sizes)
