@@ -239,9 +239,8 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
     assert stats.exit_code == 0, stats.output
 
 
-def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_path: Path) -> None:
-    """The merge moves the parts' shards into the output being built before it publishes; a Ctrl-C or kill -9 then
-    must not cost the committed parts (the Ctrl-C message says they are kept)."""
+def failed_partitioned_run(tmp_path: Path) -> tuple[PartsArea, dict[str, object]]:
+    """The resume area of a 4-partition run whose last partition failed (a bad line), and its run record."""
     lines = [json.dumps({"text": text}) for text in TEXTS[:80]]
     lines[75] = '{"text": "an unterminated string}'
     corpus = tmp_path / "bad.jsonl"
@@ -249,7 +248,13 @@ def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_
     result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(tmp_path / "out"))
     assert result.exit_code == 1
     area = PartsArea(tmp_path / ".out.packcli-resume")
-    run = json.loads((area.root / "run.json").read_text())
+    return area, json.loads((area.root / "run.json").read_text())
+
+
+def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_path: Path) -> None:
+    """The merge moves the parts' shards into the output being built before it publishes; a Ctrl-C or kill -9 then
+    must not cost the committed parts (the Ctrl-C message says they are kept)."""
+    area, run = failed_partitioned_run(tmp_path)
     committed = [k for k in range(4) if area.read(k) is not None]
     assert committed == [0, 1, 2]
     moved = [area.part(k) / str(shard["file"]) for k in committed for shard in (area.read(k) or {})["shards"]]
@@ -258,6 +263,17 @@ def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_
     warnings: list[str] = []
     assert PartsArea(area.root).resume(run, 4, warnings.append) == committed
     assert warnings == [] and all(path.is_file() for path in moved)
+
+
+def test_a_part_whose_manifest_was_edited_is_packed_again(tmp_path: Path) -> None:
+    area, run = failed_partitioned_run(tmp_path)
+    edited = area.part(1) / "manifest.json"
+    manifest = json.loads(edited.read_text())
+    manifest["totals"]["tokens"] += 5  # its shards unchanged: their sizes and sha256 still as listed
+    edited.write_text(json.dumps(manifest))
+    warnings: list[str] = []
+    assert PartsArea(area.root).resume(run, 4, warnings.append) == [0, 2]
+    assert len(warnings) == 1 and warnings[0].startswith("partition 1 is packed again: it fails verify (manifest")
 
 
 def test_parts_that_disagree_are_refused() -> None:

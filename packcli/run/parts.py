@@ -31,6 +31,7 @@ from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
 from packcli.storage.objects import find_objects, remove_objects, upload_file, write_object
 from packcli.util.files import canonical_json, file_sha256, write_json
@@ -158,6 +159,9 @@ class PartsArea:
         for key, value in manifest["part"].items():
             if key in run and value != run[key]:
                 return f"its manifest's {key} is not this run's"
+        if not self.remote:  # on a disk, the whole check: a manifest edited to other totals is not reused
+            report = verify_output(self.part(partition))
+            return None if report.ok else f"it fails verify ({report.problems[0]})"
         for shard in manifest["shards"]:
             path = self.part(partition) / str(shard["file"])
             if not path.is_file() or path.stat().st_size != shard["bytes"]:
