@@ -134,17 +134,19 @@ class PartsArea:
             return []
         if not self.remote:
             self._regather(partitions)
+        committed = [k for k in range(partitions) if self.read(k) is not None]
+        for partition in sorted(set(range(partitions)) - set(committed)):
+            self.clear(partition)  # unfinished: packed again
+        # files no committed part lists go next: a part is then judged by what its manifest lists
+        self._remove_unlisted(committed, warn)
         reused = []
-        for partition in range(partitions):
-            manifest = self.read(partition)
-            problem = None if manifest is None else self._check(partition, manifest, run)
-            if manifest is not None and problem is None:
+        for partition in committed:
+            problem = self._check(partition, self.read(partition) or {}, run)
+            if problem is None:
                 reused.append(partition)
                 continue
-            if problem is not None:
-                warn(f"partition {partition} is packed again: {problem}")
+            warn(f"partition {partition} is packed again: {problem}")
             self.clear(partition)
-        self._remove_unlisted(reused, warn)
         return reused
 
     def _write_record(self, run: dict[str, Any]) -> None:
@@ -170,10 +172,10 @@ class PartsArea:
                 return f"{path.name} does not have the sha256 listed"
         return None
 
-    def _remove_unlisted(self, reused: list[int], warn: Callable[[str], None]) -> None:
-        """Remove every file that no reused part's manifest lists: this run wrote none of them."""
+    def _remove_unlisted(self, committed: list[int], warn: Callable[[str], None]) -> None:
+        """Remove every file that no committed part's manifest lists: this run wrote none of them."""
         listed = {RUN_RECORD}
-        for partition in reused:
+        for partition in committed:
             manifest = self.read(partition) or {"shards": []}
             names = [MANIFEST_NAME, *(str(shard["file"]) for shard in manifest["shards"])]
             listed.update(f"{part_name(partition)}/{name}" for name in names)
