@@ -68,6 +68,11 @@ def pack(
         options["shard_size"] = parse_size(options["shard_size"])
     pack_options = PackOptions(max_len=max_len, tokenizer=tokenizer, **options)
     out = Path(out)
+    if isinstance(source, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+        raise UsageError(
+            f"packcli.pack() takes one dataset, not a dict of splits ({', '.join(source)}): pass one, e.g. "
+            f"source[{next(iter(source), 'train')!r}]"
+        )
     if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
         with tempfile.TemporaryDirectory(prefix="packcli-dataset-") as scratch:
             path = Path(scratch) / "dataset.arrow"

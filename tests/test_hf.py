@@ -78,6 +78,10 @@ def test_bad_options_and_columns_are_one_clear_error(records: list[dict[str, str
         packcli.pack(dataset, max_len=128, out=tmp_path / "x", max_length=3)
     with pytest.raises(UsageError, match="no column 'body'"):
         packcli.pack(dataset, max_len=128, out=tmp_path / "x", text_field="body")
+    with pytest.raises(
+        UsageError, match=r"one dataset, not a dict of splits \(train\): pass one, e.g. source\['train'\]"
+    ):
+        packcli.pack(datasets.DatasetDict({"train": dataset}), max_len=128, out=tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 

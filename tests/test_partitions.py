@@ -276,6 +276,23 @@ def test_a_part_whose_manifest_was_edited_is_packed_again(tmp_path: Path) -> Non
     assert len(warnings) == 1 and warnings[0].startswith("partition 1 is packed again: it fails verify (manifest")
 
 
+def test_a_part_numbered_otherwise_and_a_linked_directory_do_not_stop_a_resume(tmp_path: Path) -> None:
+    area, run = failed_partitioned_run(tmp_path)
+    renumbered = area.part(1) / "manifest.json"
+    manifest = json.loads(renumbered.read_text())
+    manifest["part"]["partition"] = 2
+    renumbered.write_text(json.dumps(manifest))
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("not packcli's")
+    (area.root / "linked").symlink_to(precious, target_is_directory=True)
+    warnings: list[str] = []
+    assert PartsArea(area.root).resume(run, 4, warnings.append) == [0, 2]
+    assert any("removing 1 file(s)" in warning and "linked" in warning for warning in warnings), warnings
+    assert "partition 1 is packed again: its manifest is for partition 2" in warnings
+    assert not (area.root / "linked").is_symlink() and (precious / "keep.txt").is_file()
+
+
 def test_parts_that_disagree_are_refused() -> None:
     facts = {"fingerprint": "f", "plan_hash": "p", "partitions": 2, "options": {"max_len": 8}, "tokenizer": {},
              "format_version": 1, "packcli_version": "0", "columns": ["input_ids"]}  # fmt: skip

@@ -158,6 +158,8 @@ class PartsArea:
 
     def _check(self, partition: int, manifest: dict[str, Any], run: dict[str, Any]) -> str | None:
         """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed."""
+        if manifest["part"].get("partition") != partition:
+            return f"its manifest is for partition {manifest['part'].get('partition')}"
         for key, value in manifest["part"].items():
             if key in run and value != run[key]:
                 return f"its manifest's {key} is not this run's"
@@ -232,7 +234,11 @@ def _files(root: Path) -> list[str]:
         return [url[len(f"{root}/") :] for url in find_objects(str(root))]
     if not root.is_dir():
         return []
-    found = (path for path in root.rglob("*") if not path.is_dir() or not any(path.iterdir()))
+    found = (
+        path
+        for path in root.rglob("*")
+        if path.is_symlink() or not path.is_dir() or not any(path.iterdir())  # a link is an entry, never followed
+    )
     return sorted(str(path.relative_to(root)) for path in found)
 
 
