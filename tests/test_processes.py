@@ -354,3 +354,11 @@ def test_ctrl_c_during_ray_is_one_line_and_leaves_no_ray_process(big: Path, tmp_
     while [pid for pid in started if alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in started if alive(pid)], "Ray processes outlived the interrupted run"
+
+
+def test_a_worker_whose_driver_died_while_it_started_ends_at_once() -> None:
+    """Its parent is already another process when it starts watching: it must not wait on that one."""
+    code = "from packcli.engines.reaper import die_with_parent; import time; die_with_parent(-1); time.sleep(60)"
+    started = time.monotonic()
+    finished = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert finished.returncode == 1 and time.monotonic() - started < 30

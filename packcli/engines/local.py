@@ -21,8 +21,8 @@ from packcli.errors import PackcliError
 __all__ = ["LocalEngine"]
 
 
-def _start_worker(threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
-    die_with_parent()  # a second guard beside the reaper: a worker never outlives its driver
+def _start_worker(driver: int, threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
+    die_with_parent(driver)  # a second guard beside the reaper: a worker never outlives its driver
     if start is not None:
         start(shipped, threads)
 
@@ -43,7 +43,7 @@ class LocalEngine(Unconnected):
         cores = os.cpu_count() or 1
         size = max(1, min(len(jobs), self.workers or cores))
         with reaping_descendants():  # no worker outlives this process, even after kill -9
-            self._run(jobs, task, on_result, (max(1, cores // size), start, shipped), size)
+            self._run(jobs, task, on_result, (os.getpid(), max(1, cores // size), start, shipped), size)
 
     def _run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, initargs: tuple[Any, ...], size: int) -> None:
         context = multiprocessing.get_context("spawn")

@@ -70,10 +70,11 @@ def ignoring_ctrl_c() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
-def die_with_parent() -> None:
-    """In a worker process: end it once the process that started it is gone (its parent changes), checked by a
-    daemon thread every SNAPSHOT_INTERVAL_S; a second guard beside the reaper, which its own death would disarm."""
-    parent = os.getppid()
+def die_with_parent(parent: int) -> None:
+    """In a worker process: end it once ``parent``, the process that started it, is gone (it is no longer this
+    process's parent), checked by a daemon thread every SNAPSHOT_INTERVAL_S; a second guard beside the reaper,
+    which its own death would disarm. ``parent`` is given, not read here: a worker whose driver died while it
+    started has another parent already, and ends at once."""
 
     def watch() -> None:
         while os.getppid() == parent:
