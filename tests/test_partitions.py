@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SAMPLE, read_jsonl, write_jsonl
+from test_processes import alive, descendants
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -336,30 +337,6 @@ def test_partition_size_sets_the_partition_count(plain: Path, tmp_path: Path) ->
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["partitions"] == -(-plain.stat().st_size // 700_000) > 1
-
-
-def descendants(pid: int) -> set[int]:
-    """Every living process below ``pid`` (children by /proc, recursively)."""
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*/children"):
-            try:
-                children = [int(child) for child in task.read_text().split()]
-            except OSError:
-                continue
-            found.update(children)
-            frontier.extend(children)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize(("signum", "delay"), [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.3), (signal.SIGHUP, 0.3)])
