@@ -320,7 +320,7 @@ def test_a_partition_count_beyond_what_the_bytes_can_hold_is_refused_at_once(tmp
         result = invoke("pack", str(corpus), *flags, "--out", str(tmp_path / "out"), "--dry-run")
         assert result.exit_code == 2, result.output
         assert "partitions are more than these inputs can be cut into" in result.stderr
-        assert "records; ask for fewer partitions" in result.stderr and result.stderr.count("\n") == 1
+        assert "record(s); ask for fewer partitions" in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_partition_options_are_checked() -> None:

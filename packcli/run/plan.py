@@ -82,7 +82,7 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
     if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
         raise UsageError(
             f"{partitions:,} partitions are more than these inputs can be cut into: their {sum(sizes):,} bytes hold "
-            f"at most {most:,} records; ask for fewer partitions"
+            f"at most {most:,} record(s); ask for fewer partitions"
         )
     pieces = [
         _pieces(path, min(partitions, max(1, math.ceil(partitions * SLICES_PER_PARTITION * size / total))))
