@@ -20,6 +20,7 @@ from packcli.errors import PackcliError
 from packcli.read.inputs import InputFile
 from packcli.run.merge import input_facts
 from packcli.storage import UrlPath, location, objects
+from packcli.storage.lock import ObjectLock
 from packcli.storage.objects import READ_ATTEMPTS, open_object
 
 runner = CliRunner()
@@ -163,3 +164,20 @@ def test_reads_are_retried_on_transient_faults_then_named(monkeypatch: pytest.Mo
         open_object("flakymemory://flaky/blob.bin").read()
     assert caught.value.path == "flakymemory://flaky/blob.bin"
     assert caught.value.message == "cannot read bytes 0-25,600 after 5 attempts: connection reset by peer"
+
+
+def test_an_object_removed_after_it_was_opened_is_named_and_a_released_lock_is_free(s3_server: S3Server) -> None:
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    fs.pipe_file(f"{bucket}/gone.bin", b"x" * 1000)
+    stream = open_object(f"{bucket}/gone.bin")
+    fs.rm_file(f"{bucket}/gone.bin")
+    with pytest.raises(PackcliError) as caught:  # once the store's raw "The specified key does not exist"
+        stream.read()
+    assert (caught.value.path, caught.value.message) == (f"{bucket}/gone.bin", "cannot read: no such object or prefix")
+    holder = ObjectLock(f"{bucket}/out.lock", "first")
+    assert holder.acquire()
+    second = ObjectLock(f"{bucket}/out.lock", "second")
+    assert not second.acquire() and second.seen is not None and second.seen["run"] == "first"
+    holder.release()
+    assert second.acquire()  # the holder released: a lock that is gone is free, never "in use"
+    second.release()

@@ -71,6 +71,8 @@ class ObjectLock:
         try:
             content = json.loads(read_object(self.url))
         except (PackcliError, ValueError):
+            if not exists(self.url):
+                return None  # released between its facts and its body
             content = None
         if _is_holder(content):
             return None if _stale(content) else content

@@ -243,7 +243,8 @@ class _RetryingReader(io.RawIOBase):
                     return bytes(data)
                 failure: Exception = OSError(f"the store returned {len(data)} of {end - start} bytes")
             except _PERMANENT:
-                raise
+                with _named(self.url, "cannot read"):
+                    raise  # named: an object removed after it was opened (a lock released meanwhile) is no raw error
             except Exception as exc:
                 failure = exc
             if attempt + 1 < READ_ATTEMPTS:
