@@ -218,7 +218,11 @@ SUBTLE_DAMAGE = {
     "edited dropped_tokens": ("drop", edit_totals(dropped_tokens=lambda v: v + 7), "+ dropped_tokens"),
     "split_documents zeroed": ("split", edit_totals(split_documents=lambda v: 0), "split_documents 0 do not add up"),
     "split_documents raised": ("split", edit_totals(split_documents=lambda v: v + 10_000), "do not add up"),
-    "input_documents raised": ("split", edit_totals(input_documents=lambda v: v + 1), "do not end with EOS"),
+    "input_documents raised": (
+        "split",
+        edit_totals(input_documents=lambda v: v + 1),
+        "pieces beyond each split document's first, the totals count",
+    ),
     "edited supervised_tokens": ("sft", edit_totals(supervised_tokens=lambda v: v - 1), "totals.supervised_tokens"),
     "max_len below the longest row": ("split", lower_max_len, "row(s) not within 1..100 tokens"),
     "labels column gone": ("sft", drop_labels, "missing column labels"),
@@ -253,7 +257,7 @@ SUBTLE_DAMAGE = {
     "split pieces out of order": (
         "split",
         edit_split_pieces(swap_first_and_last_piece),
-        "split_pieces: 1 whose last piece does not end with EOS",
+        "document(s) that do not end with the EOS id 50256 (first: row 134 segment 0, piece 10 (the last) of split",
     ),
     "supervised document starts": ("sft", supervise_document_starts, "with a label other than -100 at a document's"),
     "eos_id edited to null": (
@@ -282,6 +286,115 @@ def test_subtle_damage_is_named(small_outputs: dict[str, Path], tmp_path: Path, 
     assert "unexpected" not in result.stderr
 
 
+EOS_SPLIT_MAX_LEN = 454  # five of tiny_corpus's documents are exactly 454 GPT-2 tokens with their EOS
+
+
+@pytest.fixture(scope="module")
+def bos_split(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """tiny_corpus packed with ``--bos`` and ``--overflow split`` at max_len 256 by tekken (which has a BOS; the
+    bundled GPT-2 has none): whole documents and split ones, BOS before each document. Read-only."""
+    tekken = shared_path("tokenizers/tekken/tokenizer.json")
+    out = tmp_path_factory.mktemp("bos-split") / "packed"
+    pack_corpus([str(tiny_corpus)], PackOptions(max_len=256, bos=True, tokenizer=str(tekken)), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def eos_split(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """tiny_corpus packed by the bundled GPT-2 at a max_len that some whole documents fill exactly. Read-only."""
+    out = tmp_path_factory.mktemp("eos-split") / "packed"
+    pack_corpus([str(tiny_corpus)], PackOptions(max_len=EOS_SPLIT_MAX_LEN), out)
+    return out
+
+
+def segments_of(out: Path, name: str = "shard-00000.arrow") -> dict[tuple[int, int], int]:
+    """Each segment (row, index in the row) of a shard: -1 for a whole document, else its piece number."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = next(shard for shard in manifest["shards"] if shard["file"] == name)
+    pieces = {(row, index): piece for row, index, _, piece in entry.get("split_pieces", [])}
+    table = read_shard(out / name)
+    return {
+        (row, index): pieces.get((row, index), -1)
+        for row, cu in enumerate(table.column("cu_seqlens").to_pylist())
+        for index in range(len(cu) - 1)
+    }
+
+
+def move_bos_to_a_later_piece(out: Path) -> None:
+    """Swap the first token of a whole document (its BOS) with that of a later piece of a split document."""
+    segments = segments_of(out)
+    whole = next(place for place, piece in segments.items() if piece == -1)
+    later = next(place for place, piece in segments.items() if piece > 0)
+    table = read_shard(out / "shard-00000.arrow")
+    rows = table.to_pylist()
+    (a_row, a_index), (b_row, b_index) = whole, later
+    a = rows[a_row]["cu_seqlens"][a_index]
+    b = rows[b_row]["cu_seqlens"][b_index]
+    rows[a_row]["input_ids"][a], rows[b_row]["input_ids"][b] = rows[b_row]["input_ids"][b], rows[a_row]["input_ids"][a]
+    rewrite_shard(out, pa.Table.from_pylist(rows, schema=table.schema))
+
+
+def move_eos_into_a_split_document(out: Path) -> None:
+    """A max_len-long whole document loses its EOS and a split document's first piece gains one at its end (where
+    its second piece follows): as many pieces end without EOS as before."""
+    segments = segments_of(out)
+    table = read_shard(out / "shard-00000.arrow")
+    rows = table.to_pylist()
+
+    def last_token(row: int, index: int) -> tuple[list[int], int]:
+        cu = rows[row]["cu_seqlens"]
+        return rows[row]["input_ids"], cu[index + 1] - 1
+
+    full = [
+        place
+        for place, piece in segments.items()
+        if piece == -1 and np.diff(rows[place[0]]["cu_seqlens"])[place[1]] == EOS_SPLIT_MAX_LEN
+    ]
+    first = next(place for place, piece in segments.items() if piece == 0)
+    ids, at = last_token(*full[0])
+    eos = ids[at]
+    ids[at] = 13
+    ids, at = last_token(*first)
+    ids[at] = eos
+    rewrite_shard(out, pa.Table.from_pylist(rows, schema=table.schema))
+
+
+def test_a_clean_output_with_bos_and_split_documents_verifies(bos_split: Path) -> None:
+    manifest = json.loads((bos_split / "manifest.json").read_text())
+    assert manifest["totals"]["split_documents"] > 0 and manifest["options"]["bos"] is True
+    assert any(piece > 0 for piece in segments_of(bos_split).values())  # the damage below has a later piece to use
+    result = runner.invoke(app, ["verify", str(bos_split)])
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("output", "damage", "expected"),
+    [
+        (
+            "bos",
+            move_bos_to_a_later_piece,
+            "shard-00000.arrow: 1 document(s) that do not start with the BOS id 1 (first: row ",
+        ),
+        (
+            "eos",
+            move_eos_into_a_split_document,
+            "shard-00000.arrow: 1 document(s) that do not end with the EOS id 50256 (first: row ",
+        ),
+    ],
+    ids=["BOS moved to a later piece", "EOS moved into a split document"],
+)
+def test_specials_are_checked_per_document(
+    request: pytest.FixtureRequest, tmp_path: Path, output: str, damage: Callable[[Path], None], expected: str
+) -> None:
+    """Damage that keeps the counts of documents without BOS or EOS: each document is held to where pack puts them."""
+    copy = tmp_path / "copy"
+    shutil.copytree(request.getfixturevalue(f"{output}_split"), copy)
+    damage(copy)
+    result = runner.invoke(app, ["verify", str(copy)])
+    assert result.exit_code == 1, result.stdout
+    assert expected in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
@@ -294,12 +407,10 @@ def test_subtle_damage_is_named(small_outputs: dict[str, Path], tmp_path: Path, 
     ids=["another id", "null"],
 )
 def test_an_edited_bos_id_is_named(
-    tiny_corpus: Path, tmp_path: Path, edit: Callable[[Path], None], expected: str
+    bos_split: Path, tmp_path: Path, edit: Callable[[Path], None], expected: str
 ) -> None:
-    tekken = shared_path("tokenizers/tekken/tokenizer.json")  # has a BOS (the bundled GPT-2 has none)
     out = tmp_path / "bos"
-    pack_corpus([str(tiny_corpus)], PackOptions(max_len=256, bos=True, tokenizer=str(tekken)), out)
-    assert verify_output(out).ok
+    shutil.copytree(bos_split, out)
     edit(out)
     result = runner.invoke(app, ["verify", str(out)])
     assert result.exit_code == 1, result.stdout
@@ -375,11 +486,11 @@ def test_rows_flagged_are_exactly_the_damaged_ones(case: tuple[pa.RecordBatch, s
         "max_len": MAX_LEN,
         "tokenizer": {"vocab_size": VOCAB, "sha256": "t"},
         "options": {"eos": False},
-        "totals": {},
-        "shards": [{}],
+        "totals": {"split_documents": 0, "truncated_tokens": 0},
+        "shards": [{"file": "shard-00000.arrow"}],
     }
     expected = Expected.of(manifest)
-    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(manifest, None))
+    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(manifest))
     rows = RowChecks("shard", shard)
     rows.check(batch)
     flagged = {

@@ -2,9 +2,10 @@
 
 Every input token is packed, truncated or dropped; one overflow policy acts per run; a split document yields at
 least two pieces, all but its last exactly ``max_len`` long; a dropped document is longer than ``max_len``. With EOS
-appended, a piece that does not end with EOS is a cut one (a split piece or a truncated document), so such pieces
-bound the counts from below. Exact where the totals determine a value (``input_tokens``, ``documents``,
-``supervised_tokens``); bounds where they cannot (which pieces came from one split document is not recorded).
+appended, a document that verify could not hold to EOS on its own (a truncated one, or any piece of an output that
+does not record its split pieces) and does not end with it is a cut one, so such documents bound the counts from
+below. Exact where the totals determine a value (``input_tokens``, ``documents``, ``supervised_tokens``); bounds
+where they cannot (which documents were truncated is not recorded).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ class Observed:
     supervised_tokens: int = 0
     unsupervised_sequences: int = 0
     labelled: bool = False  # some shard has a labels column
-    cut_pieces: int = 0  # documents (pieces) that do not end with EOS; meaningful when EOS is appended
+    # max_len-long documents (pieces) without EOS whose place allows it: truncated, or not recorded (EOS appended)
+    cut_pieces: int = 0
     full_pieces: int = 0  # documents (pieces) exactly max_len long
-    unmarked_starts: int = 0  # documents (pieces) that do not start with BOS; meaningful when BOS is prepended
+    unmarked_starts: int = 0  # documents (pieces) without BOS whose place is not recorded (BOS prepended)
 
 
 POLICY_COUNTS = {"split": "split_documents", "truncate": "truncated_documents", "drop": "dropped_documents"}

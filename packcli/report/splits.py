@@ -3,11 +3,16 @@
 What must hold, and is checked: every ``[row, index, document, piece]`` names a document (piece) the shard holds,
 and no piece is named twice; the pieces of each split document (its number, within the shards of one partition)
 are numbered 0, 1, ... each once, at least two of them; every piece but a document's last is exactly ``max_len``
-tokens (splitting cuts there), and with EOS appended its last piece ends with EOS; the documents listed are
-``totals.split_documents`` in number, and their pieces beyond each document's first are the pieces the totals
-count beyond one per input document. An output packed before ``split_pieces`` existed lists none: then nothing is
-checked here. A piece in a row whose ``cu_seqlens`` is damaged, or in a shard that could not be read, is not
-resolved (verify reports that row or shard already), and its document is left out of the length checks.
+tokens (splitting cuts there); the documents listed are ``totals.split_documents`` in number, and their pieces
+beyond each document's first are the pieces the totals count beyond one per input document. An output packed
+before ``split_pieces`` existed lists none: then nothing is checked here. A piece in a row whose ``cu_seqlens`` is
+damaged, or in a shard that could not be read, is not resolved (verify reports that row or shard already), and its
+document is left out of the length checks.
+
+It also tells verify, batch by batch, the place of every document (``cu_seqlens`` segment) of the rows: a whole
+document, or which piece of which split document and whether its last (:class:`Places`), for verify's BOS and EOS
+check of each one. An output that does not record its pieces (none listed while ``totals.split_documents`` counts
+some, or listed malformed) leaves every place unrecorded; one without split documents has only whole documents.
 """
 
 from __future__ import annotations
@@ -19,9 +24,19 @@ import numpy as np
 
 from packcli.format.manifest import SPLIT_PIECES
 
-__all__ = ["SplitPieceCheck"]
+__all__ = ["UNRECORDED", "WHOLE", "Places", "SplitPieceCheck"]
 
 UNSEEN, RESOLVED, UNRESOLVED, ABSENT = 0, 1, 2, 3  # what became of an entry while its shard was read
+WHOLE, UNRECORDED = -1, -2  # a place's piece number: a whole document; a document or piece the output does not place
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where each document (``cu_seqlens`` segment) of a batch stands in its input document, in document order."""
+
+    piece: np.ndarray  # int64: its piece number in a split document, WHOLE or UNRECORDED
+    last: np.ndarray  # bool: the last piece of its split document
+    document: np.ndarray  # int64: the split document's number, where it is a piece
 
 
 @dataclass
@@ -39,12 +54,12 @@ class _Entries:
     entries: np.ndarray  # int64, (k, 4)
     state: np.ndarray = field(init=False)  # UNSEEN / RESOLVED / UNRESOLVED / ABSENT per entry
     length: np.ndarray = field(init=False)  # the piece's tokens, where resolved
-    ends_eos: np.ndarray = field(init=False)  # whether its last token is EOS, where resolved
+    last: np.ndarray = field(init=False)  # whether no entry names a later piece of its document
 
     def __post_init__(self) -> None:
         self.state = np.zeros(len(self.entries), dtype=np.int8)
         self.length = np.zeros(len(self.entries), dtype=np.int64)
-        self.ends_eos = np.zeros(len(self.entries), dtype=bool)
+        self.last = np.zeros(len(self.entries), dtype=bool)
 
 
 class SplitPieceCheck:
@@ -52,12 +67,10 @@ class SplitPieceCheck:
 
     Args:
         manifest: the output's manifest (validated: each entry is four integers >= 0).
-        eos_id: the EOS id appended to every document, or None.
     """
 
-    def __init__(self, manifest: dict[str, Any], eos_id: int | None) -> None:
+    def __init__(self, manifest: dict[str, Any]) -> None:
         self.manifest = manifest
-        self.eos_id = eos_id
         self.listed = any(SPLIT_PIECES in shard for shard in manifest["shards"])
         self.malformed = [str(shard["file"]) for shard in manifest["shards"] if not _well_formed(shard)]
         self.shards = [
@@ -66,6 +79,8 @@ class SplitPieceCheck:
             )
             for shard in manifest["shards"]
         ]
+        self.recorded = not self.malformed and (self.listed or manifest["totals"]["split_documents"] == 0)
+        _mark_last_pieces([_partition(str(shard["file"])) for shard in manifest["shards"]], self.shards)
         self.read: set[int] = set()  # shards whose rows were all read
 
     def observe(
@@ -74,17 +89,21 @@ class SplitPieceCheck:
         first_row: int,
         bad_rows: np.ndarray,
         doc_row: np.ndarray,
-        doc_start: np.ndarray,
         doc_length: np.ndarray,
-        ids: np.ndarray,
-    ) -> None:
+    ) -> Places:
         """Resolve the entries naming rows of one batch: ``bad_rows`` (a bool per row) are the rows whose documents
-        cannot be told; ``doc_row`` (ascending), ``doc_start`` and ``doc_length`` the documents of the others."""
+        cannot be told; ``doc_row`` (ascending) and ``doc_length`` the documents of the others. Returns the place
+        of each of those documents."""
+        places = Places(
+            np.full(len(doc_row), WHOLE if self.recorded else UNRECORDED, dtype=np.int64),
+            np.zeros(len(doc_row), dtype=bool),
+            np.zeros(len(doc_row), dtype=np.int64),
+        )
         held = self.shards[shard]
         rows = held.entries[:, 0] - first_row
         here = np.flatnonzero((rows >= 0) & (rows < len(bad_rows)))
         if not len(here):
-            return
+            return places
         rows = rows[here]
         first_doc = np.searchsorted(doc_row, rows, side="left")
         count = np.searchsorted(doc_row, rows, side="right") - first_doc
@@ -94,8 +113,11 @@ class SplitPieceCheck:
         resolved = here[held.state[here] == RESOLVED]
         document = (first_doc + index)[held.state[here] == RESOLVED]
         held.length[resolved] = doc_length[document]
-        if self.eos_id is not None:
-            held.ends_eos[resolved] = ids[doc_start[document] + doc_length[document] - 1] == self.eos_id
+        if self.recorded:
+            places.piece[document] = held.entries[resolved, 3]
+            places.last[document] = held.last[resolved]
+            places.document[document] = held.entries[resolved, 2]
+        return places
 
     def shard_read(self, shard: int) -> None:
         """Every row of ``shard`` went through :meth:`observe`: an entry still unseen names a row it does not have."""
@@ -119,7 +141,7 @@ class SplitPieceCheck:
         groups: dict[tuple[str, int], list[tuple[int, int, int]]] = {}  # -> (piece, shard, entry)
         for number, (shard, held) in enumerate(zip(self.manifest["shards"], self.shards)):
             name = str(shard["file"])
-            partition = name.rsplit("shard-", 1)[0]
+            partition = _partition(name)
             named: set[tuple[int, int]] = set()
             for k, (row, index, document, piece) in enumerate(held.entries.tolist()):
                 where = f"{name} row {row} index {index}"
@@ -146,9 +168,6 @@ class SplitPieceCheck:
                 note(
                     f"with a piece before the last that is not max_len {max_len} tokens", f"{about}: {_shown(lengths)}"
                 )
-            _, shard, k = members[-1]
-            if self.eos_id is not None and not self.shards[shard].ends_eos[k]:
-                note("whose last piece does not end with EOS", about)
         lines = [f"manifest: split_pieces: {kind.count} {what} (first: {kind.first})" for what, kind in kinds.items()]
         return lines + self._against_totals(len(groups), extra)
 
@@ -169,6 +188,27 @@ class SplitPieceCheck:
                     f"{counted} (documents - input_documents + dropped_documents)"
                 )
         return problems
+
+
+def _partition(name: str) -> str:
+    """The partition a shard belongs to, from its file name (``part-00003-shard-00001.arrow``: ``part-00003-``)."""
+    return name.rsplit("shard-", 1)[0]
+
+
+def _mark_last_pieces(partitions: list[str], shards: list[_Entries]) -> None:
+    """Mark each entry that names the highest piece of its document among the entries of its partition's shards."""
+    entries = np.concatenate([held.entries for held in shards]) if shards else np.zeros((0, 4), dtype=np.int64)
+    if not len(entries):
+        return
+    numbered = {partition: k for k, partition in enumerate(dict.fromkeys(partitions))}
+    partition = np.repeat([numbered[name] for name in partitions], [len(held.entries) for held in shards])
+    _, group = np.unique(np.stack([partition, entries[:, 2]], axis=1), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    highest = np.full(int(group.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(highest, group, entries[:, 3])
+    last = entries[:, 3] == highest[group]
+    for held, marks in zip(shards, np.split(last, np.cumsum([len(held.entries) for held in shards])[:-1])):
+        held.last = marks
 
 
 def _well_formed(shard: dict[str, Any]) -> bool:

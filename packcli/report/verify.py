@@ -5,11 +5,11 @@ manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, sel
 and token counts. Per row, each check on its own (so one bad row never hides another): 1..max_len tokens,
 ``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
 rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
-every document's first token, with EOS appended, every document that does not end with EOS cut at exactly
-max_len, and with BOS prepended (``--bos``), no more documents without it than later pieces of split documents.
-Then the manifest's ``split_pieces`` against the pieces the shards hold (:mod:`packcli.report.splits`), the
-manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray
-temporary or unlisted shard files.
+every document's first token. Per document (``cu_seqlens`` segment), placed by the manifest's ``split_pieces``
+as a whole document or a piece of a split one, BOS and EOS exactly where pack puts them (:meth:`RowChecks.
+_check_specials`). Then the manifest's ``split_pieces`` against the pieces the shards hold
+(:mod:`packcli.report.splits`), the manifest's totals against the sums and against each other
+(:mod:`packcli.report.accounting`), and stray temporary or unlisted shard files.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
 whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
@@ -42,7 +42,7 @@ from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, 
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.shards import flat_list_column
 from packcli.report.accounting import Observed, check_totals
-from packcli.report.splits import SplitPieceCheck
+from packcli.report.splits import UNRECORDED, WHOLE, Places, SplitPieceCheck
 from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
@@ -94,6 +94,10 @@ class Expected:
     columns: tuple[str, ...]
     eos_id: int | None  # the EOS id appended to every document, if one was
     bos_id: int | None  # the BOS id every document starts with (``--bos``), if one was prepended
+    truncated: bool  # documents were cut to max_len (``--overflow truncate``), losing their EOS
+    # a document's own tokens may hold the EOS or BOS id: pre-tokenized ids, chat markup, or an EOS named by
+    # --eos-token (which may be an ordinary token); otherwise text encodes special-token strings as text
+    specials_in_content: bool
     metadata: dict[str, str]
     written_since: dict[str, str]  # metadata that newer shards carry: checked where a shard has the key
 
@@ -110,6 +114,10 @@ class Expected:
             columns=tuple(columns),
             eos_id=eos_id,
             bos_id=tokenizer.get("bos_id") if options.get("bos") is True else None,
+            truncated=totals["truncated_tokens"] > 0,
+            specials_in_content=any(
+                options.get(key) is not None for key in ("ids_field", "messages_field", "eos_token")
+            ),
             metadata={
                 "packcli.format_version": str(FORMAT_VERSION),
                 "packcli.max_len": str(manifest["max_len"]),
@@ -153,7 +161,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     for problem in eos_problems(manifest):
         report.add(problem)
     observed = Observed()
-    pieces = SplitPieceCheck(manifest, expected.eos_id)
+    pieces = SplitPieceCheck(manifest)
     seen: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
         try:
@@ -247,7 +255,7 @@ def _check_contents(
     for batch in table.to_batches():
         first_row = rows.first_row
         rows.check(batch)
-        if feed is not None and not problems and not rows.bad:
+        if feed is not None and not problems and rows.intact:
             feed(first_row, batch)
     shard.pieces.shard_read(shard.number)
     rows.report_to(problems.append)
@@ -292,6 +300,7 @@ class RowChecks:
         self.expected = shard.expected
         self.observed = shard.observed
         self.bad: dict[str, list[int]] = {}  # what is wrong -> [rows, first row]
+        self.bad_documents: dict[str, tuple[int, str]] = {}  # what is wrong -> (documents, the first one named)
         self.first_row = 0
         self.documents = 0
         self.tokens = 0
@@ -303,9 +312,23 @@ class RowChecks:
             entry = self.bad.setdefault(what, [0, self.first_row + int(np.argmax(bad_rows))])
             entry[0] += count
 
+    def flag_documents(self, bad: np.ndarray, what: str, name: Callable[[int], str]) -> None:
+        """Count the documents of the batch where ``bad`` holds; ``name`` says which the first one is (given its
+        place in the batch's documents)."""
+        count = int(np.count_nonzero(bad))
+        if count:
+            counted, first = self.bad_documents.get(what, (0, ""))
+            self.bad_documents[what] = (counted + count, first or name(int(np.argmax(bad))))
+
+    @property
+    def intact(self) -> bool:
+        return not self.bad and not self.bad_documents
+
     def report_to(self, add: Add) -> None:
         for what, (count, first) in self.bad.items():
             add(f"{self.name}: {count} row(s) {what} (first: row {first})")
+        for what, (count, named) in self.bad_documents.items():
+            add(f"{self.name}: {count} {what} (first: {named})")
 
     def check(self, batch: pa.RecordBatch) -> None:
         expected = self.expected
@@ -321,8 +344,8 @@ class RowChecks:
         self.flag(~same_length, "with position_ids and input_ids of different lengths")
         if not (same_length.all() and not bad_cu.any() and _restart_at(positions, doc_start)):
             self._locate_positions(positions, position_offsets, offsets, same_length, doc_row, doc_start, doc_length)
-        self._count_pieces(ids, n_rows, doc_row, doc_start, doc_length)
-        self.shard.pieces.observe(self.shard.number, self.first_row, bad_cu, doc_row, doc_start, doc_length, ids)
+        places = self.shard.pieces.observe(self.shard.number, self.first_row, bad_cu, doc_row, doc_length)
+        self._check_specials(ids, doc_row, doc_start, doc_length, places)
         if LABELS_COLUMN in batch.schema.names:
             self._check_labels(batch, ids, offsets, doc_row, doc_start)
         self.documents += int(np.maximum(np.diff(cu_offsets) - 1, 0).sum())
@@ -385,23 +408,80 @@ class RowChecks:
             "whose position_ids do not restart exactly at cu_seqlens",
         )
 
-    def _count_pieces(
-        self, ids: np.ndarray, n_rows: int, doc_row: np.ndarray, doc_start: np.ndarray, doc_length: np.ndarray
+    def _check_specials(
+        self, ids: np.ndarray, doc_row: np.ndarray, doc_start: np.ndarray, doc_length: np.ndarray, places: Places
     ) -> None:
-        """Count full and cut documents, and with BOS prepended those that do not start with it; with EOS appended,
-        one that does not end with it was cut at max_len."""
-        full = doc_length == self.expected.max_len
+        """Hold each document to where pack puts BOS and EOS. Pack adds them to the input document, then cuts a
+        longer one into pieces (or truncates it), so, where the document's own tokens cannot hold those ids:
+
+        - with BOS prepended, a whole document and a first piece start with BOS, a later piece does not (it
+          starts mid-document; only a last piece that is the appended EOS alone may be the same id);
+        - with EOS appended, a whole document and a last piece end with EOS (a truncated document, max_len long,
+          may not), a first or middle piece does not (only a first piece of max_len 1, the BOS alone, may).
+
+        Where the document's own tokens may hold them, only the first two halves hold. A document whose place the
+        output does not record (packed before ``split_pieces``) may be any piece: it must end with EOS unless
+        max_len long; those without BOS, and those max_len long without EOS, are counted for the totals' bounds
+        (:mod:`packcli.report.accounting`), as are truncated documents without EOS."""
+        expected = self.expected
+        full = doc_length == expected.max_len
         self.observed.full_pieces += int(np.count_nonzero(full))
-        if self.expected.bos_id is not None:
-            self.observed.unmarked_starts += int(np.count_nonzero(ids[doc_start] != self.expected.bos_id))
-        if self.expected.eos_id is None:
+        piece, last = places.piece, places.last
+        whole, unrecorded = piece == WHOLE, piece == UNRECORDED
+        exact = not expected.specials_in_content
+        same_id = expected.bos_id is not None and expected.bos_id == expected.eos_id
+
+        def describe(found: np.ndarray, verb: str) -> Callable[[int], str]:
+            def name(k: int) -> str:
+                row = int(doc_row[k])
+                index = k - int(np.searchsorted(doc_row, row))
+                if piece[k] == WHOLE:
+                    place = "a whole document"
+                elif piece[k] == UNRECORDED:
+                    place = "a document or piece (the output does not record its split pieces)"
+                else:
+                    ending = " (the last)" if last[k] else ""
+                    place = f"piece {piece[k]}{ending} of split document {places.document[k]}"
+                return f"row {self.first_row + row} segment {index}, {place}, {doc_length[k]} tokens: {verb} {found[k]}"
+
+            return name
+
+        if expected.bos_id is not None:
+            first = ids[doc_start]
+            bos = first == expected.bos_id
+            self.flag_documents(
+                ~bos & (whole | (piece == 0)),
+                f"document(s) that do not start with the BOS id {expected.bos_id}",
+                describe(first, "starts with"),
+            )
+            if exact:
+                lone_eos = same_id & last & (doc_length == 1)
+                self.flag_documents(
+                    bos & (piece > 0) & ~lone_eos,
+                    f"later piece(s) of split documents that start with the BOS id {expected.bos_id}, which pack puts "
+                    "before a document's first token only",
+                    describe(first, "starts with"),
+                )
+            self.observed.unmarked_starts += int(np.count_nonzero(~bos & unrecorded))
+        if expected.eos_id is None:
             return
-        cut = ids[doc_start + doc_length - 1] != self.expected.eos_id
-        self.observed.cut_pieces += int(np.count_nonzero(cut))
-        self.flag(
-            _rows_with(cut & ~full, doc_row, n_rows),
-            f"with a document that does not end with EOS yet is shorter than max_len {self.expected.max_len}",
+        final = ids[doc_start + doc_length - 1]
+        eos = final == expected.eos_id
+        may_be_cut = full & (unrecorded | (whole & expected.truncated))
+        self.flag_documents(
+            ~eos & ~may_be_cut & (whole | last | unrecorded),
+            f"document(s) that do not end with the EOS id {expected.eos_id}",
+            describe(final, "ends with"),
         )
+        if exact:
+            lone_bos = same_id & (piece == 0) & (expected.max_len == 1)
+            self.flag_documents(
+                eos & (piece >= 0) & ~last & ~lone_bos,
+                f"piece(s) before the last of split documents that end with the EOS id {expected.eos_id}, which "
+                "pack appends after a document's last token only",
+                describe(final, "ends with"),
+            )
+        self.observed.cut_pieces += int(np.count_nonzero(~eos & may_be_cut))
 
     def _check_labels(
         self, batch: pa.RecordBatch, ids: np.ndarray, offsets: np.ndarray, doc_row: np.ndarray, doc_start: np.ndarray
@@ -462,8 +542,8 @@ def _rows_with(bad: np.ndarray, row_of: np.ndarray, n_rows: int) -> np.ndarray:
 
 
 def _bos_problems(totals: dict[str, Any], observed: Observed, bos_id: int | None) -> list[str]:
-    """With BOS prepended every document starts with it but the later pieces of a split one: more documents without
-    it than such pieces means the BOS id (or the shards) differ from what pack wrote."""
+    """With BOS prepended, the documents that do not start with it and whose place is not recorded (an output
+    packed before ``split_pieces``) can only be later pieces of split documents: no more of them than such pieces."""
     if bos_id is None:
         return []
     later_pieces = (
@@ -473,5 +553,6 @@ def _bos_problems(totals: dict[str, Any], observed: Observed, bos_id: int | None
         return []
     return [
         f"{observed.unmarked_starts} document(s) do not start with the BOS id {bos_id}, yet at most {later_pieces} "
-        "are later pieces of a split document: the manifest's tokenizer.bos_id is not what pack prepended"
+        "are later pieces of a split document (the output does not record which): the manifest's tokenizer.bos_id "
+        "is not what pack prepended"
     ]
