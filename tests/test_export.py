@@ -542,8 +542,8 @@ def test_damage_found_after_the_export_began_leaves_nothing_written(
 def test_an_edited_split_pieces_entry_is_refused_before_the_exporter_meets_it(
     packed_text: Path, tmp_path: Path
 ) -> None:
-    """An entry naming a row its shard lacks: the exporter fails on it (in a batch verify already passed), yet the
-    refusal is verify's, naming the manifest."""
+    """An entry naming a row its shard lacks: the refusal is verify's (the piece the entry named is left a whole
+    document without EOS, and the entry names nothing), not the exporter's."""
     packed = tmp_path / "packed"
     shutil.copytree(packed_text, packed)
     manifest = json.loads((packed / "manifest.json").read_text())
@@ -552,7 +552,9 @@ def test_an_edited_split_pieces_entry_is_refused_before_the_exporter_meets_it(
     (packed / "manifest.json").write_text(json.dumps(manifest))
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "out")])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
-    assert "fails verify (1 problem(s); first: manifest: split_pieces: 1 name a document (piece)" in result.stderr
+    assert "fails verify (2 problem(s); first: shard-00000.arrow: 1 document(s) that do not end with the EOS" in (
+        result.stderr
+    )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]
 
 

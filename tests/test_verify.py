@@ -13,14 +13,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import shared_path
+from conftest import shared_path, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.encode.encoders import add_specials
 from packcli.format.shards import read_shard
-from packcli.options import PackOptions
+from packcli.options import Overflow, PackOptions
+from packcli.packing.overflow import apply_overflow
 from packcli.report.accounting import Observed
 from packcli.report.splits import SplitPieceCheck
 from packcli.report.verify import Expected, RowChecks, ShardUnderCheck, verify_output
@@ -373,18 +375,29 @@ def test_a_clean_output_with_bos_and_split_documents_verifies(bos_split: Path) -
         (
             "bos",
             move_bos_to_a_later_piece,
-            "shard-00000.arrow: 1 document(s) that do not start with the BOS id 1 (first: row ",
+            [
+                "shard-00000.arrow: 1 document(s) that do not start with the BOS id 1 (first: row ",
+                ", a whole document, ",
+                "shard-00000.arrow: 1 later piece(s) of split documents that start with the BOS id 1, which pack puts "
+                "before a document's first token only (first: row ",
+            ],
         ),
         (
             "eos",
             move_eos_into_a_split_document,
-            "shard-00000.arrow: 1 document(s) that do not end with the EOS id 50256 (first: row ",
+            [
+                "shard-00000.arrow: 1 document(s) that do not end with the EOS id 50256 (first: row ",
+                f", a whole document, {EOS_SPLIT_MAX_LEN} tokens: ends with 13)",
+                "shard-00000.arrow: 1 piece(s) before the last of split documents that end with the EOS id 50256, "
+                "which pack appends after a document's last token only (first: row ",
+                "piece 0 of split document ",
+            ],
         ),
     ],
     ids=["BOS moved to a later piece", "EOS moved into a split document"],
 )
 def test_specials_are_checked_per_document(
-    request: pytest.FixtureRequest, tmp_path: Path, output: str, damage: Callable[[Path], None], expected: str
+    request: pytest.FixtureRequest, tmp_path: Path, output: str, damage: Callable[[Path], None], expected: list[str]
 ) -> None:
     """Damage that keeps the counts of documents without BOS or EOS: each document is held to where pack puts them."""
     copy = tmp_path / "copy"
@@ -392,7 +405,106 @@ def test_specials_are_checked_per_document(
     damage(copy)
     result = runner.invoke(app, ["verify", str(copy)])
     assert result.exit_code == 1, result.stdout
-    assert expected in result.stderr, result.stderr
+    for line in expected:
+        assert line in result.stderr, result.stderr
+    assert result.stderr.count("problem: ") == 2, result.stderr  # those two, nothing else
+
+
+def forget_split_pieces(out: Path) -> None:
+    """The manifest as pack wrote it before split_pieces existed."""
+    edit_manifest(lambda m: [shard.pop("split_pieces", None) for shard in m["shards"]])(out)
+
+
+def drop_a_short_documents_eos(out: Path) -> None:
+    """The EOS of a whole document shorter than max_len becomes another token."""
+    segments = segments_of(out)
+    table = read_shard(out / "shard-00000.arrow")
+    rows = table.to_pylist()
+    row, index = next(place for place, piece in segments.items() if piece == -1)
+    rows[row]["input_ids"][rows[row]["cu_seqlens"][index + 1] - 1] = 13
+    rewrite_shard(out, pa.Table.from_pylist(rows, schema=table.schema))
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (None, []),
+        (move_bos_to_a_later_piece, []),  # without places, a count that stays the same passes: why pack records them
+        (
+            edit_manifest(lambda m: m["tokenizer"].update(bos_id=13)),
+            ["are later pieces of a split document (the output does not record which)"],
+        ),
+        (
+            drop_a_short_documents_eos,
+            [
+                "1 document(s) that do not end with the EOS id 2 (first: row ",
+                ", a document or piece (the output does not record its split pieces), ",
+            ],
+        ),
+    ],
+    ids=["intact", "BOS moved", "another bos_id", "an EOS lost"],
+)
+def test_an_output_without_split_pieces_is_held_to_the_counts(
+    bos_split: Path, tmp_path: Path, damage: Callable[[Path], None] | None, expected: list[str]
+) -> None:
+    """An output packed before split_pieces existed does not place its documents: a document shorter than max_len
+    still ends with EOS, and no more documents lack BOS than there are later pieces."""
+    out = tmp_path / "unrecorded"
+    shutil.copytree(bos_split, out)
+    if damage is not None:
+        damage(out)
+    forget_split_pieces(out)
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == (1 if expected else 0), result.stderr
+    for line in expected:
+        assert line in result.stderr, result.stderr
+
+
+def test_a_truncated_output_may_end_documents_without_eos_as_often_as_it_truncated(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    """--overflow truncate: a max_len-long document may lack EOS (it was cut), but no more of them than the totals
+    count truncated; one shorter than max_len never."""
+    out = tmp_path / "truncated"
+    pack_corpus([str(tiny_corpus)], PackOptions(max_len=EOS_SPLIT_MAX_LEN, overflow="truncate"), out)  # type: ignore[arg-type]
+    assert verify_output(out).ok
+    truncated = json.loads((out / "manifest.json").read_text())["totals"]["truncated_documents"]
+    table = read_shard(out / "shard-00000.arrow")
+    rows = table.to_pylist()
+    ended = [
+        (row, end - 1)
+        for row, values in enumerate(rows)
+        for start, end in zip(values["cu_seqlens"], values["cu_seqlens"][1:])
+        if values["input_ids"][end - 1] == 50256
+    ]
+    full = next(
+        (row, at)
+        for row, at in ended
+        if at + 1 - rows[row]["cu_seqlens"][rows[row]["cu_seqlens"].index(at + 1) - 1] == EOS_SPLIT_MAX_LEN
+    )
+    short = next((row, at) for row, at in ended if (row, at) != full)
+    for (row, at), expected in [
+        (full, f"totals: {truncated + 1} pieces do not end with EOS, more than the {truncated} that splitting"),
+        (short, "1 document(s) that do not end with the EOS id 50256 (first: row "),
+    ]:
+        damaged = tmp_path / f"damaged-{row}-{at}"
+        shutil.copytree(out, damaged)
+        changed = [dict(values, input_ids=list(values["input_ids"])) for values in rows]
+        changed[row]["input_ids"][at] = 13
+        rewrite_shard(damaged, pa.Table.from_pylist(changed, schema=table.schema))
+        problems = " | ".join(verify_output(damaged).problems)
+        assert expected in problems, problems
+
+
+def test_pre_tokenized_pieces_may_end_with_the_eos_id_their_records_hold(tmp_path: Path) -> None:
+    """Pre-tokenized ids may hold the EOS id anywhere: a piece cut right after one is what pack wrote."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [5, 6, 7, 9, 8, 8]}, {"ids": [4, 9]}])
+    out = tmp_path / "packed"
+    pack_corpus([str(corpus)], PackOptions(max_len=4, ids_field="ids", eos_id=9), out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["totals"]["split_documents"] == 1
+    assert [5, 6, 7, 9] in [row["input_ids"] for row in read_shard(out / manifest["shards"][0]["file"]).to_pylist()]
+    assert verify_output(out).ok
 
 
 @pytest.mark.parametrize(
@@ -499,3 +611,74 @@ def test_rows_flagged_are_exactly_the_damaged_ones(case: tuple[pa.RecordBatch, s
     }
     assert rows.bad == {what: [len(which), min(which)] for what, which in flagged.items() if which}
     assert rows.tokens == sum(len(row) for row in batch.column("input_ids").to_pylist())
+
+
+@st.composite
+def packed_pieces(draw: st.DrawFn) -> tuple[dict, pa.RecordBatch]:  # type: ignore[type-arg]
+    """Documents of content ids (never 0 or 1, as text never yields a special token), given EOS 0 and BOS 0 or 1
+    (the same id, or none) and cut at max_len by pack's own code, then laid in rows, a row holding consecutive pieces
+    while they fit: the manifest (with split_pieces) and the batch."""
+    max_len = draw(st.integers(1, 6))
+    eos_id, bos_id = draw(st.sampled_from([None, 0])), draw(st.sampled_from([None, 0, 1]))
+    documents = draw(st.lists(st.lists(st.integers(2, VOCAB - 1), min_size=1, max_size=14), min_size=1, max_size=6))
+    lengths = np.array([len(document) for document in documents], dtype=np.int64)
+    tokens, lengths, _ = add_specials(np.concatenate(documents).astype(np.int32), lengths, None, None, eos_id, bos_id)
+    pieces, counts = apply_overflow(lengths, max_len, Overflow.split)
+    rows: list[list[list[int]]] = [[]]
+    entries = []
+    seen: dict[int, int] = {}  # the pieces of each split document laid so far
+    pieces_of = np.bincount(pieces.document)
+    for start, length, document in zip(pieces.start, pieces.length, pieces.document):
+        if sum(map(len, rows[-1])) + length > max_len:
+            rows.append([])
+        rows[-1].append(tokens[start : start + length].tolist())
+        if pieces_of[document] > 1:
+            number = seen[document] = seen.get(document, -1) + 1
+            entries.append([len(rows) - 1, len(rows[-1]) - 1, int(document), number])
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "input_ids": pa.array([[token for piece in row for token in piece] for row in rows], pa.list_(pa.int32())),
+            "position_ids": pa.array(
+                [[k for piece in row for k in range(len(piece))] for row in rows], pa.list_(pa.int32())
+            ),
+            "cu_seqlens": pa.array([np.cumsum([0, *map(len, row)]).tolist() for row in rows], pa.list_(pa.int32())),
+        }
+    )
+    manifest = {
+        "max_len": max_len,
+        "tokenizer": {"vocab_size": VOCAB, "sha256": "t", "eos_id": eos_id, "bos_id": bos_id},
+        "options": {"eos": eos_id is not None, "bos": bos_id is not None},
+        "totals": {"split_documents": counts.split_documents, "truncated_tokens": 0},
+        "shards": [{"file": "shard-00000.arrow", **({"split_pieces": entries} if entries else {})}],
+    }
+    return manifest, batch
+
+
+def specials_checked(manifest: dict, batch: pa.RecordBatch) -> RowChecks:  # type: ignore[type-arg]
+    expected = Expected.of(manifest)
+    rows = RowChecks(
+        "shard", ShardUnderCheck(0, manifest["shards"][0], expected, Observed(), SplitPieceCheck(manifest))
+    )
+    rows.check(batch)
+    return rows
+
+
+@given(packed_pieces(), st.data())
+def test_bos_and_eos_are_exactly_where_pack_puts_them(case: tuple[dict, pa.RecordBatch], data: st.DataObject) -> None:  # type: ignore[type-arg]
+    """What pack writes passes the per-document check (BOS and EOS the same id, max_len 1, a last piece that is EOS
+    alone), and turning any document's first token into BOS or out of it, or its last into EOS or out of it, fails."""
+    manifest, batch = case
+    assert specials_checked(manifest, batch).intact
+    eos_id, bos_id = manifest["tokenizer"]["eos_id"], manifest["tokenizer"]["bos_id"]
+    ends = [(special, end) for special, end in ((bos_id, "first"), (eos_id, "last")) if special is not None]
+    if not ends:
+        return
+    special, end = data.draw(st.sampled_from(ends))
+    rows = batch.to_pylist()
+    row = data.draw(st.integers(0, len(rows) - 1))
+    cu = rows[row]["cu_seqlens"]
+    index = data.draw(st.integers(0, len(cu) - 2))
+    at = cu[index] if end == "first" else cu[index + 1] - 1
+    ids = rows[row]["input_ids"]
+    ids[at] = 2 if ids[at] == special else special
+    assert not specials_checked(manifest, pa.RecordBatch.from_pylist(rows, schema=batch.schema)).intact
