@@ -6,8 +6,8 @@ and token counts. Per row, each check on its own (so one bad row never hides ano
 ``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
 rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
 every document's first token. Per document (``cu_seqlens`` segment), placed by the manifest's ``split_pieces``
-as a whole document or a piece of a split one, BOS and EOS exactly where pack puts them (:meth:`RowChecks.
-_check_specials`). Then the manifest's ``split_pieces`` against the pieces the shards hold
+as a whole document or a piece of a split one, BOS and EOS exactly where pack puts them
+(:mod:`packcli.report.specials`). Then the manifest's ``split_pieces`` against the pieces the shards hold
 (:mod:`packcli.report.splits`), the manifest's totals against the sums and against each other
 (:mod:`packcli.report.accounting`), and stray temporary or unlisted shard files.
 
@@ -31,6 +31,7 @@ import hashlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, 
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.shards import flat_list_column
 from packcli.report.accounting import Observed, check_totals
+from packcli.report.specials import SpecialsRule, misplaced_specials
 from packcli.report.splits import UNRECORDED, WHOLE, Places, SplitPieceCheck
 from packcli.util.arrays import exclusive_cumsum
 
@@ -92,12 +94,7 @@ class Expected:
     max_len: int
     vocab_size: int | None  # None: pre-tokenized records without a tokenizer (ids need only fit int32)
     columns: tuple[str, ...]
-    eos_id: int | None  # the EOS id appended to every document, if one was
-    bos_id: int | None  # the BOS id every document starts with (``--bos``), if one was prepended
-    truncated: bool  # documents were cut to max_len (``--overflow truncate``), losing their EOS
-    # a document's own tokens may hold the EOS or BOS id: pre-tokenized ids, chat markup, or an EOS named by
-    # --eos-token (which may be an ordinary token); otherwise text encodes special-token strings as text
-    specials_in_content: bool
+    specials: SpecialsRule  # BOS and EOS, as pack added them
     metadata: dict[str, str]
     written_since: dict[str, str]  # metadata that newer shards carry: checked where a shard has the key
 
@@ -107,23 +104,18 @@ class Expected:
         fine_tuning = options.get("prompt_field") is not None or options.get("messages_field") is not None
         labelled = fine_tuning or "supervised_tokens" in totals
         columns = manifest.get("columns") or [*TOKEN_COLUMNS, *([LABELS_COLUMN] if labelled else [])]
-        eos_id = tokenizer.get("eos_id") if options.get("eos") is True else None
+        specials = SpecialsRule.of(manifest)
         return cls(
             max_len=manifest["max_len"],
             vocab_size=tokenizer["vocab_size"],
             columns=tuple(columns),
-            eos_id=eos_id,
-            bos_id=tokenizer.get("bos_id") if options.get("bos") is True else None,
-            truncated=totals["truncated_tokens"] > 0,
-            specials_in_content=any(
-                options.get(key) is not None for key in ("ids_field", "messages_field", "eos_token")
-            ),
+            specials=specials,
             metadata={
                 "packcli.format_version": str(FORMAT_VERSION),
                 "packcli.max_len": str(manifest["max_len"]),
                 "packcli.tokenizer_sha256": tokenizer["sha256"] or "",
             },
-            written_since={"packcli.eos_id": "" if eos_id is None else str(eos_id)},
+            written_since={"packcli.eos_id": "" if specials.eos_id is None else str(specials.eos_id)},
         )
 
 
@@ -182,9 +174,9 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
             report.add(f"{path.name}: shard file not listed in the manifest")
     for problem in pieces.problems():
         report.add(problem)
-    for problem in check_totals(manifest, observed, expected.eos_id is not None):
+    for problem in check_totals(manifest, observed, expected.specials.eos_id is not None):
         report.add(problem)
-    for problem in _bos_problems(manifest["totals"], observed, expected.bos_id):
+    for problem in _bos_problems(manifest["totals"], observed, expected.specials.bos_id):
         report.add(problem)
     report.shards = len(seen)
     return report
@@ -411,77 +403,32 @@ class RowChecks:
     def _check_specials(
         self, ids: np.ndarray, doc_row: np.ndarray, doc_start: np.ndarray, doc_length: np.ndarray, places: Places
     ) -> None:
-        """Hold each document to where pack puts BOS and EOS. Pack adds them to the input document, then cuts a
-        longer one into pieces (or truncates it), so, where the document's own tokens cannot hold those ids:
+        """Flag the documents whose BOS or EOS is not where pack puts it; count those only the totals can bound."""
+        self.observed.full_pieces += int(np.count_nonzero(doc_length == self.expected.max_len))
+        first, last = ids[doc_start], ids[doc_start + doc_length - 1]
+        verdict = misplaced_specials(self.expected.specials, places, first, last, doc_length)
+        for misplaced in verdict.misplaced:
+            token, verb = (first, "starts with") if misplaced.end == "first" else (last, "ends with")
+            name = partial(self._named, doc_row=doc_row, doc_length=doc_length, places=places, token=token, verb=verb)
+            self.flag_documents(misplaced.bad, misplaced.what, name)
+        self.observed.unmarked_starts += verdict.unmarked_starts
+        self.observed.cut_pieces += verdict.cut
 
-        - with BOS prepended, a whole document and a first piece start with BOS, a later piece does not (it
-          starts mid-document; only a last piece that is the appended EOS alone may be the same id);
-        - with EOS appended, a whole document and a last piece end with EOS (a truncated document, max_len long,
-          may not), a first or middle piece does not (only a first piece of max_len 1, the BOS alone, may).
-
-        Where the document's own tokens may hold them, only the first two halves hold. A document whose place the
-        output does not record (packed before ``split_pieces``) may be any piece: it must end with EOS unless
-        max_len long; those without BOS, and those max_len long without EOS, are counted for the totals' bounds
-        (:mod:`packcli.report.accounting`), as are truncated documents without EOS."""
-        expected = self.expected
-        full = doc_length == expected.max_len
-        self.observed.full_pieces += int(np.count_nonzero(full))
-        piece, last = places.piece, places.last
-        whole, unrecorded = piece == WHOLE, piece == UNRECORDED
-        exact = not expected.specials_in_content
-        same_id = expected.bos_id is not None and expected.bos_id == expected.eos_id
-
-        def describe(found: np.ndarray, verb: str) -> Callable[[int], str]:
-            def name(k: int) -> str:
-                row = int(doc_row[k])
-                index = k - int(np.searchsorted(doc_row, row))
-                if piece[k] == WHOLE:
-                    place = "a whole document"
-                elif piece[k] == UNRECORDED:
-                    place = "a document or piece (the output does not record its split pieces)"
-                else:
-                    ending = " (the last)" if last[k] else ""
-                    place = f"piece {piece[k]}{ending} of split document {places.document[k]}"
-                return f"row {self.first_row + row} segment {index}, {place}, {doc_length[k]} tokens: {verb} {found[k]}"
-
-            return name
-
-        if expected.bos_id is not None:
-            first = ids[doc_start]
-            bos = first == expected.bos_id
-            self.flag_documents(
-                ~bos & (whole | (piece == 0)),
-                f"document(s) that do not start with the BOS id {expected.bos_id}",
-                describe(first, "starts with"),
-            )
-            if exact:
-                lone_eos = same_id & last & (doc_length == 1)
-                self.flag_documents(
-                    bos & (piece > 0) & ~lone_eos,
-                    f"later piece(s) of split documents that start with the BOS id {expected.bos_id}, which pack puts "
-                    "before a document's first token only",
-                    describe(first, "starts with"),
-                )
-            self.observed.unmarked_starts += int(np.count_nonzero(~bos & unrecorded))
-        if expected.eos_id is None:
-            return
-        final = ids[doc_start + doc_length - 1]
-        eos = final == expected.eos_id
-        may_be_cut = full & (unrecorded | (whole & expected.truncated))
-        self.flag_documents(
-            ~eos & ~may_be_cut & (whole | last | unrecorded),
-            f"document(s) that do not end with the EOS id {expected.eos_id}",
-            describe(final, "ends with"),
-        )
-        if exact:
-            lone_bos = same_id & (piece == 0) & (expected.max_len == 1)
-            self.flag_documents(
-                eos & (piece >= 0) & ~last & ~lone_bos,
-                f"piece(s) before the last of split documents that end with the EOS id {expected.eos_id}, which "
-                "pack appends after a document's last token only",
-                describe(final, "ends with"),
-            )
-        self.observed.cut_pieces += int(np.count_nonzero(~eos & may_be_cut))
+    def _named(
+        self, k: int, doc_row: np.ndarray, doc_length: np.ndarray, places: Places, token: np.ndarray, verb: str
+    ) -> str:
+        """The batch's document ``k``: its row in the shard, its index in the row, its place, its length and the
+        token it ``verb`` (``token[k]``)."""
+        row = int(doc_row[k])
+        index = k - int(np.searchsorted(doc_row, row))
+        piece = int(places.piece[k])
+        if piece == WHOLE:
+            place = "a whole document"
+        elif piece == UNRECORDED:
+            place = "a document or piece (the output does not record its split pieces)"
+        else:
+            place = f"piece {piece}{' (the last)' if places.last[k] else ''} of split document {places.document[k]}"
+        return f"row {self.first_row + row} segment {index}, {place}, {doc_length[k]} tokens: {verb} {token[k]}"
 
     def _check_labels(
         self, batch: pa.RecordBatch, ids: np.ndarray, offsets: np.ndarray, doc_row: np.ndarray, doc_start: np.ndarray
