@@ -197,17 +197,17 @@ def _partition(name: str) -> str:
 
 def _mark_last_pieces(partitions: list[str], shards: list[_Entries]) -> None:
     """Mark each entry that names the highest piece of its document among the entries of its partition's shards."""
+    counts = [len(held.entries) for held in shards]
     entries = np.concatenate([held.entries for held in shards]) if shards else np.zeros((0, 4), dtype=np.int64)
-    if not len(entries):
-        return
     numbered = {partition: k for k, partition in enumerate(dict.fromkeys(partitions))}
-    partition = np.repeat([numbered[name] for name in partitions], [len(held.entries) for held in shards])
-    _, group = np.unique(np.stack([partition, entries[:, 2]], axis=1), axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    highest = np.full(int(group.max()) + 1, -1, dtype=np.int64)
-    np.maximum.at(highest, group, entries[:, 3])
-    last = entries[:, 3] == highest[group]
-    for held, marks in zip(shards, np.split(last, np.cumsum([len(held.entries) for held in shards])[:-1])):
+    partition = np.repeat(np.array([numbered[name] for name in partitions], dtype=np.int64), counts)
+    order = np.lexsort((entries[:, 3], entries[:, 2], partition))  # by document, then piece
+    document, part = entries[order, 2], partition[order]
+    highest = np.ones(len(order), dtype=bool)  # the last of its document in that order
+    highest[:-1] = (document[1:] != document[:-1]) | (part[1:] != part[:-1])
+    last = np.zeros(len(order), dtype=bool)
+    last[order[highest]] = True
+    for held, marks in zip(shards, np.split(last, np.cumsum(counts)[:-1])):
         held.last = marks
 
 
