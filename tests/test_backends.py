@@ -31,6 +31,7 @@ from packcli.encode.encoders import SegmentEncoder, TextEncoder
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
 from packcli.options import PackOptions
 from packcli.run.local import ShippedTokenizer
+from packcli.run.setup import set_up
 from packcli.util.progress import SilentReporter
 
 runner = CliRunner()
@@ -293,3 +294,20 @@ def test_a_fallback_is_said_once_whether_the_driver_or_its_workers_encode(tmp_pa
     assert result.stderr.count("tokenizer backend: hf, not fastokens: its model is WordPiece") == 1, result.stderr
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["tokenizer"]["backend"] == "hf"
+
+
+def test_set_up_starts_the_fast_build_beside_hf_and_a_driver_that_does_not_encode_starts_none(tmp_path: Path) -> None:
+    source = json.dumps(json.loads(load_tokenizer().source), indent=1)  # a text no other test has built
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(source)
+    corpus = write_jsonl(tmp_path / "c.jsonl", read_jsonl(SAMPLE)[:5])
+    options = PackOptions(max_len=64, tokenizer=str(tokenizer))
+    started: list[str] = []
+    load_tokenizer(str(tokenizer), on_source=started.append)
+    assert started == [source]  # handed over before Hugging Face builds it
+    assert set_up([str(corpus)], options, encodes=False).encoder.backend["backend"] == "hf"
+    assert source not in backends_module._built  # a partitioned run's driver: its workers build their own
+    setup = set_up([str(corpus)], options)
+    assert source in backends_module._built and setup.encoder.backend["backend"] == "fastokens"
+    assert isinstance(setup.encoder, TextEncoder)
+    assert setup.encoder.text.tokenizer is backends_module._built[source].result()  # the early build, not a second

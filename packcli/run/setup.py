@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packcli.encode.backends import start_fast_build
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
@@ -81,7 +82,8 @@ def set_up(
         files, unread = found.files, len(found.unread)
     get_strategy(options.strategy)
     pretokenized = options.ids_field is not None and options.tokenizer is None
-    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
+    early = start_fast_build if encodes and options.tokenizer_backend == "auto" else None
+    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token, early)
     described = [InputFile.of(path, stdin) for path in files]
     encoding = options if encodes else replace(options, tokenizer_backend="hf")
     return Setup(files, described, options, tokenizer, make_encoder(encoding, tokenizer, warn), sources, unread)
