@@ -682,3 +682,32 @@ def test_bos_and_eos_are_exactly_where_pack_puts_them(case: tuple[dict, pa.Recor
     ids = rows[row]["input_ids"]
     ids[at] = 2 if ids[at] == special else special
     assert not specials_checked(manifest, pa.RecordBatch.from_pylist(rows, schema=batch.schema)).intact
+
+
+def test_a_chat_piece_may_end_with_the_eos_its_template_rendered(tmp_path: Path) -> None:
+    """A template that ends each assistant turn with EOS (Llama-2 style): a piece cut right after a turn ends with
+    EOS though the chat goes on, which is what pack wrote."""
+    (tmp_path / "template.jinja").write_text(
+        "{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
+        "{% else %} {{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"
+    )
+    turns = ["Hi", "Hello there!", "More?", "Sure, here is more."]
+    chat = [{"role": ("user", "assistant")[k % 2], "content": text} for k, text in enumerate(turns)]
+    corpus = write_jsonl(tmp_path / "chat.jsonl", [{"messages": chat}])
+
+    def pack(max_len: int, out: Path) -> list[list[int]]:
+        options = PackOptions(
+            max_len=max_len,
+            messages_field="messages",
+            chat_template=str(tmp_path / "template.jinja"),
+            overflow="split",  # type: ignore[arg-type]
+        )
+        pack_corpus([str(corpus)], options, out)
+        return [row["input_ids"] for row in read_shard(out / "shard-00000.arrow").to_pylist()]
+
+    [whole] = pack(256, tmp_path / "whole")
+    first_eos = whole.index(50256)
+    assert first_eos < len(whole) - 1  # the first assistant turn's EOS, mid-chat
+    rows = pack(first_eos + 1, tmp_path / "split")
+    assert whole[: first_eos + 1] in rows  # the first piece ends with that EOS
+    assert verify_output(tmp_path / "split").ok
