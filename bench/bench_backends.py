@@ -3,7 +3,9 @@
 same JSON Lines and write as many bytes as the shards, hashed; no tokenizer): gcide with GPT-2 and Tekken, the
 CPython standard library and the skewed corpus with Tekken. Each figure from a fresh process, the four commands
 interleaved corpus after corpus, medians of the rounds, in wall and in CPU seconds; peak RSS of each pack. Then `--partitions 4 --workers 2`
-with the fast backend against one process on gcide (uncompressed) with Tekken."""
+with the fast backend against one process on gcide (uncompressed) with Tekken. Last, the fixed cost and the rate at the
+margin: gcide (uncompressed) once and three times over, packed (auto) and through the HF floor, so that what every
+run pays once (start-up, building the tokenizers) is told apart from what each further copy of the corpus costs."""
 
 from __future__ import annotations
 
@@ -104,14 +106,15 @@ def main() -> None:
             runs = "  ".join(f"{kind}: " + " ".join(f"{s:.2f}" for s in seconds[k, kind]) for kind in kinds)
             print(f"  runs {name}/{tokenizer_name}: {runs}")
 
-        partitions(gcide, tekken, Path(tmp))
+        plain = Path(tmp) / "gcide.jsonl"
+        plain.write_bytes(gzip.decompress(gcide.read_bytes()))
+        partitions(plain, tekken, Path(tmp))
+        margin(plain, tekken, Path(tmp))
     print(f"load average (1, 5, 15 min) at the start {load_before}, at the end {os.getloadavg()} (2 cores)")
 
 
-def partitions(gcide: Path, tekken: Path, tmp: Path) -> None:
+def partitions(plain: Path, tekken: Path, tmp: Path) -> None:
     """One process against --partitions 4 --workers 2 (gcide uncompressed: a compressed file is one piece)."""
-    plain = tmp / "gcide.jsonl"
-    plain.write_bytes(gzip.decompress(gcide.read_bytes()))
     out = tmp / "parted"
     one: list[tuple[float, float, int]] = []
     parted: list[tuple[float, float, int]] = []
@@ -129,6 +132,40 @@ def partitions(gcide: Path, tekken: Path, tmp: Path) -> None:
         f"{parted_s / one_s:.2f}x the time, {parted_cpu / one_cpu:.2f}x the CPU; runs "
         f"{' '.join(f'{r[0]:.2f}' for r in one)} / {' '.join(f'{r[0]:.2f}' for r in parted)}"
     )
+
+
+def margin(plain: Path, tekken: Path, tmp: Path) -> None:
+    """pack (auto) and the HF floor on gcide once and three times over: seconds per further copy, and the fixed
+    cost (one copy's time less a copy at the margin)."""
+    triple = tmp / "gcide3.jsonl"
+    triple.write_bytes(plain.read_bytes() * 3)
+    out = tmp / "margin"
+    commands = {
+        ("auto", 1): pack_args(plain, tekken, out),
+        ("auto", 3): pack_args(triple, tekken, out),
+        ("hf floor", 1): python(str(REPO / "bench" / "floor.py"), str(plain), str(tekken)),
+        ("hf floor", 3): python(str(REPO / "bench" / "floor.py"), str(triple), str(tekken)),
+    }
+    wall: dict[tuple[str, int], list[float]] = {key: [] for key in commands}
+    cpu: dict[tuple[str, int], list[float]] = {key: [] for key in commands}
+    for _ in range(ROUNDS):
+        for key, command in commands.items():
+            shutil.rmtree(out, ignore_errors=True)
+            took, used, _ = run_measured(command)
+            wall[key].append(took)
+            cpu[key].append(used)
+    rows = []
+    for name, figures in (("wall s", wall), ("CPU s", cpu)):
+        per_copy = {kind: (median(figures[kind, 3]) - median(figures[kind, 1])) / 2 for kind in ("auto", "hf floor")}
+        fixed = {kind: median(figures[kind, 1]) - per_copy[kind] for kind in per_copy}
+        rows.append(
+            [name, f"{per_copy['auto']:.2f}", f"{per_copy['hf floor']:.2f}",
+             f"{per_copy['hf floor'] / per_copy['auto']:.1f}x", f"{fixed['auto']:.2f}", f"{fixed['hf floor']:.2f}"]
+        )  # fmt: skip
+    print(
+        f"\ngcide (uncompressed) / tekken, once and three times over, median of {ROUNDS}: the cost of each further copy"
+    )
+    table(["figure", "auto per copy", "HF floor per copy", "floor/auto", "auto fixed", "HF floor fixed"], rows)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,11 @@ from packcli.encode.backends import (
 )
 from packcli.encode.corpus import tokenize_corpus
 from packcli.encode.crosscheck import MIN_CHARACTERS, MIN_CHECKED, CrossCheck
-from packcli.encode.encoders import SegmentEncoder, TextEncoder
+from packcli.encode.encoders import SegmentEncoder, TextEncoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
 from packcli.options import PackOptions
 from packcli.run.local import ShippedTokenizer
+from packcli.run.setup import set_up
 from packcli.util.progress import SilentReporter
 
 runner = CliRunner()
@@ -293,3 +294,21 @@ def test_a_fallback_is_said_once_whether_the_driver_or_its_workers_encode(tmp_pa
     assert result.stderr.count("tokenizer backend: hf, not fastokens: its model is WordPiece") == 1, result.stderr
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["tokenizer"]["backend"] == "hf"
+
+
+def test_set_up_starts_the_fast_build_beside_hf_for_a_job_here_and_none_for_workers(tmp_path: Path) -> None:
+    source = json.dumps(json.loads(load_tokenizer().source), indent=1)  # a text no other test has built
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(source)
+    corpus = write_jsonl(tmp_path / "c.jsonl", read_jsonl(SAMPLE)[:5])
+    options = PackOptions(max_len=64, tokenizer=str(tokenizer))
+    started: list[str] = []
+    load_tokenizer(str(tokenizer), on_source=started.append)
+    assert started == [source]  # handed over before Hugging Face builds it
+    assert set_up([str(corpus)], options, encodes=False).encoder.backend["backend"] == "hf"
+    assert source not in backends_module._built  # a partitioned run's driver: its workers build their own
+    setup = set_up([str(corpus)], options, encodes=False, prefetch=True)  # a plain run's driver: its job encodes
+    assert source in backends_module._built and setup.encoder.backend["backend"] == "hf"
+    encoder = make_encoder(options, setup.tokenizer)  # the job's
+    assert isinstance(encoder, TextEncoder) and encoder.backend["backend"] == "fastokens"
+    assert encoder.text.tokenizer is backends_module._built[source].result()  # the early build, not a second

@@ -15,6 +15,7 @@ from conftest import SAMPLE, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.encode import backends as backends_module
 
 runner = CliRunner()
 
@@ -45,7 +46,9 @@ def stats(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_two_stats_at_once_both_work_and_leave_one_entry(tmp_path: Path, records: list[dict[str, str]]) -> None:
+def test_two_stats_at_once_both_work_and_leave_one_entry(
+    tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:150])
     runs = [stats(str(corpus), "--max-len", "512") for _ in range(2)]
     outcomes = [run.communicate() for run in runs]
@@ -53,8 +56,12 @@ def test_two_stats_at_once_both_work_and_leave_one_entry(tmp_path: Path, records
     first, second = (json.loads(stdout) for stdout, _ in outcomes)
     assert first == second and first["tokens"] > 0
     assert len(entries()) == 1 and temporaries() == []
+    taken: list[str] = []  # the fast backends the pack waits for
+    real = backends_module.FAST_LOADER
+    monkeypatch.setattr(backends_module, "FAST_LOADER", lambda loaded: taken.append(loaded.name) or real(loaded))
     packed = runner.invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "o"), "--json"])
     assert packed.exit_code == 0 and json.loads(packed.stdout)["tokenized_from_cache"] is True
+    assert taken == []  # the tokens came from the cache: no tokenizer runs, none is waited for
     assert entries() == []  # pack consumed it
     assert json.loads((tmp_path / "o" / "manifest.json").read_text())["tokenizer"]["backend"] == "fastokens"
 

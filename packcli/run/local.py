@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +164,12 @@ def run_local(
     built.mkdir(parents=True)
     area.work_path(k).parent.mkdir(parents=True, exist_ok=True)
     use_threads(threads)
-    # its set-up warnings were the driver's to give, once; but a partitioned run's driver builds no fast backend
-    # (its workers encode), so a partition says whether the backend fell back, and the driver passes it on once
-    fallback = warn if job.facts["plan_hash"] is not None else _unsaid
-    encoder = make_encoder(options, tokenizer, template_source=job.chat_template, backend_warn=fallback)
     cached = cache.load(job.cache_key) if job.cache_key is not None else None
+    # its set-up warnings were the driver's to give, once; but the driver builds no fast backend (the job encodes),
+    # so the job says whether the backend fell back (a partitioned run's driver passes it on once). Tokens from the
+    # cache need no tokenizer run: the encoder then wraps Hugging Face's, already built, and waits for no build.
+    encoding = options if cached is None else replace(options, tokenizer_backend="hf")
+    encoder = make_encoder(encoding, tokenizer, template_source=job.chat_template, backend_warn=warn)
     tokenized = cached or tokenize_corpus(
         job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, threads
     )
@@ -258,7 +259,3 @@ def pack_tokens(
     if supervision is not None:
         totals.update(asdict(supervision))
     return Packed(totals, shards, pieces, split_pieces(pieces, packing, shards))
-
-
-def _unsaid(message: str) -> None:
-    """A warning already given (by the driver's set-up)."""
