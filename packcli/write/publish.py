@@ -80,7 +80,7 @@ class Publication:
         inputs: the files and directories the run reads; none may lie inside ``out``, nor ``out`` inside them.
         resumable: stage in ``.NAME.packcli-resume``, kept (not emptied) when the run starts and when it fails.
         existing: what ``out`` holds (default :func:`existing_output`; an export passes its own, which knows its
-            files).
+            files and refuses another export itself, saying what differs).
     """
 
     def __init__(
