@@ -500,6 +500,64 @@ def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: P
     assert tokens.tolist() == [t for document in expected_documents(packed) for t in document["tokens"]]
 
 
+def files_in(directory: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+def test_an_export_of_something_else_is_refused_saying_what_differs(small_packed: Path, tmp_path: Path) -> None:
+    """Another format, another packed output, other options, or a damaged export at --out: one line saying which,
+    and what to do; the export there is untouched. The same export again is up to date."""
+    out = tmp_path / "out"
+    export(small_packed, "megatron", out)
+    kept = files_in(out)
+    assert export(small_packed, "megatron", out)["status"] == "up-to-date"
+    other = tmp_path / "other"
+    run("pack", next(small_packed.parent.glob("*.jsonl")), "--max-len", "256", "--out", other, "--quiet")
+    asked = {
+        "another format (megatron there, olmo-core now)": [small_packed, "--to", "olmo-core"],
+        f"another packed output ({small_packed} there, {other} now": [other, "--to", "megatron"],
+    }
+    for difference, arguments in asked.items():
+        result = RUNNER.invoke(app, ["export", *map(str, arguments), "--out", str(out)])
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"error: {out}: holds another export: {difference}")
+        assert result.stderr.endswith("pass --overwrite to replace it, or choose another --out to keep both\n")
+        assert files_in(out) == kept
+    bridge = tmp_path / "bridge"
+    export(small_packed, "bridge", bridge)
+    result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "bridge", "--pad-to-multiple", "8", "--out", str(bridge)])  # fmt: skip
+    assert result.exit_code == 1 and "holds another export: other export options (none there, pad_to_multiple=8 now)" in result.stderr  # fmt: skip
+    with (out / "tokens.idx").open("ab") as handle:
+        handle.write(b"\0")
+    result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "megatron", "--out", str(out)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "holds an incomplete or damaged export of this output, format and options (tokens.idx" in result.stderr
+    assert export(small_packed, "megatron", out, "--overwrite")["status"] == "exported" and files_in(out) == kept
+
+
+def test_an_export_and_a_pack_output_never_replace_each_other(small_packed: Path, tmp_path: Path) -> None:
+    """--out naming a pack output for an export, or an export for a pack: one line saying what is there, even with
+    --overwrite, and nothing changed."""
+    packed = tmp_path / "packed"
+    shutil.copytree(small_packed, packed)
+    exported = tmp_path / "exported"
+    export(small_packed, "nanotron", exported)
+    before = {directory: files_in(directory) for directory in (packed, exported)}
+    corpus = next(small_packed.parent.glob("*.jsonl"))
+    for overwrite in ([], ["--overwrite"]):
+        result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "megatron", "--out", str(packed), *overwrite])
+        assert result.exit_code == 1 and result.stderr == (
+            f"error: {packed}: is a packcli output (manifest.json), not an export: an export never replaces one, "
+            "even with --overwrite; choose another --out\n"
+        )
+        result = RUNNER.invoke(app, ["pack", str(corpus), "--max-len", "64", "--out", str(exported), *overwrite])
+        assert result.exit_code == 1 and result.stderr == (
+            f"error: {exported}: is a packcli export (export.json), not an output of packcli pack: pack never "
+            "replaces one, even with --overwrite; choose another --out\n"
+        )
+    assert {directory: files_in(directory) for directory in (packed, exported)} == before
+
+
 def test_an_output_failing_verify_is_refused_before_anything_is_written(small_packed: Path, tmp_path: Path) -> None:
     packed = tmp_path / "packed"
     shutil.copytree(small_packed, packed)

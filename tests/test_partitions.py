@@ -5,10 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from importlib.metadata import version
@@ -18,6 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SAMPLE, read_jsonl, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_processes import alive, descendants
 from typer.testing import CliRunner
 
@@ -98,11 +102,52 @@ def test_plan_cuts_parquet_by_row_groups_and_arrow_by_record_batches(tmp_path: P
 
 def test_more_partitions_than_the_inputs_allow_is_one_line_and_no_output(tmp_path: Path) -> None:
     corpus = write_jsonl(tmp_path / "c.jsonl.gz", [{"text": text} for text in TEXTS[:5]], compress=True)
-    with pytest.raises(UsageError, match="only 1 would hold input"):
+    with pytest.raises(UsageError, match="ask for --partitions 1,"):
         plan_partitions([corpus], 2)
     result = invoke("pack", str(corpus), "--partitions", "2", "--out", str(tmp_path / "out"))
-    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "only 1 would hold input" in result.stderr
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "ask for --partitions 1," in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl.gz"]
+
+
+def named_count(message: str) -> int:
+    """The partition count a refusal tells the user to ask for."""
+    found = re.search(r"can be cut into: \D*(\d+)", message)
+    assert found is not None, message
+    return int(found.group(1))
+
+
+def test_the_count_a_refusal_names_is_one_the_planner_accepts(tmp_path: Path) -> None:
+    """Four lines, the first 278 bytes and the others under 61: 6 partitions fill 4, yet 4 fill only 3. The refusal
+    names a count that works (3, whichever count above it was asked for), and here, where the rule is exact, one
+    more is refused."""
+    lengths = [2000, 40, 20, 40]
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": TEXTS[i][:n]} for i, n in enumerate(lengths)])
+    refused = invoke("pack", str(corpus), "--partitions", "6", "--out", str(tmp_path / "out"))
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    count = named_count(refused.stderr)
+    assert count == 3
+    for asked in (4, 5, 7, 9):
+        with pytest.raises(UsageError) as again:
+            plan_partitions([corpus], asked)
+        assert named_count(str(again.value)) == count
+    packed = invoke("pack", str(corpus), "--partitions", str(count), "--out", str(tmp_path / "out"), "--json")
+    assert packed.exit_code == 0, packed.stderr
+    assert json.loads(packed.stdout)["partitions"] == count and verify_output(tmp_path / "out").ok
+    one_more = invoke("pack", str(corpus), "--partitions", str(count + 1), "--out", str(tmp_path / "more"))
+    assert one_more.exit_code == 2 and named_count(one_more.stderr) == count
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([20, 40, 400, 2000]), min_size=1, max_size=8), st.integers(2, 8))
+def test_a_refusal_names_a_count_the_planner_accepts(lengths: list[int], asked: int) -> None:
+    """Whatever lines and count: a refused count names a smaller one that plan_partitions accepts."""
+    with tempfile.TemporaryDirectory() as directory:
+        corpus = write_jsonl(Path(directory) / "c.jsonl", [{"text": TEXTS[i][:n]} for i, n in enumerate(lengths)])
+        try:
+            plan_partitions([corpus], asked)
+        except UsageError as refusal:
+            count = named_count(str(refusal))
+            assert count < asked and len(plan_partitions([corpus], count)) == count
 
 
 def test_every_input_format_partitioned_packs_the_same_documents(tmp_path: Path) -> None:

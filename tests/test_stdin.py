@@ -174,11 +174,31 @@ def test_a_skipped_record_and_a_dry_run_name_stdin_never_the_spool(tmp_path: Pat
     assert [entry["path"] for entry in plan["files"]] == ["<stdin>", str(other)]
 
 
+def test_one_partition_of_stdin_is_the_plain_run(tmp_path: Path, spool_dir: Path) -> None:
+    """``--partitions 1`` with ``-`` packs as ``pack -`` does: the same files byte for byte, so each finds the
+    other's output up to date, and a dry run gives the same fingerprint."""
+    plain = pack_stdin(JSONL, tmp_path / "plain")
+    assert plain.exit_code == 0, plain.stderr
+    one = pack_stdin(JSONL, tmp_path / "one", "--partitions", "1", "--workers", "2")
+    assert one.exit_code == 0, one.stderr
+    files = {path.name: path.read_bytes() for path in sorted((tmp_path / "plain").iterdir())}
+    assert {path.name: path.read_bytes() for path in sorted((tmp_path / "one").iterdir())} == files
+    assert "shard-00000.arrow" in files
+    again = pack_stdin(JSONL, tmp_path / "plain", "--partitions", "1", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["status"] == "up-to-date"
+    planned = pack_stdin(JSONL, tmp_path / "x", "--partitions", "1", "--dry-run", "--json")
+    assert planned.exit_code == 0, planned.stderr
+    assert json.loads(planned.stdout)["fingerprint"] == json.loads(files["manifest.json"])["fingerprint"]
+    assert list(spool_dir.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
         (["-", "-"], "given more than once"),
         (["-", "--partitions", "2"], "cannot be cut into partitions"),
+        (["-", "--partition-size", "1MB"], "cannot be cut into partitions"),
+        (["-", "--partitions", "1", "--engine", "ray"], "cannot be cut into partitions"),
     ],
 )
 def test_usage_errors(arguments: list[str], message: str, tmp_path: Path) -> None:

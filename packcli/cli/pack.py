@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -81,7 +82,11 @@ def pack(
     skip_bad_records: flags.SkipBadRecordsOption = False,
     partitions: Annotated[
         int | None,
-        typer.Option(min=1, help="Pack as this many partitions (mixtures of the whole corpus), then merge."),
+        typer.Option(
+            min=1,
+            help="Pack as this many partitions (mixtures of the whole corpus), then merge. With -, only 1: the "
+            "plain run.",
+        ),
     ] = None,
     partition_size: Annotated[
         str | None, typer.Option(help="Or as many partitions as it takes at about this many input bytes each.")
@@ -127,12 +132,14 @@ def pack(
 
       packcli pack corpus/ --max-len 2048 --dry-run --json
     """
-    from packcli.read.stdin import spooled_stdin
+    from packcli.read.stdin import STDIN, spooled_stdin
     from packcli.run.driver import pack_corpus
     from packcli.run.progress import make_reporter
     from packcli.storage import location
 
     options = flags.pack_options(locals())
+    if STDIN in inputs and options.partitions == 1 and options.engine == "local":
+        options = replace(options, partitions=None)  # one partition of standard input is the plain run
     warnings = Warnings(quiet)
     if dry_run:
         from packcli.run.dry_run import dry_run as plan_run

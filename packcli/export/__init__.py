@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,13 @@ def export_output(
         UsageError: an unknown format, or a format that cannot carry this output (labels).
         PackcliError: the source is not a packcli output or fails verify (nothing written), or an I/O error.
     """
-    from packcli.export.record import EXPORT_NAME, existing_export, export_fingerprint, write_record
+    from packcli.export.record import (
+        EXPORT_NAME,
+        existing_export,
+        export_fingerprint,
+        export_identity,
+        write_record,
+    )
     from packcli.format.manifest import SPLIT_PIECES
     from packcli.write.publish import Publication
 
@@ -97,7 +104,9 @@ def export_output(
     fingerprint = export_fingerprint(packed.manifest["fingerprint"], fmt, options)
     module, name = FORMATS[fmt]
     make: Callable[[Path, Any, dict[str, Any]], Exporter] = getattr(importlib.import_module(module), name)
-    with Publication(out, fingerprint, overwrite, inputs=[source], existing=existing_export) as publication:
+    identity = export_identity(source, packed.manifest["fingerprint"], fmt, options)
+    existing = partial(existing_export, asked=identity, overwrite=overwrite)
+    with Publication(out, fingerprint, overwrite, inputs=[source], existing=existing) as publication:
         if publication.up_to_date:
             return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
         exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
@@ -113,10 +122,8 @@ def export_output(
             exporter.close()
         files = sorted(path for path in publication.staging.iterdir() if path.is_file())
         record = {
-            "format": fmt,
+            **identity,
             "fingerprint": fingerprint,
-            "options": options,
-            "source": {"path": str(source), "fingerprint": packed.manifest["fingerprint"]},
             "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
             "totals": totals.to_json(),
         }

@@ -19,6 +19,7 @@ from packcli.util.files import write_json
 from packcli.version import __version__
 
 __all__ = [
+    "EXPORT_NAME",
     "MANIFEST_NAME",
     "RUN_PREFIX",
     "SHARD",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
+EXPORT_NAME = "export.json"  # an export's own manifest (packcli.export.record): a directory holding it is no output
 SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
 RUN_PREFIX = re.compile(r"packcli-run-[0-9A-Za-z-]+")  # where an output on object storage keeps a run's shards
 TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete

@@ -75,7 +75,8 @@ def spooled_stdin(
 
     Raises:
         UsageError: ``-`` is given twice, standard input is a terminal or closed (nothing piped in), or the run is
-            partitioned (partitions read their inputs by path, possibly on other machines).
+            partitioned (partitions read their inputs by path, possibly on other machines; the command makes
+            ``--partitions 1`` on the local engine the plain run before it asks).
         PackcliError: standard input cannot be kept in ``$TMPDIR``.
     """
     if STDIN not in specs:
@@ -84,7 +85,10 @@ def spooled_stdin(
     if list(specs).count(STDIN) > 1:
         raise UsageError(f"{STDIN} (standard input) is given more than once; it can be read only once")
     if partitioned:
-        raise UsageError(f"{STDIN} (standard input) cannot be cut into partitions: save it to a file and pass the file")
+        raise UsageError(
+            f"{STDIN} (standard input) cannot be cut into partitions or sent to workers (with {STDIN}, --partitions 1 "
+            "is the plain run, in this process): save it to a file and pass the file"
+        )
     if sys.stdin is None or sys.stdin.isatty():
         state = "closed" if sys.stdin is None else "a terminal"
         raise UsageError(

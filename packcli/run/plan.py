@@ -77,17 +77,19 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
         UsageError: some partition would hold no input: the files cannot be cut that finely.
     """
     sizes = [path.stat().st_size for path in files]
-    total = max(1, sum(sizes))
     most = sum(max(1, size // MIN_RECORD_BYTES) for size in sizes)
     if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
         raise UsageError(
             f"{partitions:,} partitions are more than these inputs can be cut into: their {sum(sizes):,} bytes hold "
             f"at most {most:,} record(s); ask for fewer partitions"
         )
-    pieces = [
-        _pieces(path, min(partitions, max(1, math.ceil(partitions * SLICES_PER_PARTITION * size / total))))
-        for path, size in zip(files, sizes)
-    ]
+    pieces = _file_pieces(files, sizes, partitions)
+    if sum(map(len, pieces)) < partitions:  # the heap below fills every partition exactly when there are enough pieces
+        raise UsageError(
+            f"{partitions} partitions are more than these inputs can be cut into: ask for --partitions "
+            f"{_accepted_count(files, sizes, partitions)}, which they can (a compressed file or JSON array is one "
+            "piece; plain JSON Lines are cut only at line starts, Parquet at row groups, Arrow at record batches)"
+        )
     chosen: list[list[tuple[int, Span | None]]] = [[] for _ in range(partitions)]
     loads = [(0, 0, k) for k in range(partitions)]  # (bytes, pieces, partition): a heap, least loaded first
     for f in sorted(range(len(files)), key=lambda f: (-sizes[f], f)):
@@ -95,13 +97,6 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
         for (load, count, k), (span, weight) in zip(picked, pieces[f]):
             chosen[k].append((f, span))
             heapq.heappush(loads, (load + weight, count + 1, k))
-    filled = sum(1 for slices in chosen if slices)
-    if filled < partitions:
-        raise UsageError(
-            f"{partitions} partitions are more than these inputs can be cut into: only {filled} would hold input "
-            "(a compressed file or JSON array is one piece; plain JSON Lines are cut only at line starts, Parquet "
-            "at row groups, Arrow at record batches); ask for fewer partitions"
-        )
     weights = {(f, span): weight for f in range(len(files)) for span, weight in pieces[f]}
     ordered = [sorted(slices, key=lambda s: (s[0], s[1] or (0, 0))) for slices in chosen]
     digest = hashlib.sha256(
@@ -119,6 +114,27 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
         weights=tuple(sum(weights[entry] for entry in slices) for slices in ordered),
         digest=digest,
     )
+
+
+def _file_pieces(files: Sequence[Path], sizes: Sequence[int], partitions: int) -> list[list[Piece]]:
+    """Each file's pieces for a plan of ``partitions``: a file is cut into as many as its share of the corpus
+    asks (at most ``partitions``)."""
+    total = max(1, sum(sizes))
+    return [
+        _pieces(path, min(partitions, max(1, math.ceil(partitions * SLICES_PER_PARTITION * size / total))))
+        for path, size in zip(files, sizes)
+    ]
+
+
+def _accepted_count(files: Sequence[Path], sizes: Sequence[int], refused: int) -> int:
+    """A partition count below ``refused`` that the planner accepts: the count of pieces ``refused`` gives, then
+    the count of pieces that count gives, until a count has enough, as a user retrying with each count named would.
+    The cuts of one count are not those of a smaller one, so neither the first count short of pieces nor every
+    count below one that works is sure to work; one partition always does (every file is at least one piece)."""
+    count = refused
+    while (pieces := sum(map(len, _file_pieces(files, sizes, count)))) < count:
+        count = pieces
+    return count
 
 
 def _pieces(path: Path, wanted: int) -> list[Piece]:

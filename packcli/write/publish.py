@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import Literal
 
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
+from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 
@@ -54,6 +54,7 @@ __all__ = [
     "Publication",
     "directory_names",
     "existing_output",
+    "has_size",
     "in_use",
     "out_of_room",
     "up_to_date",
@@ -79,7 +80,7 @@ class Publication:
         inputs: the files and directories the run reads; none may lie inside ``out``, nor ``out`` inside them.
         resumable: stage in ``.NAME.packcli-resume``, kept (not emptied) when the run starts and when it fails.
         existing: what ``out`` holds (default :func:`existing_output`; an export passes its own, which knows its
-            files).
+            files and refuses another export itself, saying what differs).
     """
 
     def __init__(
@@ -239,8 +240,8 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
     fingerprint) or "other" (another packcli output, which ``--overwrite`` may replace).
 
     Raises:
-        PackcliError: ``target`` is not a directory, or holds a file that is not part of a packcli output
-            (named, as ``shown``): such a directory is never replaced.
+        PackcliError: ``target`` is not a directory, or is an export, or holds a file that is not part of a packcli
+            output (named, as ``shown``): such a directory is never replaced.
     """
     shown = shown or target
     names = directory_names(target, shown)
@@ -249,6 +250,12 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
     try:
         manifest = read_manifest(target)
     except PackcliError as exc:
+        if EXPORT_NAME in names and MANIFEST_NAME not in names:
+            raise PackcliError(
+                f"is a packcli export ({EXPORT_NAME}), not an output of packcli pack: pack never replaces one, even "
+                "with --overwrite; choose another --out",
+                shown,
+            ) from None
         stranger = next((name for name in names if not OWN_FILE.fullmatch(name)), names[0])
         why = f"no {MANIFEST_NAME}" if MANIFEST_NAME not in names else f"its manifest is unusable: {exc.message}"
         raise PackcliError(
@@ -258,7 +265,7 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
         ) from None
     listed = {MANIFEST_NAME, *(shard["file"] for shard in manifest["shards"])}
     intact = manifest["fingerprint"] == fingerprint and all(
-        _has_size(shard_path(target, shard["file"]), shard["bytes"]) for shard in manifest["shards"]
+        has_size(shard_path(target, shard["file"]), shard["bytes"]) for shard in manifest["shards"]
     )
     if intact:
         return "same"
@@ -285,7 +292,8 @@ def directory_names(target: Path, shown: Path) -> list[str]:
     return sorted(path.name for path in target.iterdir())
 
 
-def _has_size(path: Path, size: int) -> bool:
+def has_size(path: Path, size: int) -> bool:
+    """Whether ``path`` is a file of ``size`` bytes (a listed file of an output or export, intact as listed)."""
     return path.is_file() and path.stat().st_size == size
 
 
