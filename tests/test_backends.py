@@ -296,19 +296,17 @@ def test_a_fallback_is_said_once_whether_the_driver_or_its_workers_encode(tmp_pa
     assert manifest["tokenizer"]["backend"] == "hf"
 
 
-def test_set_up_starts_the_fast_build_beside_hf_for_a_job_here_and_none_for_workers(tmp_path: Path) -> None:
+def test_a_runs_driver_builds_no_fast_backend_and_its_job_builds_one(tmp_path: Path) -> None:
+    """The driver's set-up wraps Hugging Face's tokenizer (a run found up to date builds nothing more); the job that
+    encodes builds fastokens', once per process."""
     source = json.dumps(json.loads(load_tokenizer().source), indent=1)  # a text no other test has built
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text(source)
     corpus = write_jsonl(tmp_path / "c.jsonl", read_jsonl(SAMPLE)[:5])
     options = PackOptions(max_len=64, tokenizer=str(tokenizer))
-    started: list[str] = []
-    load_tokenizer(str(tokenizer), on_source=started.append)
-    assert started == [source]  # handed over before Hugging Face builds it
-    assert set_up([str(corpus)], options, encodes=False).encoder.backend["backend"] == "hf"
-    assert source not in backends_module._built  # a partitioned run's driver: its workers build their own
-    setup = set_up([str(corpus)], options, encodes=False, prefetch=True)  # a plain run's driver: its job encodes
-    assert source in backends_module._built and setup.encoder.backend["backend"] == "hf"
+    setup = set_up([str(corpus)], options, encodes=False)
+    assert setup.encoder.backend["backend"] == "hf" and source not in backends_module._built
     encoder = make_encoder(options, setup.tokenizer)  # the job's
     assert isinstance(encoder, TextEncoder) and encoder.backend["backend"] == "fastokens"
-    assert encoder.text.tokenizer is backends_module._built[source].result()  # the early build, not a second
+    assert encoder.text.tokenizer is backends_module._built[source]  # built once, kept for the process
+    assert make_encoder(options, setup.tokenizer).text.tokenizer is encoder.text.tokenizer

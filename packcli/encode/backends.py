@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Protocol
@@ -28,7 +26,7 @@ from tokenizers import Tokenizer
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
 from packcli.util.memory import release_free_memory
 
-__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends", "start_fast_build"]
+__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends"]
 
 
 class Backend(Protocol):
@@ -106,44 +104,25 @@ class Backends:
 FastLoader = Callable[[LoadedTokenizer], Any]
 
 
-_built: dict[str, Future[Any]] = {}  # fastokens builds started in this process, by their tokenizer.json text
-
-
-def start_fast_build(source: str) -> None:
-    """Start building fastokens' tokenizer for the ``tokenizer.json`` text ``source`` on a helper thread, once per
-    process (a worker runs several partitions); :func:`_load_fastokens` takes the result.
-
-    The build (about a second for Tekken) releases the GIL, so set-up starts it before Hugging Face's build and
-    the two run side by side: about 0.3 s sooner on two cores, for both builds' scratch at once at the peak
-    (Tekken: about 120 MiB more, given back after the builds). A daemon thread: a run that stops during set-up
-    does not wait for it."""
-    if source in _built:
-        return
-    future: Future[Any] = Future()
-
-    def build() -> None:
-        try:
-            import fastokens
-
-            tokenizer = fastokens.Tokenizer.from_json_str(source)
-            tokenizer.no_truncation()
-            tokenizer.no_padding()
-            release_free_memory()  # the build's scratch, about three times the tokenizer it keeps (Tekken)
-            future.set_result(tokenizer)
-        except BaseException as exc:  # handed to the thread that takes the build, which decides what it means
-            future.set_exception(exc)
-
-    _built[source] = future
-    threading.Thread(target=build, name="packcli-fastokens-build", daemon=True).start()
+_built: dict[str, Any] = {}  # fastokens tokenizers built in this process, by their tokenizer.json text
 
 
 def _load_fastokens(loaded: LoadedTokenizer) -> Any:
-    """fastokens' tokenizer for ``loaded``, from the build :func:`start_fast_build` started (starting it if set-up
-    did not); raises what the import or fastokens raised."""
-    import fastokens  # noqa: F401 (raises ImportError here where it cannot be imported, whatever was built before)
+    """fastokens' tokenizer for ``loaded`` (raises what fastokens raises), built once per process: a worker runs
+    several partitions, and building one takes about a second (Tekken).
 
-    start_fast_build(loaded.source)
-    return _built[loaded.source].result()
+    It is built after Hugging Face's, not beside it on a helper thread: the two builds' scratch memory (Tekken:
+    about 250 and 200 MiB, given back after each) would then add up in the run's peak, for a gain of the shorter
+    build's 0.3 s of CPU that a busy machine does not give (measured: the same time at load average 4-6)."""
+    import fastokens
+
+    if loaded.source not in _built:
+        tokenizer = fastokens.Tokenizer.from_json_str(loaded.source)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        release_free_memory()  # the build's scratch, about three times the tokenizer it keeps (Tekken)
+        _built[loaded.source] = tokenizer
+    return _built[loaded.source]
 
 
 # The fast backend's loader and its wrapper: tests swap FAST_WRAPPER for a backend of their own (the cross-check's

@@ -10,7 +10,6 @@ import gzip
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -57,17 +56,13 @@ class LoadedTokenizer:
         return any(t.content == token and t.special for t in self.tokenizer.get_added_tokens_decoder().values())
 
 
-def load_tokenizer(
-    spec: str | None = None, eos_token: str | None = None, on_source: Callable[[str], None] | None = None
-) -> LoadedTokenizer:
+def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> LoadedTokenizer:
     """Load the tokenizer named by ``--tokenizer``.
 
     Args:
         spec: None for the bundled GPT-2 tokenizer, a ``tokenizer.json`` path, a directory holding one, or a hub
             name already in the local Hugging Face cache (nothing is downloaded).
         eos_token: the EOS token's text when the tokenizer's own cannot be found.
-        on_source: called with the ``tokenizer.json`` text before Hugging Face builds it (set-up starts the fast
-            backend's build there, to run beside it).
     """
     config: dict[str, object] = {}
     config_sha256 = None
@@ -80,8 +75,6 @@ def load_tokenizer(
         raw = path.read_bytes()
         config, config_sha256 = _read_config(path.parent)  # the same directory however --tokenizer is spelled
     source = raw.decode("utf-8")
-    if on_source is not None:
-        on_source(source)
     try:
         tokenizer = hf_tokenizer(source)
     except Exception as exc:  # tokenizers raises a bare Exception on a corrupt file

@@ -73,7 +73,7 @@ def pack_corpus(
     (see :mod:`packcli.read.stdin`).
     """
     reporter = reporter or SilentReporter()
-    setup = set_up(inputs, options, warn, stdin, encodes=False, prefetch=not options.partitioned)
+    setup = set_up(inputs, options, warn, stdin, encodes=False)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())

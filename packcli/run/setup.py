@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packcli.encode.backends import start_fast_build
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
@@ -64,15 +63,13 @@ def set_up(
     warn: Callable[[str], None] = lambda message: None,
     stdin: Spool | None = None,
     encodes: bool = True,
-    prefetch: bool = False,
 ) -> Setup:
     """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
     can be found before reading a record is raised here. ``stdin``: the spool of standard input among ``inputs``,
     which names it and gives its identity. ``encodes``: this process encodes records with the encoder; when it
-    does not (a run's driver, whose jobs each build their own; a dry run), the encoder wraps the Hugging Face
-    tokenizer already loaded, rather than building the fast backend's (about a second and 200 MiB for Tekken).
-    ``prefetch``: a job in this process will encode (a plain run), so the fast backend's build starts now, on a
-    helper thread, and the job takes it; a run found up to date does not wait for it."""
+    does not (a run's driver, whose jobs each build their own encoder; a dry run), the encoder wraps the Hugging
+    Face tokenizer already loaded, rather than building the fast backend's (about a second and 200 MiB for
+    Tekken): a run found up to date then builds none."""
     sources = group_inputs(inputs, options.weights, warn) if options.mixing else None
     if sources is not None:
         if stdin is not None:
@@ -84,8 +81,7 @@ def set_up(
         files, unread = found.files, len(found.unread)
     get_strategy(options.strategy)
     pretokenized = options.ids_field is not None and options.tokenizer is None
-    early = start_fast_build if (encodes or prefetch) and options.tokenizer_backend == "auto" else None
-    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token, early)
+    tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
     described = [InputFile.of(path, stdin) for path in files]
     encoding = options if encodes else replace(options, tokenizer_backend="hf")
     return Setup(files, described, options, tokenizer, make_encoder(encoding, tokenizer, warn), sources, unread)
