@@ -135,37 +135,46 @@ def partitions(plain: Path, tekken: Path, tmp: Path) -> None:
 
 
 def margin(plain: Path, tekken: Path, tmp: Path) -> None:
-    """pack (auto) and the HF floor on gcide once and three times over: seconds per further copy, and the fixed
-    cost (one copy's time less a copy at the margin)."""
+    """pack (auto), the HF floor and the I/O floor on gcide once and three times over: seconds per further copy,
+    and the fixed cost (one copy's time less a copy at the margin)."""
     triple = tmp / "gcide3.jsonl"
     triple.write_bytes(plain.read_bytes() * 3)
     out = tmp / "margin"
-    commands = {
-        ("auto", 1): pack_args(plain, tekken, out),
-        ("auto", 3): pack_args(triple, tekken, out),
-        ("hf floor", 1): python(str(REPO / "bench" / "floor.py"), str(plain), str(tekken)),
-        ("hf floor", 3): python(str(REPO / "bench" / "floor.py"), str(triple), str(tekken)),
-    }
-    wall: dict[tuple[str, int], list[float]] = {key: [] for key in commands}
-    cpu: dict[tuple[str, int], list[float]] = {key: [] for key in commands}
+    kinds = ("auto", "hf floor", "io floor")
+    wall: dict[tuple[str, int], list[float]] = {(kind, copies): [] for kind in kinds for copies in (1, 3)}
+    cpu: dict[tuple[str, int], list[float]] = {key: [] for key in wall}
     for _ in range(ROUNDS):
-        for key, command in commands.items():
+        for copies, corpus in ((1, plain), (3, triple)):
             shutil.rmtree(out, ignore_errors=True)
-            took, used, _ = run_measured(command)
-            wall[key].append(took)
-            cpu[key].append(used)
+            commands = {"auto": pack_args(corpus, tekken, out)}
+            for kind in kinds:
+                if kind == "hf floor":
+                    commands[kind] = python(str(REPO / "bench" / "floor.py"), str(corpus), str(tekken))
+                elif kind == "io floor":  # as many bytes as the pack just wrote
+                    shards = json.loads((out / "manifest.json").read_text())["shards"]
+                    size = str(sum(shard["bytes"] for shard in shards))
+                    commands[kind] = python(str(REPO / "bench" / "io_floor.py"), str(corpus), size, str(tmp / "io.bin"))
+                took, used, _ = run_measured(commands[kind])
+                wall[kind, copies].append(took)
+                cpu[kind, copies].append(used)
     rows = []
     for name, figures in (("wall s", wall), ("CPU s", cpu)):
-        per_copy = {kind: (median(figures[kind, 3]) - median(figures[kind, 1])) / 2 for kind in ("auto", "hf floor")}
-        fixed = {kind: median(figures[kind, 1]) - per_copy[kind] for kind in per_copy}
+        per_copy = {kind: (median(figures[kind, 3]) - median(figures[kind, 1])) / 2 for kind in kinds}
+        fixed = {kind: median(figures[kind, 1]) - per_copy[kind] for kind in kinds}
         rows.append(
-            [name, f"{per_copy['auto']:.2f}", f"{per_copy['hf floor']:.2f}",
-             f"{per_copy['hf floor'] / per_copy['auto']:.1f}x", f"{fixed['auto']:.2f}", f"{fixed['hf floor']:.2f}"]
+            [name, *(f"{per_copy[kind]:.2f}" for kind in kinds),
+             f"{per_copy['hf floor'] / per_copy['auto']:.1f}x", f"{per_copy['auto'] / per_copy['io floor']:.2f}",
+             *(f"{fixed[kind]:.2f}" for kind in kinds)]
         )  # fmt: skip
     print(
         f"\ngcide (uncompressed) / tekken, once and three times over, median of {ROUNDS}: the cost of each further copy"
+        " and what is paid once"
     )
-    table(["figure", "auto per copy", "HF floor per copy", "floor/auto", "auto fixed", "HF floor fixed"], rows)
+    table(
+        ["figure", "auto per copy", "HF floor per copy", "I/O floor per copy", "HF floor/auto", "auto/I/O",
+         "auto fixed", "HF floor fixed", "I/O floor fixed"],
+        rows,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
