@@ -273,6 +273,11 @@ SUBTLE_DAMAGE = {
         edit_manifest(lambda m: m["tokenizer"].update(eos_id=13)),
         "schema metadata packcli.eos_id is '50256'",
     ),
+    "split_pieces deleted": (
+        "split",
+        edit_manifest(lambda m: [shard.pop("split_pieces", None) for shard in m["shards"]]),
+        "manifest: split_pieces: none listed, yet totals.split_documents is ",
+    ),
 }
 
 
@@ -411,8 +416,13 @@ def test_specials_are_checked_per_document(
 
 
 def forget_split_pieces(out: Path) -> None:
-    """The manifest as pack wrote it before split_pieces existed."""
+    """The output as pack wrote it before split_pieces existed: no split_pieces, and shards without the
+    packcli.eos_id metadata (written only since)."""
     edit_manifest(lambda m: [shard.pop("split_pieces", None) for shard in m["shards"]])(out)
+    for path in sorted(out.glob("*.arrow")):
+        table = pa.ipc.open_stream(path.read_bytes()).read_all()  # in memory: the file is rewritten below
+        metadata = {k: v for k, v in table.schema.metadata.items() if k != b"packcli.eos_id"}
+        rewrite_shard(out, table.replace_schema_metadata(metadata), path.name)
 
 
 def drop_a_short_documents_eos(out: Path) -> None:

@@ -13,6 +13,9 @@ It also tells verify, batch by batch, the place of every document (``cu_seqlens`
 document, or which piece of which split document and whether its last (:class:`Places`), for verify's BOS and EOS
 check of each one. An output that does not record its pieces (none listed while ``totals.split_documents`` counts
 some, or listed malformed) leaves every place unrecorded; one without split documents has only whole documents.
+Only an output packed before ``split_pieces`` existed may list none of its split documents: a shard carrying the
+``packcli.eos_id`` metadata, which pack writes only since, says its output was packed after, so a manifest whose
+``split_pieces`` were deleted is refused, not verified under the looser counts.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from packcli.format.manifest import SPLIT_PIECES
 
 __all__ = ["UNRECORDED", "WHOLE", "Places", "SplitPieceCheck"]
 
+LISTED_SINCE = "packcli.eos_id"  # shard metadata that pack writes only since it lists split_pieces
 UNSEEN, RESOLVED, UNRESOLVED, ABSENT = 0, 1, 2, 3  # what became of an entry while its shard was read
 WHOLE, UNRECORDED = -1, -2  # a place's piece number: a whole document; a document or piece the output does not place
 
@@ -82,6 +86,11 @@ class SplitPieceCheck:
         self.recorded = not self.malformed and (self.listed or manifest["totals"]["split_documents"] == 0)
         _mark_last_pieces([_partition(str(shard["file"])) for shard in manifest["shards"]], self.shards)
         self.read: set[int] = set()  # shards whose rows were all read
+        self.packed_listing = False  # a shard says its output was packed by a pack that lists split_pieces
+
+    def shard_metadata(self, metadata: dict[str, str]) -> None:
+        """A shard's schema metadata, as read."""
+        self.packed_listing = self.packed_listing or LISTED_SINCE in metadata
 
     def observe(
         self,
@@ -126,6 +135,12 @@ class SplitPieceCheck:
     def problems(self) -> list[str]:
         """What the entries get wrong, one line per kind of problem (empty when they hold, or list nothing)."""
         if not self.listed:
+            split = self.manifest["totals"]["split_documents"]
+            if split and self.packed_listing:
+                return [
+                    f"manifest: split_pieces: none listed, yet totals.split_documents is {split} and the shards "
+                    f"were written by a pack that lists them ({LISTED_SINCE} metadata): the manifest was edited"
+                ]
             return []
         if self.malformed:
             return [

@@ -235,6 +235,7 @@ def _check_contents(
         problems.append(f"{name}: unreadable as an Arrow IPC stream ({exc})")
         return 0, 0
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    shard.pieces.shard_metadata(metadata)
     for key, value in expected.metadata.items():
         if metadata.get(key) != value:
             problems.append(f"{name}: schema metadata {key} is {metadata.get(key)!r}, expected {value!r}")
