@@ -721,3 +721,24 @@ def test_a_chat_piece_may_end_with_the_eos_its_template_rendered(tmp_path: Path)
     rows = pack(first_eos + 1, tmp_path / "split")
     assert whole[: first_eos + 1] in rows  # the first piece ends with that EOS
     assert verify_output(tmp_path / "split").ok
+
+
+def test_a_tokenizer_whose_bos_and_eos_are_ordinary_tokens_verifies(tiny_corpus: Path, tmp_path: Path) -> None:
+    """A tokenizer_config.json may name an ordinary token BOS and EOS (here ',' and '.'): text encodes to those ids
+    anywhere, so a later piece may start with BOS and an earlier one end with EOS, as pack wrote them."""
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    shutil.copy(shared_path("tokenizers/gpt2/tokenizer.json"), tokenizer)
+    (tokenizer / "tokenizer_config.json").write_text(json.dumps({"bos_token": ",", "eos_token": "."}))
+    out = tmp_path / "packed"
+    pack_corpus([str(tiny_corpus)], PackOptions(max_len=4, bos=True, tokenizer=str(tokenizer)), out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["tokenizer"]["bos_id"], manifest["tokenizer"]["eos_id"]) == (11, 13)
+    segments = segments_of(out)
+    rows = read_shard(out / "shard-00000.arrow").to_pylist()
+    starts = {
+        piece for (row, index), piece in segments.items() if rows[row]["input_ids"][rows[row]["cu_seqlens"][index]] == 11
+    }
+    assert any(piece > 0 for piece in starts)  # a later piece starting with BOS's id, from the text itself
+    report = verify_output(out)
+    assert report.ok, report.problems

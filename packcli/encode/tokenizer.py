@@ -41,8 +41,9 @@ class LoadedTokenizer:
     config_sha256: str | None = None  # of that file's bytes: an edited eos_token or chat template changes it
 
     def describe(self) -> dict[str, object]:
-        """The manifest's ``tokenizer`` entry."""
-        return {
+        """The manifest's ``tokenizer`` entry; ``specials_in_text`` (only where true) when text may encode to the
+        BOS or EOS id, so verify does not hold a document's inner tokens to being neither."""
+        entry: dict[str, object] = {
             "name": self.name,
             "sha256": self.sha256,
             "config_sha256": self.config_sha256,
@@ -50,6 +51,18 @@ class LoadedTokenizer:
             "eos_id": self.eos_id,
             "bos_id": self.bos_id,
         }
+        if self.specials_in_text():
+            entry["specials_in_text"] = True
+        return entry
+
+    def specials_in_text(self) -> bool:
+        """Whether the BOS or EOS id is no special added token (a tokenizer_config.json may name an ordinary one):
+        documents are encoded with special-token strings as text, so only special tokens stay out of their ids."""
+        added = self.tokenizer.get_added_tokens_decoder()
+        return any(
+            token_id is not None and not (token_id in added and added[token_id].special)
+            for token_id in (self.bos_id, self.eos_id)
+        )
 
     def is_special(self, token: str) -> bool:
         """True when ``token`` is one of the tokenizer's special (added, control) tokens."""

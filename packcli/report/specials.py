@@ -10,8 +10,9 @@ manifest's ``split_pieces``, :mod:`packcli.report.splits`):
   first or middle piece ends mid-document, so not with EOS (unless it is the BOS alone: max_len 1, one id).
 
 "Not with" holds only where a document's own tokens never are those ids: text, whose special-token strings are
-encoded as text. Pre-tokenized ids, chat markup and an EOS named by ``--eos-token`` (possibly an ordinary token) may
-hold them anywhere, so there only the "starts with" and "ends with" halves are checked. A document whose place the
+encoded as text. Pre-tokenized ids, chat markup, an EOS named by ``--eos-token`` (possibly an ordinary token) and a
+BOS or EOS that is no special token (``tokenizer.specials_in_text``: a tokenizer_config.json naming an ordinary one)
+may hold them anywhere, so there only the "starts with" and "ends with" halves are checked. A document whose place the
 output does not record (packed before ``split_pieces``) may be any piece: it ends with EOS unless max_len long, and
 the ones that lack BOS, or lack EOS being max_len long, are only counted, for the bounds the totals give.
 """
@@ -48,7 +49,8 @@ class SpecialsRule:
             eos_id=tokenizer.get("eos_id") if options.get("eos") is True else None,
             max_len=manifest["max_len"],
             truncated=manifest["totals"]["truncated_tokens"] > 0,
-            in_content=any(options.get(key) is not None for key in CONTENT_MAY_HOLD_SPECIALS),
+            in_content=tokenizer.get("specials_in_text") is True
+            or any(options.get(key) is not None for key in CONTENT_MAY_HOLD_SPECIALS),
         )
 
 
