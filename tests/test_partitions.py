@@ -368,6 +368,19 @@ def test_a_partition_count_beyond_what_the_bytes_can_hold_is_refused_at_once(tmp
         assert "record(s); ask for fewer partitions" in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_a_count_many_times_the_lines_is_refused_without_a_cut_per_partition(tmp_path: Path) -> None:
+    """Two lines of 4 MiB: their bytes could hold 2.8 million records, so 2.5 million partitions pass the first
+    bound; the plan then scans once per line start, not once per partition (2.5 million scans of 2 MiB each: an
+    hour), and names a count that works."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "x" * (4 << 20)}, {"text": "y" * (4 << 20)}])
+    script = (
+        "import sys; from pathlib import Path; from packcli.run.plan import plan_partitions\n"
+        "try:\n    plan_partitions([Path(sys.argv[1])], 2_500_000)\nexcept Exception as exc:\n    print(exc)"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(corpus)], capture_output=True, text=True, timeout=60)
+    assert "ask for --partitions 2," in done.stdout, done.stdout + done.stderr
+
+
 def test_partition_options_are_checked() -> None:
     with pytest.raises(UsageError, match="not both"):
         PackOptions(partitions=2, partition_size=10)

@@ -190,10 +190,17 @@ def _cut_units(sizes: list[int], wanted: int) -> list[Piece]:
 
 def _cut_lines(path: Path, wanted: int) -> list[Piece]:
     """Byte ranges of a plain JSON Lines file, cut into ``wanted`` equal parts and each cut moved forward to the
-    next line start; ranges left empty (a long line spans the cut) are dropped."""
+    next line start; ranges left empty (a long line spans the cut) are dropped. Each line start is looked for once:
+    the cuts that move forward to the one just found are skipped, so a count far above the file's lines costs no
+    scan per partition."""
     size = path.stat().st_size
+    bounds = [0]
     with path.open("rb") as handle:
-        bounds = [0, *(_line_start_at(handle, k * size // wanted, size) for k in range(1, wanted)), size]
+        k = 1
+        while k < wanted:
+            bounds.append(_line_start_at(handle, k * size // wanted, size))
+            k = max(k + 1, -(-(bounds[-1] + 1) * wanted // size))  # the first cut past it: k * size // wanted > it
+    bounds.append(size)
     return [((start, end), end - start) for start, end in zip(bounds, bounds[1:]) if end > start]
 
 
