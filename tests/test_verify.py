@@ -737,7 +737,9 @@ def test_a_tokenizer_whose_bos_and_eos_are_ordinary_tokens_verifies(tiny_corpus:
     segments = segments_of(out)
     rows = read_shard(out / "shard-00000.arrow").to_pylist()
     starts = {
-        piece for (row, index), piece in segments.items() if rows[row]["input_ids"][rows[row]["cu_seqlens"][index]] == 11
+        piece
+        for (row, index), piece in segments.items()
+        if rows[row]["input_ids"][rows[row]["cu_seqlens"][index]] == 11
     }
     assert any(piece > 0 for piece in starts)  # a later piece starting with BOS's id, from the text itself
     report = verify_output(out)
