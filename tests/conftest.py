@@ -11,6 +11,7 @@ much larger demo sample (``SAMPLE``), unless the size is what it tests.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import socket
@@ -67,6 +68,23 @@ def shared_path(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"needs {path} (the shared developer corpora and tokenizers, present in CI, not in a clone)")
     return path
+
+
+def as_packed_before_split_pieces(out: Path) -> None:
+    """Make an output what pack wrote before ``split_pieces`` existed: no ``split_pieces``, and shards without the
+    ``packcli.eos_id`` metadata (written only since), their sizes and checksums in the manifest fixed."""
+    import pyarrow as pa
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        shard.pop("split_pieces", None)
+        path = out / shard["file"]
+        table = pa.ipc.open_stream(path.read_bytes()).read_all()  # in memory: the file is rewritten below
+        metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"packcli.eos_id"}
+        with pa.ipc.new_stream(str(path), table.schema.with_metadata(metadata)) as writer:
+            writer.write_table(table.replace_schema_metadata(metadata))
+        shard.update(bytes=path.stat().st_size, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    (out / "manifest.json").write_text(json.dumps(manifest))
 
 
 def write_jsonl(path: Path, records: list[Any], compress: bool = False) -> Path:

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.format.columns import IGNORE_INDEX
 from packcli.report.verify import verify_output
-from tests.conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+from tests.conftest import SAMPLE, as_packed_before_split_pieces, read_jsonl, shared_path, write_jsonl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -635,10 +635,8 @@ def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
     """An output packed before split_pieces existed: its pieces are exported as they are stored, with a warning."""
     packed = tmp_path / "old"
     shutil.copytree(text_packed, packed)
+    as_packed_before_split_pieces(packed)
     manifest = json.loads((packed / "manifest.json").read_text())
-    for shard in manifest["shards"]:
-        shard.pop("split_pieces", None)
-    (packed / "manifest.json").write_text(json.dumps(manifest))
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "nt")])
     assert result.exit_code == 0 and "does not record which pieces belong together" in result.output
     index = np.fromfile(tmp_path / "nt" / "packcli.ds.index", dtype=np.uint64)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import shared_path, write_jsonl
+from conftest import as_packed_before_split_pieces, shared_path, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -415,16 +415,6 @@ def test_specials_are_checked_per_document(
     assert result.stderr.count("problem: ") == 2, result.stderr  # those two, nothing else
 
 
-def forget_split_pieces(out: Path) -> None:
-    """The output as pack wrote it before split_pieces existed: no split_pieces, and shards without the
-    packcli.eos_id metadata (written only since)."""
-    edit_manifest(lambda m: [shard.pop("split_pieces", None) for shard in m["shards"]])(out)
-    for path in sorted(out.glob("*.arrow")):
-        table = pa.ipc.open_stream(path.read_bytes()).read_all()  # in memory: the file is rewritten below
-        metadata = {k: v for k, v in table.schema.metadata.items() if k != b"packcli.eos_id"}
-        rewrite_shard(out, table.replace_schema_metadata(metadata), path.name)
-
-
 def drop_a_short_documents_eos(out: Path) -> None:
     """The EOS of a whole document shorter than max_len becomes another token."""
     segments = segments_of(out)
@@ -463,7 +453,7 @@ def test_an_output_without_split_pieces_is_held_to_the_counts(
     shutil.copytree(bos_split, out)
     if damage is not None:
         damage(out)
-    forget_split_pieces(out)
+    as_packed_before_split_pieces(out)
     result = runner.invoke(app, ["verify", str(out)])
     assert result.exit_code == (1 if expected else 0), result.stderr
     for line in expected:
