@@ -370,8 +370,8 @@ def test_a_partition_count_beyond_what_the_bytes_can_hold_is_refused_at_once(tmp
 
 def test_a_count_many_times_the_lines_is_refused_without_a_cut_per_partition(tmp_path: Path) -> None:
     """Two lines of 4 MiB: their bytes could hold 2.8 million records, so 2.5 million partitions pass the first
-    bound; the plan then scans once per line start, not once per partition (2.5 million scans of 2 MiB each: an
-    hour), and names a count that works."""
+    bound; the plan then scans once per line start, not once per partition (a scan per partition ran past the
+    60 s limit here), and names a count that works."""
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "x" * (4 << 20)}, {"text": "y" * (4 << 20)}])
     script = (
         "import sys; from pathlib import Path; from packcli.run.plan import plan_partitions\n"
