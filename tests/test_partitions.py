@@ -137,6 +137,20 @@ def test_the_count_a_refusal_names_is_one_the_planner_accepts(tmp_path: Path) ->
     assert one_more.exit_code == 2 and named_count(one_more.stderr) == count
 
 
+def test_inputs_holding_no_bytes_or_rows_are_one_partition_and_say_no_documents(tmp_path: Path) -> None:
+    """An empty JSON Lines file and a Parquet file of no row group cut into no piece; one partition must still take
+    them, as the plain run does (no documents, exit 1), never ask for --partitions 0."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    rowless = tmp_path / "rowless.parquet"
+    pq.ParquetWriter(rowless, pa.schema([("text", pa.string())])).close()
+    for corpus in (empty, rowless):
+        assert len(plan_partitions([corpus], 1)) == 1
+        result = invoke("pack", str(corpus), "--partitions", "1", "--out", str(tmp_path / "out"))
+        assert result.exit_code == 1 and "no documents" in result.stderr, result.stderr
+        assert not (tmp_path / "out").exists()
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.sampled_from([20, 40, 400, 2000]), min_size=1, max_size=8), st.integers(2, 8))
 def test_a_refusal_names_a_count_the_planner_accepts(lengths: list[int], asked: int) -> None:

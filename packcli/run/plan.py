@@ -138,7 +138,13 @@ def _accepted_count(files: Sequence[Path], sizes: Sequence[int], refused: int) -
 
 
 def _pieces(path: Path, wanted: int) -> list[Piece]:
-    """Up to ``wanted`` non-empty contiguous pieces of one file, in file order."""
+    """Up to ``wanted`` contiguous pieces of one file, in file order, at least one: a file that holds no unit to cut
+    (no byte, no row group, no batch) is one piece, the whole file, so one partition takes any input."""
+    return _cut_pieces(path, wanted) or [(None, path.stat().st_size)]
+
+
+def _cut_pieces(path: Path, wanted: int) -> list[Piece]:
+    """Up to ``wanted`` non-empty contiguous pieces of one file, in file order; none where it holds nothing to cut."""
     kind = input_format(path)
     try:
         if kind == "parquet":
