@@ -641,3 +641,17 @@ def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
     assert result.exit_code == 0 and "does not record which pieces belong together" in result.output
     index = np.fromfile(tmp_path / "nt" / "packcli.ds.index", dtype=np.uint64)
     assert len(index) == manifest["totals"]["documents"]  # one per stored piece
+
+
+def test_export_refuses_a_url_where_it_reads_or_writes_a_local_directory(
+    small_packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A URL given to export is refused, never taken for the local path it folds to (s3://b/m as ./s3:/b/m, an
+    export reported as written into the store while it lies in the working directory)."""
+    monkeypatch.chdir(tmp_path)
+    for args in (["--out", "s3://bucket/m"], ["--out", str(tmp_path / "m")]):
+        packed = "s3://bucket/packed" if args[1].startswith("/") else str(small_packed)
+        result = RUNNER.invoke(app, ["export", packed, "--to", "megatron", *args])
+        assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+        assert "s3://bucket/" in result.output and "local directory" in result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == []
