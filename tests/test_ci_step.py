@@ -227,3 +227,20 @@ def test_a_share_reads_the_same_as_a_fraction_or_a_percentage(part: int, whole: 
         parse_gates(repr(1 + part / whole + 1e-9), None, None)
     with pytest.raises(UsageError):
         parse_gates(None, repr(-share - 1e-9), None)
+
+
+def test_a_url_for_a_summary_or_plot_file_is_refused_before_any_work(
+    corpus: Path, packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--summary and --plot write local files: a URL is refused at once (exit 2), never written as the local path it
+    folds to (--summary s3://b/s.md appended to ./s3:/b/s.md after a whole pack)."""
+    monkeypatch.chdir(tmp_path)
+    for args in (
+        ["pack", str(corpus), "--out", "out", "--summary", "s3://bucket/s.md"],
+        ["verify", str(packed), "--summary", "s3://bucket/s.md"],
+        ["stats", str(packed), "--plot", "s3://bucket/p.png"],
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+        assert "s3://bucket/" in result.output and "takes a local path" in result.output
+        assert listing(tmp_path) == []

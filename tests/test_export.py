@@ -653,5 +653,5 @@ def test_export_refuses_a_url_where_it_reads_or_writes_a_local_directory(
         packed = "s3://bucket/packed" if args[1].startswith("/") else str(small_packed)
         result = RUNNER.invoke(app, ["export", packed, "--to", "megatron", *args])
         assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
-        assert "s3://bucket/" in result.output and "local directory" in result.output
+        assert "s3://bucket/" in result.output and "takes a local path" in result.output
         assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,9 +17,12 @@ __all__ = ["export"]
 
 
 def export(
-    packed: Annotated[str, typer.Argument(help="A packed output directory (plain or partitioned).")],
+    packed: Annotated[
+        Path,
+        typer.Argument(parser=flags.local_path, help="A packed output directory (plain or partitioned)."),
+    ],
     to: Annotated[str, typer.Option("--to", help="megatron, bridge, olmo-core, nanotron or mds.")],
-    out: Annotated[str, typer.Option(help="Export directory.")],
+    out: Annotated[Path, typer.Option(parser=flags.local_path, help="Export directory.")],
     pad_to_multiple: Annotated[
         int | None,
         typer.Option(min=1, help="bridge: pad each document with EOS to a multiple of this many tokens (CP/SP)."),
@@ -39,25 +43,22 @@ def export(
     from packcli.errors import UsageError
     from packcli.export import export_output
     from packcli.report.terminal import count
-    from packcli.storage.urls import local_path
 
     if pad_to_multiple is not None and to != "bridge":
         raise UsageError("--pad-to-multiple is for --to bridge")
-    source = local_path(packed, "export reads a local directory")
-    directory = local_path(out, "export writes a local directory")
     warnings = Warnings(quiet=False)
     try:
-        result = export_output(source, to, directory, {"pad_to_multiple": pad_to_multiple}, overwrite, warnings)
+        result = export_output(packed, to, out, {"pad_to_multiple": pad_to_multiple}, overwrite, warnings)
     finally:
         warnings.close()
-    summary = result.summary(directory)
+    summary = result.summary(out)
     if json_output:
         print(json.dumps(summary, sort_keys=True))
     elif result.status == "up-to-date":
-        print(f"{directory} is up to date (same packed output, format and options); nothing to do")
+        print(f"{out} is up to date (same packed output, format and options); nothing to do")
     else:
         totals = summary["totals"]
         print(
             f"exported {count(totals['documents'], 'document')} in {count(totals['sequences'], 'sequence')} "
-            f"({totals['tokens']:,} tokens) as {to} into {directory}"
+            f"({totals['tokens']:,} tokens) as {to} into {out}"
         )

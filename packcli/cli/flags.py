@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from packcli.options import Overflow
+from packcli.storage.urls import is_url, location
 
 if TYPE_CHECKING:
     from packcli.options import PackOptions
@@ -37,6 +38,7 @@ __all__ = [
     "TokenizerBackendOption",
     "TokenizerOption",
     "WindowOption",
+    "local_path",
     "pack_options",
 ]
 
@@ -92,10 +94,21 @@ QuietOption = Annotated[
         help="No progress and no per-record warnings on stderr (a loss of over 1% of the tokens is still reported).",
     ),
 ]
+
+
+def local_path(value: str) -> Path:
+    """The parser of an option or argument that only a local path can be: a store URL is refused before any work,
+    never taken for the local path it folds to (``s3://b/k`` as ``./s3:/b/k``)."""
+    if is_url(value):
+        raise typer.BadParameter(f"{value} is a URL; this takes a local path (copy to or from the store yourself)")
+    return location(value)
+
+
 SummaryOption = Annotated[
     Path | None,
     typer.Option(
         "--summary",
+        parser=local_path,
         help="Append a Markdown summary to this file (also to $GITHUB_STEP_SUMMARY where that is set).",
         show_default="none",
     ),

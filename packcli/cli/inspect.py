@@ -47,7 +47,10 @@ def stats(
     ] = 8,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random batches (and of strategies that take one).")] = 0,
     plot: Annotated[
-        Path | None, typer.Option(help="Also draw the figures into this .png, .svg or .pdf (needs packcli\\[plot]).")
+        Path | None,
+        typer.Option(
+            parser=flags.local_path, help="Also draw the figures into this .png, .svg or .pdf (needs packcli\\[plot])."
+        ),
     ] = None,
     max_len: flags.MaxLenOption = DEFAULT_MAX_LEN,
     tokenizer: flags.TokenizerOption = None,

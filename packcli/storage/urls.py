@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from packcli.errors import UsageError
 
-__all__ = ["UrlPath", "is_url", "local_path", "location"]
+__all__ = ["UrlPath", "is_url", "location"]
 
 # a scheme of two letters or more (one letter is a Windows drive) followed by "://"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
@@ -50,18 +50,6 @@ def location(spec: str) -> Path:
             "through the environment (AWS_ACCESS_KEY_ID, ...) as the store's library takes them"
         )
     return UrlPath(spec.rstrip("/") if len(spec.rstrip("/")) > len(parts.scheme) + 3 else spec)
-
-
-def local_path(spec: str, role: str) -> Path:
-    """``spec`` as a local path, where only a local one can go; ``role`` says what it is (``export writes a local
-    directory``). A URL taken as a path would fold ``s3://b/k`` to the local ``s3:/b/k``, so it is refused.
-
-    Raises:
-        UsageError: ``spec`` is a store URL.
-    """
-    if is_url(spec):
-        raise UsageError(f"{spec}: {role}, not a URL; give a local path (copy to or from the store yourself)")
-    return location(spec)
 
 
 class UrlPath(PosixPath):
