@@ -227,3 +227,14 @@ def test_a_lock_object_that_cannot_be_read_is_held_until_it_is_stale_by_its_age(
     taken_over = pack(str(corpus), "--max-len", "256", "--out", out)
     assert taken_over.exit_code == 0, taken_over.stderr
     assert ".packcli-lock" not in object_keys(fs, out)
+
+
+def test_a_prefix_holding_only_a_folder_marker_is_an_empty_prefix(s3_server: S3Server, corpus: Path) -> None:
+    """A folder made in a store's console is a zero-byte object named with a trailing slash: no object of the
+    output, where a run refused the prefix as holding ''. (The prefix itself, which s3fs lists when an object appears
+    under it while it looks, was the same '' to the loser of two runs started together.)"""
+    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    fs.pipe(out.removeprefix("s3://") + "/", b"")
+    result = runner.invoke(app, ["pack", str(corpus), "--max-len", "64", "--out", out, "--quiet"])
+    assert result.exit_code == 0, result.stderr
+    assert runner.invoke(app, ["verify", out]).exit_code == 0

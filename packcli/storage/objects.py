@@ -176,11 +176,14 @@ def list_children(url: str) -> list[str]:
 
 
 def find_objects(url: str) -> list[str]:
-    """Every object under the prefix ``url`` (at any depth), as URLs, sorted; none for an absent prefix."""
+    """Every object under the prefix ``url`` (at any depth), as URLs, sorted; none for an absent prefix. A folder
+    marker (a zero-byte object whose key ends in ``/``, as a store's console makes a folder) is no object, nor the
+    prefix itself, which s3fs lists as a directory when an object appears under it while it looks."""
     fs, path = filesystem(url)
     with _named(url, "cannot list"):
         fs.invalidate_cache()
-        return _urls(fs, fs.find(path))
+        found = fs.find(path, detail=True)
+        return _urls(fs, [name for name, info in found.items() if info["type"] == "file" and not name.endswith("/")])
 
 
 def glob_objects(url: str) -> list[str]:
