@@ -16,7 +16,7 @@ import pytest
 from conftest import as_packed_before_split_pieces, shared_path, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from packcli.cli import app
 from packcli.encode.encoders import add_specials
@@ -35,6 +35,14 @@ runner = CliRunner()
 def packed(packed_text: Path) -> Path:
     """The session's packed text output (several shards; read-only: the damage tests copy it)."""
     return packed_text
+
+
+def verify_damaged(source: Path, copy: Path, damage: Callable[[Path], None] | None) -> Result:
+    """``packcli verify`` of a copy of ``source`` at ``copy``, damaged by ``damage`` (None: left intact)."""
+    shutil.copytree(source, copy)
+    if damage is not None:
+        damage(copy)
+    return runner.invoke(app, ["verify", str(copy)])
 
 
 def edit_manifest(change: Callable[[dict], None]) -> Callable[[Path], None]:  # type: ignore[type-arg]
@@ -91,9 +99,7 @@ def test_intact_output_passes(packed: Path) -> None:
 def test_damage_is_named(packed: Path, tmp_path: Path, kind: str) -> None:
     damage, expected = DAMAGE[kind]
     copy = tmp_path / "copy"
-    shutil.copytree(packed, copy)
-    damage(copy)
-    result = runner.invoke(app, ["verify", str(copy)])
+    result = verify_damaged(packed, copy, damage)
     assert result.exit_code == 1, result.stdout
     assert expected in result.stderr, result.stderr
     assert json.loads(runner.invoke(app, ["verify", str(copy), "--json"]).stdout)["ok"] is False
@@ -284,10 +290,7 @@ SUBTLE_DAMAGE = {
 @pytest.mark.parametrize("kind", list(SUBTLE_DAMAGE))
 def test_subtle_damage_is_named(small_outputs: dict[str, Path], tmp_path: Path, kind: str) -> None:
     output, damage, expected = SUBTLE_DAMAGE[kind]
-    copy = tmp_path / "copy"
-    shutil.copytree(small_outputs[output], copy)
-    damage(copy)
-    result = runner.invoke(app, ["verify", str(copy)])
+    result = verify_damaged(small_outputs[output], tmp_path / "copy", damage)
     assert result.exit_code == 1, result.stdout
     assert expected in result.stderr, result.stderr
     assert "unexpected" not in result.stderr
@@ -405,10 +408,7 @@ def test_specials_are_checked_per_document(
     request: pytest.FixtureRequest, tmp_path: Path, output: str, damage: Callable[[Path], None], expected: list[str]
 ) -> None:
     """Damage that keeps the counts of documents without BOS or EOS: each document is held to where pack puts them."""
-    copy = tmp_path / "copy"
-    shutil.copytree(request.getfixturevalue(f"{output}_split"), copy)
-    damage(copy)
-    result = runner.invoke(app, ["verify", str(copy)])
+    result = verify_damaged(request.getfixturevalue(f"{output}_split"), tmp_path / "copy", damage)
     assert result.exit_code == 1, result.stdout
     for line in expected:
         assert line in result.stderr, result.stderr
@@ -521,10 +521,7 @@ def test_pre_tokenized_pieces_may_end_with_the_eos_id_their_records_hold(tmp_pat
 def test_an_edited_bos_id_is_named(
     bos_split: Path, tmp_path: Path, edit: Callable[[Path], None], expected: str
 ) -> None:
-    out = tmp_path / "bos"
-    shutil.copytree(bos_split, out)
-    edit(out)
-    result = runner.invoke(app, ["verify", str(out)])
+    result = verify_damaged(bos_split, tmp_path / "bos", edit)
     assert result.exit_code == 1, result.stdout
     assert expected in result.stderr, result.stderr
 
