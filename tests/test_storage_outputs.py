@@ -77,6 +77,15 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
         if "shard" in local_figures:  # show names the row's shard: under the run prefix in the store
             assert remote_figures.pop("shard") == f"{run}/{local_figures.pop('shard')}"
         assert remote_figures == local_figures
+    for source, directory in ((out, "from-store"), (str(tmp_path / "local"), "from-disk")):
+        exported = runner.invoke(app, ["export", source, "--to", "megatron", "--out", str(tmp_path / directory)])
+        assert exported.exit_code == 0, exported.stderr
+    for name in ("tokens.bin", "tokens.idx"):  # an output in the store exports as its local twin
+        assert (tmp_path / "from-store" / name).read_bytes() == (tmp_path / "from-disk" / name).read_bytes()
+    record = json.loads((tmp_path / "from-store" / "export.json").read_text())
+    assert record["source"] == {"path": out, "fingerprint": theirs["fingerprint"]}
+    again = runner.invoke(app, ["export", out, "--to", "megatron", "--out", str(tmp_path / "from-store")])
+    assert again.exit_code == 0 and "up to date" in again.stdout, again.stderr
     damaged = f"{out}/{theirs['shards'][0]['file']}"
     content = bytearray(fs.cat(damaged))
     content[len(content) // 2] ^= 0xFF

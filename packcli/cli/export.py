@@ -12,6 +12,7 @@ import typer
 
 from packcli.cli import flags
 from packcli.cli.notices import Warnings
+from packcli.storage.urls import location
 
 __all__ = ["export"]
 
@@ -19,7 +20,7 @@ __all__ = ["export"]
 def export(
     packed: Annotated[
         Path,
-        typer.Argument(parser=flags.local_path, help="A packed output directory (plain or partitioned)."),
+        typer.Argument(parser=location, help="A packed output directory or output URL (plain or partitioned)."),
     ],
     to: Annotated[str, typer.Option("--to", help="megatron, bridge, olmo-core, nanotron or mds.")],
     out: Annotated[Path, typer.Option(parser=flags.local_path, help="Export directory.")],

@@ -76,7 +76,8 @@ def export_output(
     """Export the packcli output ``source`` to ``fmt`` in ``out``.
 
     Args:
-        source: a packcli output directory (plain or partitioned).
+        source: a packcli output directory (plain or partitioned), or an output URL (fetched to a temporary local
+            copy first; the export's record names the URL).
         fmt: a key of :data:`FORMATS`.
         out: the export directory (replaced only if it holds another export, with ``overwrite``).
         options: format options (``pad_to_multiple`` for bridge).
@@ -95,41 +96,43 @@ def export_output(
         write_record,
     )
     from packcli.format.manifest import SPLIT_PIECES
+    from packcli.storage.mirror import local_output
     from packcli.write.publish import Publication
 
     if fmt not in FORMATS:
         raise UsageError(f"--to must be one of {', '.join(FORMATS)}, not {fmt!r}")
     options = {key: value for key, value in (options or {}).items() if value is not None}
-    packed = open_packed(source)
-    fingerprint = export_fingerprint(packed.manifest["fingerprint"], fmt, options)
-    module, name = FORMATS[fmt]
-    make: Callable[[Path, Any, dict[str, Any]], Exporter] = getattr(importlib.import_module(module), name)
-    identity = export_identity(source, packed.manifest["fingerprint"], fmt, options)
-    existing = partial(existing_export, asked=identity, overwrite=overwrite)
-    with Publication(out, fingerprint, overwrite, inputs=[source], existing=existing) as publication:
-        if publication.up_to_date:
-            return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
-        exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
-        try:
-            _export_verified(packed, exporter)
-            split = int(packed.manifest["totals"].get("split_documents", 0))
-            if exporter.view == "rows" and split:
-                warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
-            elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
-                warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
-            totals: ExportTotals = exporter.finish()
-        finally:
-            exporter.close()
-        files = sorted(path for path in publication.staging.iterdir() if path.is_file())
-        record = {
-            **identity,
-            "fingerprint": fingerprint,
-            "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
-            "totals": totals.to_json(),
-        }
-        write_record(publication.staging, record)
-        publication.commit()
-    return ExportResult("exported", record)
+    with local_output(source, check=False) as local:  # an output in the store: a temporary local copy
+        packed = open_packed(local)
+        fingerprint = export_fingerprint(packed.manifest["fingerprint"], fmt, options)
+        module, name = FORMATS[fmt]
+        make: Callable[[Path, Any, dict[str, Any]], Exporter] = getattr(importlib.import_module(module), name)
+        identity = export_identity(source, packed.manifest["fingerprint"], fmt, options)
+        existing = partial(existing_export, asked=identity, overwrite=overwrite)
+        with Publication(out, fingerprint, overwrite, inputs=[local], existing=existing) as publication:
+            if publication.up_to_date:
+                return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
+            exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
+            try:
+                _export_verified(packed, exporter)
+                split = int(packed.manifest["totals"].get("split_documents", 0))
+                if exporter.view == "rows" and split:
+                    warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
+                elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
+                    warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+                totals: ExportTotals = exporter.finish()
+            finally:
+                exporter.close()
+            files = sorted(path for path in publication.staging.iterdir() if path.is_file())
+            record = {
+                **identity,
+                "fingerprint": fingerprint,
+                "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
+                "totals": totals.to_json(),
+            }
+            write_record(publication.staging, record)
+            publication.commit()
+        return ExportResult("exported", record)
 
 
 def _export_verified(packed: PackedOutput, exporter: Exporter) -> None:
