@@ -22,7 +22,7 @@ import pytest
 from conftest import SAMPLE, read_jsonl, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_processes import alive, descendants
+from test_processes import descendants, survivors
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -429,8 +429,7 @@ def test_a_signal_stops_the_partition_workers_too(tmp_path: Path, signum: int, d
         assert process.poll() is None and len(workers) >= 3
         process.send_signal(signum)
         assert process.wait(timeout=120) == -signum
-    time.sleep(2)
-    assert not [pid for pid in workers if alive(pid)], "worker processes outlived the run"
+    assert not survivors(workers), "worker processes outlived the run"
     resumed = invoke("pack", str(corpus), "--partitions", "2", "--out", str(tmp_path / "out"))
     assert resumed.exit_code == 0, resumed.output
     assert verify_output(tmp_path / "out").ok

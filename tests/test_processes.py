@@ -63,6 +63,14 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def survivors(pids: set[int], within: float = 10.0) -> list[int]:
+    """The processes among ``pids`` still alive after waiting up to ``within`` seconds for all to end."""
+    deadline = time.monotonic() + within
+    while [pid for pid in pids if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
 def command_line(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -108,10 +116,7 @@ def test_kill_9_of_the_driver_takes_its_workers_with_it(big: Path, tmp_path: Pat
     workers = descendants(process.pid)
     process.kill()  # the driver alone, as an OOM killer or a scheduler does
     process.wait()
-    deadline = time.monotonic() + 10
-    while [pid for pid in workers if alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in workers if alive(pid)], "worker processes outlived their driver"
+    assert not survivors(workers), "worker processes outlived their driver"
 
     rerun = invoke("pack", str(big), "--max-len", "2048", "--partitions", "6", "--out", str(out), "--json")
     assert rerun.exit_code == 0, rerun.output
@@ -239,10 +244,7 @@ def test_a_local_ray_is_quiet_and_ends_with_its_driver(big: Path, tmp_path: Path
     ray_processes = descendants(process.pid)
     process.kill()
     process.wait()
-    deadline = time.monotonic() + 15
-    while [pid for pid in ray_processes if alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in ray_processes if alive(pid)], "Ray processes outlived their driver"
+    assert not survivors(ray_processes, within=15), "Ray processes outlived their driver"
 
 
 def test_stats_on_a_raw_corpus_says_its_tokens_stay_in_the_cache(tmp_path: Path) -> None:
@@ -285,10 +287,7 @@ def test_killing_the_watcher_first_still_leaves_no_worker(big: Path, tmp_path: P
     time.sleep(0.3)
     process.kill()
     process.wait()
-    deadline = time.monotonic() + 10
-    while [pid for pid in workers if alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in workers if alive(pid)], "worker processes outlived their driver and its watcher"
+    assert not survivors(workers), "worker processes outlived their driver and its watcher"
 
 
 def test_ctrl_c_to_the_whole_group_while_workers_start_is_one_line(big: Path, tmp_path: Path) -> None:
@@ -350,10 +349,7 @@ def test_ctrl_c_during_ray_is_one_line_and_leaves_no_ray_process(big: Path, tmp_
     lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("packcli: ")]
     assert lines == [lines[-1]] and lines[-1].startswith("error: interrupted"), stderr
     assert not out.exists()
-    deadline = time.monotonic() + 15
-    while [pid for pid in started if alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in started if alive(pid)], "Ray processes outlived the interrupted run"
+    assert not survivors(started, within=15), "Ray processes outlived the interrupted run"
 
 
 def test_a_worker_whose_driver_died_while_it_started_ends_at_once() -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from packcli.encode import cache
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
-from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, use_threads
+from packcli.encode.tokenizer import LoadedTokenizer, document_tokenizer, use_threads
 from packcli.errors import PackcliError
 from packcli.format.schema import shard_metadata, shard_schema
 from packcli.format.shards import ShardInfo
@@ -69,9 +69,9 @@ class ShippedTokenizer:
         return {**self.__dict__, "_loaded": None}  # only the text travels
 
     def load(self) -> LoadedTokenizer:
-        """The tokenizer (rebuilt once per worker process or actor)."""
+        """The tokenizer (built once per worker process or actor, whatever the number of its jobs)."""
         if self._loaded is None:
-            self._loaded = LoadedTokenizer(tokenizer=hf_tokenizer(self.json), source=self.json, **self.facts)
+            self._loaded = LoadedTokenizer(tokenizer=document_tokenizer(self.json), source=self.json, **self.facts)
         return self._loaded
 
 
