@@ -163,8 +163,14 @@ def test_two_concurrent_processes_leave_one_whole_output(s3_server: S3Server, co
     assert verified.exit_code == 0, verified.stderr
 
 
-def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_server: S3Server, corpus: Path) -> None:
+def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(
+    s3_server: S3Server, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rerun removes the dead run's objects in the store and its staged shards in this node's scratch."""
     fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
     run = subprocess.Popen(command(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out))
     deadline = time.monotonic() + 120
     while not any("/packcli-run-" in name for name in fs.find(out)) and time.monotonic() < deadline:
@@ -176,10 +182,12 @@ def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(s3_ser
     assert "manifest.json" not in left and any(name.startswith("packcli-run-") for name in left)
     with pytest.raises(PackcliError, match="not a packcli output"):
         read_manifest(location(out))
+    assert [path.name for path in scratch.iterdir()]  # the dead run's staging
     rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out)
     assert rerun.exit_code == 0, rerun.stderr
     manifest = read_manifest(location(out))
     assert object_keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
+    assert not list(scratch.iterdir()), "the dead run's staged shards outlived the rerun"
 
 
 def test_the_loader_reads_an_output_url_through_a_bounded_cache(

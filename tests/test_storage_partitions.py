@@ -25,6 +25,8 @@ from test_processes import command_line, descendants, small_files
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.run.parts import PartsArea
+from packcli.storage.urls import location
 
 runner = CliRunner()
 PARTITIONS = ["--max-len", "512", "--partitions", "4"]
@@ -101,8 +103,12 @@ def test_a_partitioned_run_from_and_to_a_store_is_the_partitioned_run_on_disk(
 
 
 def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
-    s3_server: S3Server, corpus: Path, reference: Path
+    s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The resumed run reuses the committed parts and leaves nothing of the dead run in this node's scratch."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
     fs, bucket = uploaded(s3_server, corpus)
     out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
     args = [f"{bucket}/corpus/", *PARTITIONS, "--out", out]
@@ -124,10 +130,16 @@ def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     verified = invoke("verify", part, "--json")  # a committed part is an output of its own
     assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
 
+    # the kill may also come after a part's commit and before its scratch is removed: what that leaves, the rerun
+    # removes too
+    left = PartsArea(location(parts)).build_path(int(done[0].split("/")[0].split("-")[1]))
+    left.mkdir(parents=True, exist_ok=True)
+    (left / "part-00000-shard-00000.arrow").write_bytes(b"staged")
     resumed = invoke("pack", *args, "--quiet", "--json")  # takes over the dead run's lock, reuses its parts
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["partitions_reused"] == len(done)
     assert_same_shards(fs, out, reference)
+    assert not list(scratch.iterdir()), "the dead run's scratch outlived the resumed run"
 
 
 @pytest.fixture(scope="module")

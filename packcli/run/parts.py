@@ -21,7 +21,6 @@ run into the output; a store's are copied there by the publication's commit, and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
 from packcli.storage.objects import find_objects, remove_objects, upload_file, write_object
 from packcli.util.files import canonical_json, file_sha256, write_json
-from packcli.write.remote import RUN_RECORD, scratch_directory
+from packcli.write.remote import RUN_RECORD, scratch_directory, scratch_key
 
 __all__ = ["PartsArea", "part_name", "part_prefix"]
 
@@ -68,8 +67,7 @@ class PartsArea:
 
     def _scratch(self, partition: int) -> Path:
         """A part's node-local directory: one name per output and partition."""
-        run = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
-        return scratch_directory() / f"packcli-{run}-{part_name(partition)}"
+        return scratch_directory() / f"packcli-{scratch_key(self.root.resolve())}-{part_name(partition)}"
 
     def build_path(self, partition: int) -> Path:
         """Where a running part writes its shards: the part's own directory, or for a store its scratch directory
@@ -144,6 +142,7 @@ class PartsArea:
             problem = self._check(partition, self.read(partition) or {}, run)
             if problem is None:
                 reused.append(partition)
+                shutil.rmtree(self._scratch(partition), ignore_errors=True)  # its run died before removing it
                 continue
             warn(f"partition {partition} is packed again: {problem}")
             self.clear(partition)

@@ -23,6 +23,7 @@ next run takes the stale lock over, removes the run prefix and resumes from the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -59,6 +60,7 @@ __all__ = [
     "remote_output",
     "remove_leftovers",
     "scratch_directory",
+    "scratch_key",
 ]
 
 LOCK_NAME = ".packcli-lock"
@@ -69,6 +71,12 @@ def scratch_directory() -> Path:
     """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH``, else the temporary
     directory."""
     return Path(os.environ.get("PACKCLI_SCRATCH") or tempfile.gettempdir())
+
+
+def scratch_key(location: Path) -> str:
+    """The short name of an output (or a run's parts) in node-local scratch: one location, one name, so the next
+    run on it finds what a killed run left there."""
+    return hashlib.sha256(str(location).encode()).hexdigest()[:16]
 
 
 class RemotePublication:
@@ -92,7 +100,8 @@ class RemotePublication:
         self.overwrite = overwrite
         self.inputs = list(inputs)
         self.run = f"{RUN_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
-        self.staging = scratch_directory() / f"packcli-upload-{self.run}"
+        self._staged = f"packcli-upload-{scratch_key(out)}-"  # this output's staging directories, one a run
+        self.staging = scratch_directory() / f"{self._staged}{self.run}"
         self.up_to_date = False
         self._lock = ObjectLock(f"{out}/{LOCK_NAME}", self.run)
         self._committed = False
@@ -108,6 +117,8 @@ class RemotePublication:
         if not self._lock.acquire():
             raise in_use(_holder_words(self._lock.seen or {}, self._lock.url), self.out)
         try:
+            for dead in scratch_directory().glob(f"{self._staged}*"):  # the lock is ours: their runs are over
+                shutil.rmtree(dead, ignore_errors=True)
             self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out)
             if not self.up_to_date:
                 self.staging.mkdir(parents=True)
