@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 STATE_VERSION = 2  # 2: the state names its output
+COLLATE_OPTIONS = {"varlen": ("pad_to_multiple_of", "cu_seqlens_length"), "padded": ()}  # what loader() passes on
 UNTRACKED_WORKERS = (
     "this PackedDataset was iterated by a DataLoader whose workers do not report which rows they delivered, so "
     "no state can say where it is: for exact resume use packcli.torch.loader(path, batch_size, num_workers=N), "
@@ -71,11 +72,14 @@ class PackedDataset(IterableDataset[Row]):
         batch_size: rows per batch of the DataLoader that iterates this dataset. Workers take turns by blocks of
             this many rows, so the DataLoader delivers rows in exactly this rank's order (needed for exact
             resume with workers; :func:`loader` sets it).
+        drop_last: end each rank's epoch at its last full batch of ``batch_size`` rows; the rest of its rows are
+            left out of that epoch and counted in ``dropped_rows``.
         cache_dir, cache_limit: for an output URL (``s3://...``), the local directory its shards are fetched into
             (each checked against the manifest's sha256) and the bytes that directory may hold.
 
     Raises:
-        ValueError: a rank, world size, seed or batch size out of its range (the message gives the range).
+        ValueError: a rank, world size, seed or batch size out of its range (the message gives the range), or
+            options that leave a rank no row in an epoch.
         PackcliError: a damaged output, or a manifest that does not match its shards (naming the key or file).
     """
 
@@ -89,6 +93,7 @@ class PackedDataset(IterableDataset[Row]):
         batch_size: int = 1,
         cache_dir: str | Path | None = None,
         cache_limit: int | None = None,
+        drop_last: bool = False,
     ) -> None:
         super().__init__()
         if rank is None or world_size is None:
@@ -108,8 +113,8 @@ class PackedDataset(IterableDataset[Row]):
         self.num_rows = int(manifest["totals"]["sequences"])
         self._rows: ShardRows | None = ShardRows(self.path, manifest)  # checks the listing now, in this process
         self.rank, self.world_size = rank, world_size
-        self.shuffle, self.seed, self.batch_size = shuffle, seed, batch_size
-        self.rows_per_rank = self.num_rows // world_size
+        self.shuffle, self.seed, self.batch_size, self.drop_last = shuffle, seed, batch_size, drop_last
+        self.rows_per_rank = self._rows_per_rank()
         self.dropped_rows = self.num_rows - self.rows_per_rank * world_size
         self.epoch = 0
         self.consumed = 0  # rows of this rank's epoch already delivered
@@ -118,6 +123,27 @@ class PackedDataset(IterableDataset[Row]):
         # Set by a worker whose DataLoader does not record what it delivers (a plain DataLoader): shared memory, so
         # that this process learns it and refuses a state it cannot know.
         self._untracked = torch.zeros(1, dtype=torch.int8).share_memory_()  # type: ignore[no-untyped-call]
+
+    def _rows_per_rank(self) -> int:
+        """Every rank's rows per epoch, the same on each.
+
+        Raises:
+            ValueError: these options leave a rank no row (it would run epochs of no step, silently).
+        """
+        rows = self.num_rows // self.world_size
+        if rows == 0:
+            raise ValueError(
+                f"world_size={self.world_size} ranks leave each rank no row: the output has {self.num_rows} rows; "
+                "use fewer ranks or pack more data"
+            )
+        if self.drop_last:
+            rows -= rows % self.batch_size
+            if rows == 0:
+                raise ValueError(
+                    f"drop_last leaves each rank no full batch: batch_size={self.batch_size} is more than the "
+                    f"{self.num_rows // self.world_size} rows of a rank; use a smaller batch or drop_last=False"
+                )
+        return rows
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (a spawned DataLoader worker) maps the shards itself: views of this process' map are not sent."""
@@ -157,6 +183,8 @@ class PackedDataset(IterableDataset[Row]):
             "shuffle": self.shuffle,
             "world_size": self.world_size,
             "num_rows": self.num_rows,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
         }
         if info is not None:
             self._tracked = True
@@ -164,7 +192,8 @@ class PackedDataset(IterableDataset[Row]):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; refuses a state of another output, seed, world size or worker."""
+        """Resume from :meth:`state_dict`; refuses a state of another output, seed, world size, ``drop_last`` or
+        worker, and of another batch size where its count of rows depends on it (a worker's, or with drop_last)."""
         info = get_worker_info()
         self._refuse_untracked(info)
         if state.get("output") != self.output:
@@ -173,7 +202,14 @@ class PackedDataset(IterableDataset[Row]):
                 f"{self.output!r} (a state resumes only the output it was taken on)",
                 self.path,
             )
-        for key in ("seed", "shuffle", "world_size", "num_rows"):
+        # A count of rows means the same rows at another batch size, except for a worker's count (its blocks are
+        # of batch_size rows) and under drop_last (the epoch's length depends on it). A state before these keys
+        # counted rows in the main process without drop_last.
+        keys = ["seed", "shuffle", "world_size", "num_rows", "drop_last"]
+        if state.get("worker") or self.drop_last:
+            keys.append("batch_size")
+        state = {"drop_last": False, **state}
+        for key in keys:
             if state.get(key) != getattr(self, key):
                 raise PackcliError(
                     f"cannot resume: the state has {key}={state.get(key)!r}, this dataset {getattr(self, key)!r}"
@@ -286,6 +322,7 @@ def loader(
     cache_dir: str | Path | None = None,
     cp_size: int = 1,
     cp_rank: int = 0,
+    drop_last: bool = False,
     **collate_options: Any,
 ) -> PackedLoader:
     """Batches of ``batch_size`` rows from a packed output on ``device``: pinned host memory and non-blocking
@@ -297,11 +334,19 @@ def loader(
         rank, world_size: the data-parallel rank and size (with context parallelism, not the global rank: every
             rank of a context-parallel group reads the same rows).
         cp_size, cp_rank: context parallelism (varlen only): each batch is this rank's share of the sequence.
-        collate_options: passed to the collate function (``pad_to_multiple_of``, ``cu_seqlens_length``).
+        drop_last: every batch full: each rank's epoch ends at its last full batch (see :class:`PackedDataset`).
+        collate_options: passed to the varlen collate function (``pad_to_multiple_of``, ``cu_seqlens_length``).
 
     Raises:
         ValueError: an argument out of its range, or context parallelism without an explicit data-parallel rank.
+        TypeError: an option the layout's collate function does not take.
     """
+    for option in collate_options:
+        if option not in COLLATE_OPTIONS.get(layout, ()):
+            raise TypeError(
+                f"loader() got an unknown option {option!r} for layout={layout!r}; its options are: "
+                + (", ".join(COLLATE_OPTIONS.get(layout, ())) or "none")
+            )
     if check_cp_options(cp_size, cp_rank, collate_options.get("pad_to_multiple_of")) and (
         rank is None or world_size is None
     ):
@@ -310,7 +355,14 @@ def loader(
             "context-parallel group must read the same rows, which torch.distributed's global rank would not give"
         )
     dataset = PackedDataset(
-        path, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, batch_size=batch_size, cache_dir=cache_dir
+        path,
+        shuffle=shuffle,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        batch_size=batch_size,
+        cache_dir=cache_dir,
+        drop_last=drop_last,
     )
     target = torch.device(device)
     if layout == "varlen":

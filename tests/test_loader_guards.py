@@ -1,11 +1,14 @@
 """The loader refuses what it cannot read right, in one clear error: a state of another output, a manifest edited to
-list a shard twice, leave one out or change counts, a truncated shard, and arguments out of their range."""
+list a shard twice, leave one out or change counts, a truncated shard, arguments out of their range,
+options that would serve no row or that a collate function does not take, and a state whose count of rows means
+other rows here."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,3 +130,56 @@ def test_arguments_out_of_range_say_the_range(
             make(outputs[0], **arguments)
     with pytest.raises(ValueError, match=r"epoch must be an integer >= 0"):
         PackedDataset(outputs[0]).set_epoch(-1)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"bogus": 1}, r"unknown option 'bogus'"),
+        ({"layout": "padded", "pad_to_multiple_of": 8}, r"unknown option 'pad_to_multiple_of' for layout='padded'"),
+    ],
+)
+def test_an_option_the_collate_function_does_not_take_is_refused_when_the_loader_is_built(
+    outputs: dict[int, Path], options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):  # not a TypeError from deep inside the first batch
+        loader(outputs[0], batch_size=4, **options)
+
+
+def test_more_ranks_than_rows_is_refused_rather_than_serving_nothing(outputs: dict[int, Path]) -> None:
+    rows = PackedDataset(outputs[0]).num_rows
+    with pytest.raises(ValueError, match=rf"world_size={rows + 1} .* the output has {rows} rows"):
+        PackedDataset(outputs[0], rank=0, world_size=rows + 1)
+    with pytest.raises(ValueError, match=rf"drop_last .* batch_size={rows + 1}"):
+        loader(outputs[0], batch_size=rows + 1, drop_last=True)
+    assert len(PackedDataset(outputs[0], rank=rows - 1, world_size=rows)) == 1  # one row each is enough
+
+
+def test_a_state_is_refused_where_its_rows_would_be_counted_otherwise(outputs: dict[int, Path]) -> None:
+    state = PackedDataset(outputs[0], batch_size=8).state_dict()
+    other_batch = PackedDataset(outputs[0], batch_size=5)
+    other_batch.load_state_dict(state)  # the state counts rows: another batch size resumes at the same row
+    with pytest.raises(PackcliError, match=r"cannot resume: the state has drop_last=False, this dataset True"):
+        PackedDataset(outputs[0], batch_size=8, drop_last=True).load_state_dict(state)
+    dropping = PackedDataset(outputs[0], batch_size=8, drop_last=True).state_dict()
+    with pytest.raises(PackcliError, match=r"cannot resume: the state has batch_size=8, this dataset 5"):
+        PackedDataset(outputs[0], batch_size=5, drop_last=True).load_state_dict(dropping)
+
+
+def test_a_worker_state_of_another_batch_size_is_refused(outputs: dict[int, Path]) -> None:
+    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="needs torchdata (the dev extra)")
+    from packcli.torch import collate_varlen
+
+    def make(batch_size: int) -> Any:
+        dataset = PackedDataset(outputs[0], batch_size=batch_size)
+        with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function in its constructor
+            warnings.simplefilter("ignore", UserWarning)
+            return stateful.StatefulDataLoader(dataset, batch_size=batch_size, num_workers=2, collate_fn=collate_varlen)
+
+    interrupted = make(8)
+    for _, _batch in zip(range(5), interrupted):
+        pass
+    resumed = make(7)  # each worker's count of rows is of blocks of 8: with blocks of 7 it names other rows
+    resumed.load_state_dict(interrupted.state_dict())
+    with pytest.raises(Exception, match=r"cannot resume: the state has batch_size=8, this dataset 7"):
+        next(iter(resumed))

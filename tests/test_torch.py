@@ -166,6 +166,25 @@ def test_ranks_and_workers_are_disjoint_and_equal(packed: Path) -> None:
     assert PackedDataset(packed, rank=0, world_size=3).dropped_rows == total % 3
 
 
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (3, 2)])
+def test_drop_last_serves_only_full_batches_each_row_once_and_ends_the_epoch(
+    packed: Path, world_size: int, workers: int
+) -> None:
+    total, batch_size = PackedDataset(packed).num_rows, 40
+    served = []
+    for rank in range(world_size):
+        batches = loader(packed, batch_size, num_workers=workers, rank=rank, world_size=world_size, drop_last=True)
+        sizes = []
+        for batch in batches:
+            sizes.append(len(batch["row_index"]))
+            served += batch["row_index"].tolist()
+        assert sizes == [batch_size] * (total // world_size // batch_size) == [batch_size] * len(batches)
+        assert (batches.epoch, batches.state_dict()["consumed"]) == (1, 0)  # the short tail does not hold it back
+    dropped = PackedDataset(packed, rank=0, world_size=world_size, batch_size=batch_size, drop_last=True).dropped_rows
+    assert dropped == total - world_size * (total // world_size // batch_size * batch_size)
+    assert len(served) == len(set(served)) == total - dropped
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_equals_an_uninterrupted_epoch(packed: Path, workers: int) -> None:
     full = loader(packed, batch_size=30, num_workers=workers, seed=1)
