@@ -83,9 +83,24 @@ def claim_more_total_tokens(manifest: dict[str, Any]) -> None:
     manifest["totals"]["tokens"] += 1
 
 
+def claim_a_longer_max_len(manifest: dict[str, Any]) -> None:
+    manifest["max_len"] *= 2  # the padded layout's width, from the manifest
+
+
+def claim_another_eos(manifest: dict[str, Any]) -> None:
+    manifest["tokenizer"]["eos_id"] = 0  # the pad id, from the manifest
+
+
+def claim_another_tokenizer(manifest: dict[str, Any]) -> None:
+    manifest["tokenizer"]["sha256"] = "0" * 64
+
+
 @pytest.mark.parametrize(
     ("edit", "key"),
     [
+        (claim_a_longer_max_len, "max_len"),
+        (claim_another_eos, "tokenizer.eos_id"),
+        (claim_another_tokenizer, "tokenizer.sha256"),
         (list_first_shard_twice, "shards[1].file"),
         (leave_out_last_shard, "shards"),
         (drop_last_shard_from_the_list, "shards"),

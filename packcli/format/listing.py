@@ -4,7 +4,9 @@
 manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open: every
 shard file of the directory is listed, once; the shards' rows and tokens add up to the totals; and each shard file
 holds the rows and tokens its entry says (from the record batches' lengths and the offsets of ``input_ids``: no
-token is read). Any mismatch is one error naming the manifest key.
+token is read), written for the manifest's ``max_len``, tokenizer and EOS (each shard's schema metadata repeats
+them: a manifest edited there, or a shard of another output, would give the loader another padded width or pad
+id). Any mismatch is one error naming the manifest key.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pyarrow as pa
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, shard_path
+from packcli.format.schema import shard_metadata
 from packcli.format.shards import list_views, read_shard
 
 __all__ = ["check_listing", "open_listed_shard"]
@@ -50,13 +53,15 @@ def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
             _fail(directory, f"totals.{total}", f"is {manifest['totals'][total]}, the shards list {listed} {key}")
 
 
-def open_listed_shard(directory: Path, index: int, shard: dict[str, Any]) -> pa.Table:
-    """Memory-map the shard of manifest entry ``shards[index]`` and check its rows and tokens against the entry.
+def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> pa.Table:
+    """Memory-map the shard of manifest entry ``shards[index]`` and check its rows and tokens against the entry,
+    and its schema metadata against the manifest.
 
     Raises:
         PackcliError: the file is missing, truncated or not a shard (naming the file), or holds other counts than
-            its entry (naming the manifest key).
+            its entry or was written for another max_len, tokenizer or EOS (naming the manifest key).
     """
+    shard = manifest["shards"][index]
     path = shard_path(directory, shard["file"])
     try:
         table = read_shard(path)
@@ -71,7 +76,20 @@ def open_listed_shard(directory: Path, index: int, shard: dict[str, Any]) -> pa.
     for key, found in (("rows", table.num_rows), ("tokens", tokens)):
         if found != shard[key]:
             _fail(directory, f"shards[{index}].{key}", f"is {shard[key]}, {shard['file']} holds {found}")
+    _check_written_for(directory, manifest, shard["file"], table.schema.metadata or {})
     return table
+
+
+def _check_written_for(directory: Path, manifest: dict[str, Any], name: str, metadata: dict[bytes, bytes]) -> None:
+    """The shard's metadata keys (where it has them: ``packcli.eos_id`` is newer) equal to the manifest's."""
+    tokenizer = manifest["tokenizer"]
+    expected = shard_metadata(manifest["max_len"], tokenizer["sha256"], tokenizer.get("eos_id"))
+    keys = {"packcli.max_len": "max_len", "packcli.tokenizer_sha256": "tokenizer.sha256"}
+    for field, key in {**keys, "packcli.eos_id": "tokenizer.eos_id"}.items():
+        found = metadata.get(field.encode())
+        if found is not None and found.decode(errors="replace") != expected[field]:
+            shown = expected[field] or "null"
+            _fail(directory, key, f"is {shown}, {name} was written with {found.decode(errors='replace') or 'null'}")
 
 
 def _fail(directory: Path, key: str, problem: str) -> NoReturn:

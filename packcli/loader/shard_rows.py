@@ -35,8 +35,8 @@ class ShardRows:
         check_listing(directory, manifest)
         self.batches: list[Columns] = []
         starts = [0]
-        for index, shard in enumerate(manifest["shards"]):
-            table = open_listed_shard(directory, index, shard)
+        for index in range(len(manifest["shards"])):
+            table = open_listed_shard(directory, manifest, index)
             names = [*TOKEN_COLUMNS, *([LABELS_COLUMN] if LABELS_COLUMN in table.column_names else [])]
             for batch in table.to_batches():
                 self.batches.append({name: list_views(batch.column(name)) for name in names})

@@ -122,7 +122,7 @@ def measure_output(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 
     supervised = LABELS_COLUMN in manifest.get("columns", [])
     supervised_tokens = unsupervised_sequences = 0
     for index, shard in enumerate(manifest["shards"]):
-        table = open_listed_shard(out, index, shard)
+        table = open_listed_shard(out, manifest, index)
         try:
             table = table.select(["cu_seqlens", *([LABELS_COLUMN] if supervised else [])])
         except KeyError as exc:
