@@ -20,6 +20,7 @@ padding: with the usual shift inside the model, no token learns to predict acros
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -105,7 +106,9 @@ class PackedDataset(IterableDataset[Row]):
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}: pass a rank below world_size={world_size}")
         at_least("seed", seed, 0, "any integer >= 0 gives its own order")
         at_least("batch_size", batch_size, 1, "the DataLoader's rows per batch")
-        self.path = readable_output(path, cache_dir, cache_limit)
+        self.path, in_use = readable_output(path, cache_dir, cache_limit)
+        if in_use is not None:  # the cached copy stays in the cache while this dataset may read it
+            self._in_use = weakref.finalize(self, in_use.release)
         manifest = read_manifest(self.path)
         self.output = manifest["fingerprint"]  # names the output in a state
         self.max_len = int(manifest["max_len"])
@@ -147,7 +150,7 @@ class PackedDataset(IterableDataset[Row]):
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (a spawned DataLoader worker) maps the shards itself: views of this process' map are not sent."""
-        return {**self.__dict__, "_rows": None}
+        return {**self.__dict__, "_rows": None, "_in_use": None}
 
     def __len__(self) -> int:
         return self.rows_per_rank

@@ -218,6 +218,56 @@ def test_the_loader_reads_an_output_url_through_a_bounded_cache(
         torch_module.PackedDataset(f"{bucket}/p128")
 
 
+@pytest.fixture(scope="module")
+def two_outputs(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Two small outputs in the store (the sample's first 4 lines, packed at --max-len 256 and 128)."""
+    corpus = tmp_path_factory.mktemp("small") / "small.jsonl"
+    corpus.write_bytes(sample_lines(4))
+    urls = [f"{s3_server.bucket()}/cached{size}" for size in (256, 128)]
+    for url, size in zip(urls, ("256", "128")):
+        assert pack(str(corpus), "--max-len", size, "--shard-size", "40KB", "--out", url).exit_code == 0
+    return urls
+
+
+def store_bytes(url: str) -> int:
+    return sum(int(shard["bytes"]) for shard in read_manifest(location(url))["shards"])
+
+
+def test_a_cached_copy_in_use_is_never_evicted_and_a_limit_it_leaves_no_room_under_is_refused(
+    two_outputs: list[str], tmp_path: Path
+) -> None:
+    torch_module = pytest.importorskip("packcli.torch", reason="needs the torch extra")
+    cache, (first_url, second_url) = tmp_path / "cache", two_outputs
+    first = torch_module.PackedDataset(first_url, cache_dir=cache, shuffle=False)
+    expected = [row["input_ids"].tolist() for row in first]
+    with pytest.raises(PackcliError, match=r"in use") as refused:  # another loader, or a rank, reads that copy
+        torch_module.PackedDataset(second_url, cache_dir=cache, cache_limit=store_bytes(second_url))
+    assert "\n" not in str(refused.value)
+    assert (first.path / "manifest.json").is_file()
+    again = torch_module.PackedDataset(first_url, cache_dir=cache, shuffle=False)  # a spawned worker reopens it
+    assert again.path == first.path and [row["input_ids"].tolist() for row in again] == expected
+    del first, again  # no longer read: now it may go
+    second = torch_module.PackedDataset(second_url, cache_dir=cache, cache_limit=store_bytes(second_url))
+    assert [path.name for path in cache.iterdir()] == [second.path.name]
+
+
+def test_loaders_filling_one_cache_together_each_get_the_whole_copy(two_outputs: list[str], tmp_path: Path) -> None:
+    torch_module = pytest.importorskip("packcli.torch", reason="needs the torch extra")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from packcli.util.files import file_sha256
+
+    cache = tmp_path / "cache"
+    with ThreadPoolExecutor(4) as pool:  # threads of one process: the same pid, each its own temporary names
+        paths = list(pool.map(lambda _: torch_module.PackedDataset(two_outputs[0], cache_dir=cache).path, range(4)))
+    assert len(set(paths)) == 1 and [path.name for path in cache.iterdir()] == [paths[0].name]
+    manifest = read_manifest(paths[0])
+    assert [file_sha256(paths[0] / shard["file"]) for shard in manifest["shards"]] == [
+        shard["sha256"] for shard in manifest["shards"]
+    ]
+    assert not [path for path in paths[0].rglob("*.part")]
+
+
 def test_a_shard_name_may_hold_one_run_prefix_and_nothing_else(tmp_path: Path) -> None:
     assert shard_path(tmp_path, "packcli-run-1-ab/shard-00000.arrow") == tmp_path / "packcli-run-1-ab/shard-00000.arrow"
     assert shard_path(tmp_path, "shard-00000.arrow") == tmp_path / "shard-00000.arrow"

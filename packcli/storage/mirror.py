@@ -4,7 +4,10 @@ loader): ``manifest.json`` and the shards at their manifest paths, in a director
 Invariants: a shard is fetched once (a copy of the manifest's size is kept) and, unless told otherwise, checked
 against the manifest's sha256 before it takes its name; the manifest is written last, so a copy without one is
 incomplete and refetched; a cache directory holds one copy per output URL and fingerprint, and is kept under a size
-limit by removing the least recently used copies (never the one being read).
+limit by removing the least recently used copies. A copy in use is never removed: whoever fills or reads it holds a
+shared lock on its ``.in-use.lock`` (every process and loader its own, till it lets go), and only a copy whose lock
+can be taken exclusively goes; a limit that copies in use leave no room under is refused. Every fetch writes its own
+temporary name, so loaders, ranks and threads may fill one copy together.
 """
 
 from __future__ import annotations
@@ -14,21 +17,33 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from packcli.errors import PackcliError, UsageError
-from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path, write_manifest
+from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
 from packcli.storage.objects import open_object
 from packcli.storage.urls import UrlPath, location
+from packcli.util.files import canonical_json
+from packcli.util.locks import FileLock
 
-__all__ = ["cached_output", "local_output", "readable_output"]
+__all__ = ["cached_output", "held_copy", "local_output", "readable_output"]
 
 _COPY_BLOCK = 8 << 20
+IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by whoever removes the copy
 
 
 def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> Path:
-    """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks.
+    """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks; nothing holds it after."""
+    local, in_use = held_copy(url, cache_dir, limit_bytes, check)
+    in_use.release()
+    return local
+
+
+def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> tuple[Path, FileLock]:
+    """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks, and the shared lock that
+    keeps it in the cache until released.
 
     Args:
         url: an output on object storage.
@@ -37,7 +52,8 @@ def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, ch
         check: refuse a shard whose sha256 differs from the manifest's (``verify`` reports it instead).
 
     Raises:
-        PackcliError: not an output, a shard damaged in the store, or the output alone over ``limit_bytes``.
+        PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
+            room under it without removing copies in use.
     """
     manifest = read_manifest(url)
     size = sum(int(shard["bytes"]) for shard in manifest["shards"])
@@ -45,25 +61,41 @@ def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, ch
         raise PackcliError(f"the output's {size:,} bytes exceed the cache limit of {limit_bytes:,} bytes", url)
     key = hashlib.sha256(f"{url}\n{manifest['fingerprint']}".encode()).hexdigest()[:24]
     local = cache_dir / key
-    local.mkdir(parents=True, exist_ok=True)
-    if limit_bytes is not None:
-        _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
-    if (local / MANIFEST_NAME).is_file():
-        os.utime(local / MANIFEST_NAME)  # most recently used
-        return local
-    for shard in manifest["shards"]:
-        path = shard_path(local, shard["file"])
-        if not (path.is_file() and path.stat().st_size == shard["bytes"]):
-            _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None)
-    write_manifest(local, manifest)
-    return local
+    in_use = _hold(local)
+    try:
+        if limit_bytes is not None:
+            _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
+        if (local / MANIFEST_NAME).is_file():
+            os.utime(local / MANIFEST_NAME)  # most recently used
+            return local, in_use
+        for shard in manifest["shards"]:
+            path = shard_path(local, shard["file"])
+            if not (path.is_file() and path.stat().st_size == shard["bytes"]):
+                _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None)
+        _write_manifest(local, manifest)
+    except BaseException:
+        in_use.release()
+        raise
+    return local, in_use
+
+
+def _hold(local: Path) -> FileLock:
+    """A shared lock on the copy ``local`` (created if absent), taken again if the copy is removed meanwhile."""
+    while True:
+        local.mkdir(parents=True, exist_ok=True)
+        in_use = FileLock(local / IN_USE)
+        try:
+            in_use.acquire(shared=True)
+        except FileNotFoundError:  # removed between mkdir and lock: make it again
+            continue
+        return in_use
 
 
 def _fetch(source: Path, path: Path, sha256: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.part")  # ranks filling one cache each write their own
+    handle, partial = _temporary_beside(path)
     digest = hashlib.sha256()
-    with open_object(str(source)) as stream, open(partial, "wb") as copy:
+    with open_object(str(source)) as stream, os.fdopen(handle, "wb") as copy:
         while block := stream.read(_COPY_BLOCK):
             digest.update(block)
             copy.write(block)
@@ -73,21 +105,68 @@ def _fetch(source: Path, path: Path, sha256: str | None) -> None:
     os.replace(partial, path)
 
 
+def _temporary_beside(path: Path) -> tuple[int, Path]:
+    """A new file of its own beside ``path``, to be renamed over it: fillers of one copy never share one."""
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".part")
+    os.fchmod(handle, 0o644)  # as open() would make it: readable by the other users of a shared cache
+    return handle, Path(name)
+
+
+def _write_manifest(local: Path, manifest: dict[str, Any]) -> None:
+    """Commit the copy: its manifest, written last, through a temporary name of this filler's own."""
+    handle, partial = _temporary_beside(local / MANIFEST_NAME)
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        file.write(canonical_json(manifest))
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(partial, local / MANIFEST_NAME)
+
+
 def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
-    """Remove the least recently used copies until ``room`` more bytes fit under ``limit_bytes``."""
+    """Remove the least recently used copies not in use until ``room`` more bytes fit under ``limit_bytes``.
+
+    Raises:
+        PackcliError: the copies in use leave no such room.
+    """
     copies = [entry for entry in cache_dir.iterdir() if entry.is_dir() and entry != keep]
-    sizes = {entry: sum(f.stat().st_size for f in entry.rglob("*") if f.is_file()) for entry in copies}
+    sizes = {entry: _size(entry) for entry in copies}
     used = sum(sizes.values())
-
-    def last_use(entry: Path) -> int:
-        manifest = entry / MANIFEST_NAME
-        return manifest.stat().st_mtime_ns if manifest.is_file() else 0
-
-    for entry in sorted(copies, key=last_use):
+    for entry in sorted(copies, key=_last_use):
         if used + room <= limit_bytes:
-            break
-        shutil.rmtree(entry, ignore_errors=True)
+            return
+        remover = FileLock(entry / IN_USE)
+        try:
+            if not remover.acquire(wait=False):
+                continue  # a loader or a rank reads it, or fills it
+        except FileNotFoundError:  # removed meanwhile by another
+            used -= sizes[entry]
+            continue
+        shutil.rmtree(entry, ignore_errors=True)  # the lock file goes with it: a waiter then takes the new one
+        remover.release()
         used -= sizes[entry]
+    if used + room > limit_bytes:
+        raise PackcliError(
+            f"the cache limit of {limit_bytes:,} bytes leaves no room for the output's {room:,} bytes: other copies "
+            f"of {used:,} bytes are in use (by loaders or ranks reading them); raise the limit or use another cache",
+            cache_dir,
+        )
+
+
+def _size(copy: Path) -> int:
+    """The bytes of a copy's files (a file renamed or removed meanwhile counts nothing)."""
+    total = 0
+    for path in copy.rglob("*"):
+        with suppress(FileNotFoundError):
+            total += path.stat().st_size if path.is_file() else 0
+    return total
+
+
+def _last_use(copy: Path) -> int:
+    """When the copy was last opened (its manifest's mtime); 0 for a copy without one (incomplete)."""
+    try:
+        return (copy / MANIFEST_NAME).stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
 
 
 @contextmanager
@@ -100,15 +179,18 @@ def local_output(path: Path, check: bool = True) -> Iterator[Path]:
         yield cached_output(path, Path(directory), check=check)
 
 
-def readable_output(path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None) -> Path:
-    """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir``.
+def readable_output(
+    path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None
+) -> tuple[Path, FileLock | None]:
+    """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir`` with the
+    shared lock that keeps the copy there while it is read (the caller releases it).
 
     Raises:
         UsageError: a URL without a ``cache_dir``.
     """
     where = location(str(path))
     if not isinstance(where, UrlPath):
-        return where
+        return where, None
     if cache_dir is None:
         raise UsageError(f"{where} is a URL: give cache_dir=DIR, the local directory its shards are fetched into")
-    return cached_output(where, Path(cache_dir), limit_bytes)
+    return held_copy(where, Path(cache_dir), limit_bytes)
