@@ -241,8 +241,15 @@ class PackedDataset(IterableDataset[Row]):
 
     def row(self, index: int) -> Row:
         """One row by global index: numpy views into the memory-mapped shard."""
-        if self._rows is None:  # a spawned worker maps the shards itself
-            self._rows = ShardRows(self.path, read_manifest(self.path))
+        if self._rows is None:  # a spawned worker maps the shards itself: those of the output this dataset read
+            manifest = read_manifest(self.path)
+            if (manifest["fingerprint"], manifest["totals"]["sequences"]) != (self.output, self.num_rows):
+                raise PackcliError(
+                    f"the output changed since this dataset was built (output {self.output!r}, "
+                    f"now {manifest['fingerprint']!r}): a worker would read other rows; build the dataset again",
+                    self.path,
+                )
+            self._rows = ShardRows(self.path, manifest)
         out: Row = {"row_index": index}
         out.update(self._rows.row(index))
         return out

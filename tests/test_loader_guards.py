@@ -6,6 +6,7 @@ other rows here."""
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import shutil
 import warnings
@@ -198,3 +199,15 @@ def test_a_worker_state_of_another_batch_size_is_refused(outputs: dict[int, Path
     resumed.load_state_dict(interrupted.state_dict())
     with pytest.raises(Exception, match=r"cannot resume: the state has batch_size=8, this dataset 7"):
         next(iter(resumed))
+
+
+def test_a_worker_that_finds_another_output_at_the_path_refuses_it(outputs: dict[int, Path], tmp_path: Path) -> None:
+    out = shutil.copytree(outputs[0], tmp_path / "out")
+    dataset = PackedDataset(out, seed=1)
+    worker = pickle.loads(pickle.dumps(dataset))  # what a spawned DataLoader worker gets: it maps the shards itself
+    shutil.rmtree(out)
+    shutil.copytree(outputs[7], out)  # the output was packed again (--seed 7) while training ran: same row count
+    assert PackedDataset(out).num_rows == dataset.num_rows
+    with pytest.raises(PackcliError, match=r"the output changed since this dataset was built"):
+        worker.row(0)
+    assert dataset.row(0)["input_ids"] is not None  # this process' own map is of the files it opened
