@@ -196,9 +196,22 @@ class PackedDataset(IterableDataset[Row]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; refuses a state of another output, seed, world size, ``drop_last`` or
-        worker, and of another batch size where its count of rows depends on it (a worker's, or with drop_last)."""
+        worker, and of another batch size where its count of rows depends on it (a worker's, or with drop_last).
+        A refused state changes nothing."""
         info = get_worker_info()
         self._refuse_untracked(info)
+        worker = self._check_state(state, info)
+        self.epoch, self.consumed = state["epoch"], 0
+        self._worker_taken = int(worker["taken"]) if worker else 0
+        self._tracked = self._tracked or worker is not None
+        self.advance(state["consumed"])
+
+    def _check_state(self, state: dict[str, Any], info: Any) -> dict[str, Any] | None:
+        """The state's worker block, once every key of the state is found to fit this dataset.
+
+        Raises:
+            PackcliError: the first key that does not, in one line starting ``cannot resume:``.
+        """
         if state.get("output") != self.output:
             raise PackcliError(
                 f"cannot resume: the state is of output {state.get('output')!r}, this dataset reads output "
@@ -211,20 +224,27 @@ class PackedDataset(IterableDataset[Row]):
         keys = ["seed", "shuffle", "world_size", "num_rows", "drop_last"]
         if state.get("worker") or self.drop_last:
             keys.append("batch_size")
-        state = {"drop_last": False, **state}
+        known = {"drop_last": False, **state}
         for key in keys:
-            if state.get(key) != getattr(self, key):
+            if known.get(key) != getattr(self, key):
                 raise PackcliError(
-                    f"cannot resume: the state has {key}={state.get(key)!r}, this dataset {getattr(self, key)!r}"
+                    f"cannot resume: the state has {key}={known.get(key)!r}, this dataset {getattr(self, key)!r}"
                 )
-        self.epoch, self.consumed = int(state["epoch"]), 0
+        epoch, consumed = state.get("epoch"), state.get("consumed")
+        if type(epoch) is not int or epoch < 0:
+            raise PackcliError(f"cannot resume: the state's epoch={epoch!r} is not an integer >= 0")
+        if type(consumed) is not int or not 0 <= consumed < self.rows_per_rank:
+            raise PackcliError(
+                f"cannot resume: the state's consumed={consumed!r} is not in 0..{self.rows_per_rank - 1}, "
+                "the rows of an epoch of this rank"
+            )
         worker = state.get("worker")
         here = None if info is None else {"id": info.id, "num_workers": info.num_workers}
         if (worker and {"id": worker["id"], "num_workers": worker["num_workers"]}) != here:
             raise PackcliError(f"cannot resume: the state is of DataLoader worker {worker}, this is worker {here}")
-        self._worker_taken = int(worker["taken"]) if worker else 0
-        self._tracked = self._tracked or worker is not None
-        self.advance(int(state["consumed"]))
+        if worker and (type(worker.get("taken")) is not int or worker["taken"] < 0):
+            raise PackcliError(f"cannot resume: the state's worker taken={worker.get('taken')!r} is not an integer >= 0")
+        return worker
 
     def _refuse_untracked(self, info: Any) -> None:
         if info is None and self._untracked[0]:

@@ -211,3 +211,28 @@ def test_a_worker_that_finds_another_output_at_the_path_refuses_it(outputs: dict
     with pytest.raises(PackcliError, match=r"the output changed since this dataset was built"):
         worker.row(0)
     assert dataset.row(0)["input_ids"] is not None  # this process' own map is of the files it opened
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"consumed": -5}, r"consumed=-5 is not in 0\.\.\d+"),
+        ({"consumed": 10**6}, r"consumed=1000000 is not in 0\.\.\d+"),
+        ({"epoch": -1}, r"epoch=-1 is not an integer >= 0"),
+        ({"epoch": "2"}, r"epoch='2' is not an integer >= 0"),
+        ({"worker": {"id": 0, "num_workers": 2, "taken": 3}}, r"worker"),
+        ({"seed": 9}, r"seed"),
+    ],
+)
+def test_a_refused_state_leaves_the_position_as_it_was(
+    outputs: dict[int, Path], change: dict[str, Any], message: str
+) -> None:
+    dataset = PackedDataset(outputs[0], seed=1)
+    for _, _row in zip(range(10), dataset):
+        pass
+    state = {**PackedDataset(outputs[0], seed=1).state_dict(), "epoch": 3, "consumed": 20}
+    with pytest.raises(PackcliError, match=f"cannot resume: .*{message}"):
+        dataset.load_state_dict({**state, **change})
+    assert (dataset.epoch, dataset.consumed) == (0, 10)  # not half applied
+    dataset.load_state_dict(state)
+    assert (dataset.epoch, dataset.consumed) == (3, 20)
