@@ -243,7 +243,7 @@ class PackedDataset(IterableDataset[Row]):
         if (worker and {"id": worker["id"], "num_workers": worker["num_workers"]}) != here:
             raise PackcliError(f"cannot resume: the state is of DataLoader worker {worker}, this is worker {here}")
         if worker and (type(worker.get("taken")) is not int or worker["taken"] < 0):
-            raise PackcliError(f"cannot resume: the state's worker taken={worker.get('taken')!r} is not an integer >= 0")
+            raise PackcliError(f"cannot resume: the state's worker taken={worker.get('taken')!r} is not an int >= 0")
         return worker
 
     def _refuse_untracked(self, info: Any) -> None:
