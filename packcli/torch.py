@@ -68,8 +68,8 @@ class PackedDataset(IterableDataset[Row]):
         path: the packed output directory.
         shuffle: shuffle rows each epoch (deterministically from ``seed`` and the epoch).
         seed: the shuffle seed; the same on every rank.
-        rank, world_size: this process' place in data-parallel training; default from ``torch.distributed``
-            when it is initialized, else 0 and 1.
+        rank, world_size: this process' place in data-parallel training, both or neither; default from
+            ``torch.distributed`` when it is initialized, else 0 and 1.
         batch_size: rows per batch of the DataLoader that iterates this dataset. Workers take turns by blocks of
             this many rows, so the DataLoader delivers rows in exactly this rank's order (needed for exact
             resume with workers; :func:`loader` sets it).
@@ -97,6 +97,11 @@ class PackedDataset(IterableDataset[Row]):
         drop_last: bool = False,
     ) -> None:
         super().__init__()
+        if (rank is None) != (world_size is None):
+            raise ValueError(
+                f"pass both rank= and world_size= (got rank={rank}, world_size={world_size}), or neither to take "
+                "them from torch.distributed"
+            )
         if rank is None or world_size is None:
             distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = torch.distributed.get_rank() if distributed else 0

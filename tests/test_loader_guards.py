@@ -236,3 +236,9 @@ def test_a_refused_state_leaves_the_position_as_it_was(
     assert (dataset.epoch, dataset.consumed) == (0, 10)  # not half applied
     dataset.load_state_dict(state)
     assert (dataset.epoch, dataset.consumed) == (3, 20)
+
+
+@pytest.mark.parametrize("given", [{"rank": 1}, {"world_size": 2}])
+def test_a_rank_without_a_world_size_or_the_reverse_is_refused(outputs: dict[int, Path], given: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=r"pass both rank= and world_size="):  # was: rank 0 of 1, every row
+        PackedDataset(outputs[0], **given)
