@@ -355,6 +355,7 @@ def loader(
     rank: int | None = None,
     world_size: int | None = None,
     cache_dir: str | Path | None = None,
+    cache_limit: int | None = None,
     cp_size: int = 1,
     cp_rank: int = 0,
     drop_last: bool = False,
@@ -365,7 +366,8 @@ def loader(
 
     Args:
         layout: "varlen" (:func:`collate_varlen`) or "padded" (:func:`collate_padded`, to max_len).
-        cache_dir: for an output URL, where its shards are fetched (see :class:`PackedDataset`).
+        cache_dir, cache_limit: for an output URL, where its shards are fetched and the bytes that directory may
+            hold (see :class:`PackedDataset`).
         rank, world_size: the data-parallel rank and size (with context parallelism, not the global rank: every
             rank of a context-parallel group reads the same rows).
         cp_size, cp_rank: context parallelism (varlen only): each batch is this rank's share of the sequence.
@@ -397,6 +399,7 @@ def loader(
         world_size=world_size,
         batch_size=batch_size,
         cache_dir=cache_dir,
+        cache_limit=cache_limit,
         drop_last=drop_last,
     )
     target = torch.device(device)

@@ -241,7 +241,7 @@ def test_a_cached_copy_in_use_is_never_evicted_and_a_limit_it_leaves_no_room_und
     first = torch_module.PackedDataset(first_url, cache_dir=cache, shuffle=False)
     expected = [row["input_ids"].tolist() for row in first]
     with pytest.raises(PackcliError, match=r"in use") as refused:  # another loader, or a rank, reads that copy
-        torch_module.PackedDataset(second_url, cache_dir=cache, cache_limit=store_bytes(second_url))
+        torch_module.loader(second_url, batch_size=2, cache_dir=cache, cache_limit=store_bytes(second_url))
     assert "\n" not in str(refused.value)
     assert (first.path / "manifest.json").is_file()
     again = torch_module.PackedDataset(first_url, cache_dir=cache, shuffle=False)  # a spawned worker reopens it
