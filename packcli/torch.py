@@ -127,10 +127,15 @@ class PackedDataset(IterableDataset[Row]):
         self.epoch = 0
         self.consumed = 0  # rows of this rank's epoch already delivered
         self._worker_taken = 0  # in a worker: rows of its own share already yielded
+        self._worker_resumes = False  # in a worker: load_state_dict gave it the rows of its share already yielded
         self._tracked = False  # in a worker: its loader records what it delivers (loader() or StatefulDataLoader)
         # Set by a worker whose DataLoader does not record what it delivers (a plain DataLoader): shared memory, so
         # that this process learns it and refuses a state it cannot know.
         self._untracked = torch.zeros(1, dtype=torch.int8).share_memory_()  # type: ignore[no-untyped-call]
+        # How many times set_epoch changed the epoch, and to what, in shared memory too: a persistent worker (the
+        # same process every pass, its copy of this dataset made once) learns there the epoch to serve.
+        self._epoch_set = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._epoch_set_seen = 0
 
     def _rows_per_rank(self) -> int:
         """Every rank's rows per epoch, the same on each.
@@ -165,6 +170,8 @@ class PackedDataset(IterableDataset[Row]):
         at_least("epoch", epoch, 0, "epochs count from 0")
         if epoch != self.epoch:
             self.epoch, self.consumed, self._worker_taken = epoch, 0, 0
+            self._epoch_set_seen = int(self._epoch_set[0]) + 1
+            self._epoch_set[0], self._epoch_set[1] = self._epoch_set_seen, epoch
 
     def advance(self, rows: int) -> None:
         """Count ``rows`` more rows delivered; the epoch's last row moves the position to the next epoch."""
@@ -208,6 +215,7 @@ class PackedDataset(IterableDataset[Row]):
         worker = self._check_state(state, info)
         self.epoch, self.consumed = state["epoch"], 0
         self._worker_taken = int(worker["taken"]) if worker else 0
+        self._worker_resumes = worker is not None
         self._tracked = self._tracked or worker is not None
         self.advance(state["consumed"])
 
@@ -288,6 +296,7 @@ class PackedDataset(IterableDataset[Row]):
             return
         if not self._tracked:  # a plain DataLoader: every row once all the same, but no state can be exact
             self._untracked[0] = 1
+        self._start_worker_pass()
         # Blocks of batch_size rows, dealt in turn from the resume point on: worker k's first block is the
         # (k+1)-th, which is the order in which the DataLoader asks its workers.
         rows = self.rank_rows()[self.consumed :]
@@ -295,6 +304,16 @@ class PackedDataset(IterableDataset[Row]):
         for index in rows[block % info.num_workers == info.id][self._worker_taken :].tolist():
             self._worker_taken += 1
             yield self.row(index)
+
+    def _start_worker_pass(self) -> None:
+        """In a worker, at the start of a pass: its share from the start, unless a state was just loaded; a
+        persistent worker also takes the epoch the main process set since its copy was made."""
+        changes, epoch = (int(value) for value in self._epoch_set.tolist())
+        if changes != self._epoch_set_seen:
+            self._epoch_set_seen, self.epoch, self.consumed, self._worker_resumes = changes, epoch, 0, False
+        if not self._worker_resumes:
+            self._worker_taken = 0
+        self._worker_resumes = False
 
 
 def _track_worker(worker_id: int) -> None:

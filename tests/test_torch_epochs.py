@@ -116,6 +116,20 @@ def test_a_plain_dataloader_with_workers_delivers_each_row_once(packed: Path, da
             call()
 
 
+def test_persistent_workers_serve_each_epoch_the_main_process_sets(packed: Path) -> None:
+    dataset = PackedDataset(packed, seed=4, batch_size=BATCH)
+    plain = DataLoader(dataset, batch_size=BATCH, num_workers=2, persistent_workers=True, collate_fn=collate_varlen)
+    passes = []
+    for epoch in range(3):  # what the Hugging Face Trainer does with dataloader_persistent_workers=True
+        dataset.set_epoch(epoch)
+        passes.append(flat(rows_of(plain)))  # the workers are the same processes every pass
+    for epoch, rows in enumerate(passes):
+        expected = PackedDataset(packed, seed=4)
+        expected.set_epoch(epoch)
+        assert rows == expected.rank_rows().tolist()  # was: every row in epoch 0, then none at all
+    assert passes[0] != passes[1] != passes[2]
+
+
 def test_a_worker_state_needs_its_worker(packed: Path) -> None:
     dataset = PackedDataset(packed)
     state = {**dataset.state_dict(), "worker": {"id": 1, "num_workers": 2, "taken": 30}}
