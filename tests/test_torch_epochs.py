@@ -1,6 +1,7 @@
 """The loader over epochs: a second pass is the next epoch, the documented resume loop resumes exactly (with and
 without workers, and under torchdata's StatefulDataLoader), a plain DataLoader with workers delivers every row once
-per epoch but refuses a state, and rows are views into the memory map (no pandas) whatever the number of record
+per epoch but refuses a state (persistent workers too, each epoch in its order), every row once per epoch across ranks
+and a resume anywhere (a property), and rows are views into the memory map (no pandas) whatever the number of record
 batches."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 from conftest import REPO, SAMPLE, read_jsonl, write_jsonl  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from packcli.errors import PackcliError  # noqa: E402
@@ -128,6 +131,42 @@ def test_persistent_workers_serve_each_epoch_the_main_process_sets(packed: Path)
         expected.set_epoch(epoch)
         assert rows == expected.rank_rows().tolist()  # was: every row in epoch 0, then none at all
     assert passes[0] != passes[1] != passes[2]
+
+
+@settings(max_examples=40)
+@given(
+    world_size=st.integers(1, 9),
+    batch_size=st.integers(1, 50),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 3),
+    epoch=st.integers(0, 3),
+    stop=st.floats(0, 1),
+)
+def test_every_row_once_per_epoch_across_ranks_and_a_resume_anywhere(
+    packed: Path, world_size: int, batch_size: int, drop_last: bool, seed: int, epoch: int, stop: float
+) -> None:
+    options = {"world_size": world_size, "batch_size": batch_size, "drop_last": drop_last, "seed": seed}
+    served, total = [], PackedDataset(packed).num_rows
+    for rank in range(world_size):
+        try:
+            first = PackedDataset(packed, rank=rank, **options)
+        except ValueError:  # no full batch per rank: refused, checked in test_loader_guards
+            assert drop_last and total // world_size < batch_size
+            return
+        first.set_epoch(epoch)
+        cut = int(stop * len(first))
+        before = [row["row_index"] for _, row in zip(range(cut), first)]
+        resumed = PackedDataset(packed, rank=rank, **options)
+        resumed.load_state_dict(first.state_dict())
+        after = [row["row_index"] for row in resumed] if cut < len(first) else []
+        assert before + after == first.rank_rows().tolist() and len(before + after) == len(first)
+        assert (resumed if after else first).epoch == epoch + 1  # the epoch's last row moves it on
+        served += before + after
+    assert len(served) == len(set(served)) == total - first.dropped_rows
+    same, other = (PackedDataset(packed, rank=0, **{**options, "seed": value}) for value in (seed, seed + 1))
+    same.set_epoch(epoch)
+    other.set_epoch(epoch)
+    assert other.rank_rows().tolist() != same.rank_rows().tolist()  # another seed, another order
 
 
 def test_a_worker_state_needs_its_worker(packed: Path) -> None:
