@@ -16,6 +16,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -141,7 +142,11 @@ def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
         except FileNotFoundError:  # removed meanwhile by another
             used -= sizes[entry]
             continue
-        shutil.rmtree(entry, ignore_errors=True)  # the lock file goes with it: a waiter then takes the new one
+        # Out of the way first, in one rename: a loader that comes for this copy meanwhile makes a new one, never
+        # finds one half removed (the lock file leaves with it, so a waiter on it takes the new copy's).
+        doomed = cache_dir / f".removing-{entry.name}-{os.getpid()}-{threading.get_ident()}"
+        entry.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
         remover.release()
         used -= sizes[entry]
     if used + room > limit_bytes:
