@@ -397,11 +397,13 @@ def loader(
         ValueError: an argument out of its range, or context parallelism without an explicit data-parallel rank.
         TypeError: an option the layout's collate function does not take.
     """
+    if layout not in COLLATE_OPTIONS:
+        raise PackcliError(f"unknown layout {layout!r}; use 'varlen' or 'padded'")
     for option in collate_options:
-        if option not in COLLATE_OPTIONS.get(layout, ()):
+        if option not in COLLATE_OPTIONS[layout]:
             raise TypeError(
                 f"loader() got an unknown option {option!r} for layout={layout!r}; its options are: "
-                + (", ".join(COLLATE_OPTIONS.get(layout, ())) or "none")
+                + (", ".join(COLLATE_OPTIONS[layout]) or "none")
             )
     if check_cp_options(cp_size, cp_rank, collate_options.get("pad_to_multiple_of")) and (
         rank is None or world_size is None
@@ -410,6 +412,9 @@ def loader(
             "with cp_size > 1 pass rank= and world_size= as the data-parallel rank and size: the ranks of one "
             "context-parallel group must read the same rows, which torch.distributed's global rank would not give"
         )
+    if cp_size != 1 and layout != "varlen":
+        raise ValueError(f"context parallelism (cp_size={cp_size}) needs layout='varlen', not {layout!r}")
+    target = torch.device(device)  # every argument is checked before the output is opened (or fetched)
     dataset = PackedDataset(
         path,
         shuffle=shuffle,
@@ -421,15 +426,10 @@ def loader(
         cache_limit=cache_limit,
         drop_last=drop_last,
     )
-    target = torch.device(device)
     if layout == "varlen":
         collate = partial(collate_varlen, pad_id=dataset.pad_id, cp_size=cp_size, cp_rank=cp_rank, **collate_options)
-    elif cp_size != 1:
-        raise ValueError(f"context parallelism (cp_size={cp_size}) needs layout='varlen', not {layout!r}")
-    elif layout == "padded":
-        collate = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id, **collate_options)
     else:
-        raise PackcliError(f"unknown layout {layout!r}; use 'varlen' or 'padded'")
+        collate = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id, **collate_options)
     data_loader = DataLoader(
         dataset,
         batch_size=batch_size,

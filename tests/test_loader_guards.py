@@ -162,6 +162,16 @@ def test_an_option_the_collate_function_does_not_take_is_refused_when_the_loader
         loader(outputs[0], batch_size=4, **options)
 
 
+def test_the_loader_checks_its_arguments_before_it_opens_or_fetches_the_output(tmp_path: Path) -> None:
+    nowhere = tmp_path / "not-yet-packed"  # opening it would fail too, but the argument is the first fault
+    with pytest.raises(PackcliError, match=r"unknown layout 'bogus'"):
+        loader(nowhere, batch_size=4, layout="bogus")
+    with pytest.raises(ValueError, match=r"needs layout='varlen'"):
+        loader(nowhere, batch_size=4, layout="padded", cp_size=2, cp_rank=0, rank=0, world_size=1)
+    with pytest.raises(RuntimeError, match=r"device"):
+        loader(nowhere, batch_size=4, device="gpu:0")
+
+
 def test_more_ranks_than_rows_is_refused_rather_than_serving_nothing(outputs: dict[int, Path]) -> None:
     rows = PackedDataset(outputs[0]).num_rows
     with pytest.raises(ValueError, match=rf"world_size={rows + 1} .* the output has {rows} rows"):
