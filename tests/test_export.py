@@ -653,3 +653,14 @@ def test_export_refuses_a_url_for_its_out_directory(
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert "s3://bucket/" in result.output and "takes a local path" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_row_format_says_what_it_does_with_split_documents_unless_quiet(text_packed: Path, tmp_path: Path) -> None:
+    said = RUNNER.invoke(app, ["export", str(text_packed), "--to", "mds", "--out", str(tmp_path / "said")])
+    assert said.exit_code == 0, said.output
+    assert "were split by --overflow split: mds stores packed rows" in said.stderr
+    quiet = RUNNER.invoke(app, ["export", str(text_packed), "--to", "mds", "--out", str(tmp_path / "q"), "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
+    assert quiet.stdout.startswith("exported ")
+    for path in sorted((tmp_path / "said").iterdir()):
+        assert path.read_bytes() == (tmp_path / "q" / path.name).read_bytes(), path.name

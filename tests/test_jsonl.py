@@ -10,6 +10,7 @@ import lzma
 import re
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,24 @@ def test_every_compression_reads_and_a_cut_stream_names_the_line(tmp_path: Path,
     message = f"{path.name}: the compressed data is damaged or cut short "  # after line N, or in the first block:
     assert result.exit_code == 1 and message in result.stderr, result.stderr  # a bzip2 block yields nothing until whole
     assert len(result.stderr.splitlines()) == 1
+
+
+PARTIAL = {".gz": lambda data: zlib.decompressobj(wbits=31).decompress(data), ".xz": lzma.LZMADecompressor().decompress}
+
+
+@pytest.mark.parametrize("suffix", sorted(PARTIAL))
+def test_a_small_cut_stream_names_the_last_whole_line(tmp_path: Path, suffix: str) -> None:
+    """A file cut within its first block (about 1 MB of text) names a line it holds whole, near the last, as a
+    longer file does, not a count of compressed bytes."""
+    whole = COMPRESSORS[suffix](b"".join(line(f"document {i} " * 200) for i in range(100)))
+    cut = whole[: len(whole) * 2 // 3]
+    intact = PARTIAL[suffix](cut).count(b"\n")  # what a decompressor yields of the cut file, whole lines only
+    assert 0 < intact < 100
+    path = tmp_path / f"cut.jsonl{suffix}"
+    path.write_bytes(cut)
+    result = pack(str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    named = re.search(
+        rf"cut\.jsonl\{suffix}: the compressed data is damaged or cut short after line (\d+): ", result.stderr
+    )
+    assert named and intact - 5 <= int(named[1]) <= intact, result.stderr  # a decompressor may hold back a few KB

@@ -291,12 +291,21 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
     assert result.stderr.startswith(f"error: {corpus}:76: invalid JSON") and "partition 3 of 4" in result.stderr
     assert not out.exists()
     staging = tmp_path / ".out.packcli-resume"
+    assert f"the 3 partition(s) committed are kept in {staging} and reused by a rerun with the same inputs and " in (
+        result.stderr
+    )
     committed = sorted(path.parent.name for path in staging.glob("part-*/manifest.json"))
     assert committed == ["part-00000", "part-00001", "part-00002"]
     verified = invoke("verify", str(staging / "part-00001"), "--json")  # a committed part is an output of its own
     assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
     stats = invoke("stats", str(staging / "part-00001"), "--json")
     assert stats.exit_code == 0, stats.output
+    for k in (0, 20, 40, 60):  # a bad record in every partition: none is committed, and none is said to be kept
+        lines[k] = "{"
+    corpus.write_text("\n".join(lines) + "\n")
+    result = invoke("pack", str(corpus), "--partitions", "4", "--out", str(tmp_path / "none"), "--quiet")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert result.stderr.endswith("(partition 0 of 4; no partition was committed)\n"), result.stderr
 
 
 def failed_partitioned_run(tmp_path: Path) -> tuple[PartsArea, dict[str, object]]:

@@ -305,3 +305,20 @@ def test_a_prefix_holding_only_a_folder_marker_is_an_empty_prefix(s3_server: S3S
     result = runner.invoke(app, ["pack", str(corpus), "--max-len", "64", "--out", out, "--quiet"])
     assert result.exit_code == 0, result.stderr
     assert runner.invoke(app, ["verify", out]).exit_code == 0
+
+
+def test_an_output_url_that_cannot_be_written_is_named_as_given(s3_server: S3Server, corpus: Path) -> None:
+    """A missing bucket, or no s3fs installed: the error names the --out URL, not the lock object under it."""
+    bucket = f"packcli-missing-{os.getpid()}"
+    missing = f"s3://{bucket}/packed"
+    result = pack(str(corpus), "--out", missing)
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr == (
+        f"error: {missing}: cannot create: the bucket {bucket} does not exist (packcli creates no bucket)\n"
+    )
+    out = s3_server.bucket() + "/packed"
+    code = "import sys; sys.modules['s3fs'] = None; from packcli.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "pack", str(corpus), "--out", out], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and done.stderr.startswith(f"error: the URL {out} needs "), done.stderr

@@ -30,6 +30,7 @@ def export(
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different export.")] = False,
     json_output: flags.JsonOption = False,
+    quiet: flags.QuietOption = False,
 ) -> None:
     """Write PACKED in the on-disk format a trainer reads (see docs/export.md); PACKED is checked first.
 
@@ -47,7 +48,7 @@ def export(
 
     if pad_to_multiple is not None and to != "bridge":
         raise UsageError("--pad-to-multiple is for --to bridge")
-    warnings = Warnings(quiet=False)
+    warnings = Warnings(quiet)
     try:
         result = export_output(packed, to, out, {"pad_to_multiple": pad_to_multiple}, overwrite, warnings)
     finally:

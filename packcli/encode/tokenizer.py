@@ -111,8 +111,8 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
 @functools.lru_cache(maxsize=2)
 def document_tokenizer(source: str) -> Tokenizer:
     """The Hugging Face tokenizer that encodes documents for a ``tokenizer.json`` text, built once per process (the
-    last two texts kept): a worker running several partitions, or a Python caller packing again, reuses it (Tekken:
-    0.3 s and 70 MiB a build). Shared, so nothing may change its settings."""
+    last two texts kept): a Python caller packing again, or in-process jobs after set-up, reuse it (Tekken: 0.3 s
+    and 70 MiB a build). Shared, so nothing may change its settings."""
     return hf_tokenizer(source)
 
 

@@ -71,7 +71,24 @@ def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before
     try:
         return stream.read(size)
     except STREAM_ERRORS as exc:
-        raise _damaged(path, exc, lines_before, raw.tell()) from None
+        read = raw.tell()
+        if lines_before == 0:  # it broke in the first block: the lines before the break, read again in small steps
+            lines_before = _whole_lines(path)
+        raise _damaged(path, exc, lines_before, read) from None
+
+
+def _whole_lines(path: Path) -> int:
+    """The line ends a damaged compressed file yields before it breaks (nearly all: a decompressor may hold back
+    its last few kilobytes). Called when it broke in its first read, whose decompressed bytes were lost with the
+    error, so it reads at most about one block again, in small steps."""
+    count = 0
+    try:
+        with open_decompressed(path) as (stream, _):
+            while block := stream.read(1 << 12):
+                count += block.count(b"\n")
+    except STREAM_ERRORS:
+        pass
+    return count
 
 
 def _damaged(path: Path, exc: Exception, lines_before: int, read: int) -> PackcliError:

@@ -254,9 +254,14 @@ class _Progress:
         assert first.failure is not None
         if first.failure.errno in FULL_DISK:  # the publication says it, naming the output and what it kept
             raise OSError(first.failure.errno, first.failure.message, first.failure.path)
+        kept = (
+            f"the {self.partitions} partition(s) committed are kept in {parts} and reused by a rerun with the same "
+            "inputs and options"
+            if self.partitions
+            else "no partition was committed"
+        )  # a fixed input or --skip-bad-records is another run: it packs every partition again
         error = PackcliError(
-            f"{first.failure.message} (partition {first.partition} of {len(self.plan)}; the {self.partitions} "
-            f"partition(s) committed are kept in {parts}: rerun the same command to resume)",
+            f"{first.failure.message} (partition {first.partition} of {len(self.plan)}; {kept})",
             first.failure.path,
             first.failure.line,
         )

@@ -96,13 +96,17 @@ def _scrubbed(exc: BaseException) -> str:
 
 
 @contextmanager
-def _named(url: str, what: str) -> Iterator[None]:
-    """Turn the store's errors into one line naming the URL."""
+def _named(url: str, what: str, writing: bool = False) -> Iterator[None]:
+    """Turn the store's errors into one line naming the URL; ``writing``: a write, which finds no object missing
+    but its bucket."""
     try:
         yield
     except PackcliError:
         raise
     except FileNotFoundError:
+        if writing:
+            bucket = url.split("://", 1)[-1].split("/", 1)[0]
+            raise PackcliError(f"{what}: the bucket {bucket} does not exist (packcli creates no bucket)", url) from None
         raise PackcliError(f"{what}: no such object or prefix", url) from None
     except PermissionError as exc:
         raise PackcliError(f"{what}: access denied ({_scrubbed(exc)}); check the credentials", url) from None
@@ -272,14 +276,14 @@ def open_object(url: str) -> IO[bytes]:
 def write_object(url: str, data: bytes) -> None:
     """Put ``data`` at ``url`` whole: a reader sees the previous object or this one, never a part."""
     fs, path = filesystem(url)
-    with _named(url, "cannot write"):
+    with _named(url, "cannot write", writing=True):
         fs.pipe_file(path, data)
 
 
 def create_object(url: str, data: bytes) -> bool:
     """Put ``data`` at ``url`` only if no object is there (a conditional create); False if one is."""
     fs, path = filesystem(url)
-    with _named(url, "cannot create"):
+    with _named(url, "cannot create", writing=True):
         try:
             fs.pipe_file(path, data, mode="create")
         except FileExistsError:
@@ -290,7 +294,7 @@ def create_object(url: str, data: bytes) -> bool:
 def upload_file(local: str, url: str) -> None:
     """Copy a local file to ``url``."""
     fs, path = filesystem(url)
-    with _named(url, "cannot upload"):
+    with _named(url, "cannot upload", writing=True):
         fs.put_file(local, path)
 
 

@@ -41,6 +41,7 @@ from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
 from packcli.storage.lock import STALE_S, ObjectLock
 from packcli.storage.objects import (
     copy_object,
+    filesystem,
     find_objects,
     object_info,
     read_object,
@@ -114,7 +115,13 @@ class RemotePublication:
                     "choose another --out",
                     self.out,
                 )
-        if not self._lock.acquire():
+        filesystem(str(self.out))  # a missing library is said of the output URL, not of its lock object
+        try:
+            acquired = self._lock.acquire()
+        except PackcliError as exc:
+            exc.path = self.out  # a missing bucket too
+            raise
+        if not acquired:
             raise in_use(_holder_words(self._lock.seen or {}, self._lock.url), self.out)
         try:
             for dead in scratch_directory().glob(f"{self._staged}*"):  # the lock is ours: their runs are over
