@@ -81,11 +81,14 @@ def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> 
 
 
 def _check_written_for(directory: Path, manifest: dict[str, Any], name: str, metadata: dict[bytes, bytes]) -> None:
-    """The shard's metadata keys (where it has them: ``packcli.eos_id`` is newer) equal to the manifest's."""
+    """The shard's metadata keys equal to the manifest's, where both have them (``packcli.eos_id`` is newer, and
+    a manifest's ``tokenizer.eos_id`` additive: readers need none)."""
     tokenizer = manifest["tokenizer"]
     expected = shard_metadata(manifest["max_len"], tokenizer["sha256"], tokenizer.get("eos_id"))
     keys = {"packcli.max_len": "max_len", "packcli.tokenizer_sha256": "tokenizer.sha256"}
-    for field, key in {**keys, "packcli.eos_id": "tokenizer.eos_id"}.items():
+    if "eos_id" in tokenizer:
+        keys["packcli.eos_id"] = "tokenizer.eos_id"
+    for field, key in keys.items():
         found = metadata.get(field.encode())
         if found is not None and found.decode(errors="replace") != expected[field]:
             shown = expected[field] or "null"
