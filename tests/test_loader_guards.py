@@ -9,8 +9,8 @@ import json
 import pickle
 import re
 import shutil
-import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from conftest import SAMPLE, read_jsonl, write_jsonl  # noqa: E402
 from packcli.errors import PackcliError  # noqa: E402
 from packcli.options import PackOptions  # noqa: E402
 from packcli.run.driver import pack_corpus  # noqa: E402
-from packcli.torch import PackedDataset, loader  # noqa: E402
+from packcli.torch import PackedDataset, collate_varlen, loader  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -192,23 +192,26 @@ def test_a_state_is_refused_where_its_rows_would_be_counted_otherwise(outputs: d
         PackedDataset(outputs[0], batch_size=5, drop_last=True).load_state_dict(dropping)
 
 
+def load_worker_state(state: dict[str, Any], worker_id: int) -> None:
+    """A DataLoader ``worker_init_fn``: load into this worker's copy of the dataset its own state, as torchdata's
+    StatefulDataLoader does."""
+    dataset = torch.utils.data.get_worker_info().dataset
+    dataset.load_state_dict({**state, "worker": {"id": worker_id, "num_workers": 2, "taken": 8}})
+
+
 def test_a_worker_state_of_another_batch_size_is_refused(outputs: dict[int, Path]) -> None:
-    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="needs torchdata (the dev extra)")
-    from packcli.torch import collate_varlen
-
-    def make(batch_size: int) -> Any:
-        dataset = PackedDataset(outputs[0], batch_size=batch_size)
-        with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function in its constructor
-            warnings.simplefilter("ignore", UserWarning)
-            return stateful.StatefulDataLoader(dataset, batch_size=batch_size, num_workers=2, collate_fn=collate_varlen)
-
-    interrupted = make(8)
-    for _, _batch in zip(range(5), interrupted):
-        pass
-    resumed = make(7)  # each worker's count of rows is of blocks of 8: with blocks of 7 it names other rows
-    resumed.load_state_dict(interrupted.state_dict())
-    with pytest.raises(Exception, match=r"cannot resume: the state has batch_size=8, this dataset 7"):
-        next(iter(resumed))
+    taken_at = PackedDataset(outputs[0], batch_size=8).state_dict()  # each worker's count is of blocks of 8 rows
+    resumed = PackedDataset(outputs[0], batch_size=7)  # with blocks of 7, the same counts name other rows
+    workers = torch.utils.data.DataLoader(
+        resumed,
+        batch_size=7,
+        num_workers=2,
+        collate_fn=collate_varlen,
+        worker_init_fn=partial(load_worker_state, taken_at),
+    )
+    with pytest.raises(PackcliError, match=r"cannot resume: the state has batch_size=8, this dataset 7"):
+        next(iter(workers))
+    PackedDataset(outputs[0], batch_size=8).load_state_dict(taken_at)  # where the batch size is the same: resumes
 
 
 def test_a_worker_that_finds_another_output_at_the_path_refuses_it(outputs: dict[int, Path], tmp_path: Path) -> None:
