@@ -20,6 +20,7 @@ padding: with the usual shift inside the model, no token learns to predict acros
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Iterator
 from functools import partial
@@ -167,7 +168,7 @@ class PackedDataset(IterableDataset[Row]):
 
     def set_epoch(self, epoch: int) -> None:
         """Go to the start of epoch ``epoch``; the current epoch keeps its position (see the module docstring)."""
-        at_least("epoch", epoch, 0, "epochs count from 0")
+        epoch = at_least("epoch", epoch, 0, "epochs count from 0")
         if epoch != self.epoch:
             self.epoch, self.consumed, self._worker_taken = epoch, 0, 0
             self._epoch_set_seen = int(self._epoch_set[0]) + 1
@@ -213,11 +214,11 @@ class PackedDataset(IterableDataset[Row]):
         info = get_worker_info()
         self._refuse_untracked(info)
         worker = self._check_state(state, info)
-        self.epoch, self.consumed = state["epoch"], 0
-        self._worker_taken = int(worker["taken"]) if worker else 0
+        self.epoch, self.consumed = operator.index(state["epoch"]), 0
+        self._worker_taken = operator.index(worker["taken"]) if worker else 0
         self._worker_resumes = worker is not None
         self._tracked = self._tracked or worker is not None
-        self.advance(state["consumed"])
+        self.advance(operator.index(state["consumed"]))
 
     def _check_state(self, state: dict[str, Any], info: Any) -> dict[str, Any] | None:
         """The state's worker block, once every key of the state is found to fit this dataset.
@@ -243,19 +244,19 @@ class PackedDataset(IterableDataset[Row]):
                 raise PackcliError(
                     f"cannot resume: the state has {key}={known.get(key)!r}, this dataset {getattr(self, key)!r}"
                 )
-        epoch, consumed = state.get("epoch"), state.get("consumed")
-        if type(epoch) is not int or epoch < 0:
-            raise PackcliError(f"cannot resume: the state's epoch={epoch!r} is not an integer >= 0")
-        if type(consumed) is not int or not 0 <= consumed < self.rows_per_rank:
+        epoch, consumed = _integer(state.get("epoch")), _integer(state.get("consumed"))
+        if epoch is None or epoch < 0:
+            raise PackcliError(f"cannot resume: the state's epoch={state.get('epoch')!r} is not an integer >= 0")
+        if consumed is None or not 0 <= consumed < self.rows_per_rank:
             raise PackcliError(
-                f"cannot resume: the state's consumed={consumed!r} is not in 0..{self.rows_per_rank - 1}, "
+                f"cannot resume: the state's consumed={state.get('consumed')!r} is not in 0..{self.rows_per_rank - 1}, "
                 "the rows of an epoch of this rank"
             )
         worker = state.get("worker")
         here = None if info is None else {"id": info.id, "num_workers": info.num_workers}
         if (worker and {"id": worker["id"], "num_workers": worker["num_workers"]}) != here:
             raise PackcliError(f"cannot resume: the state is of DataLoader worker {worker}, this is worker {here}")
-        if worker and (type(worker.get("taken")) is not int or worker["taken"] < 0):
+        if worker and (_integer(worker.get("taken")) or -1) < 0:
             raise PackcliError(f"cannot resume: the state's worker taken={worker.get('taken')!r} is not an int >= 0")
         return worker
 
@@ -314,6 +315,14 @@ class PackedDataset(IterableDataset[Row]):
         if not self._worker_resumes:
             self._worker_taken = 0
         self._worker_resumes = False
+
+
+def _integer(value: object) -> int | None:
+    """``value`` as an int if it is an integer (a numpy one too), else None."""
+    try:
+        return None if isinstance(value, bool) else operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _track_worker(worker_id: int) -> None:

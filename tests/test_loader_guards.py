@@ -255,3 +255,15 @@ def test_a_refused_state_leaves_the_position_as_it_was(
 def test_a_rank_without_a_world_size_or_the_reverse_is_refused(outputs: dict[int, Path], given: dict[str, int]) -> None:
     with pytest.raises(ValueError, match=r"pass both rank= and world_size="):  # was: rank 0 of 1, every row
         PackedDataset(outputs[0], **given)
+
+
+def test_numpy_integers_for_an_epoch_or_a_position_are_integers(outputs: dict[int, Path]) -> None:
+    import numpy as np
+
+    dataset = PackedDataset(outputs[0], seed=1)
+    dataset.set_epoch(np.int64(2))  # an epoch counted by numpy
+    state = dataset.state_dict()
+    assert type(state["epoch"]) is int  # a state of plain ints: JSON and torch.save alike
+    again = PackedDataset(outputs[0], seed=1)
+    again.load_state_dict({**state, "consumed": np.int64(4)})
+    assert (again.epoch, again.consumed) == (2, 4)

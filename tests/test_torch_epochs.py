@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
 from conftest import REPO, SAMPLE, read_jsonl, write_jsonl  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -142,6 +142,7 @@ def test_persistent_workers_serve_each_epoch_the_main_process_sets(packed: Path)
     epoch=st.integers(0, 3),
     stop=st.floats(0, 1),
 )
+@example(world_size=1, batch_size=1, drop_last=False, seed=0, epoch=0, stop=1.0)  # a state taken at the epoch's end
 def test_every_row_once_per_epoch_across_ranks_and_a_resume_anywhere(
     packed: Path, world_size: int, batch_size: int, drop_last: bool, seed: int, epoch: int, stop: float
 ) -> None:
@@ -154,12 +155,13 @@ def test_every_row_once_per_epoch_across_ranks_and_a_resume_anywhere(
             assert drop_last and total // world_size < batch_size
             return
         first.set_epoch(epoch)
+        order = first.rank_rows().tolist()
         cut = int(stop * len(first))
         before = [row["row_index"] for _, row in zip(range(cut), first)]
         resumed = PackedDataset(packed, rank=rank, **options)
         resumed.load_state_dict(first.state_dict())
         after = [row["row_index"] for row in resumed] if cut < len(first) else []
-        assert before + after == first.rank_rows().tolist() and len(before + after) == len(first)
+        assert before + after == order and len(order) == len(first)
         assert (resumed if after else first).epoch == epoch + 1  # the epoch's last row moves it on
         served += before + after
     assert len(served) == len(set(served)) == total - first.dropped_rows
