@@ -192,11 +192,11 @@ def test_a_state_is_refused_where_its_rows_would_be_counted_otherwise(outputs: d
         PackedDataset(outputs[0], batch_size=5, drop_last=True).load_state_dict(dropping)
 
 
-def load_worker_state(state: dict[str, Any], worker_id: int) -> None:
+def load_worker_state(state: dict[str, Any], taken: int, worker_id: int) -> None:
     """A DataLoader ``worker_init_fn``: load into this worker's copy of the dataset its own state, as torchdata's
     StatefulDataLoader does."""
     dataset = torch.utils.data.get_worker_info().dataset
-    dataset.load_state_dict({**state, "worker": {"id": worker_id, "num_workers": 2, "taken": 8}})
+    dataset.load_state_dict({**state, "worker": {"id": worker_id, "num_workers": 2, "taken": taken}})
 
 
 def test_a_worker_state_of_another_batch_size_is_refused(outputs: dict[int, Path]) -> None:
@@ -207,11 +207,19 @@ def test_a_worker_state_of_another_batch_size_is_refused(outputs: dict[int, Path
         batch_size=7,
         num_workers=2,
         collate_fn=collate_varlen,
-        worker_init_fn=partial(load_worker_state, taken_at),
+        worker_init_fn=partial(load_worker_state, taken_at, 8),
     )
     with pytest.raises(PackcliError, match=r"cannot resume: the state has batch_size=8, this dataset 7"):
         next(iter(workers))
-    PackedDataset(outputs[0], batch_size=8).load_state_dict(taken_at)  # where the batch size is the same: resumes
+    same = PackedDataset(outputs[0], batch_size=8)  # the same batch size resumes, also a worker that took no row yet
+    workers = torch.utils.data.DataLoader(
+        same,
+        batch_size=8,
+        num_workers=2,
+        collate_fn=collate_varlen,
+        worker_init_fn=partial(load_worker_state, taken_at, 0),
+    )
+    assert [i for batch in workers for i in batch["row_index"].tolist()] == same.rank_rows().tolist()
 
 
 def test_a_worker_that_finds_another_output_at_the_path_refuses_it(outputs: dict[int, Path], tmp_path: Path) -> None:
