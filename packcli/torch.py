@@ -256,9 +256,10 @@ class PackedDataset(IterableDataset[Row]):
         here = None if info is None else {"id": info.id, "num_workers": info.num_workers}
         if (worker and {"id": worker["id"], "num_workers": worker["num_workers"]}) != here:
             raise PackcliError(f"cannot resume: the state is of DataLoader worker {worker}, this is worker {here}")
-        taken = _integer(worker.get("taken")) if worker else 0
-        if taken is None or taken < 0:
-            raise PackcliError(f"cannot resume: the state's worker taken={worker.get('taken')!r} is not an int >= 0")
+        if worker:
+            taken = _integer(worker.get("taken"))
+            if taken is None or taken < 0:
+                raise PackcliError(f"cannot resume: the state's worker taken={worker.get('taken')!r} is not an int >= 0")
         return worker
 
     def _refuse_untracked(self, info: Any) -> None:
