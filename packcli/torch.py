@@ -259,7 +259,7 @@ class PackedDataset(IterableDataset[Row]):
         if worker:
             taken = _integer(worker.get("taken"))
             if taken is None or taken < 0:
-                raise PackcliError(f"cannot resume: the state's worker taken={worker['taken']!r} is not an int >= 0")
+                raise PackcliError(f"cannot resume: the worker's taken={worker.get('taken')!r} is not an int >= 0")
         return worker
 
     def _refuse_untracked(self, info: Any) -> None:
