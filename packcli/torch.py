@@ -1,8 +1,9 @@
 """The loader: packed shards -> training batches, varlen (FlashAttention) or padded layout. Needs torch.
 
 Rows are numpy views into the memory-mapped shards (no copy, any number of record batches). Every rank gets the
-same number of rows per epoch (the remainder is dropped and counted in ``dropped_rows``), DataLoader workers
-take disjoint blocks of rows, and the order is a pure function of (seed, epoch).
+same number of rows per epoch, at least one (the remainder is dropped and counted in ``dropped_rows``; with
+``drop_last``, down to whole batches), DataLoader workers take disjoint blocks of rows (a persistent worker takes
+each pass's epoch from memory shared with the main process), and the order is a pure function of (seed, epoch).
 
 Epochs advance by themselves: the dataset's position is (epoch, rows of it delivered), and delivering an
 epoch's last row moves it to (epoch + 1, 0), so a second ``for`` loop runs the next epoch and ``state_dict()``
