@@ -108,11 +108,12 @@ class PackedDataset(IterableDataset[Row]):
             distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = torch.distributed.get_rank() if distributed else 0
             world_size = torch.distributed.get_world_size() if distributed else 1
-        at_least("world_size", world_size, 1, "the number of data-parallel ranks")
-        if not 0 <= rank < world_size:
+        world_size = at_least("world_size", world_size, 1, "the number of data-parallel ranks")
+        rank = at_least("rank", rank, 0, "this process' data-parallel rank")
+        if not rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}: pass a rank below world_size={world_size}")
-        at_least("seed", seed, 0, "any integer >= 0 gives its own order")
-        at_least("batch_size", batch_size, 1, "the DataLoader's rows per batch")
+        seed = at_least("seed", seed, 0, "any integer >= 0 gives its own order")  # plain ints: a state is JSON
+        batch_size = at_least("batch_size", batch_size, 1, "the DataLoader's rows per batch")
         self.path, in_use = readable_output(path, cache_dir, cache_limit)
         if in_use is not None:  # the cached copy stays in the cache while this dataset may read it
             self._in_use = weakref.finalize(self, in_use.release)
@@ -123,7 +124,7 @@ class PackedDataset(IterableDataset[Row]):
         self.num_rows = int(manifest["totals"]["sequences"])
         self._rows: ShardRows | None = ShardRows(self.path, manifest)  # checks the listing now, in this process
         self.rank, self.world_size = rank, world_size
-        self.shuffle, self.seed, self.batch_size, self.drop_last = shuffle, seed, batch_size, drop_last
+        self.shuffle, self.seed, self.batch_size, self.drop_last = bool(shuffle), seed, batch_size, bool(drop_last)
         self.rows_per_rank = self._rows_per_rank()
         self.dropped_rows = self.num_rows - self.rows_per_rank * world_size
         self.epoch = 0

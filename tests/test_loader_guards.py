@@ -275,3 +275,12 @@ def test_numpy_integers_for_an_epoch_or_a_position_are_integers(outputs: dict[in
     again = PackedDataset(outputs[0], seed=1)
     again.load_state_dict({**state, "consumed": np.int64(4)})
     assert (again.epoch, again.consumed) == (2, 4)
+
+
+def test_a_state_is_json_whatever_integers_the_options_were_given_as(outputs: dict[int, Path]) -> None:
+    import numpy as np
+
+    numbers = {"rank": np.int64(1), "world_size": np.int64(2), "seed": np.int64(3), "batch_size": np.int32(4)}
+    numbers |= {"shuffle": np.bool_(True)}
+    state = json.loads(json.dumps(PackedDataset(outputs[0], **numbers).state_dict()))  # a checkpoint as JSON
+    PackedDataset(outputs[0], rank=1, world_size=2, seed=3, batch_size=4).load_state_dict(state)
