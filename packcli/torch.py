@@ -21,6 +21,7 @@ padding: with the usual shift inside the model, no token learns to predict acros
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import weakref
 from collections.abc import Iterator
@@ -139,6 +140,7 @@ class PackedDataset(IterableDataset[Row]):
         # same process every pass, its copy of this dataset made once) learns there the epoch to serve.
         self._epoch_set = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._epoch_set_seen = 0
+        self._digest: tuple[int | None, str] = (None, "")
 
     def _rows_per_rank(self) -> int:
         """Every rank's rows per epoch, the same on each.
@@ -203,6 +205,7 @@ class PackedDataset(IterableDataset[Row]):
             "num_rows": self.num_rows,
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
+            "order": self._order_digest(self.epoch),
         }
         if info is not None:
             self._tracked = True
@@ -254,6 +257,11 @@ class PackedDataset(IterableDataset[Row]):
                 f"cannot resume: the state's consumed={state.get('consumed')!r} is not in 0..{self.rows_per_rank - 1}, "
                 "the rows of an epoch of this rank"
             )
+        if "order" in state and state["order"] != self._order_digest(epoch):  # states before it had none
+            raise PackcliError(
+                f"cannot resume: the rows of epoch {epoch} come in another order here than where the state was "
+                f"taken (numpy {np.__version__} shuffles otherwise): resuming would serve rows twice and miss others"
+            )
         worker = state.get("worker")
         here = None if info is None else {"id": info.id, "num_workers": info.num_workers}
         if (worker and {"id": worker["id"], "num_workers": worker["num_workers"]}) != here:
@@ -270,12 +278,20 @@ class PackedDataset(IterableDataset[Row]):
 
     def rank_rows(self) -> np.ndarray:
         """This rank's global row indices for the current epoch, in delivery order."""
-        order = (
-            np.random.default_rng([self.seed, self.epoch]).permutation(self.num_rows)
-            if self.shuffle
-            else np.arange(self.num_rows)
-        )
-        return order[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
+        return self._order(self.epoch)[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """Every row of the output in epoch ``epoch``'s order, the same on every rank."""
+        if not self.shuffle:
+            return np.arange(self.num_rows)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_rows)
+
+    def _order_digest(self, epoch: int) -> str:
+        """A short sha256 of epoch ``epoch``'s order (computed once per epoch): a state carries it, so a resume
+        where numpy shuffles otherwise (another version) is refused rather than serve rows twice."""
+        if self._digest[0] != epoch:
+            self._digest = (epoch, hashlib.sha256(self._order(epoch).astype("<i8").tobytes()).hexdigest()[:16])
+        return self._digest[1]
 
     def row(self, index: int) -> Row:
         """One row by global index: numpy views into the memory-mapped shard."""
