@@ -192,34 +192,37 @@ def test_a_state_is_refused_where_its_rows_would_be_counted_otherwise(outputs: d
         PackedDataset(outputs[0], batch_size=5, drop_last=True).load_state_dict(dropping)
 
 
-def load_worker_state(state: dict[str, Any], taken: int, worker_id: int) -> None:
+def load_worker_state(state: dict[str, Any], taken: int, refusals: Path, worker_id: int) -> None:
     """A DataLoader ``worker_init_fn``: load into this worker's copy of the dataset its own state, as torchdata's
-    StatefulDataLoader does."""
+    StatefulDataLoader does; a refusal is written to ``refusals/WORKER`` (a worker that raises takes seconds to
+    reap) and the worker then serves its share from the start."""
     dataset = torch.utils.data.get_worker_info().dataset
-    dataset.load_state_dict({**state, "worker": {"id": worker_id, "num_workers": 2, "taken": taken}})
+    try:
+        dataset.load_state_dict({**state, "worker": {"id": worker_id, "num_workers": 2, "taken": taken}})
+    except PackcliError as error:
+        (refusals / str(worker_id)).write_text(str(error))
 
 
-def test_a_worker_state_of_another_batch_size_is_refused(outputs: dict[int, Path]) -> None:
+def resumed_in_workers(dataset: PackedDataset, state: dict[str, Any], taken: int, refusals: Path) -> list[int]:
+    """The rows two DataLoader workers serve, each after loading ``state`` with ``taken`` rows of its share."""
+    workers = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=dataset.batch_size,
+        num_workers=2,
+        collate_fn=collate_varlen,
+        worker_init_fn=partial(load_worker_state, state, taken, refusals),
+    )
+    return [i for batch in workers for i in batch["row_index"].tolist()]
+
+
+def test_a_worker_state_of_another_batch_size_is_refused(outputs: dict[int, Path], tmp_path: Path) -> None:
     taken_at = PackedDataset(outputs[0], batch_size=8).state_dict()  # each worker's count is of blocks of 8 rows
-    resumed = PackedDataset(outputs[0], batch_size=7)  # with blocks of 7, the same counts name other rows
-    workers = torch.utils.data.DataLoader(
-        resumed,
-        batch_size=7,
-        num_workers=2,
-        collate_fn=collate_varlen,
-        worker_init_fn=partial(load_worker_state, taken_at, 8),
-    )
-    with pytest.raises(PackcliError, match=r"cannot resume: the state has batch_size=8, this dataset 7"):
-        next(iter(workers))
     same = PackedDataset(outputs[0], batch_size=8)  # the same batch size resumes, also a worker that took no row yet
-    workers = torch.utils.data.DataLoader(
-        same,
-        batch_size=8,
-        num_workers=2,
-        collate_fn=collate_varlen,
-        worker_init_fn=partial(load_worker_state, taken_at, 0),
-    )
-    assert [i for batch in workers for i in batch["row_index"].tolist()] == same.rank_rows().tolist()
+    assert resumed_in_workers(same, taken_at, 0, tmp_path) == same.rank_rows().tolist()
+    assert not list(tmp_path.iterdir())
+    resumed_in_workers(PackedDataset(outputs[0], batch_size=7), taken_at, 8, tmp_path)  # blocks of 7: other rows
+    refusals = sorted(path.read_text() for path in tmp_path.iterdir())
+    assert refusals == ["cannot resume: the state has batch_size=8, this dataset 7"] * 2
 
 
 def test_a_worker_that_finds_another_output_at_the_path_refuses_it(outputs: dict[int, Path], tmp_path: Path) -> None:
