@@ -3,6 +3,7 @@ no download) takes each layout whole and gives every document the logits and los
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -274,3 +275,67 @@ def test_flash_attention_varlen_on_a_gpu(rows: Any) -> None:
             single = model(input_ids=ids).logits[0].float()
             worst = max(worst, (packed_logits[a:b] - single).abs().max().item())
     assert worst < 5e-2  # bf16: both runs round the same kernels' inputs, not the same sums
+
+
+TRAINER_SCRIPT = """
+import json, sys
+from functools import partial
+from pathlib import Path
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from packcli.torch import PackedDataset, collate_padded
+
+packed, steps, split, out = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+arguments = TrainingArguments(output_dir=str(out / "run"), per_device_train_batch_size=4, max_steps=steps,
+    remove_unused_columns=False, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
+assert arguments.world_size == 2 and torch.distributed.is_initialized()
+# "accelerate": the recipe of docs/loader.md (accelerate splits the rows); "dataset": each rank its own rows
+dataset = PackedDataset(packed, seed=0, batch_size=4, **({"rank": 0, "world_size": 1} if split == "accelerate" else {}))
+seen = []
+
+class Recording(Trainer):
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        seen.extend(inputs["row_index"].tolist())
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(use_cache=False, vocab_size=50257, hidden_size=16, intermediate_size=32,
+    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
+Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
+(out / f"seen-{split}-{arguments.process_index}.json").write_text(json.dumps(seen))
+torch.distributed.destroy_process_group()  # else gloo's threads may abort the interpreter's exit
+"""
+
+
+def test_a_trainer_on_two_processes_trains_every_row_once_an_epoch_with_the_documented_recipe(tmp_path: Path) -> None:
+    """torchrun, two CPU processes, the Trainer: accelerate hands the rows of an iterable dataset out among the
+    processes itself (process 0 reads and dispatches them), so the dataset must not split them by rank as well:
+    built with rank=0, world_size=1 (docs/loader.md) every row is trained on once in an epoch; built after
+    torch.distributed with the default rank and world size, only half of them."""
+    import subprocess
+    import sys
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", read_jsonl(SAMPLE)[:5])  # about 3,000 tokens
+    pack_corpus([str(corpus)], PackOptions(max_len=64, overflow="split"), tmp_path / "packed")
+    rows = PackedDataset(tmp_path / "packed").num_rows
+    steps = -(-rows // 8)  # one epoch: 4 rows a process a step
+    assert 5 <= steps <= 30, rows
+    script = tmp_path / "train.py"
+    script.write_text(TRAINER_SCRIPT)
+    seen = {}
+    for split in ("accelerate", "dataset"):
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+             str(tmp_path / "packed"), str(steps), split, str(tmp_path)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen[split] = [json.loads((tmp_path / f"seen-{split}-{k}.json").read_text()) for k in (0, 1)]
+    trained = seen["accelerate"][0] + seen["accelerate"][1]
+    # every row, and at most a few again: accelerate may fill the last step's batches with rows from the start
+    assert set(trained) == set(range(rows)) and rows <= len(trained) < rows + 8
+    # the default: process 0's dataset is rank 0 of 2, and its rows are all that both processes train on
+    first_epoch = PackedDataset(tmp_path / "packed", seed=0, rank=0, world_size=2).rank_rows()
+    early = seen["dataset"][0][:16] + seen["dataset"][1][:16]  # the first four steps
+    assert set(early) <= set(first_epoch.tolist()) and len(first_epoch) == rows // 2
