@@ -72,7 +72,8 @@ class PackedDataset(IterableDataset[Row]):
         shuffle: shuffle rows each epoch (deterministically from ``seed`` and the epoch).
         seed: the shuffle seed; the same on every rank.
         rank, world_size: this process' place in data-parallel training, both or neither; default from
-            ``torch.distributed`` when it is initialized, else 0 and 1.
+            ``torch.distributed`` when it is initialized, else 0 and 1. Under the Hugging Face Trainer or
+            accelerate's ``prepare()``, which hand the rows out among processes themselves: 0 and 1.
         batch_size: rows per batch of the DataLoader that iterates this dataset. Workers take turns by blocks of
             this many rows, so the DataLoader delivers rows in exactly this rank's order (needed for exact
             resume with workers; :func:`loader` sets it).
