@@ -13,21 +13,32 @@ for it. Needs the ``hf`` extra (``pip install 'packcli[hf]'``).
 
 from __future__ import annotations
 
+import numbers
+import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packcli.errors import PackcliError, UsageError, requires_extra
 from packcli.options import PackOptions, parse_size
 from packcli.read.inputs import Spool
+from packcli.storage.urls import is_url
 from packcli.util.files import file_sha256
 
 __all__ = ["pack"]
 
 BATCH_RECORDS = 1000
 DATASET_NAME = "<dataset>"  # how messages and the manifest name a dataset given to pack()
+_TYPE_NAMES = {kind: (kind.__name__, f"{kind.__name__} | None") for kind in (bool, int, str)}
+PATH_OPTIONS = ("tokenizer", "chat_template")  # files: a Path is taken too
+OPTION_TYPES: dict[str, type | None] = {  # the plain type of each PackOptions field (None: PackOptions checks it)
+    field.name: next((kind for kind in (bool, int, str) if field.type in _TYPE_NAMES[kind]), None)
+    for field in fields(PackOptions)
+}
 FIELD_OPTIONS = ("text_field", "prompt_field", "response_field", "messages_field", "ids_field", "labels_field")
 
 
@@ -46,7 +57,7 @@ def pack(
         source: a ``datasets.Dataset`` or ``IterableDataset``, or a path (or list of paths, directories, globs) as
             ``packcli pack`` takes them.
         max_len: tokens per packed sequence.
-        out: the output directory (Arrow shards + manifest.json).
+        out: the output directory (Arrow shards + manifest.json), local: the result is memory-mapped from it.
         tokenizer: as ``--tokenizer`` (default: the bundled GPT-2).
         overwrite: replace an existing, different output.
         options: the other ``pack`` options, by their :class:`~packcli.options.PackOptions` names (``strategy``,
@@ -54,8 +65,10 @@ def pack(
             as bytes or text like "64MiB", ...).
 
     Raises:
-        UsageError: an unknown option, or a dataset without the columns the options name.
-        PackcliError: as ``packcli pack`` (a bad record, an output in the way, ...).
+        UsageError: an unknown option or one of the wrong type (numpy's integers and booleans are taken as plain
+            ones), an ``out`` URL, or a dataset without the columns the options name.
+        PackcliError: as ``packcli pack`` (a bad record, an output in the way, ...), and a streamed column whose
+            type changes between rows (other than a batch of None).
     """
     with requires_extra("hf", "packcli.pack()"):
         import datasets
@@ -66,7 +79,13 @@ def pack(
         raise UsageError(f"unknown pack option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     if isinstance(options.get("shard_size"), str):
         options["shard_size"] = parse_size(options["shard_size"])
-    pack_options = PackOptions(max_len=max_len, tokenizer=tokenizer, **options)
+    given = {"max_len": max_len, "tokenizer": tokenizer, **options}
+    pack_options = PackOptions(**{name: _plain(name, value) for name, value in given.items()})
+    if is_url(str(out)):
+        raise UsageError(
+            f"packcli.pack() returns the output memory-mapped: out must be a local directory, not {out}; pack to a "
+            "URL with `packcli pack --out URL`"
+        )
     out = Path(out)
     if isinstance(source, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         raise UsageError(
@@ -76,7 +95,8 @@ def pack(
     if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
         with tempfile.TemporaryDirectory(prefix="packcli-dataset-") as scratch:
             path = Path(scratch) / "dataset.arrow"
-            _write_stream(path, _record_batches(source, _named_columns(pack_options)))
+            columns = _named_columns(pack_options)
+            _write_stream(path, _record_batches(source, columns), columns)
             spool = Spool(path, file_sha256(path), DATASET_NAME)
             try:
                 manifest = _pack([str(path)], pack_options, out, overwrite, spool)
@@ -88,6 +108,25 @@ def pack(
         manifest = _pack(inputs, pack_options, out, overwrite)
     shards = [datasets.Dataset.from_file(str(out / shard["file"])) for shard in manifest["shards"]]
     return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0]
+
+
+def _plain(name: str, value: Any) -> Any:
+    """An option's value as the plain Python type its PackOptions field holds (numpy's integers and booleans too).
+
+    Raises:
+        UsageError: a value of another type (``"128"`` or ``128.5`` for ``max_len``), named by its keyword.
+    """
+    kind = OPTION_TYPES[name]
+    if value is None or kind is None:
+        return value
+    if kind is bool and isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if kind is str and (isinstance(value, str) or (name in PATH_OPTIONS and isinstance(value, os.PathLike))):
+        return os.fspath(value)
+    what = {bool: "True or False", int: "a whole number", str: "a string"}[kind]
+    raise UsageError(f"{name} must be {what}, got {value!r}")
 
 
 def _pack(
@@ -107,9 +146,8 @@ def _named_columns(options: PackOptions) -> list[str]:
 
 
 def _record_batches(source: Any, columns: Sequence[str]) -> Iterator[Any]:
-    """The named columns of ``source``, as Arrow tables of up to BATCH_RECORDS records."""
-    import pyarrow as pa
-
+    """The named columns of ``source``, as Arrow tables of up to BATCH_RECORDS records, typed by the dataset's
+    features where it has them (a column that is all None in one batch keeps its type)."""
     present = source.column_names  # None: an IterableDataset whose features are not known before reading
     missing = [column for column in columns if present is not None and column not in present]
     if missing:
@@ -117,20 +155,47 @@ def _record_batches(source: Any, columns: Sequence[str]) -> Iterator[Any]:
             f"the dataset has no column {missing[0]!r} (columns: {', '.join(present)}); name its column with the "
             "matching option (text_field=..., prompt_field=..., ...)"
         )
-    for batch in source.select_columns(list(columns)).iter(batch_size=BATCH_RECORDS):
-        yield pa.Table.from_pydict({column: batch[column] for column in columns})
+    selected = source.select_columns(list(columns)).with_format("arrow")
+    for table in selected.iter(batch_size=BATCH_RECORDS):
+        yield table.replace_schema_metadata(None)
 
 
-def _write_stream(path: Path, tables: Iterator[Any]) -> None:
-    """Write tables as one Arrow IPC stream (the schema of the first; an empty dataset gives an empty file)."""
+def _write_stream(path: Path, tables: Iterator[Any], columns: Sequence[str]) -> None:
+    """Write tables as one Arrow IPC stream of the first one's schema. A column that is all None in a later table
+    takes that schema's type; any other change of type is an error naming the row (a value is never converted to
+    text it was not). An empty dataset gives a stream of string columns and no record."""
     import pyarrow as pa
 
-    writer, schema = None, None
+    writer, schema, rows = None, None, 0
     with open(path, "wb") as sink:
         for table in tables:
             if writer is None:
                 schema = table.schema
                 writer = pa.ipc.new_stream(sink, schema)
-            writer.write_table(table.cast(schema))
-        if writer is not None:
-            writer.close()
+            writer.write_table(_conform(table, schema, rows))
+            rows += table.num_rows
+        if writer is None:
+            writer = pa.ipc.new_stream(sink, pa.schema([(column, pa.string()) for column in columns]))
+        writer.close()
+
+
+def _conform(table: Any, schema: Any, rows_before: int) -> Any:
+    """``table`` in ``schema``: its all-None columns cast, any other difference of type refused."""
+    import pyarrow as pa
+
+    for index, field in enumerate(schema):
+        found = table.schema.field(field.name).type
+        if found == field.type:
+            continue
+        column = table.column(field.name)
+        if pa.types.is_null(found):
+            table = table.set_column(index, field.name, column.cast(field.type))
+            continue
+        first = next((row for row, valid in enumerate(column.is_valid().to_pylist()) if valid), 0)
+        raise PackcliError(
+            f"column {field.name!r} is {found} here, {field.type} in the rows before; give the dataset its "
+            "features (datasets.Features) so that every row has one type",
+            DATASET_NAME,
+            rows_before + first + 1,
+        )
+    return table

@@ -4,11 +4,14 @@ it, and a datasets.Dataset memory-mapped from the shards out; ``import packcli``
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 
 import packcli
@@ -89,3 +92,71 @@ def test_import_packcli_does_not_import_datasets() -> None:
     code = "import sys, packcli; print('datasets' in sys.modules, callable(packcli.pack), 'datasets' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "True", "False"]
+
+
+def test_a_first_batch_of_none_texts_is_bad_records_not_a_crash(records: list[dict[str, str]], tmp_path: Path) -> None:
+    # a column that is all None in the first thousand rows is Arrow type null there: the dataset's own features
+    # give the column its type, so the Nones are bad records (counted) and the texts after them packed
+    dataset = datasets.Dataset.from_list([{"text": None}] * 1000 + records)
+    packed = packcli.pack(dataset, max_len=128, out=tmp_path / "packed", skip_bad_records=True)
+    manifest = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    assert manifest["totals"]["bad_records"] == 1000 and manifest["totals"]["input_documents"] == len(records)
+    assert len(packed) == manifest["totals"]["sequences"]
+    with pytest.raises(PackcliError, match=r"^<dataset>:1: "):
+        packcli.pack(dataset, max_len=128, out=tmp_path / "strict")
+
+
+def test_a_streamed_column_that_changes_type_is_one_error_naming_the_row(tmp_path: Path) -> None:
+    def changing() -> Iterator[dict[str, object]]:
+        yield from ({"text": None} for _ in range(1000))
+        yield {"text": "a text after a thousand Nones"}
+
+    streamed = datasets.IterableDataset.from_generator(changing)
+    with pytest.raises(PackcliError, match=r"^<dataset>:1001: column 'text' is string here, null in the rows before"):
+        packcli.pack(streamed, max_len=128, out=tmp_path / "packed")
+    assert not (tmp_path / "packed").exists()
+
+
+def test_an_empty_dataset_is_refused_as_an_empty_file_is(tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(PackcliError) as from_file:
+        packcli.pack(tmp_path / "empty.jsonl", max_len=128, out=tmp_path / "a")
+    with pytest.raises(PackcliError) as from_dataset:
+        packcli.pack(datasets.Dataset.from_dict({"text": []}), max_len=128, out=tmp_path / "b")
+    assert str(from_dataset.value) == str(from_file.value).replace(str(tmp_path / "empty.jsonl"), "<dataset>")
+    assert "no documents" in str(from_dataset.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("max_len", "128", "max_len must be a whole number, got '128'"),
+        ("max_len", 128.5, "max_len must be a whole number, got 128.5"),
+        ("max_len", True, "max_len must be a whole number, got True"),
+        ("seed", 1.5, "seed must be a whole number, got 1.5"),
+        ("shuffle", "no", "shuffle must be True or False, got 'no'"),
+        ("text_field", 3, "text_field must be a string, got 3"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_a_usage_error_naming_it(
+    records: list[dict[str, str]], tmp_path: Path, option: str, value: object, words: str
+) -> None:
+    given = {"max_len": 128, option: value}
+    with pytest.raises(UsageError, match=f"^{re.escape(words)}$"):
+        packcli.pack(datasets.Dataset.from_list(records), out=tmp_path / "x", **given)  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
+def test_numpy_integers_are_taken_as_plain_ones(records: list[dict[str, str]], tmp_path: Path) -> None:
+    packcli.pack(datasets.Dataset.from_list(records), max_len=np.int64(128), out=tmp_path / "x", seed=np.int32(2))
+    options = json.loads((tmp_path / "x" / "manifest.json").read_text())["options"]
+    assert (options["max_len"], options["seed"]) == (128, 2)
+
+
+def test_an_output_url_is_refused_not_written_to_a_local_folder_named_after_it(
+    records: list[dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"^packcli\.pack\(\) returns the output memory-mapped: out must be a local"):
+        packcli.pack(datasets.Dataset.from_list(records), max_len=128, out="s3://bucket/packed")
+    assert list(tmp_path.iterdir()) == []  # it once packed into ./s3:/bucket/packed
