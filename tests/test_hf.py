@@ -116,6 +116,14 @@ def test_a_streamed_column_that_changes_type_is_one_error_naming_the_row(tmp_pat
         packcli.pack(streamed, max_len=128, out=tmp_path / "packed")
     assert not (tmp_path / "packed").exists()
 
+    def number_after_texts() -> Iterator[dict[str, object]]:
+        yield from ({"text": f"text {n}"} for n in range(1000))
+        yield {"text": 5}  # once cast to the text "5" and packed
+
+    streamed = datasets.IterableDataset.from_generator(number_after_texts)
+    with pytest.raises(PackcliError, match=r"^<dataset>:1001: column 'text' is int64 here, string in the rows before"):
+        packcli.pack(streamed, max_len=128, out=tmp_path / "packed")
+
 
 def test_an_empty_dataset_is_refused_as_an_empty_file_is(tmp_path: Path) -> None:
     (tmp_path / "empty.jsonl").write_text("")
