@@ -244,3 +244,29 @@ def test_a_url_for_a_summary_or_plot_file_is_refused_before_any_work(
         assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
         assert "s3://bucket/" in result.output and "takes a local path" in result.output
         assert listing(tmp_path) == []
+
+
+def test_a_summary_or_plot_that_cannot_be_written_fails_before_any_work(
+    corpus: Path, packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A summary or plot in a directory that does not exist (or a directory itself) fails at once, exit 1, one line
+    naming it: it once failed after the whole run, a pack's output published, a raw corpus tokenized."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    cache = Path(os.environ["PACKCLI_CACHE"])
+    cached = sorted(cache.iterdir()) if cache.exists() else []
+    Path("a-directory").mkdir()
+    for args, named, why in (
+        (["pack", str(corpus), "--out", "out", "--summary", "no-such-dir/s.md"], "no-such-dir/s.md", "No such file"),
+        (["pack", str(corpus), "--out", "out", "--dry-run", "--summary", "no-such-dir/s.md"], "no-such-dir/s.md", ""),
+        (["verify", str(packed), "--summary", "a-directory"], "a-directory", "Is a directory"),
+        (["stats", str(packed), "--summary", "no-such-dir/s.md", "--min-efficiency", "1%"], "no-such-dir/s.md", ""),
+        (["stats", str(corpus), "--max-len", "512", "--plot", "no-such-dir/p.png"], "no-such-dir/p.png", ""),
+        (["stats", str(corpus), "--max-len", "512", "--summary", "no-such-dir/s.md", "--json"], "no-such-dir/s.md", ""),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 1 and result.stdout == "", result.output
+        assert result.stderr.startswith(f"error: {named}: cannot write the ") and why in result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert listing(tmp_path) == ["a-directory"]  # no output published, no summary
+        assert (sorted(cache.iterdir()) if cache.exists() else []) == cached  # nothing tokenized

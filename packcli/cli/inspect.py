@@ -111,7 +111,7 @@ def stats(
     from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.gates import check_gates, failure, measure_checked, parse_gates
-    from packcli.report.markdown import append_summary, stats_markdown
+    from packcli.report.markdown import append_summary, check_summary, stats_markdown
     from packcli.report.stats import measure_output
     from packcli.report.terminal import loss_warning, print_corpus_choices, print_stats
     from packcli.run.analysis import measure_corpus
@@ -119,6 +119,7 @@ def stats(
     from packcli.storage.mirror import local_output
 
     gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
+    check_summary(summary_file)
     if plot is not None:
         from packcli.report.plot import check_plot_path
 
@@ -191,12 +192,13 @@ def verify(
       packcli verify packed/ --json
     """
     from packcli.errors import EXIT_DATA
-    from packcli.report.markdown import append_summary, verify_markdown
+    from packcli.report.markdown import append_summary, check_summary, verify_markdown
     from packcli.report.terminal import count
     from packcli.report.verify import MAX_LISTED, verify_output
     from packcli.storage import location
     from packcli.storage.mirror import local_output
 
+    check_summary(summary_file)
     with local_output(location(path), check=False) as out:  # damage in the store is verify's to report
         report = verify_output(out)
     append_summary(verify_markdown(report.to_json(), path), summary_file)

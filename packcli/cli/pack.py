@@ -133,11 +133,13 @@ def pack(
       packcli pack corpus/ --max-len 2048 --dry-run --json
     """
     from packcli.read.stdin import STDIN, spooled_stdin
+    from packcli.report.markdown import check_summary
     from packcli.run.driver import pack_corpus
     from packcli.run.progress import make_reporter
     from packcli.storage import location
 
     options = flags.pack_options(locals())
+    check_summary(summary_file)  # a summary that cannot be written fails now, not after the output is published
     if STDIN in inputs and options.partitions == 1 and options.engine == "local":
         options = replace(options, partitions=None)  # one partition of standard input is the plain run
     warnings = Warnings(quiet)

@@ -3,7 +3,7 @@ packing efficiency, what was lost, the warnings, the gates.
 
 Where it goes: appended to ``$GITHUB_STEP_SUMMARY`` when that is set (GitHub Actions shows it on the run's page), and
 to ``--summary FILE`` wherever given; one file named both ways gets it once. Never on stdout, so ``--json`` keeps
-stdout to its one object. A file that cannot be written is a data error naming it.
+stdout to its one object. A file that cannot be written is a data error naming it, found before the command's work.
 """
 
 from __future__ import annotations
@@ -15,26 +15,44 @@ from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.report.terminal import count, token_loss
+from packcli.util.files import unwritable
 
-__all__ = ["GITHUB_SUMMARY", "append_summary", "pack_markdown", "stats_markdown", "verify_markdown"]
+__all__ = ["GITHUB_SUMMARY", "append_summary", "check_summary", "pack_markdown", "stats_markdown", "verify_markdown"]
 
 GITHUB_SUMMARY = "GITHUB_STEP_SUMMARY"
 MAX_WARNINGS = 10  # warnings listed in a summary; the rest are counted
 
 
+def check_summary(summary: Path | None) -> None:
+    """Before a command's work: each file the summary goes to can be written.
+
+    Raises:
+        PackcliError: one that cannot, named, with the system's reason.
+    """
+    for target in _targets(summary):
+        reason = unwritable(target)
+        if reason is not None:
+            raise PackcliError(f"cannot write the summary ({reason})", target)
+
+
 def append_summary(markdown: str, summary: Path | None) -> None:
     """Append ``markdown`` to ``summary`` and to ``$GITHUB_STEP_SUMMARY`` (once each file); neither: nothing."""
-    targets = [summary, *([Path(os.environ[GITHUB_SUMMARY])] if os.environ.get(GITHUB_SUMMARY) else [])]
-    seen: set[Path] = set()
-    for target in targets:
-        if target is None or target.resolve() in seen:
-            continue
-        seen.add(target.resolve())
+    for target in _targets(summary):
         try:
             with open(target, "a", encoding="utf-8") as handle:
                 handle.write(markdown.rstrip("\n") + "\n\n")
         except OSError as exc:
             raise PackcliError(f"cannot write the summary ({exc.strerror or exc})", target) from None
+
+
+def _targets(summary: Path | None) -> list[Path]:
+    """``summary`` and ``$GITHUB_STEP_SUMMARY``, those given, one file named both ways once."""
+    given = [summary, *([Path(os.environ[GITHUB_SUMMARY])] if os.environ.get(GITHUB_SUMMARY) else [])]
+    targets: dict[Path, Path] = {}
+    for target in given:
+        if target is not None:
+            targets.setdefault(target.resolve(), target)
+    return list(targets.values())
 
 
 def _lost(figures: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from packcli.errors import PackcliError, UsageError, requires_extra
 from packcli.report.stats import Measured, histogram
+from packcli.util.files import unwritable
 
 __all__ = ["check_plot_path", "plot_stats"]
 
@@ -26,9 +27,13 @@ _DOCUMENT_COLOURS = ("#1f6fb4", "#f28e2b", "#59a14f", "#b07aa1", "#e15759", "#76
 
 
 def check_plot_path(path: Path) -> None:
-    """A usage error for a format matplotlib is not asked to write, and the install hint when it is missing."""
+    """A usage error for a format matplotlib is not asked to write, a data error for a file that cannot be written
+    (a directory that does not exist), and the install hint when matplotlib is missing."""
     if path.suffix.lower() not in FORMATS:
         raise UsageError(f"--plot {path}: the file name must end in {', '.join(FORMATS)}")
+    reason = unwritable(path)
+    if reason is not None:
+        raise PackcliError(f"cannot write the plot ({reason})", path)
     with requires_extra("plot", _FEATURE):
         import matplotlib  # noqa: F401
 
@@ -63,7 +68,7 @@ def plot_stats(measured: Measured, path: Path, title: str, raw: bool) -> None:
     try:
         figure.savefig(path, dpi=80)
     except OSError as exc:
-        raise PackcliError(f"cannot write the plot: {exc}", path) from None
+        raise PackcliError(f"cannot write the plot ({exc.strerror or exc})", path) from None
 
 
 def _style(axes: Any, title: str) -> None:

@@ -5,13 +5,14 @@ A reader never sees half a file: text goes to ``NAME.tmp``, is fsynced, then ren
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "file_sha256", "write_atomically", "write_json"]
+__all__ = ["canonical_json", "file_sha256", "unwritable", "write_atomically", "write_json"]
 
 
 def canonical_json(value: Any) -> str:
@@ -42,3 +43,17 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be opened to write or append, as the system says it (``No such file or directory``), or
+    None when it can: checked before a command's work, so that a mistyped file fails at once and not after it."""
+    if path.is_dir():
+        return os.strerror(errno.EISDIR)
+    if path.exists():
+        return None if os.access(path, os.W_OK) else os.strerror(errno.EACCES)
+    if not path.parent.exists():
+        return os.strerror(errno.ENOENT)
+    if not path.parent.is_dir():
+        return os.strerror(errno.ENOTDIR)
+    return None if os.access(path.parent, os.W_OK | os.X_OK) else os.strerror(errno.EACCES)
