@@ -96,3 +96,19 @@ def test_show_errors(tmp_path: Path, sft_output: Path) -> None:
     assert wrong.exit_code == 1 and "is not the one this output was packed with" in wrong.stderr
     missing = runner.invoke(app, ["show", str(tmp_path / "nothing")])
     assert missing.exit_code == 1 and "not a packcli output" in missing.stderr
+
+
+def test_control_characters_in_a_document_are_shown_as_escapes_not_acted_on(tmp_path: Path) -> None:
+    """A document's ESC sequences, carriage returns and bidi overrides once reached the terminal raw: text
+    recoloured, ``hidden\\rshown`` printed as ``hiddenshown``. Now each is its escape; newlines and other unicode
+    stay, and --json keeps the text as decoded."""
+    text = "red:\x1b[31m alarm\x1b[0m hidden\rshown \u202eevil café 😀\nnext line"
+    corpus = write_jsonl(tmp_path / "odd.jsonl", [{"text": text}])
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["pack", str(corpus), "--max-len", "64", "--out", str(out), "--quiet"]).exit_code == 0
+    shown = runner.invoke(app, ["show", str(out)])
+    assert shown.exit_code == 0, shown.output
+    assert "red:\\x1b[31m alarm\\x1b[0m hidden\\rshown \\u202eevil café 😀\nnext line<|endoftext|>" in shown.stdout
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", shown.stdout)
+    decoded = json.loads(runner.invoke(app, ["show", str(out), "--json"]).stdout)
+    assert decoded["documents"][0]["segments"][0]["text"] == text + "<|endoftext|>"

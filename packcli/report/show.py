@@ -12,6 +12,7 @@ A row of two documents, the second with a supervised answer, prints (outside a t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from packcli.format.shards import read_shard
 from packcli.report.terminal import console, count
 
 __all__ = ["decode_row", "output_tokenizer", "print_row", "read_row"]
+
+_ACTED_ON = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 OPEN_MARK, CLOSE_MARK = "⟦", "⟧"  # around supervised tokens when colour is not available
 
@@ -162,13 +165,21 @@ def print_row(decoded: dict[str, Any], title: str) -> None:
             continue
         text = Text()
         for segment in document["segments"]:
+            shown = _visible(segment["text"])
             if segment["supervised"] and colour:
-                text.append(segment["text"], style="bold green")
+                text.append(shown, style="bold green")
             elif segment["supervised"]:
-                text.append(f"{OPEN_MARK}{segment['text']}{CLOSE_MARK}")
+                text.append(f"{OPEN_MARK}{shown}{CLOSE_MARK}")
             else:
-                text.append(segment["text"])
+                text.append(shown)
         out.print(text)
+
+
+def _visible(text: str) -> str:
+    """``text`` with what a terminal would act on rather than show (control characters but newline and tab, escape
+    sequences, bidi overrides) written as its escape, ``\\x1b``: a document cannot recolour, overwrite or reorder
+    what ``show`` prints, nor lose a character to it."""
+    return _ACTED_ON.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _token_table(tokens: list[dict[str, Any]], supervised: bool) -> Table:
