@@ -56,9 +56,18 @@ def step_env(variables: dict[str, Any], **more: str) -> dict[str, str]:
     return {**os.environ, "PATH": path, **{key: str(value) for key, value in variables.items()}, **more}
 
 
+class StepFailed(Exception):
+    """A step that exited non-zero: the job stops there (GitHub skips the later steps and saves no cache)."""
+
+    def __init__(self, script: str, done: subprocess.CompletedProcess[str]) -> None:
+        super().__init__(f"{script}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}")
+        self.script, self.returncode, self.stderr = script, done.returncode, done.stderr
+
+
 def run_shell(script: str, workspace: Path, env: dict[str, str]) -> str:
     done = subprocess.run([*SHELL, script], cwd=workspace, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, f"{script}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    if done.returncode != 0:
+        raise StepFailed(script, done)
     return done.stdout
 
 
@@ -134,3 +143,32 @@ def test_gitlab_job_runs_as_written(tmp_path: Path, origin: Path) -> None:
     summary = (workspace / "packcli-summary.md").read_text()
     assert summary.count("### packcli ") == 3 and "**FAIL**" not in summary
     assert set(job["cache"]["paths"]) == {"packed/"} and (workspace / "packed" / "manifest.json").is_file()
+
+
+def github_job(pack_args: str) -> dict[str, Any]:
+    workflow = next(recipe for recipe in recipes() if "jobs" in recipe)
+    [job] = workflow["jobs"].values()
+    return {**job, "env": {**job["env"], "PACK_ARGS": pack_args}}
+
+
+def test_github_workflow_with_a_failing_gate_stops_at_the_gates_with_one_line(tmp_path: Path, origin: Path) -> None:
+    """A max_len far above the documents leaves rows nearly empty: the Gates step fails (exit 3, one line naming the
+    gate, its value and threshold), the step summary holds the verdict, and no cache is saved for the next run."""
+    with pytest.raises(StepFailed) as failed:
+        run_github(github_job("data/ --max-len 1048576 --out packed"), origin, tmp_path)
+    assert failed.value.script.startswith("packcli stats packed --min-efficiency") and failed.value.returncode == 3
+    assert re.fullmatch(
+        r"error: packed: gate failed: --min-efficiency: packing efficiency \d+\.\d\d% is below 95\.00%\n",
+        failed.value.stderr,
+    ), failed.value.stderr
+    assert "**FAIL**" in (tmp_path / "step-summary.md").read_text() and not (tmp_path / "cache").exists()
+
+
+def test_github_workflow_with_a_missing_input_stops_at_the_cache_key_with_one_line(
+    tmp_path: Path, origin: Path
+) -> None:
+    with pytest.raises(StepFailed) as failed:
+        run_github(github_job("data/missing.jsonl --max-len 2048 --out packed"), origin, tmp_path)
+    assert failed.value.script.startswith("packcli pack $PACK_ARGS --dry-run --json") and failed.value.returncode == 1
+    assert failed.value.stderr.startswith("error: data/missing.jsonl: ") and failed.value.stderr.count("\n") == 1
+    assert not (tmp_path / "workspace" / "packed").exists() and not (tmp_path / "step-summary.md").exists()
