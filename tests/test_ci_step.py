@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +271,19 @@ def test_a_summary_or_plot_that_cannot_be_written_fails_before_any_work(
         assert result.stderr.count("\n") == 1, result.stderr
         assert listing(tmp_path) == ["a-directory"]  # no output published, no summary
         assert (sorted(cache.iterdir()) if cache.exists() else []) == cached  # nothing tokenized
+
+
+def test_verify_json_on_a_damaged_output_still_says_why_it_failed_on_stderr(tmp_path: Path, packed: Path) -> None:
+    """`verify --json > report.json` in a CI step: stdout is the one object, and the log still gets the one line
+    that says the step failed (it got nothing, as `stats --json` with a failed gate gets its line)."""
+    damaged = tmp_path / "damaged"
+    shutil.copytree(packed, damaged)
+    shard = damaged / "shard-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    result = invoke("verify", str(damaged), "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1 and report["ok"] is False
+    assert result.stderr == f"error: {damaged}: {report['problem_count']} problem(s) found\n"
+    assert invoke("verify", str(packed), "--json").stderr == ""

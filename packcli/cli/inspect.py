@@ -214,8 +214,8 @@ def verify(
             print(f"problem: {problem}", file=sys.stderr)
         if report.count > MAX_LISTED:
             print(f"... and {report.count - MAX_LISTED} more problems", file=sys.stderr)
+    if not report.ok:  # the log's one line, with --json too: the object on stdout holds the problems
         print(f"error: {path}: {report.count} problem(s) found", file=sys.stderr)
-    if not report.ok:
         raise typer.Exit(EXIT_DATA)
 
 
