@@ -17,14 +17,14 @@ import numbers
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from packcli.errors import PackcliError, UsageError, requires_extra
-from packcli.options import PackOptions, parse_size
+from packcli.options import PackOptions, parse_count, parse_size
 from packcli.read.inputs import Spool
 from packcli.storage.urls import is_url
 from packcli.util.files import file_sha256
@@ -62,11 +62,12 @@ def pack(
         overwrite: replace an existing, different output.
         options: the other ``pack`` options, by their :class:`~packcli.options.PackOptions` names (``strategy``,
             ``text_field``, ``prompt_field``, ``response_field``, ``overflow``, ``seed``, ``shuffle``, ``shard_size``
-            as bytes or text like "64MiB", ...).
+            and ``partition_size`` as bytes or text like "64MiB", ``target_tokens`` as a number or text like "3M").
+            A dataset is never partitioned: ``partitions=1`` is the plain run, more is refused.
 
     Raises:
         UsageError: an unknown option or one of the wrong type (numpy's integers and booleans are taken as plain
-            ones), an ``out`` URL, or a dataset without the columns the options name.
+            ones), an ``out`` URL, a dataset with partitions, or a dataset without the columns the options name.
         PackcliError: as ``packcli pack`` (a bad record, an output in the way, ...), and a streamed column whose
             type changes between rows (other than a batch of None).
     """
@@ -77,8 +78,9 @@ def pack(
     unknown = sorted(set(options) - known)
     if unknown:
         raise UsageError(f"unknown pack option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    if isinstance(options.get("shard_size"), str):
-        options["shard_size"] = parse_size(options["shard_size"])
+    for name, parse in (("shard_size", parse_size), ("partition_size", parse_size), ("target_tokens", parse_count)):
+        if isinstance(options.get(name), str):  # as the command line takes them: "512MiB", "3M"
+            options[name] = parse(options[name])
     given = {"max_len": max_len, "tokenizer": tokenizer, **options}
     pack_options = PackOptions(**{name: _plain(name, value) for name, value in given.items()})
     if is_url(str(out)):
@@ -93,6 +95,7 @@ def pack(
             f"source[{next(iter(source), 'train')!r}]"
         )
     if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
+        pack_options = _unpartitioned(pack_options)
         with tempfile.TemporaryDirectory(prefix="packcli-dataset-") as scratch:
             path = Path(scratch) / "dataset.arrow"
             columns = _named_columns(pack_options)
@@ -127,6 +130,24 @@ def _plain(name: str, value: Any) -> Any:
         return os.fspath(value)
     what = {bool: "True or False", int: "a whole number", str: "a string"}[kind]
     raise UsageError(f"{name} must be {what}, got {value!r}")
+
+
+def _unpartitioned(options: PackOptions) -> PackOptions:
+    """The options of a dataset's run, which is never partitioned: ``partitions=1`` on the local engine is the plain
+    run, as ``-`` makes it on the command line.
+
+    Raises:
+        UsageError: any other partitioned run (the spool is a local temporary file, and it would be cut otherwise
+            than the same records in a file).
+    """
+    if options.partitions == 1 and options.engine == "local":
+        return replace(options, partitions=None)
+    if options.partitioned:
+        raise UsageError(
+            "a dataset cannot be cut into partitions or sent to workers (partitions=1 is the plain run, in this "
+            "process): save it to files (dataset.to_json(...), dataset.to_parquet(...)) and pass their paths"
+        )
+    return options
 
 
 def _pack(

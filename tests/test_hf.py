@@ -168,3 +168,19 @@ def test_an_output_url_is_refused_not_written_to_a_local_folder_named_after_it(
     with pytest.raises(UsageError, match=r"^packcli\.pack\(\) returns the output memory-mapped: out must be a local"):
         packcli.pack(datasets.Dataset.from_list(records), max_len=128, out="s3://bucket/packed")
     assert list(tmp_path.iterdir()) == []  # it once packed into ./s3:/bucket/packed
+
+
+def test_a_dataset_is_not_cut_into_partitions_as_standard_input_is_not(
+    records: list[dict[str, str]], tmp_path: Path
+) -> None:
+    """A dataset is spooled to a local temporary file, as standard input is: workers on other machines cannot read
+    it, and it is cut otherwise than the same records in a file (a partitioned dataset gave other shards than the
+    same JSON Lines). So it is refused as `-` is, and partitions=1 on the local engine is the plain run."""
+    dataset = datasets.Dataset.from_list(records)
+    for options in ({"partitions": 2}, {"partition_size": "1MiB"}, {"partitions": 1, "engine": "ray"}):
+        with pytest.raises(UsageError, match=r"^a dataset cannot be cut into partitions or sent to workers \("):
+            packcli.pack(dataset, max_len=128, out=tmp_path / "x", **options)
+    assert not (tmp_path / "x").exists()
+    packcli.pack(dataset, max_len=128, out=tmp_path / "one", partitions=1)
+    packcli.pack(dataset, max_len=128, out=tmp_path / "plain")
+    assert shard_hashes(tmp_path / "one") == shard_hashes(tmp_path / "plain")
