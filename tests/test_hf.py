@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,3 +185,29 @@ def test_a_dataset_is_not_cut_into_partitions_as_standard_input_is_not(
     packcli.pack(dataset, max_len=128, out=tmp_path / "one", partitions=1)
     packcli.pack(dataset, max_len=128, out=tmp_path / "plain")
     assert shard_hashes(tmp_path / "one") == shard_hashes(tmp_path / "plain")
+
+
+def test_a_returned_dataset_keeps_its_rows_when_the_output_is_repacked_in_place(
+    records: list[dict[str, str]], tmp_path: Path
+) -> None:
+    out = tmp_path / "packed"
+    first = packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out)
+    rows = first[:]
+    second = packcli.pack(datasets.Dataset.from_list(records[:4]), max_len=64, out=out, overwrite=True)
+    assert first[:] == rows  # its shard was replaced, not rewritten: the mapping still holds the old file
+    assert len(second) == json.loads((out / "manifest.json").read_text())["totals"]["sequences"] != len(first)
+    assert max(len(row) for row in second["input_ids"]) <= 64
+
+
+def test_a_stream_that_fails_midway_leaves_no_output_and_no_spool(
+    records: list[dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing() -> Iterator[dict[str, str]]:
+        yield from records * 150  # past the first batches written to the spool
+        raise ConnectionError("the source went away")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with pytest.raises(ConnectionError, match="the source went away"):
+        packcli.pack(datasets.IterableDataset.from_generator(failing), max_len=128, out=tmp_path / "packed")
+    assert not (tmp_path / "packed").exists() and list((tmp_path / "tmp").iterdir()) == []
