@@ -287,3 +287,21 @@ def test_verify_json_on_a_damaged_output_still_says_why_it_failed_on_stderr(tmp_
     assert result.exit_code == 1 and report["ok"] is False
     assert result.stderr == f"error: {damaged}: {report['problem_count']} problem(s) found\n"
     assert invoke("verify", str(packed), "--json").stderr == ""
+
+
+def test_a_restored_output_with_a_shard_cut_short_is_not_called_another_runs(
+    tmp_path: Path, corpus: Path, packed: Path
+) -> None:
+    """A cache restored with a shard cut short has this run's fingerprint: the dry run and the run refuse it alike,
+    and their words allow for it (they said 'other inputs, tokenizer or options', which were the same)."""
+    out = tmp_path / "out"
+    shutil.copytree(packed, out)
+    shard = out / "shard-00000.arrow"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    args = ["pack", str(corpus), "--max-len", "512", "--out", str(out), "--quiet"]
+    dry, real = invoke(*args, "--dry-run", "--json"), invoke(*args)
+    for result in (dry, real):
+        assert result.exit_code == 1 and result.stdout == "" and result.stderr.count("\n") == 1, result.output
+        assert "or this run's output with a shard missing or not its listed size" in result.stderr
+    assert "--overwrite" in dry.stderr and "--overwrite" in real.stderr
+    assert invoke(*args, "--overwrite").exit_code == 0 and invoke("verify", str(out)).exit_code == 0
