@@ -116,8 +116,8 @@ def dry_run(
     output = output_state(out, fingerprint)
     if output == "other" and not overwrite:
         raise PackcliError(
-            "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard missing or "
-            "not its listed size): the run would refuse it without --overwrite",
+            "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
+            "missing or not its listed size): the run would refuse it without --overwrite",
             out,
         )
     status = "up-to-date" if output == "same" else "would-pack"

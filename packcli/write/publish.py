@@ -221,8 +221,8 @@ def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:
     """
     if existing == "other" and not overwrite:
         raise PackcliError(
-            "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard missing or "
-            "not its listed size); pass --overwrite to replace it",
+            "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
+            "missing or not its listed size); pass --overwrite to replace it",
             shown,
         )
     return existing == "same"
