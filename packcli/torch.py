@@ -39,7 +39,7 @@ with requires_extra("torch", "packcli.torch"):
     import torch
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from packcli.loader.checks import at_least
+from packcli.loader.checks import at_least, refuse_split_under_accelerate
 from packcli.loader.collate import Row, check_cp_options, collate_padded, collate_varlen, flash_attention_kwargs
 from packcli.loader.masks import block_causal_mask, flex_block_mask
 from packcli.loader.shard_rows import ShardRows
@@ -73,7 +73,8 @@ class PackedDataset(IterableDataset[Row]):
         seed: the shuffle seed; the same on every rank.
         rank, world_size: this process' place in data-parallel training, both or neither; default from
             ``torch.distributed`` when it is initialized, else 0 and 1. Under the Hugging Face Trainer or
-            accelerate's ``prepare()``, which hand the rows out among processes themselves: 0 and 1.
+            accelerate's ``prepare()``, which hand the rows out among processes themselves: 0 and 1 (a world size
+            above 1 is refused there, when accelerate sets the epoch or iterates).
         batch_size: rows per batch of the DataLoader that iterates this dataset. Workers take turns by blocks of
             this many rows, so the DataLoader delivers rows in exactly this rank's order (needed for exact
             resume with workers; :func:`loader` sets it).
@@ -174,6 +175,7 @@ class PackedDataset(IterableDataset[Row]):
     def set_epoch(self, epoch: int) -> None:
         """Go to the start of epoch ``epoch``; the current epoch keeps its position (see the module docstring)."""
         epoch = at_least("epoch", epoch, 0, "epochs count from 0")
+        refuse_split_under_accelerate(self.rank, self.world_size)  # the Trainer sets every epoch, 0 too
         if epoch != self.epoch:
             self.epoch, self.consumed, self._worker_taken = epoch, 0, 0
             self._epoch_set_seen = int(self._epoch_set[0]) + 1
@@ -312,6 +314,7 @@ class PackedDataset(IterableDataset[Row]):
     def __iter__(self) -> Iterator[Row]:
         info = get_worker_info()
         if info is None:
+            refuse_split_under_accelerate(self.rank, self.world_size)
             for index in self.rank_rows()[self.consumed :].tolist():
                 self.advance(1)
                 yield self.row(index)
