@@ -358,3 +358,26 @@ def test_a_worker_whose_driver_died_while_it_started_ends_at_once() -> None:
     started = time.monotonic()
     finished = subprocess.run([sys.executable, "-c", code], timeout=60)
     assert finished.returncode == 1 and time.monotonic() - started < 30
+
+
+def test_a_killed_run_leaves_nothing_in_packcli_scratch_once_rerun(
+    big: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-job run keeps its token store in ``$PACKCLI_SCRATCH``; kill -9 leaves it there, and the next run on the
+    same output removes it (its staging directory has another name, its scratch must not)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "cache"))  # tokenized afresh: the store is written
+    out = tmp_path / "out"
+    command = [*PACK, str(big), "--max-len", "1024", "--out", str(out), "--quiet"]
+    process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
+    wait_for(lambda: any(scratch.glob("packcli-*/tokens*")), process)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert list(scratch.iterdir()), "the kill came after the run had cleaned its scratch"
+
+    rerun = invoke("pack", str(big), "--max-len", "1024", "--out", str(out), "--quiet")
+    assert rerun.exit_code == 0, rerun.output
+    assert invoke("verify", str(out)).exit_code == 0
+    assert sorted(path.name for path in scratch.iterdir()) == []

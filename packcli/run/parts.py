@@ -34,6 +34,7 @@ from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
 from packcli.storage.objects import find_objects, remove_objects, upload_file, write_object
 from packcli.util.files import canonical_json, file_sha256, write_json
+from packcli.write.publish import staging_family
 from packcli.write.remote import RUN_RECORD, scratch_directory, scratch_key
 
 __all__ = ["PartsArea", "part_name", "part_prefix"]
@@ -66,8 +67,9 @@ class PartsArea:
         return self.root / part_name(partition)
 
     def _scratch(self, partition: int) -> Path:
-        """A part's node-local directory: one name per output and partition."""
-        return scratch_directory() / f"packcli-{scratch_key(self.root.resolve())}-{part_name(partition)}"
+        """A part's node-local directory: one name per output and partition, whichever run stages it."""
+        owner = self.root.resolve() if self.remote else staging_family(self.root.resolve())
+        return scratch_directory() / f"packcli-{scratch_key(owner)}-{part_name(partition)}"
 
     def build_path(self, partition: int) -> Path:
         """Where a running part writes its shards: the part's own directory, or for a store its scratch directory

@@ -57,13 +57,16 @@ __all__ = [
     "has_size",
     "in_use",
     "out_of_room",
+    "staging_family",
     "up_to_date",
 ]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
+STAGING = "staging"  # a one-run staging directory is .NAME.packcli-staging-PID-RANDOM
+_ONE_RUN_STAGING = re.compile(rf"(\..+\.packcli-{STAGING})-\d+-[0-9a-f]+")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
-_DEBRIS = ("staging-*", "old-*", "partial", "old")
+_DEBRIS = (f"{STAGING}-*", "old-*", "partial", "old")
 # Errors of a write that ran out of room: the disk or quota is full, or a file reached its size limit.
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -99,7 +102,7 @@ class Publication:
         self.inputs = list(inputs)
         self.resumable = resumable
         self.existing = existing or existing_output
-        self.staging = self._sibling("resume" if resumable else f"staging-{os.getpid()}-{secrets.token_hex(4)}")
+        self.staging = self._sibling("resume" if resumable else f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}")
         self.up_to_date = False
         self._lock = FileLock(self._sibling("lock"))
         self._committed = False
@@ -315,6 +318,14 @@ def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
                 "choose an --out outside it",
                 out,
             )
+
+
+def staging_family(staging: Path) -> Path:
+    """What every run's staging directory for one output has in common: a one-run staging directory without its
+    run's pid and random part, any other path as it is. Node-local scratch named by it is found by the next run on
+    the output after a kill -9 (which removes nothing)."""
+    match = _ONE_RUN_STAGING.fullmatch(staging.name)
+    return staging.with_name(match.group(1)) if match else staging
 
 
 def _swap_into_place(staging: Path, target: Path, old: Path) -> Path | None:
