@@ -257,3 +257,31 @@ def test_the_next_run_removes_what_a_killed_run_left(tmp_path: Path, corpus: Pat
     assert any(name.startswith(".out.packcli-staging-") for name in debris(tmp_path))
     assert pack(corpus, out) == (0, "")
     assert debris(tmp_path) == [] and verified(out)
+
+
+def test_a_file_in_the_way_of_out_is_named_as_not_a_directory(tmp_path: Path, corpus: Path) -> None:
+    """A file where --out needs a directory is said as such, before any work, not as the lock's 'File exists'."""
+    (tmp_path / "afile").write_text("x\n")
+    out = tmp_path / "afile" / "packed"
+    code, stderr = pack(corpus, out)
+    assert code == 1
+    assert stderr.strip() == f"error: {tmp_path / 'afile'}: exists and is not a directory; choose another --out"
+
+
+@pytest.fixture
+def mount_point(tmp_path: Path) -> Path:  # type: ignore[misc]
+    """An empty directory that is a mount point of its own (a bind mount), where the system lets this user mount."""
+    point = tmp_path / "volume"
+    point.mkdir()
+    if subprocess.run(["mount", "--bind", str(point), str(point)], capture_output=True).returncode != 0:
+        pytest.skip("needs a bind mount, which this user may not make")
+    yield point
+    subprocess.run(["umount", str(point)], check=True)
+
+
+def test_a_mount_point_as_out_is_refused_before_any_work(tmp_path: Path, corpus: Path, mount_point: Path) -> None:
+    """An output is swapped into place whole, which a mount point cannot be: say so before packing, not after."""
+    code, stderr = pack(corpus, mount_point)
+    assert code == 1
+    assert stderr.strip().startswith(f"error: {mount_point}: is a mount point"), stderr
+    assert not list(tmp_path.glob(".volume.packcli-*")), "work was staged for an output that cannot be published"

@@ -114,6 +114,13 @@ class Publication:
     def __enter__(self) -> Publication:
         if self.target.parent == self.target:
             raise PackcliError("cannot write an output over the filesystem root; choose another --out", self.out)
+        if _is_mount_point(self.target):
+            raise PackcliError(
+                "is a mount point: packcli swaps a new output directory into place whole, which a mount point "
+                "cannot be; choose a directory inside it as --out",
+                self.out,
+            )
+        _check_no_file_above(self.target)
         _check_inputs(self.out, self.target, self.inputs)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -300,6 +307,31 @@ def directory_names(target: Path, shown: Path) -> list[str]:
 def has_size(path: Path, size: int) -> bool:
     """Whether ``path`` is a file of ``size`` bytes (a listed file of an output or export, intact as listed)."""
     return path.is_file() and path.stat().st_size == size
+
+
+def _is_mount_point(path: Path) -> bool:
+    """Whether ``path`` is a mount point: another device, or (a bind mount of the same file system, which
+    ``os.path.ismount`` cannot tell) listed in ``/proc/self/mountinfo`` where the system has one."""
+    if os.path.ismount(path):
+        return True
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    points = {line.split(" ")[4] for line in lines if line.count(" ") >= 4}
+    escaped = str(path).replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
+    return escaped in points
+
+
+def _check_no_file_above(target: Path) -> None:
+    """Refuse an output under a path that exists and is not a directory (a file in the way of its parents).
+
+    Raises:
+        PackcliError: naming that path.
+    """
+    for above in reversed(target.parents):
+        if above.exists() and not above.is_dir():
+            raise PackcliError("exists and is not a directory; choose another --out", above)
 
 
 def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
