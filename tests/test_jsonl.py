@@ -289,3 +289,23 @@ def test_a_small_cut_stream_names_the_last_whole_line(tmp_path: Path, suffix: st
         rf"cut\.jsonl\{suffix}: the compressed data is damaged or cut short after line (\d+): ", result.stderr
     )
     assert named and intact - 5 <= int(named[1]) <= intact, result.stderr  # a decompressor may hold back a few KB
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_run_failing_on_a_cut_stream_leaves_nothing_in_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, partitioned: bool
+) -> None:
+    """A run that fails on bad data removes its node-local scratch, as it removes its staging: nothing is left
+    in ``$PACKCLI_SCRATCH`` for a run that will never come."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "cache"))
+    whole = gzip.compress(b"".join(line(f"document {i} " * 200) for i in range(100)))
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    inputs = [str(path), str(write_jsonl(tmp_path / "good.jsonl", [{"text": "whole"}]))] if partitioned else [str(path)]
+    extra = ["--partitions", "2", "--workers", "1"] if partitioned else []
+    result = pack(*inputs, "--out", str(tmp_path / "out"), "--quiet", *extra)
+    assert result.exit_code == 1 and "cut.jsonl.gz: the compressed data is damaged" in result.stderr, result.stderr
+    assert sorted(entry.name for entry in scratch.iterdir()) == []

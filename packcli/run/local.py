@@ -133,12 +133,11 @@ def start_worker(shipped: ShippedTokenizer | None, threads: int | None) -> None:
 
 def run_job(job: Job) -> JobResult:
     """:func:`run_local` in a worker, with the tokenizer :func:`start_worker` loaded; a data or I/O error becomes a
-    Failure (the job's own files removed)."""
+    Failure (the job's own files removed by :func:`run_local`)."""
     warnings: list[str] = []
     try:
         totals = run_local(job, _worker_tokenizer, SilentReporter(), warnings.append, _worker_threads)
     except (PackcliError, OSError) as exc:
-        PartsArea(job.staging).clear(job.partition)
         failure = (
             Failure(exc.message, exc.path, exc.line, exc.exit_code)
             if isinstance(exc, PackcliError)
@@ -155,9 +154,26 @@ def run_local(
     warn: Callable[[str], None],
     threads: int | None = None,
 ) -> dict[str, int]:
-    """Run one job and commit its part; returns its totals. Errors propagate. ``threads``: the tokenizer's (None:
-    every core)."""
+    """Run one job and commit its part; returns its totals. Errors propagate, the job's part and node-local scratch
+    removed first (no run comes back for what a failed one left there). ``threads``: the tokenizer's (None: every
+    core)."""
     area = PartsArea(job.staging)
+    try:
+        return _build_part(job, area, tokenizer, reporter, warn, threads)
+    except BaseException:
+        area.clear(job.partition)
+        raise
+
+
+def _build_part(
+    job: Job,
+    area: PartsArea,
+    tokenizer: LoadedTokenizer | None,
+    reporter: Reporter,
+    warn: Callable[[str], None],
+    threads: int | None,
+) -> dict[str, int]:
+    """Build and commit one job's part in ``area``; returns its totals."""
     k, options = job.partition, job.options
     area.clear(k)  # what an earlier, interrupted attempt left
     built = area.build_path(k)
