@@ -17,7 +17,7 @@ import numbers
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -140,8 +140,7 @@ def _unpartitioned(options: PackOptions) -> PackOptions:
         UsageError: any other partitioned run (the spool is a local temporary file, and it would be cut otherwise
             than the same records in a file).
     """
-    if options.partitions == 1 and options.engine == "local":
-        return replace(options, partitions=None)
+    options = options.in_one_process()
     if options.partitioned:
         raise UsageError(
             "a dataset cannot be cut into partitions or sent to workers (partitions=1 is the plain run, in this "

@@ -73,6 +73,14 @@ class PackOptions:
         """The run is cut into partitions (``--partitions`` or ``--partition-size``)."""
         return self.partitions is not None or self.partition_size is not None
 
+    def in_one_process(self) -> PackOptions:
+        """These options for a run whose input only this process can read (standard input, a dataset, spooled to a
+        local temporary file): ``partitions=1`` on the local engine is the plain run. Any other partitioned run is
+        left as it is, for the caller to refuse."""
+        if self.partitions == 1 and self.partition_size is None and self.engine == "local":
+            return dataclasses.replace(self, partitions=None)
+        return self
+
     @property
     def fine_tuning(self) -> bool:
         """Records are prompt/response pairs, chats or labelled token ids: documents carry labels."""

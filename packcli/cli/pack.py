@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -140,8 +139,8 @@ def pack(
 
     options = flags.pack_options(locals())
     check_summary(summary_file)  # a summary that cannot be written fails now, not after the output is published
-    if STDIN in inputs and options.partitions == 1 and options.engine == "local":
-        options = replace(options, partitions=None)  # one partition of standard input is the plain run
+    if STDIN in inputs:
+        options = options.in_one_process()
     warnings = Warnings(quiet)
     if dry_run:
         from packcli.run.dry_run import dry_run as plan_run

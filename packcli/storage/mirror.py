@@ -20,13 +20,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
 from packcli.storage.objects import open_object
 from packcli.storage.urls import UrlPath, location
-from packcli.util.files import canonical_json
+from packcli.util.files import canonical_json, temporary_beside, write_atomically
 from packcli.util.locks import FileLock
 
 __all__ = ["cached_output", "held_copy", "local_output", "readable_output"]
@@ -73,7 +72,7 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
             path = shard_path(local, shard["file"])
             if not (path.is_file() and path.stat().st_size == shard["bytes"]):
                 _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None)
-        _write_manifest(local, manifest)
+        write_atomically(local / MANIFEST_NAME, canonical_json(manifest), own_name=True)  # the commit, last
     except BaseException:
         in_use.release()
         raise
@@ -94,7 +93,7 @@ def _hold(local: Path) -> FileLock:
 
 def _fetch(source: Path, path: Path, sha256: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = _temporary_beside(path)
+    handle, partial = temporary_beside(path, ".part")  # fillers of one copy never share one
     digest = hashlib.sha256()
     with open_object(str(source)) as stream, os.fdopen(handle, "wb") as copy:
         while block := stream.read(_COPY_BLOCK):
@@ -104,23 +103,6 @@ def _fetch(source: Path, path: Path, sha256: str | None) -> None:
         partial.unlink()
         raise PackcliError("sha256 differs from the manifest (the object was changed or damaged)", source)
     os.replace(partial, path)
-
-
-def _temporary_beside(path: Path) -> tuple[int, Path]:
-    """A new file of its own beside ``path``, to be renamed over it: fillers of one copy never share one."""
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".part")
-    os.fchmod(handle, 0o644)  # as open() would make it: readable by the other users of a shared cache
-    return handle, Path(name)
-
-
-def _write_manifest(local: Path, manifest: dict[str, Any]) -> None:
-    """Commit the copy: its manifest, written last, through a temporary name of this filler's own."""
-    handle, partial = _temporary_beside(local / MANIFEST_NAME)
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        file.write(canonical_json(manifest))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(partial, local / MANIFEST_NAME)
 
 
 def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:

@@ -9,10 +9,11 @@ import errno
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "file_sha256", "unwritable", "write_atomically", "write_json"]
+__all__ = ["canonical_json", "file_sha256", "temporary_beside", "unwritable", "write_atomically", "write_json"]
 
 
 def canonical_json(value: Any) -> str:
@@ -20,15 +21,30 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, indent=2) + "\n"
 
 
-def write_atomically(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: temporary file, fsync, rename. Returns ``path``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+def write_atomically(path: Path, text: str, own_name: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically: temporary file, fsync, rename. Returns ``path``. ``own_name``: the
+    temporary file is this writer's own (:func:`temporary_beside`), for a file that several processes or threads
+    may write at once (the last rename wins); else it is ``NAME.tmp``, which an output's cleanup knows."""
+    if own_name:
+        handle, tmp = temporary_beside(path, ".tmp")
+        file = os.fdopen(handle, "w", encoding="utf-8")
+    else:
+        tmp = path.with_name(path.name + ".tmp")
+        file = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+    with file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(tmp, path)
     return path
+
+
+def temporary_beside(path: Path, suffix: str) -> tuple[int, Path]:
+    """A new file of this writer's own beside ``path`` (its descriptor and name), to be renamed over it: writers of
+    one file never share a temporary one. Readable by all, as ``open`` would make it."""
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=suffix)
+    os.fchmod(handle, 0o644)
+    return handle, Path(name)
 
 
 def write_json(path: Path, value: Any) -> Path:
