@@ -304,3 +304,17 @@ def test_a_state_whose_row_order_is_not_this_ones_is_refused(outputs: dict[int, 
     PackedDataset(outputs[0], seed=1).load_state_dict(state)
     before_the_check = {key: value for key, value in state.items() if key != "order"}
     PackedDataset(outputs[0], seed=1).load_state_dict(before_the_check)
+
+
+def test_an_output_packed_with_no_eos_opens_in_the_loader_and_stats(tmp_path: Path) -> None:
+    """With --no-eos the shards record no EOS (none was appended) while the manifest still names the tokenizer's:
+    the listing check holds a shard to the EOS pack appended, not to the tokenizer's."""
+    from packcli.report.stats import packed_stats
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", read_jsonl(SAMPLE)[:3])
+    out = tmp_path / "no-eos"
+    pack_corpus([str(corpus)], PackOptions(max_len=96, eos=False), out)
+    assert json.loads((out / "manifest.json").read_text())["tokenizer"]["eos_id"] == 50256
+    dataset = PackedDataset(out, shuffle=False)
+    assert dataset.num_rows > 0 and all(50256 not in dataset.row(k)["input_ids"] for k in range(dataset.num_rows))
+    assert packed_stats(out)["documents"] > 0

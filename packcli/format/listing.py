@@ -82,9 +82,11 @@ def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> 
 
 def _check_written_for(directory: Path, manifest: dict[str, Any], name: str, metadata: dict[bytes, bytes]) -> None:
     """The shard's metadata keys equal to the manifest's, where both have them (``packcli.eos_id`` is newer, and
-    a manifest's ``tokenizer.eos_id`` additive: readers need none)."""
+    a manifest's ``tokenizer.eos_id`` additive: readers need none). A shard records the EOS pack appended: none
+    with ``--no-eos``, whatever EOS the tokenizer has."""
     tokenizer = manifest["tokenizer"]
-    expected = shard_metadata(manifest["max_len"], tokenizer["sha256"], tokenizer.get("eos_id"))
+    appended = tokenizer.get("eos_id") if manifest["options"].get("eos") is True else None  # as verify holds it
+    expected = shard_metadata(manifest["max_len"], tokenizer["sha256"], appended)
     keys = {"packcli.max_len": "max_len", "packcli.tokenizer_sha256": "tokenizer.sha256"}
     if "eos_id" in tokenizer:
         keys["packcli.eos_id"] = "tokenizer.eos_id"
