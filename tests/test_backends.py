@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -26,7 +28,7 @@ from packcli.encode.backends import (
     open_backends,
 )
 from packcli.encode.corpus import tokenize_corpus
-from packcli.encode.crosscheck import MIN_CHARACTERS, MIN_CHECKED, CrossCheck
+from packcli.encode.crosscheck import CHARACTERS_PER_CHECKED, MIN_CHARACTERS, MIN_CHECKED, CrossCheck
 from packcli.encode.encoders import SegmentEncoder, TextEncoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
 from packcli.options import PackOptions
@@ -186,8 +188,8 @@ def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
 
 
 def test_the_cross_checks_free_minimum_is_bounded_in_characters() -> None:
-    """The first MIN_CHECKED texts are checked whatever the time, but only while they hold MIN_CHARACTERS in all:
-    long documents (source files) are then checked within the time share alone."""
+    """The first MIN_CHECKED texts are checked whatever their share, but only while they hold MIN_CHARACTERS in all:
+    long documents (source files) are then checked within the share alone."""
     hf = HFBackend(load_tokenizer().tokenizer)
     short = [f"document {k}" for k in range(MIN_CHECKED + 8)]
     check = CrossCheck("hf", 0)
@@ -196,7 +198,36 @@ def test_the_cross_checks_free_minimum_is_bounded_in_characters() -> None:
     quarter = ["word " * (MIN_CHARACTERS // 20 + 1) + str(k) for k in range(8)]  # each just over a quarter
     check = CrossCheck("hf", 0)
     check.verify(quarter, hf, hf.encode(quarter), hf)
-    assert check.checked == 3  # a fourth would pass MIN_CHARACTERS, and no time has passed yet
+    assert check.checked == 3  # a fourth would pass MIN_CHARACTERS, and 8 texts earn no share of a whole one
+
+
+def sampled(texts: list[str], cuts: list[int], seed: int = 0) -> list[int]:
+    """The texts (indices) a run's cross-check takes when ``texts`` come in batches cut at ``cuts``."""
+    check, taken = CrossCheck("fastokens", seed), []
+    for start, end in zip([0, *cuts], [*cuts, len(texts)]):
+        taken += [start + k for k in check.sample(texts[start:end])]
+    return taken
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 19_999), max_size=8, unique=True).map(sorted), st.integers(0, 3))
+def test_the_cross_checks_sample_depends_on_the_seed_and_the_documents_alone(cuts: list[int], seed: int) -> None:
+    """Same documents and seed, same sample, however the run batched them (batches follow --workers and the
+    machine's load) and however long encoding took: a rerun checks the same documents."""
+    texts = [f"document {k} " + "word " * (k % 37) for k in range(20_000)]
+    whole = sampled(texts, [], seed)
+    assert len(whole) > MIN_CHECKED  # the share adds documents to the free minimum
+    assert sampled(texts, cuts, seed) == whole
+    if seed == 0:
+        assert sampled(texts, cuts, 1) != whole
+
+
+def test_the_cross_check_is_bounded_on_one_huge_document_and_on_many_tiny_ones() -> None:
+    tiny = [str(k) for k in range(100_000)]  # 488,890 characters
+    asked = sampled(tiny, list(range(1_000, 100_000, 1_000)))
+    assert MIN_CHECKED < len(asked) <= MIN_CHECKED + sum(map(len, tiny)) // CHARACTERS_PER_CHECKED
+    huge = ["word " * 400_000]  # 2 MB alone: over the free minimum, and more than the share ever earns
+    assert sampled(huge, []) == []
 
 
 def edited(change: dict[str, Any]) -> LoadedTokenizer:

@@ -1,18 +1,22 @@
 """The cross-check: proof on the user's own data that the fast backend encodes as Hugging Face ``tokenizers`` does.
 
-A seeded sample of each batch's texts is encoded again with Hugging Face and compared id for id; a difference
-stops the run (:class:`TokenizerMismatch`, which the corpus loop turns into an error naming the document's file
-and line). The sample is bounded by time: the checking may take about SHARE of the time since the first batch,
-plus the first MIN_CHECKED texts, which are always checked (a short run is checked whole or nearly) as long as
-they hold at most MIN_CHARACTERS in all (a free minimum of whole source files would cost more than the run's
-encoding: 32 files of the CPython library took 0.25 s, a tenth of the run).
-Invariant: the check never changes a token; it only reads the backend's ids and stops the run on a difference.
+A seeded sample of the run's texts is encoded again with Hugging Face and compared id for id; a difference stops
+the run (:class:`TokenizerMismatch`, which the corpus loop turns into an error naming the document's file and
+line). The sample is bounded in characters: the first MIN_CHECKED texts are always checked (a short run is checked
+whole or nearly) as long as they hold at most MIN_CHARACTERS in all (a free minimum of whole source files would
+cost more than the run's encoding: 32 files of the CPython library took 0.25 s, a tenth of the run); after them,
+every CHARACTERS_PER_CHECKED characters read earn one character of checking, spent on candidates drawn at seeded
+random gaps, each checked when the credit earned so far covers it. (Hugging Face is about 20 times slower than the
+fast backend, so this is about 1% of a run's time; measured in docs/cli.md.)
+
+Invariants: the check never changes a token; it only reads the backend's ids and stops the run on a difference.
+The documents checked depend on the seed and on the texts in order alone (integer arithmetic, no clock), not on
+how the texts were batched or how long encoding took: a rerun, with any ``--workers``, checks the same ones.
 """
 
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import numpy as np
@@ -20,13 +24,12 @@ import numpy as np
 from packcli.encode.backends import Backend, HFBackend
 from packcli.errors import PackcliError
 
-__all__ = ["MIN_CHARACTERS", "MIN_CHECKED", "SHARE", "CrossCheck", "TokenizerMismatch"]
+__all__ = ["CHARACTERS_PER_CHECKED", "MIN_CHARACTERS", "MIN_CHECKED", "CrossCheck", "TokenizerMismatch"]
 
-SHARE = 0.01  # of the run's time, spent encoding the sample again with Hugging Face
-MIN_CHECKED = 32  # texts checked whatever the time...
+CHARACTERS_PER_CHECKED = 2000  # characters read per character checked, after the free minimum
+MIN_CHECKED = 32  # texts checked first, whatever their share...
 MIN_CHARACTERS = 1 << 16  # ...while they hold no more than this (about 50 ms of Hugging Face)
-_CANDIDATES = 64  # texts of one batch considered, in a seeded random order
-_FIRST_RATE = 1e6  # characters per second Hugging Face is assumed to encode before it is measured
+MEAN_GAP = 256  # texts from one candidate to the next, on average, after the free minimum
 
 
 class TokenizerMismatch(PackcliError):
@@ -45,39 +48,31 @@ class TokenizerMismatch(PackcliError):
 
 
 class CrossCheck:
-    """Checks a bounded, seeded sample of every batch (one instance per run, used by one thread at a time)."""
+    """Checks a bounded, seeded sample of a run's texts, batch by batch (one instance per run, used by one thread
+    at a time)."""
 
     def __init__(self, backend: str, seed: int) -> None:
         self.backend = backend
         self.random = random.Random(seed)
-        self.started: float | None = None
-        self.spent = 0.0  # seconds spent encoding with Hugging Face
         self.checked = 0  # texts checked
+        self.minimum_left = MIN_CHECKED  # texts of the free minimum still to come
         self.free_characters = MIN_CHARACTERS  # left of the minimum's characters
-        self.rate = _FIRST_RATE  # characters per second, as measured
+        self.earned = 0  # characters read so far (up to the current candidate): CHARACTERS_PER_CHECKED earn one
+        self.spent = 0  # characters checked after the free minimum
+        self.next_candidate = 0  # the next candidate text, counted from the start of the next batch
 
     def verify(self, texts: list[str], backend: Backend, encoded: Any, reference: HFBackend) -> None:
-        """Compare the sample of ``texts`` that the budget allows with Hugging Face's ids.
+        """Compare the sample's texts among ``texts`` (the run's next batch) with Hugging Face's ids.
 
         Raises:
             TokenizerMismatch: the backend's ids of a sampled text differ.
         """
-        now = time.perf_counter()
-        if self.started is None:
-            self.started = now
-        picks = self._sample(texts, SHARE * (now - self.started) - self.spent)
+        picks = self.sample(texts)
         if not picks:
             return
         tokens, lengths = backend.ids(encoded)
         starts = np.concatenate(([0], np.cumsum(lengths)))
-        before = time.perf_counter()
         expected = reference.id_lists([texts[k] for k in picks])
-        seconds = time.perf_counter() - before
-        self.spent += seconds
-        self.checked += len(picks)
-        characters = sum(len(texts[k]) for k in picks)
-        if seconds > 0 and characters:
-            self.rate = characters / seconds
         for k, want in zip(picks, expected):
             got = tokens[starts[k] : starts[k + 1]].tolist()
             if got != want:
@@ -90,16 +85,33 @@ class CrossCheck:
                     want[position] if position < len(want) else None,
                 )
 
-    def _sample(self, texts: list[str], allowance: float) -> list[int]:
-        """Texts to check: seeded random candidates, each taken while the time allowance (in characters at the
-        measured rate) lasts, or while fewer than MIN_CHECKED were checked and the minimum's characters last."""
-        budget = allowance * self.rate
+    def sample(self, texts: list[str]) -> list[int]:
+        """The texts of this batch to check (indices, in order); the run's state moves past the batch.
+
+        A candidate is checked while the free minimum lasts (the next candidate is then the next text), or when the
+        characters earned so far, its own included, cover it (the next candidate is then a seeded gap away)."""
+        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        read = np.cumsum(sizes)  # characters of the batch up to each text, included
+        credited = 0  # characters of the batch already added to ``earned``
         picks: list[int] = []
-        for k in self.random.sample(range(len(texts)), min(len(texts), _CANDIDATES)):
-            if self.checked + len(picks) < MIN_CHECKED and len(texts[k]) <= self.free_characters:
+        k = self.next_candidate
+        while k < len(texts):
+            size = int(sizes[k])
+            if self.minimum_left:  # a text of the free minimum: checked if it fits, passed over if not
+                self.minimum_left -= 1
+                if size <= self.free_characters:
+                    self.free_characters -= size
+                    self.checked += 1
+                    picks.append(k)
+                k += 1
+                continue
+            self.earned += int(read[k]) - credited
+            credited = int(read[k])
+            if (self.spent + size) * CHARACTERS_PER_CHECKED <= self.earned:
+                self.spent += size
+                self.checked += 1
                 picks.append(k)
-                self.free_characters -= len(texts[k])
-            elif len(texts[k]) <= budget:
-                picks.append(k)
-                budget -= len(texts[k])
-        return sorted(picks)
+            k += 1 + self.random.randrange(2 * MEAN_GAP - 1)
+        self.earned += (int(read[-1]) - credited) if len(texts) else 0
+        self.next_candidate = k - len(texts)
+        return picks
