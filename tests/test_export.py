@@ -664,3 +664,19 @@ def test_a_row_format_says_what_it_does_with_split_documents_unless_quiet(text_p
     assert quiet.stdout.startswith("exported ")
     for path in sorted((tmp_path / "said").iterdir()):
         assert path.read_bytes() == (tmp_path / "q" / path.name).read_bytes(), path.name
+
+
+@pytest.mark.parametrize("fmt,said", [("olmo-core", True), ("mds", True), ("megatron", True), ("nanotron", False)])
+def test_an_output_without_eos_is_exported_saying_where_its_documents_run_together(
+    tmp_path: Path, fmt: str, said: bool
+) -> None:
+    """With --no-eos no document ends in EOS: the formats whose trainers find document ends by EOS (Megatron's
+    GPTDataset, OLMo-core, MDS) say so on stderr; nanotron's positions follow its index and it says nothing."""
+    corpus = write_jsonl(tmp_path / "small.jsonl", read_jsonl(SAMPLE)[:4])
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--max-len", "128", "--no-eos", "--out", packed, "--quiet")
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    notice = f"packed with --no-eos: no document ends in EOS, and {fmt}'s trainer finds where documents end by EOS"
+    assert result.stderr.count(notice) == int(said), result.stderr
+    assert all(line.startswith("warning: ") for line in result.stderr.splitlines())  # one line per notice

@@ -54,6 +54,15 @@ UNRECORDED_SPLITS = (
 )
 
 
+# the formats whose trainers find where documents end by EOS (Megatron's GPTDataset resetting positions at EOD,
+# OLMo-core's packed dataset, llm-foundry's sequence ids), and what they are told of an output packed with --no-eos
+FOUND_BY_EOS = ("megatron", "olmo-core", "mds")
+NO_EOS = (
+    "this output was packed with --no-eos: no document ends in EOS, and {fmt}'s trainer finds where documents end "
+    "by EOS, so they run together there; pack again without --no-eos to keep them apart"
+)
+
+
 @dataclass(frozen=True)
 class ExportResult:
     """What an export did: "exported" or "up-to-date", and its record (``export.json``)."""
@@ -120,6 +129,8 @@ def export_output(
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
                 elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+                if fmt in FOUND_BY_EOS and packed.eos_id is None:
+                    warn(NO_EOS.format(fmt=fmt))
                 totals: ExportTotals = exporter.finish()
             finally:
                 exporter.close()
