@@ -266,6 +266,22 @@ def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> N
     assert notices == [f"tokenizer backend: hf, not fastokens: {reason} (tokenizer edited)"]
 
 
+def test_an_added_token_that_fastokens_numbers_otherwise_falls_back() -> None:
+    """A tokenizer.json whose added token has the content of a vocabulary entry under another id: Hugging Face
+    encodes the entry's id, fastokens the added one, so auto takes Hugging Face and says why."""
+    added = {"id": 50257, "content": "ab", "single_word": False, "lstrip": False, "rstrip": False}
+    loaded = edited({"added_tokens": [added | {"normalized": False, "special": False}]})
+    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    assert fast.ids(fast.encode(["abab"]))[0].tolist() == [50257, 50257]
+    assert HFBackend(loaded.tokenizer).id_lists(["abab"]) == [[397, 397]]
+    notices: list[str] = []
+    assert open_backends(loaded, "auto", False, notices.append).name == "hf"
+    assert notices == [
+        "tokenizer backend: hf, not fastokens: added token 'ab' is id 50257 to fastokens, 397 to Hugging Face "
+        "(tokenizer edited)"
+    ]
+
+
 def test_without_fastokens_hf_runs_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fastokens", None)  # what Python does for a module that cannot be imported
     notices: list[str] = []

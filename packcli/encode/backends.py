@@ -150,6 +150,9 @@ def open_backends(
             refusal = f"fastokens cannot be imported ({exc})"
         except Exception as exc:  # fastokens raises ValueError or its own errors on what it cannot load
             refusal = f"fastokens cannot load it ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        if fast is not None:
+            refusal = _added_ids_refusal(loaded.tokenizer, fast)
+            fast = None if refusal else fast
     if fast is None:
         warn(f"tokenizer backend: hf, not fastokens: {refusal} (tokenizer {loaded.name})")
         return hf
@@ -210,6 +213,16 @@ def fast_refusal(tokenizer: Tokenizer) -> str | None:
         flags = [flag for flag in ("lstrip", "rstrip", "normalized", "single_word") if getattr(token, flag)]
         if flags:
             return f"added token {token.content!r} sets {', '.join(flags)}"
+    return None
+
+
+def _added_ids_refusal(tokenizer: Tokenizer, fast: Any) -> str | None:
+    """Why fastokens is not used when it gives an added token another id than Hugging Face does (a tokenizer.json
+    whose added token has the content of a vocabulary entry under another id: Hugging Face takes the entry's)."""
+    for token in tokenizer.get_added_tokens_decoder().values():
+        ours, theirs = tokenizer.token_to_id(token.content), fast.token_to_id(token.content)
+        if ours != theirs:
+            return f"added token {token.content!r} is id {theirs} to fastokens, {ours} to Hugging Face"
     return None
 
 
