@@ -680,3 +680,31 @@ def test_an_output_without_eos_is_exported_saying_where_its_documents_run_togeth
     notice = f"packed with --no-eos: no document ends in EOS, and {fmt}'s trainer finds where documents end by EOS"
     assert result.stderr.count(notice) == int(said), result.stderr
     assert all(line.startswith("warning: ") for line in result.stderr.splitlines())  # one line per notice
+
+
+def test_ids_packed_without_a_tokenizer_export_as_32_bit_tokens_and_datatrove_metadata(tmp_path: Path) -> None:
+    """Pre-tokenized ids above 65535 and no tokenizer (vocabulary unknown): 32-bit tokens in every document format,
+    and nanotron's metadata names the tokenizer as datatrove's merger parses it (``NAME|TOKEN_SIZE``, one bar)."""
+    ids = [[70_000 + k, 5, 2**31 - 1 - k] for k in range(5)]
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": record} for record in ids])
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--ids-field", "ids", "--eos-id", "0", "--max-len", "16", "--out", packed, "--quiet")
+    documents = sorted([*record, 0] for record in ids)
+    export(packed, "nanotron", tmp_path / "nt")
+    name, token_size = (tmp_path / "nt" / "packcli.ds.metadata").read_text().splitlines()[0].split("|")
+    assert (name, token_size) == ("Unknown Tokenizer", "4")
+    index = np.fromfile(tmp_path / "nt" / "packcli.ds.index", dtype=np.uint64)
+    assert (
+        sorted(
+            split_by(
+                np.fromfile(tmp_path / "nt" / "packcli.ds", dtype=np.uint32), np.diff(index.astype(np.int64), prepend=0)
+            )
+        )
+        == documents
+    )
+    export(packed, "megatron", tmp_path / "mg")
+    dataset = megatron_dataset(tmp_path / "mg" / "tokens")
+    assert dataset.index.dtype == np.int32 and sorted(dataset[i].tolist() for i in range(len(dataset))) == documents
+    export(packed, "olmo-core", tmp_path / "olmo")
+    tokens = np.fromfile(tmp_path / "olmo" / "tokens.npy", dtype=np.uint32)
+    assert sorted(split_by(tokens, [4] * 5)) == documents
