@@ -44,6 +44,8 @@ TRICKY = [
     "Cafe\u0301 na\u0308ive \u1100\u1161",  # decomposed accents, conjoining jamo
     "\U0001f468\u200d\U0001f469\u200d\U0001f467 \U0001f1fa\U0001f1f8 \u2764\ufe0f",
     "\ufeffbyte order mark",
+    "NUL\x00 and controls \x01\x1b[0m\x7f\x85, a BOM\ufeffinside, CRLF\r\nlines\r\n\r\n",
+    "\u200b\u200c\u2060\u2028\u2029 \u00a0\u3000 \U0010ffff \ue000 \ufb01 \u2460 \uff76",
     "x" * 20_000,
     "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u4e2d\u6587 \u0939\u093f\u0928\u094d\u0926\u0940 123456789",
 ]
