@@ -229,5 +229,5 @@ def test_the_cache_files_a_map_writes_beside_the_shards_go_with_the_output_they_
     again = repacked.map(lambda row: {"n": len(row["input_ids"])})
     assert again["n"] == [len(row) for row in repacked["input_ids"]] and max(again["n"]) <= 64
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(PackcliError, match="notes.txt"):  # any other file still stops a replacement
+    with pytest.raises(PackcliError, match=r"notes\.txt"):  # any other file still stops a replacement
         packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out, overwrite=True)
