@@ -128,11 +128,19 @@ class Publication:
         _check_inputs(self.out, self.target, self.inputs)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
-            if not self._lock.acquire(wait=False):
-                holder = self._lock.holder()
-                raise in_use(f"pid {holder}" if holder else "another process", self.out)
         except OSError as exc:
-            raise _plain(exc, "cannot lock the output") from None
+            raise _plain(exc, "cannot create the directory that holds the output") from None
+        try:
+            locked = self._lock.acquire(wait=False)
+        except OSError as exc:
+            raise PackcliError(
+                f"cannot create or lock the output's lock file ({self._lock.path.name}) beside it: "
+                f"{exc.strerror or exc}",
+                self.out,
+            ) from None
+        if not locked:
+            holder = self._lock.holder()
+            raise in_use(f"pid {holder}" if holder else "another process", self.out)
         try:
             with signals_held():
                 self._remove_debris()
