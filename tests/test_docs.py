@@ -1,5 +1,5 @@
 """The docs name what exists: every relative link and anchor, every file of the repository they name (modules, tests,
-benchmarks, a test by ``file::name``), every ``packcli.module.name``, and in docs/cli.md's synopsis every option of
+benchmarks, a test by ``file::name`` or by its name alone), every ``packcli.module.name``, and in docs/cli.md's synopsis every option of
 every command, and no option a command lacks. A module moved, a test renamed or a flag added fails here, not in a
 reader's hands. Reads files and the CLI's own option table; runs nothing.
 """
@@ -18,6 +18,11 @@ from packcli.cli import app
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 GLOBAL_FLAGS = {"--debug", "--version", "--help"}
+TEST_NAMES = {
+    name
+    for path in (REPO / "tests").glob("*.py")
+    for name in re.findall(r"^def (test_\w+)", path.read_text("utf-8"), re.M)
+}
 # the shards' schema metadata keys read like module names: ``packcli.eos_id``
 METADATA_KEYS = set(re.findall(r'"(packcli\.\w+)"', (REPO / "packcli" / "format" / "schema.py").read_text("utf-8")))
 
@@ -68,6 +73,8 @@ def test_every_link_file_test_and_name_a_doc_gives_exists(doc: Path) -> None:
         path = REPO / ("" if file.startswith("tests/") else "tests") / file
         if not path.exists() or not defines(path, test):
             missing.append(f"test {file}::{test}")
+    for test in set(re.findall(r"`(test_\w+)`", text)) - TEST_NAMES:
+        missing.append(f"test {test}")
     for dotted in set(re.findall(r"`(packcli(?:\.\w+)+)`", text)) - METADATA_KEYS:
         parts = dotted.split(".")
         found = [(module_path(".".join(parts[:k])), parts[k:]) for k in range(len(parts), 0, -1)]
