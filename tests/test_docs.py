@@ -1,7 +1,7 @@
 """The docs name what exists: every relative link and anchor, every file of the repository they name (modules, tests,
-benchmarks, a test by ``file::name`` or by its name alone), every ``packcli.module.name``, and in docs/cli.md's synopsis every option of
-every command, and no option a command lacks. A module moved, a test renamed or a flag added fails here, not in a
-reader's hands. Reads files and the CLI's own option table; runs nothing.
+benchmarks), every test (by ``file::name`` or by its name alone), every ``packcli.module.name``, and in docs/cli.md's
+synopsis every option of every command, and no option a command lacks. A module moved, a test renamed or a flag added
+fails here, not in a reader's hands. Reads files and the CLI's own option table; runs nothing.
 """
 
 from __future__ import annotations
