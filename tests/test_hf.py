@@ -14,8 +14,10 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 import packcli
+from packcli.cli import app
 from packcli.errors import PackcliError, UsageError
 from tests.conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 
@@ -211,3 +213,21 @@ def test_a_stream_that_fails_midway_leaves_no_output_and_no_spool(
     with pytest.raises(ConnectionError, match="the source went away"):
         packcli.pack(datasets.IterableDataset.from_generator(failing), max_len=128, out=tmp_path / "packed")
     assert not (tmp_path / "packed").exists() and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_the_cache_files_a_map_writes_beside_the_shards_go_with_the_output_they_were_derived_from(
+    records: list[dict[str, str]], tmp_path: Path
+) -> None:
+    out = tmp_path / "packed"
+    packed = packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out)
+    lengths = packed.map(lambda row: {"n": len(row["input_ids"])}).filter(lambda row: row["n"] > 1)
+    cached = sorted(path.name for path in out.glob("cache-*.arrow"))
+    assert len(cached) >= 2 and len(lengths) > 0  # datasets writes its map and filter results beside the shards
+    assert CliRunner().invoke(app, ["verify", str(out)]).exit_code == 0  # the output is still whole
+    repacked = packcli.pack(datasets.Dataset.from_list(records[:4]), max_len=64, out=out, overwrite=True)
+    assert list(out.glob("cache-*.arrow")) == []  # derived from the replaced shards: stale, so gone with them
+    again = repacked.map(lambda row: {"n": len(row["input_ids"])})
+    assert again["n"] == [len(row) for row in repacked["input_ids"]] and max(again["n"]) <= 64
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(PackcliError, match=r"notes\.txt"):  # any other file still stops a replacement
+        packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out, overwrite=True)

@@ -285,3 +285,21 @@ def test_a_mount_point_as_out_is_refused_before_any_work(tmp_path: Path, corpus:
     assert code == 1
     assert stderr.strip().startswith(f"error: {mount_point}: is a mount point"), stderr
     assert not list(tmp_path.glob(".volume.packcli-*")), "work was staged for an output that cannot be published"
+
+
+@pytest.fixture
+def read_only(mount_point: Path) -> Path:
+    """The bind mount made read-only, as a read-only volume or file system is."""
+    if subprocess.run(["mount", "-o", "remount,ro,bind", str(mount_point)], capture_output=True).returncode != 0:
+        pytest.skip("needs a read-only bind mount, which this user may not make")
+    return mount_point
+
+
+def test_an_out_on_a_read_only_file_system_names_out_and_why(corpus: Path, read_only: Path) -> None:
+    """The refusal names the --out the user gave and the system's reason, not only a lock file they never named."""
+    out = read_only / "packed"
+    code, stderr = pack(corpus, out)
+    assert code == 1
+    assert stderr.strip() == (
+        f"error: {out}: cannot create or lock the output's lock file (.packed.packcli-lock) beside it: Read-only file system"
+    ), stderr

@@ -59,31 +59,32 @@ def is_json_array(path: Path) -> bool:
     """True when a JSON file holds one array of records rather than JSON Lines."""
     try:
         with open_decompressed(path) as (stream, raw):
-            head = _read(stream, raw, 4096, path, lines_before=0)
+            head = _read(stream, raw, 4096, path, lines_before=0, offset=0)
     except STREAM_ERRORS as exc:  # the stream's header, read on opening
         raise _damaged(path, exc, lines_before=0, read=0) from None
     return head.removeprefix(_BOM).lstrip(_JSON_SPACE).startswith(b"[")
 
 
-def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before: int) -> bytes:
+def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before: int, offset: int) -> bytes:
     """``stream.read(size)``, or the error naming where the compressed data broke: after which line, or within
-    how many bytes of the file (those read so far, never more than the file holds)."""
+    how many bytes of the file (those read so far, never more than the file holds). ``offset``: the decompressed
+    bytes read before, holding ``lines_before`` line ends."""
     try:
         return stream.read(size)
     except STREAM_ERRORS as exc:
         read = raw.tell()
-        if lines_before == 0:  # it broke in the first block: the lines before the break, read again in small steps
-            lines_before = _whole_lines(path)
-        raise _damaged(path, exc, lines_before, read) from None
+        raise _damaged(path, exc, _whole_lines(path, offset, lines_before), read) from None
 
 
-def _whole_lines(path: Path) -> int:
+def _whole_lines(path: Path, offset: int, lines_before: int) -> int:
     """The line ends a damaged compressed file yields before it breaks (nearly all: a decompressor may hold back
-    its last few kilobytes). Called when it broke in its first read, whose decompressed bytes were lost with the
-    error, so it reads at most about one block again, in small steps."""
-    count = 0
+    its last few kilobytes). The read that broke lost its decompressed bytes with the error, so the stream is
+    read again: its first ``offset`` bytes (``lines_before`` line ends) in large steps, then in small ones."""
+    count = lines_before
     try:
         with open_decompressed(path) as (stream, _):
+            while offset > 0 and (skipped := stream.read(min(offset, _BLOCK_BYTES))):
+                offset -= len(skipped)
             while block := stream.read(1 << 12):
                 count += block.count(b"\n")
     except STREAM_ERRORS:
@@ -142,14 +143,15 @@ def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
     the number of its first line and the bytes of the file on disk read so far (for progress: a reader that reads
     ahead of what it parsed would overstate it). A BOM is dropped only as the file's first bytes: one at the start of
     a span that starts later is part of that line (a bad record, as when the whole file is read)."""
-    lines_before = 0
+    lines_before = offset = 0
     rest = b""
     at_file_start = span is None or span[0] == 0
     with open_decompressed(path, span) as (stream, raw):
         while True:
-            chunk = _read(stream, raw, _BLOCK_BYTES, path, lines_before)
+            chunk = _read(stream, raw, _BLOCK_BYTES, path, lines_before, offset)
             if not chunk:
                 break
+            offset += len(chunk)
             data = rest + chunk
             if at_file_start and lines_before == 0 and not rest:
                 data = data.removeprefix(_BOM)
@@ -295,7 +297,7 @@ def _read_json_array(
     """A ``.json`` file holding one array of records; errors name the 1-based record number."""
     try:
         with open_decompressed(path) as (stream, raw):
-            records = json.loads(_read(stream, raw, -1, path, lines_before=0).decode("utf-8-sig"))
+            records = json.loads(_read(stream, raw, -1, path, lines_before=0, offset=0).decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise PackcliError(f"invalid UTF-8 at byte {exc.start}", path) from None
     except json.JSONDecodeError as exc:

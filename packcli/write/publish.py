@@ -63,6 +63,10 @@ __all__ = [
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
+# What ``datasets`` writes beside the files of a Dataset it maps or filters (``cache-FINGERPRINT[_RANK_of_N].arrow``,
+# the names its own ``cleanup_cache_files`` removes): results derived from the shards that ``packcli.pack()``
+# returns memory-mapped. Stale once the output is replaced, so they go with it; no other file is ever replaced.
+DERIVED_CACHE = re.compile(r"cache-[0-9A-Za-z_]+\.arrow")
 STAGING = "staging"  # a one-run staging directory is .NAME.packcli-staging-PID-RANDOM
 _ONE_RUN_STAGING = re.compile(rf"(\..+\.packcli-{STAGING})-\d+-[0-9a-f]+")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
@@ -124,11 +128,19 @@ class Publication:
         _check_inputs(self.out, self.target, self.inputs)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
-            if not self._lock.acquire(wait=False):
-                holder = self._lock.holder()
-                raise in_use(f"pid {holder}" if holder else "another process", self.out)
         except OSError as exc:
-            raise _plain(exc, "cannot lock the output") from None
+            raise _plain(exc, "cannot create the directory that holds the output") from None
+        try:
+            locked = self._lock.acquire(wait=False)
+        except OSError as exc:
+            raise PackcliError(
+                f"cannot create or lock the output's lock file ({self._lock.path.name}) beside it: "
+                f"{exc.strerror or exc}",
+                self.out,
+            ) from None
+        if not locked:
+            holder = self._lock.holder()
+            raise in_use(f"pid {holder}" if holder else "another process", self.out)
         try:
             with signals_held():
                 self._remove_debris()
@@ -253,7 +265,8 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
 
     Raises:
         PackcliError: ``target`` is not a directory, or is an export, or holds a file that is not part of a packcli
-            output (named, as ``shown``): such a directory is never replaced.
+            output (named, as ``shown``): such a directory is never replaced. ``datasets``' cache files derived from
+            the shards (:data:`DERIVED_CACHE`) do not stop a replacement: they are removed with the old output.
     """
     shown = shown or target
     names = directory_names(target, shown)
@@ -281,7 +294,14 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
     )
     if intact:
         return "same"
-    foreign = next((name for name in names if name not in listed and not OWN_FILE.fullmatch(name)), None)
+    foreign = next(
+        (
+            name
+            for name in names
+            if name not in listed and not (OWN_FILE.fullmatch(name) or DERIVED_CACHE.fullmatch(name))
+        ),
+        None,
+    )
     if foreign is not None:
         raise PackcliError(
             f"holds {foreign!r}, which is not part of the packcli output there: packcli replaces only its own "
