@@ -11,6 +11,7 @@ BENCHES = [
     "bench_max_len.py",
     "bench_pack.py",
     "bench_backends.py",
+    "bench_encode.py",
     "bench_loader.py",
     "bench_help.py",
     "bench_mixing.py",

@@ -1,0 +1,110 @@
+"""The docs name what exists: every relative link and anchor, every file of the repository they name (modules, tests,
+benchmarks), every test (by ``file::name`` or by its name alone), every ``packcli.module.name``, and in docs/cli.md's
+synopsis every option of every command, and no option a command lacks. A module moved, a test renamed or a flag added
+fails here, not in a reader's hands. Reads files and the CLI's own option table; runs nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import typer.main
+from conftest import REPO
+
+from packcli.cli import app
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+GLOBAL_FLAGS = {"--debug", "--version", "--help"}
+TEST_NAMES = {
+    name
+    for path in (REPO / "tests").glob("*.py")
+    for name in re.findall(r"^def (test_\w+)", path.read_text("utf-8"), re.M)
+}
+# the shards' schema metadata keys read like module names: ``packcli.eos_id``
+METADATA_KEYS = set(re.findall(r'"(packcli\.\w+)"', (REPO / "packcli" / "format" / "schema.py").read_text("utf-8")))
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings."""
+    headings = re.findall(r"^#+ (.*)$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def defines(path: Path, name: str) -> bool:
+    """Whether the module at ``path`` defines ``name`` at its top level (a function, a class or an assignment)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return True
+    return False
+
+
+def module_path(dotted: str) -> Path | None:
+    for candidate in (REPO / (dotted.replace(".", "/") + ".py"), REPO / dotted.replace(".", "/") / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
+def test_every_link_file_test_and_name_a_doc_gives_exists(doc: Path) -> None:
+    text = doc.read_text(encoding="utf-8")
+    missing = []
+    for link in re.findall(r"\]\(([^)\s]+)\)", text):
+        if link.startswith(("http://", "https://")):
+            continue
+        target, _, anchor = link.partition("#")
+        page = (doc.parent / target).resolve() if target else doc
+        if not page.exists():
+            missing.append(f"link {link}")
+        elif anchor and anchor not in anchors(page.read_text(encoding="utf-8")):
+            missing.append(f"anchor {link}")
+    for path in set(re.findall(r"\b((?:packcli|tests|bench)/[\w/.-]+\.(?:py|md|json))\b", text)):
+        if not (REPO / path).exists():
+            missing.append(f"file {path}")
+    for file, test in set(re.findall(r"\b((?:tests/)?test_\w+\.py)::(test_\w+)", text)):
+        path = REPO / ("" if file.startswith("tests/") else "tests") / file
+        if not path.exists() or not defines(path, test):
+            missing.append(f"test {file}::{test}")
+    for test in set(re.findall(r"`(test_\w+)`", text)) - TEST_NAMES:
+        missing.append(f"test {test}")
+    for dotted in set(re.findall(r"`(packcli(?:\.\w+)+)`", text)) - METADATA_KEYS:
+        parts = dotted.split(".")
+        found = [(module_path(".".join(parts[:k])), parts[k:]) for k in range(len(parts), 0, -1)]
+        path, rest = next(((path, rest) for path, rest in found if path is not None), (None, []))
+        if path is None or (rest and not defines(path, rest[0])):
+            missing.append(f"name {dotted}")
+    assert missing == []
+
+
+def synopsis() -> dict[str, str]:
+    """docs/cli.md's synopsis, per command: its lines (comments included) joined."""
+    block = (REPO / "docs" / "cli.md").read_text(encoding="utf-8").split("```", 2)[1]
+    commands: dict[str, str] = {}
+    command = ""
+    for line in block.splitlines():
+        if line.startswith("packcli "):
+            command = line.split()[1]
+        if command and not command.startswith("-"):
+            commands[command] = commands.get(command, "") + "\n" + line
+    return commands
+
+
+def test_the_cli_synopsis_lists_every_option_of_every_command_and_none_it_lacks() -> None:
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    documented = synopsis()
+    assert set(documented) == set(commands)
+    for name, command in commands.items():
+        flags = {flag for param in command.params for flag in param.opts if flag.startswith("--")} - {"--help"}
+        lines = documented[name]
+        assert {flag for flag in flags if flag not in re.findall(r"--[a-z][a-z-]*", lines)} == set(), name
+        # outside the comments, a flag the synopsis gives is one the command takes
+        given = set(re.findall(r"--[a-z][a-z-]*", "\n".join(line.split("#")[0] for line in lines.splitlines())))
+        assert given - flags - GLOBAL_FLAGS == set(), name
