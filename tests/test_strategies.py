@@ -276,3 +276,54 @@ def test_the_benchmark_baseline_on_larger_random_inputs() -> None:
     for max_len in (1, 7, 100, 4096):
         lengths = np.clip(rng.lognormal(np.log(max_len / 8 + 1), 1.0, size=3000).round(), 1, max_len).astype(np.int64)
         assert room_bfd(lengths, max_len) == rows_of(get_strategy("bfd")(lengths, max_len))
+
+
+def _bad_packings() -> dict[str, object]:
+    """What a hostile or buggy strategy may return for three documents, each refused before anything is written."""
+    three = np.arange(3)
+    return {
+        "a list": [[0], [1], [2]],
+        "None": None,
+        "float order": Packing(three + 0.0, np.arange(4)),
+        "float offsets": Packing(three, np.arange(4) + 0.0),
+        "a document twice": Packing(np.array([0, 1, 1]), np.arange(4)),
+        "one missing": Packing(np.array([0, 1]), np.arange(3)),
+        "a sequence over max_len": Packing(three, np.array([0, 3])),
+    }
+
+
+@pytest.mark.parametrize("window", [[], ["--window", "2"]])
+@pytest.mark.parametrize("what", list(_bad_packings()))
+def test_a_bad_custom_packing_is_refused_in_one_line_and_never_written(
+    what: str, window: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import packcli.strategies as registry
+    from conftest import write_jsonl
+    from typer.testing import CliRunner
+
+    from packcli.cli import app
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    bad = _bad_packings()[what]
+    register_strategy("hostile", lambda lengths, max_len: bad)  # type: ignore[arg-type, return-value]
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2]}, {"ids": [3]}, {"ids": [4, 5, 6]}])
+    out = tmp_path / "out"
+    args = ["pack", str(corpus), "--ids-field", "ids", "--max-len", "4", "--strategy", "hostile", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, *window, "--quiet"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("error: packing from 'hostile' is invalid: ") and result.stderr.count("\n") == 1
+    assert "unexpected" not in result.stderr
+    assert not out.exists()
+
+
+def test_a_custom_strategy_that_raises_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import packcli.strategies as registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    def fails(lengths: np.ndarray, max_len: int) -> Packing:
+        raise ValueError("boom")
+
+    register_strategy("fails", fails)
+    with pytest.raises(PackcliError, match="^strategy 'fails' failed: ValueError: boom$"):
+        run_strategy("fails", np.array([1, 2]), 4)

@@ -89,11 +89,25 @@ def run_strategy(name: str, lengths: np.ndarray, max_len: int, seed: int = 0, wi
         if "seed" in inspect.signature(strategy).parameters
         else (lambda part: strategy(part, max_len))
     )
-    if window is None or window >= len(lengths):
-        packing = call(lengths)
-    else:
-        packing = _concat([call(lengths[i : i + window]) for i in range(0, len(lengths), window)], window)
+    try:
+        if window is None or window >= len(lengths):
+            packing = call(lengths)
+        else:
+            packing = _concat(
+                [_checked(call, lengths[i : i + window], max_len, name) for i in range(0, len(lengths), window)], window
+            )
+    except PackcliError:
+        raise
+    except Exception as exc:
+        raise PackcliError(f"strategy {name!r} failed: {type(exc).__name__}: {exc}") from exc
     check_packing(packing, lengths, max_len, name)
+    return packing
+
+
+def _checked(call: Callable[[np.ndarray], Packing], part: np.ndarray, max_len: int, name: str) -> Packing:
+    """One window's packing, checked on its own before the windows are joined."""
+    packing = call(part)
+    check_packing(packing, part, max_len, name)
     return packing
 
 

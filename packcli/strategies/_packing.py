@@ -58,13 +58,18 @@ def check_lengths(lengths: np.ndarray, max_len: int) -> np.ndarray:
 
 
 def check_packing(packing: Packing, lengths: np.ndarray, max_len: int, name: str = "strategy") -> None:
-    """Raise PackcliError unless ``packing`` places every document exactly once in sequences within max_len."""
+    """Raise PackcliError unless ``packing`` is a :class:`Packing` of integer arrays that places every document
+    exactly once in sequences within max_len."""
+    if not isinstance(packing, Packing):
+        raise PackcliError(f"packing from {name!r} is invalid: returned {type(packing).__name__}, not a Packing")
     order = np.asarray(packing.order)
     offsets = np.asarray(packing.offsets)
     n = len(lengths)
     problem = None
     if order.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1:
         problem = "order and offsets must be 1-D arrays"
+    elif (order.size and not np.issubdtype(order.dtype, np.integer)) or not np.issubdtype(offsets.dtype, np.integer):
+        problem = f"order and offsets must be integer arrays, got {order.dtype} and {offsets.dtype}"
     elif len(order) != n or not np.array_equal(np.sort(order), np.arange(n)):
         problem = "order is not a permutation of the documents"
     elif offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) <= 0):
