@@ -297,10 +297,10 @@ def _bad_packings() -> dict[str, object]:
 def test_a_bad_custom_packing_is_refused_in_one_line_and_never_written(
     what: str, window: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import packcli.strategies as registry
     from conftest import write_jsonl
     from typer.testing import CliRunner
 
+    import packcli.strategies as registry
     from packcli.cli import app
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
@@ -325,5 +325,5 @@ def test_a_custom_strategy_that_raises_is_named(tmp_path: Path, monkeypatch: pyt
         raise ValueError("boom")
 
     register_strategy("fails", fails)
-    with pytest.raises(PackcliError, match="^strategy 'fails' failed: ValueError: boom$"):
+    with pytest.raises(PackcliError, match=r"^strategy 'fails' failed: ValueError: boom$"):
         run_strategy("fails", np.array([1, 2]), 4)
