@@ -232,7 +232,7 @@ def parse_count(text: str, flag: str = "--target-tokens") -> int:
 def parse_weights(text: str) -> tuple[float, ...]:
     """Parse ``--weights 0.7,0.3`` into one float per input (checked further by :class:`PackOptions`)."""
     try:
-        return tuple(float(part) for part in text.split(","))
+        return tuple(float(part) + 0.0 for part in text.split(","))  # + 0.0: -0 is 0
     except ValueError:
         raise UsageError(f"cannot read --weights {text!r}: give one number per input, such as 0.7,0.3") from None
 

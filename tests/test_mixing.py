@@ -300,3 +300,41 @@ def test_interleave_spreads_each_source_over_the_stream(counts: list[int]) -> No
         # Every prefix holds about the source's share: within 1/2 for its own rounding, plus what ties with the
         # other sources can shift (a source-by-source concatenation is off by up to count * (1 - count / total)).
         assert np.all(np.abs(seen - expected) <= 1 + len(counts) * count / max(total, 1) + 1e-9)
+
+
+weight_values = st.floats(0, 1e308, allow_subnormal=True) | st.sampled_from([5e-324, 1e-321, 1e-320, 2.2e-308, 1e308])
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 10**9), weight_values), min_size=1, max_size=5).filter(
+        lambda sources: any(weight for _, weight in sources)
+    )
+)
+def test_the_default_budget_repeats_no_source_whatever_the_weights_magnitude(sources: list[tuple[int, float]]) -> None:
+    """Without --target-tokens, one source is used exactly once and none is repeated, even when the weights are so
+    small (subnormal) that a total divided by one is infinite: 1e-320,1e-321 once repeated the second source."""
+    totals, weights = [total for total, _ in sources], [weight for _, weight in sources]
+    wanted = quotas(totals, weights, None)
+    assert all(quota <= total for quota, total in zip(wanted, totals))
+    assert any(quota == total for quota, total, weight in zip(wanted, totals, weights) if weight > 0)
+    assert all(quota == 0 for quota, weight in zip(wanted, weights) if weight == 0)
+
+
+def test_subnormal_weights_through_the_cli_repeat_nothing(tmp_path: Path) -> None:
+    big, small = corpus(tmp_path / "big.jsonl", ["yew"], 40), corpus(tmp_path / "small.jsonl", ["box"], 3)
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["pack", str(big), str(small), "--weights", "1e-320,1e-321", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    sources = json.loads((out / "manifest.json").read_text())["sources"]
+    assert [source["passes"] for source in sources] == [0, 1] and sources[1]["repeats"] == 1.0
+    assert "repeated" not in result.stderr
+
+
+@pytest.mark.parametrize("weights", ["-0,1", "-1e-400,1"])
+def test_a_negative_zero_weight_is_zero_in_the_manifest_and_the_summary(tmp_path: Path, weights: str) -> None:
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
+    result = runner.invoke(app, ["pack", str(a), str(b), "--weights", weights, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    manifest = (tmp_path / "o" / "manifest.json").read_text()
+    assert "-0.0" not in manifest and "-0.0%" not in result.stderr
+    assert [source["weight"] for source in json.loads(manifest)["sources"]] == [0.0, 1.0]

@@ -75,11 +75,14 @@ def quotas(totals: Sequence[int], weights: Sequence[float], budget: int | None) 
         raise ValueError(f"source {empty[0]} has a positive weight but no tokens")
     if budget is not None:
         return [round(share * budget) for share in normalised(weights)]
-    limit = min((index for index, weight in enumerate(weights) if weight > 0), key=lambda i: totals[i] / weights[i])
+    # On the normalised weights: a total divided by a subnormal weight is infinite, and ties of infinities would
+    # pick a limit that is not the least. The largest weight normalises to itself and never underflows.
+    shares = normalised(weights)
+    limit = min((index for index, share in enumerate(shares) if share > 0), key=lambda i: totals[i] / shares[i])
     # Divide by the limiting weight itself so that the limiting source's quota is its total exactly.
     return [
-        totals[limit] if index == limit else round(totals[limit] * (weight / weights[limit]))
-        for index, weight in enumerate(weights)
+        totals[limit] if index == limit else round(totals[limit] * (share / shares[limit]))
+        for index, share in enumerate(shares)
     ]
 
 
