@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
+from fractions import Fraction
 from typing import Any
 
 from packcli.errors import UsageError
@@ -226,7 +227,10 @@ def parse_count(text: str, flag: str = "--target-tokens") -> int:
     unit = match.group(2).upper() if match else ""
     if match is None or unit not in _COUNT_UNITS:
         raise UsageError(f"{flag} {text!r} is not a size: use a token count such as 3000000, 3M or 1.5B")
-    return round(float(match.group(1)) * _COUNT_UNITS[unit])
+    count = Fraction(match.group(1)) * _COUNT_UNITS[unit]  # exact: a float loses digits beyond 2**53
+    if count.denominator != 1:
+        raise UsageError(f"{flag} {text!r} is not a whole number of tokens")
+    return int(count)
 
 
 def parse_weights(text: str) -> tuple[float, ...]:

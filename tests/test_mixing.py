@@ -19,7 +19,7 @@ from packcli.cli import app
 from packcli.encode.store import TokenStore
 from packcli.encode.tokenizer import load_tokenizer
 from packcli.format.shards import read_shard
-from packcli.options import PackOptions
+from packcli.options import PackOptions, parse_count
 from packcli.packing.mixing import interleave, mix, quotas, sample_to_budget
 from packcli.report.stats import packed_stats
 from packcli.report.verify import verify_output
@@ -170,6 +170,9 @@ def test_shares_are_output_tokens_and_overflow_is_counted_once(tmp_path: Path, o
         (["--weights", "0.7,x"], "cannot read --weights '0.7,x'"),
         (["--weights", "1,1", "--target-tokens", "lots"], "--target-tokens 'lots' is not a size"),
         (["--weights", "1,1", "--target-tokens", "0"], "--target-tokens must be at least 1"),
+        (["--target-tokens", "2.5"], "--target-tokens '2.5' is not a whole number of tokens"),
+        (["--target-tokens", "0.5"], "--target-tokens '0.5' is not a whole number of tokens"),
+        (["--target-tokens", "1.0001k"], "--target-tokens '1.0001k' is not a whole number of tokens"),
     ],
 )
 def test_bad_mixing_options_are_one_line_usage_errors(tmp_path: Path, extra: list[str], message: str) -> None:
@@ -338,3 +341,15 @@ def test_a_negative_zero_weight_is_zero_in_the_manifest_and_the_summary(tmp_path
     manifest = (tmp_path / "o" / "manifest.json").read_text()
     assert "-0.0" not in manifest and "-0.0%" not in result.stderr
     assert [source["weight"] for source in json.loads(manifest)["sources"]] == [0.0, 1.0]
+
+
+def test_a_count_is_read_exactly() -> None:
+    """Decimal, not float: a count beyond 2**53 keeps its last digit, and 1.5B is 1,500,000,000."""
+    assert parse_count("9007199254740993") == 9007199254740993
+    assert [parse_count(text) for text in ("1.5B", "3M", "3 m", "0.001k", "1_000")] == [
+        1_500_000_000,
+        3 * 10**6,
+        3 * 10**6,
+        1,
+        1000,
+    ]
