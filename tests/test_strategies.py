@@ -327,3 +327,41 @@ def test_a_custom_strategy_that_raises_is_named(tmp_path: Path, monkeypatch: pyt
     register_strategy("fails", fails)
     with pytest.raises(PackcliError, match=r"^strategy 'fails' failed: ValueError: boom$"):
         run_strategy("fails", np.array([1, 2]), 4)
+
+
+def optimum(lengths: list[int], max_len: int) -> int:
+    """The fewest sequences that hold ``lengths``, by exhaustive search (tiny inputs only): try k sequences from the
+    lower bound up, placing documents longest first, never into a second empty sequence (they are alike)."""
+    items = sorted(lengths, reverse=True)
+
+    def fits(rooms: list[int], at: int) -> bool:
+        if at == len(items):
+            return True
+        tried = set()
+        for k, room in enumerate(rooms):
+            if room >= items[at] and room not in tried:
+                tried.add(room)  # sequences with equal room are alike
+                rooms[k] -= items[at]
+                if fits(rooms, at + 1):
+                    return True
+                rooms[k] += items[at]
+        return False
+
+    k = -(-sum(items) // max_len)
+    while not fits([max_len] * k, 0):
+        k += 1
+    return k
+
+
+@pytest.mark.parametrize("name", ["bfd", "ffd"])
+@given(max_len=st.integers(1, 20), data=st.data())
+@settings(max_examples=150, deadline=None)
+def test_fit_decreasing_against_the_brute_force_optimum(name: str, max_len: int, data: st.DataObject) -> None:
+    """Never fewer sequences than the optimum (a count below it would be an invalid packing), and within the tight
+    absolute bound of first- and best-fit decreasing, 11/9 OPT + 6/9 (Dosa 2007); one sequence when one suffices."""
+    lengths = data.draw(st.lists(st.integers(1, max_len), min_size=1, max_size=9))
+    best = optimum(lengths, max_len)
+    used = len(run_strategy(name, np.array(lengths), max_len))
+    assert best <= used <= (11 * best + 6) // 9
+    if best == 1:
+        assert used == 1
