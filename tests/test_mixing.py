@@ -353,3 +353,13 @@ def test_a_count_is_read_exactly() -> None:
         1,
         1000,
     ]
+
+
+def test_a_positive_weight_too_small_for_one_document_is_said_not_shown_as_zero(tmp_path: Path) -> None:
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
+    result = runner.invoke(app, ["pack", str(a), str(b), "--weights", "1e-9,1", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    first = json.loads((tmp_path / "o" / "manifest.json").read_text())["sources"][0]
+    assert first["weight"] == pytest.approx(1e-9) and first["output_tokens"] == 0
+    line = next(line for line in result.output.splitlines() if "source " in line and "a.jsonl" in line)
+    assert "(weight <0.1%)" in line and "nothing drawn: its share is less than any of its documents" in line

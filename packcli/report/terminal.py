@@ -101,14 +101,21 @@ def _source_line(source: dict[str, Any]) -> str:
     if used > 1:
         passes = f"{source['passes']} whole pass{'es' if source['passes'] > 1 else ''}"
         how = f"repeated: {used:.2f} times its tokens ({passes}, then a sample)"
+    elif source["weight"] > 0 and not source["output_tokens"]:
+        how = "nothing drawn: its share is less than any of its documents"
     elif used < 1:
-        how = f"sampled down to {used:.1%} of its tokens"
+        how = f"sampled down to {_percent(used)} of its tokens"
     else:
         how = "used once"
     return (
-        f"source {source['path']}: {source['output_tokens']:,} tokens, {source['share']:.1%} of the output "
-        f"(weight {source['weight']:.1%}); {how}"
+        f"source {source['path']}: {source['output_tokens']:,} tokens, {_percent(source['share'])} of the output "
+        f"(weight {_percent(source['weight'])}); {how}"
     )
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage to 0.1%; a positive one below that is ``<0.1%``, never ``0.0%``."""
+    return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"
 
 
 def count(number: int, noun: str) -> str:
@@ -238,10 +245,10 @@ def _print_sources(out: Console, sources: list[dict[str, Any]]) -> None:
     for source in sources:
         table.add_row(
             source["path"],
-            f"{source['weight']:.1%}",
+            _percent(source["weight"]),
             f"{source['documents']:,}",
             f"{source['tokens']:,}",
-            f"{source['share']:.1%}",
+            _percent(source["share"]),
             f"{source['repeats']:.2f}x",
         )
     out.print(table)

@@ -135,14 +135,19 @@ def source_entries(
             {
                 "path": source.name,
                 "files": len(source.files),
-                "weight": round(stream.weights[k], 6),
+                "weight": _significant(stream.weights[k]),
                 "input_documents": int(first[k + 1] - first[k]),
                 "input_tokens": int(lengths[first[k] : first[k + 1]].sum()),
                 "output_documents": int(output_documents[k]),
                 "output_tokens": int(output_tokens[k]),
-                "share": round(int(output_tokens[k]) / total_tokens, 6) if total_tokens else 0.0,
+                "share": _significant(int(output_tokens[k]) / total_tokens) if total_tokens else 0.0,
                 "passes": draw.passes,
-                "repeats": round(draw.tokens / draw.total, 6) if draw.total else 0.0,
+                "repeats": _significant(draw.tokens / draw.total) if draw.total else 0.0,
             }
         )
     return entries
+
+
+def _significant(value: float) -> float:
+    """``value`` to 6 significant digits: a positive weight or share, however small, is never written as 0."""
+    return float(f"{value:.6g}")
