@@ -84,6 +84,9 @@ def run_strategy(name: str, lengths: np.ndarray, max_len: int, seed: int = 0, wi
     """
     lengths = check_lengths(lengths, max_len)
     strategy = get_strategy(name)
+    # The strategy sees the lengths read-only: the writer gathers tokens by these very lengths after packing.
+    readonly = lengths.view()
+    readonly.flags.writeable = False
     call: Callable[[np.ndarray], Packing] = (
         (lambda part: strategy(part, max_len, seed=seed))  # type: ignore[call-arg]
         if "seed" in inspect.signature(strategy).parameters
@@ -91,10 +94,11 @@ def run_strategy(name: str, lengths: np.ndarray, max_len: int, seed: int = 0, wi
     )
     try:
         if window is None or window >= len(lengths):
-            packing = call(lengths)
+            packing = call(readonly)
         else:
             packing = _concat(
-                [_checked(call, lengths[i : i + window], max_len, name) for i in range(0, len(lengths), window)], window
+                [_checked(call, readonly[i : i + window], max_len, name) for i in range(0, len(lengths), window)],
+                window,
             )
     except PackcliError:
         raise
