@@ -32,6 +32,16 @@ def test_help_shows_defaults_without_type_noise(command: str) -> None:
         assert "[default: (the tokenizer directory's, else built-in ChatML)]" in result.stdout
 
 
+def test_each_commands_quiet_says_what_it_silences_in_that_command() -> None:
+    """export has no progress and no loss to report: its --quiet speaks of its own warnings, not pack's."""
+    pack, export = (
+        " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout.split())
+        for command in ("pack", "export")
+    )
+    assert "a loss of over 1% of the tokens is still reported" in pack
+    assert "loss" not in export and "split documents" in export
+
+
 @pytest.mark.parametrize(
     ("text", "size"),
     [

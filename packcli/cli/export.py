@@ -30,7 +30,7 @@ def export(
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different export.")] = False,
     json_output: flags.JsonOption = False,
-    quiet: flags.QuietOption = False,
+    quiet: flags.ExportQuietOption = False,
 ) -> None:
     """Write PACKED in the on-disk format a trainer reads (see docs/export.md); PACKED is checked first.
 

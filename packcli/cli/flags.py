@@ -94,6 +94,14 @@ QuietOption = Annotated[
         help="No progress and no per-record warnings on stderr (a loss of over 1% of the tokens is still reported).",
     ),
 ]
+ExportQuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No warnings on stderr (what the format does with split documents, or with documents without EOS).",
+    ),
+]
 
 
 def local_path(value: str) -> Path:
