@@ -98,7 +98,7 @@ def runs(draw: st.DrawFn) -> Run:
         sources.append(records)
     weights = None
     if draw(st.booleans()):
-        weights = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=count, max_size=count))
+        weights = draw(st.lists(st.sampled_from([0.0, 1e-9, 0.5, 1.0, 3.0, 1e9]), min_size=count, max_size=count))
         if not any(weights):
             weights[0] = 1.0
     return Run(
