@@ -363,3 +363,15 @@ def test_a_positive_weight_too_small_for_one_document_is_said_not_shown_as_zero(
     assert first["weight"] == pytest.approx(1e-9) and first["output_tokens"] == 0
     line = next(line for line in result.output.splitlines() if "source " in line and "a.jsonl" in line)
     assert "(weight <0.1%)" in line and "nothing drawn: its share is less than any of its documents" in line
+
+
+@pytest.mark.parametrize("weights", ["1e308,1e308", "1e-9,1", "7,3"])
+def test_dry_run_gives_the_weights_the_run_writes(tmp_path: Path, weights: str) -> None:
+    """``--dry-run`` once divided by the weights' sum: 1e308,1e308 (whose sum is infinite) read 0.0,0.0."""
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
+    args = ["pack", str(a), str(b), "--weights", weights, "--out", str(tmp_path / "o")]
+    planned = runner.invoke(app, [*args, "--dry-run", "--json"])
+    assert planned.exit_code == 0, planned.output
+    assert runner.invoke(app, args).exit_code == 0
+    written = json.loads((tmp_path / "o" / "manifest.json").read_text())["sources"]
+    assert [source["weight"] for source in json.loads(planned.stdout)["sources"]] == [s["weight"] for s in written]

@@ -20,6 +20,7 @@ from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
 from packcli.run.setup import set_up, tokenizer_entry
+from packcli.run.sources import manifest_weights
 from packcli.storage.sources import parquet_source
 from packcli.write.remote import output_state
 
@@ -108,7 +109,7 @@ def dry_run(
         fingerprint = setup.fingerprint()
     if setup.sources is not None:
         given = options.weights
-        shares = [w / sum(given) for w in given] if given else [None] * len(setup.sources)  # None: as the corpus is
+        shares = manifest_weights(given) if given else [None] * len(setup.sources)  # None: as the corpus is
         facts["sources"] = [
             {"path": source.name, "files": len(source.files), "weight": share}
             for source, share in zip(setup.sources, shares)

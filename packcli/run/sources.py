@@ -21,7 +21,7 @@ from packcli.packing.mixing import Draw, interleave, mix, normalised
 from packcli.packing.overflow import Pieces, output_lengths
 from packcli.read.inputs import file_identity, find_inputs
 
-__all__ = ["Source", "group_inputs", "mixed_stream", "source_entries"]
+__all__ = ["Source", "group_inputs", "manifest_weights", "mixed_stream", "source_entries"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,11 @@ def source_entries(
             }
         )
     return entries
+
+
+def manifest_weights(weights: Sequence[float]) -> list[float]:
+    """The weights as the manifest's ``sources`` gives them: normalised (without overflow), 6 significant digits."""
+    return [_significant(weight) for weight in normalised(weights)]
 
 
 def _significant(value: float) -> float:
