@@ -390,3 +390,17 @@ def test_a_custom_strategy_cannot_change_the_lengths_it_packs(tmp_path: Path, mo
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("error: strategy 'shrink' failed: ValueError: ") and "read-only" in result.stderr
     assert not out.exists()
+
+
+def test_a_strategy_that_is_not_a_function_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry point naming a string, or a registration of a number, once ended in 'unexpected TypeError'."""
+    with pytest.raises(UsageError, match="strategy 'five' is not callable: got int"):
+        register_strategy("five", 5)  # type: ignore[arg-type]
+    (tmp_path / "not_a_packer.py").write_text("NAME = 'not a function'\n")
+    install_plugin(tmp_path, monkeypatch, "not-a-packer", "word = not_a_packer:NAME")
+    with pytest.raises(
+        PackcliError, match=r"strategy 'word' from entry point not_a_packer:NAME is not callable: got str"
+    ):
+        run_strategy("word", np.array([1, 2]), 4)

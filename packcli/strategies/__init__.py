@@ -39,6 +39,8 @@ def register_strategy(name: str, strategy: Strategy) -> None:
     """Make ``strategy`` available as ``--strategy name``; a built-in name cannot be replaced."""
     if name in _BUILT_IN and _BUILT_IN[name] is not strategy:
         raise UsageError(f"strategy name {name!r} is built in; register under another name")
+    if not callable(strategy):
+        raise UsageError(f"strategy {name!r} is not callable: got {type(strategy).__name__}")
     _REGISTRY[name] = strategy
 
 
@@ -51,9 +53,14 @@ def _load_entry_points() -> None:
         if point.name in _REGISTRY:
             continue
         try:
-            _REGISTRY[point.name] = point.load()
+            loaded = point.load()
         except Exception as exc:
             raise PackcliError(f"cannot load strategy {point.name!r} from entry point {point.value}: {exc}") from exc
+        if not callable(loaded):
+            raise PackcliError(
+                f"strategy {point.name!r} from entry point {point.value} is not callable: got {type(loaded).__name__}"
+            )
+        _REGISTRY[point.name] = loaded
 
 
 def get_strategy(name: str) -> Strategy:
