@@ -375,3 +375,20 @@ def test_dry_run_gives_the_weights_the_run_writes(tmp_path: Path, weights: str) 
     assert runner.invoke(app, args).exit_code == 0
     written = json.loads((tmp_path / "o" / "manifest.json").read_text())["sources"]
     assert [source["weight"] for source in json.loads(planned.stdout)["sources"]] == [s["weight"] for s in written]
+
+
+@pytest.mark.parametrize("key", ["output_tokens", "output_documents"])
+def test_verify_holds_the_sources_to_the_totals(tmp_path: Path, key: str) -> None:
+    """docs/cli.md: the sources' output_documents and output_tokens add up to the totals. verify once passed a
+    manifest whose sources did not."""
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
+    out = tmp_path / "o"
+    assert runner.invoke(app, ["pack", str(a), str(b), "--weights", "1,1", "--out", str(out)]).exit_code == 0
+    assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["sources"][0][key] += 7
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1
+    total = "tokens" if key == "output_tokens" else "documents"
+    assert f"manifest sources: {key} add up to {manifest['totals'][total] + 7}, totals.{total} is" in result.output

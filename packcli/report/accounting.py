@@ -4,8 +4,9 @@ Every input token is packed, truncated or dropped; one overflow policy acts per 
 least two pieces, all but its last exactly ``max_len`` long; a dropped document is longer than ``max_len``. With EOS
 appended, a document that verify could not hold to EOS on its own (a truncated one, or any piece of an output that
 does not record its split pieces) and does not end with it is a cut one, so such documents bound the counts from
-below. Exact where the totals determine a value (``input_tokens``, ``documents``, ``supervised_tokens``); bounds
-where they cannot (which documents were truncated is not recorded).
+below. Exact where the totals determine a value (``input_tokens``, ``documents``, ``supervised_tokens``, and a mixed
+run's per-source output, which adds up to them); bounds where they cannot (which documents were truncated is not
+recorded).
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def check_totals(manifest: dict[str, Any], observed: Observed, eos_appended: boo
                     f"totals: {observed.cut_pieces} pieces do not end with EOS, more than the {cut} that splitting and "
                     "truncation account for",
                 )
+    for key, total in (("output_tokens", "tokens"), ("output_documents", "documents")) if "sources" in manifest else ():
+        summed = sum(source[key] for source in manifest["sources"])  # a mixed run: per source, adding up to the totals
+        expect(summed == totals[total], f"sources: {key} add up to {summed}, totals.{total} is {totals[total]}")
     option_max_len = manifest["options"].get("max_len")
     expect(option_max_len in (None, max_len), f"max_len {max_len} differs from options.max_len {option_max_len}")
     return problems
