@@ -183,6 +183,17 @@ def test_bad_mixing_options_are_one_line_usage_errors(tmp_path: Path, extra: lis
     assert not (tmp_path / "o").exists()
 
 
+def test_a_target_no_memory_can_plan_is_refused_naming_it_before_any_allocation(tmp_path: Path) -> None:
+    """1000T tokens drawn from a few short documents are about 10**14 document draws: say so in one line, not an
+    allocation error (or the machine's out-of-memory killer)."""
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
+    result = runner.invoke(app, ["pack", str(a), str(b), "--target-tokens", "1000T", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("\n") == 1 and "--target-tokens 1,000,000,000,000,000 draws" in result.stderr
+    assert "ask for fewer tokens" in result.stderr and "MemoryError" not in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_how_files_are_grouped_into_sources_is_part_of_the_run_identity(tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
