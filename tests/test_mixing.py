@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.encode.store import TokenStore
 from packcli.encode.tokenizer import load_tokenizer
+from packcli.errors import PackcliError
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions, parse_count
 from packcli.packing.mixing import interleave, mix, quotas, sample_to_budget
@@ -25,6 +26,7 @@ from packcli.report.stats import packed_stats
 from packcli.report.verify import verify_output
 from packcli.run.driver import pack_corpus
 from packcli.run.setup import set_up
+from packcli.run.sources import Source, mixed_stream
 
 runner = CliRunner()
 EOS = 50256
@@ -184,14 +186,27 @@ def test_bad_mixing_options_are_one_line_usage_errors(tmp_path: Path, extra: lis
 
 
 def test_a_target_no_memory_can_plan_is_refused_naming_it_before_any_allocation(tmp_path: Path) -> None:
-    """1000T tokens drawn from a few short documents are about 10**14 document draws: say so in one line, not an
+    """10**18 tokens drawn from a few short documents are about 10**17 document draws: say so in one line, not an
     allocation error (or the machine's out-of-memory killer)."""
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
+    sources = [Source(str(a), [a]), Source(str(b), [b])]
+    options = PackOptions(max_len=64, target_tokens=10**18)
+    with pytest.raises(PackcliError) as refused:
+        mixed_stream(sources, np.array([5, 5]), np.full(10, 3, dtype=np.int64), options)
+    assert "--target-tokens 1,000,000,000,000,000,000 draws about" in str(refused.value)
+    assert "ask for fewer tokens" in str(refused.value)
+
+
+def test_a_target_whose_shards_no_disk_here_holds_is_refused_before_reading(tmp_path: Path) -> None:
+    """1000T tokens are at least 8 PB of shards: refused in one line before any record is read, not after hours of
+    writing into a full disk."""
     a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
     result = runner.invoke(app, ["pack", str(a), str(b), "--target-tokens", "1000T", "--out", str(tmp_path / "o")])
     assert result.exit_code == 1, result.output
-    assert result.stderr.count("\n") == 1 and "--target-tokens 1,000,000,000,000,000 draws" in result.stderr
-    assert "ask for fewer tokens" in result.stderr and "MemoryError" not in result.stderr
-    assert not (tmp_path / "o").exists()
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "--target-tokens 1,000,000,000,000,000 makes at least 8,000,000.0 GB of shards" in result.stderr
+    assert f"free where they are written ({tmp_path})" in result.stderr and "MemoryError" not in result.stderr
+    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.packcli-*"))
 
 
 def test_how_files_are_grouped_into_sources_is_part_of_the_run_identity(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ processes, and the other partitions' committed work must survive it).
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -165,6 +166,28 @@ def run_local(
         raise
 
 
+_LEAST_BYTES_PER_TOKEN = 8  # input_ids and position_ids, int32 each; labels and cu_seqlens add to it
+
+
+def _check_room_for_target(options: PackOptions, built: Path) -> None:
+    """Refuse a ``--target-tokens`` whose shards cannot fit where they are written, before any record is read: a
+    run would otherwise tokenize, draw and write until the disk is full.
+
+    Raises:
+        PackcliError: naming the target, the least the shards take and the room there is.
+    """
+    if options.target_tokens is None:
+        return
+    need = options.target_tokens * _LEAST_BYTES_PER_TOKEN
+    free = shutil.disk_usage(built).free
+    if need > free:
+        raise PackcliError(
+            f"--target-tokens {options.target_tokens:,} makes at least {need / 1e9:,.1f} GB of shards "
+            f"({_LEAST_BYTES_PER_TOKEN} bytes a token), more than the {free / 1e9:,.1f} GB free where they are "
+            f"written ({built.parent.parent}); ask for fewer tokens, or make room"
+        )
+
+
 def _build_part(
     job: Job,
     area: PartsArea,
@@ -178,6 +201,7 @@ def _build_part(
     area.clear(k)  # what an earlier, interrupted attempt left
     built = area.build_path(k)
     built.mkdir(parents=True)
+    _check_room_for_target(options, built)
     area.work_path(k).parent.mkdir(parents=True, exist_ok=True)
     use_threads(threads)
     cached = cache.load(job.cache_key) if job.cache_key is not None else None
