@@ -1,8 +1,9 @@
 """Encoding backends: Hugging Face ``tokenizers`` (the reference, and the fallback) and ``fastokens`` (a faster
 byte-level BPE that reproduces it exactly for the tokenizer kinds it is allowed here).
 
-``--tokenizer-backend auto`` takes fastokens when the tokenizer is of a kind listed in :func:`fast_refusal` and
-fastokens imports and loads it; else Hugging Face, with a one-line notice saying why. ``hf`` always takes Hugging
+``--tokenizer-backend auto`` takes fastokens when the tokenizer is of a kind listed in :func:`fast_refusal`,
+fastokens imports and loads it, and it gives every added token Hugging Face's id; else Hugging Face, with a
+one-line notice saying why. ``hf`` always takes Hugging
 Face. Invariant: a backend never changes a token (the run cross-checks a sample of its documents against Hugging
 Face, :mod:`packcli.encode.crosscheck`), so the output bytes do not depend on the backend, and neither does the
 fingerprint; the manifest records which one ran.

@@ -24,7 +24,7 @@ import numpy as np
 from packcli.encode.backends import Backend, HFBackend
 from packcli.errors import PackcliError
 
-__all__ = ["CHARACTERS_PER_CHECKED", "MIN_CHARACTERS", "MIN_CHECKED", "CrossCheck", "TokenizerMismatch"]
+__all__ = ["CHARACTERS_PER_CHECKED", "MEAN_GAP", "MIN_CHARACTERS", "MIN_CHECKED", "CrossCheck", "TokenizerMismatch"]
 
 CHARACTERS_PER_CHECKED = 2000  # characters read per character checked, after the free minimum
 MIN_CHECKED = 32  # texts checked first, whatever their share...

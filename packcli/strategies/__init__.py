@@ -1,6 +1,9 @@
 """The registry of packing strategies: built-ins, ``register_strategy``, and the ``packcli.strategies`` entry points.
 
-A strategy maps a length array to a :class:`Packing`; see ``docs/strategies.md``.
+A strategy maps a length array to a :class:`Packing`; see ``docs/strategies.md``. Invariant: whoever wrote the
+strategy, :func:`run_strategy` hands it the lengths read-only and returns only a packing that :func:`check_packing`
+accepts (each window's too); anything else, a strategy's own exception included, is a one-line PackcliError
+naming it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ ENTRY_POINT_GROUP = "packcli.strategies"
 _BUILT_IN: dict[str, Strategy] = {"bfd": bfd, "ffd": ffd, "greedy": greedy}
 _REGISTRY: dict[str, Strategy] = dict(_BUILT_IN)
 _entry_points_loaded = False
+_SHAPE = "a strategy is a function (lengths, max_len) -> Packing (docs/strategies.md)"  # the fix a refusal names
 
 
 def register_strategy(name: str, strategy: Strategy) -> None:
@@ -40,7 +44,7 @@ def register_strategy(name: str, strategy: Strategy) -> None:
     if name in _BUILT_IN and _BUILT_IN[name] is not strategy:
         raise UsageError(f"strategy name {name!r} is built in; register under another name")
     if not callable(strategy):
-        raise UsageError(f"strategy {name!r} is not callable: got {type(strategy).__name__}")
+        raise UsageError(f"strategy {name!r} is not callable: got {type(strategy).__name__}; {_SHAPE}")
     _REGISTRY[name] = strategy
 
 
@@ -58,7 +62,8 @@ def _load_entry_points() -> None:
             raise PackcliError(f"cannot load strategy {point.name!r} from entry point {point.value}: {exc}") from exc
         if not callable(loaded):
             raise PackcliError(
-                f"strategy {point.name!r} from entry point {point.value} is not callable: got {type(loaded).__name__}"
+                f"strategy {point.name!r} from entry point {point.value} is not callable: got {type(loaded).__name__}; "
+                f"{_SHAPE}"
             )
         _REGISTRY[point.name] = loaded
 
