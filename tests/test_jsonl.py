@@ -292,9 +292,8 @@ def test_a_cut_stream_names_the_last_whole_line(tmp_path: Path, suffix: str, doc
     named = re.search(
         rf"cut\.jsonl\{suffix}: the compressed data is damaged or cut short after line ([\d,]+): ", result.stderr
     )
-    assert named and intact - 5 <= int(named[1].replace(",", "")) <= intact, (
-        result.stderr
-    )  # a decompressor may hold back a few KB
+    # a decompressor may hold back a few KB
+    assert named and intact - 5 <= int(named[1].replace(",", "")) <= intact, result.stderr
 
 
 @pytest.mark.parametrize("partitioned", [False, True])

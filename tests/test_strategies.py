@@ -8,10 +8,13 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner, Result
 
+import packcli.strategies as registry
+from packcli.cli import app
 from packcli.errors import PackcliError, UsageError
 from packcli.strategies import (
     Packing,
@@ -21,6 +24,20 @@ from packcli.strategies import (
     register_strategy,
     run_strategy,
 )
+
+
+@pytest.fixture
+def own_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the registry for one test: its registrations end with it."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+
+def pack_ids_with(strategy: str, records: list[list[int]], tmp_path: Path, *extra: str) -> tuple[Result, Path]:
+    """``packcli pack`` of pre-tokenized ``records`` with ``--strategy strategy --max-len 4``: its result and --out."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": ids} for ids in records])
+    out = tmp_path / "out"
+    args = ["pack", str(corpus), "--ids-field", "ids", "--max-len", "4", "--strategy", strategy, "--out", str(out)]
+    return CliRunner().invoke(app, [*args, *extra]), out
 
 
 def rows_of(packing: Packing) -> list[list[int]]:
@@ -102,11 +119,7 @@ def test_unknown_strategy_lists_the_available_ones() -> None:
         get_strategy("nope")
 
 
-def test_registered_strategy_is_listed_checked_and_windowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import packcli.strategies as registry
-
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations end with the test
-
+def test_registered_strategy_is_listed_checked_and_windowed(own_registry: None) -> None:
     def one_per_row(lengths: np.ndarray, max_len: int) -> Packing:
         """One document per sequence (for tests)."""
         return Packing(np.arange(len(lengths)), np.arange(len(lengths) + 1))
@@ -146,8 +159,6 @@ def test_check_packing_rejects_a_lost_document() -> None:
 def install_plugin(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, entry_point: str) -> None:
     """A distribution ``name`` on sys.path declaring ``entry_point`` in the packcli.strategies group, with the
     registry reset to the built-in strategies (for this test only)."""
-    import packcli.strategies as registry
-
     info = directory / f"{name.replace('-', '_')}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
@@ -194,7 +205,7 @@ def test_lengths_outside_one_to_max_len_are_a_usage_error_never_a_hang(name: str
         run_strategy(name, lengths, max_len)
 
 
-def test_run_strategy_checks_lengths_before_any_strategy_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_strategy_checks_lengths_before_any_strategy_runs(own_registry: None) -> None:
     calls: list[int] = []
 
     def counting(lengths: np.ndarray, max_len: int) -> Packing:
@@ -202,9 +213,6 @@ def test_run_strategy_checks_lengths_before_any_strategy_runs(monkeypatch: pytes
         calls.append(len(lengths))
         return Packing(order=np.arange(len(lengths)), offsets=np.arange(len(lengths) + 1))
 
-    import packcli.strategies as registry
-
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations end with the test
     register_strategy("counting", counting)
     for lengths, max_len in (([3, 0, 2], 4), ([3, 5, 2], 4), ([[1, 2]], 4), ([1.5], 4), ([1], 0)):
         with pytest.raises(UsageError):
@@ -244,8 +252,6 @@ def test_the_worked_trace_in_the_engine_docstring(first_fit: bool) -> None:
 
 def test_a_built_in_strategy_needs_no_entry_point_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A broken third-party entry point fails only the names that are not built in (and the listing)."""
-    import packcli.strategies as registry
-
     install_plugin(tmp_path, monkeypatch, "broken-packer", "broken = no_such_module:pack")
     assert rows_of(run_strategy("bfd", np.array([1, 2, 3]), 3)) == [[2], [1, 0]]
     assert not registry._entry_points_loaded
@@ -295,32 +301,18 @@ def _bad_packings() -> dict[str, object]:
 @pytest.mark.parametrize("window", [[], ["--window", "2"]])
 @pytest.mark.parametrize("what", list(_bad_packings()))
 def test_a_bad_custom_packing_is_refused_in_one_line_and_never_written(
-    what: str, window: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    what: str, window: list[str], tmp_path: Path, own_registry: None
 ) -> None:
-    from conftest import write_jsonl
-    from typer.testing import CliRunner
-
-    import packcli.strategies as registry
-    from packcli.cli import app
-
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     bad = _bad_packings()[what]
     register_strategy("hostile", lambda lengths, max_len: bad)  # type: ignore[arg-type, return-value]
-    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2]}, {"ids": [3]}, {"ids": [4, 5, 6]}])
-    out = tmp_path / "out"
-    args = ["pack", str(corpus), "--ids-field", "ids", "--max-len", "4", "--strategy", "hostile", "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, *window, "--quiet"])
+    result, out = pack_ids_with("hostile", [[1, 2], [3], [4, 5, 6]], tmp_path, *window, "--quiet")
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("error: packing from 'hostile' is invalid: ") and result.stderr.count("\n") == 1
     assert "unexpected" not in result.stderr
     assert not out.exists()
 
 
-def test_a_custom_strategy_that_raises_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import packcli.strategies as registry
-
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-
+def test_a_custom_strategy_that_raises_is_named(own_registry: None) -> None:
     def fails(lengths: np.ndarray, max_len: int) -> Packing:
         raise ValueError("boom")
 
@@ -367,26 +359,16 @@ def test_fit_decreasing_against_the_brute_force_optimum(name: str, max_len: int,
         assert used == 1
 
 
-def test_a_custom_strategy_cannot_change_the_lengths_it_packs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_custom_strategy_cannot_change_the_lengths_it_packs(tmp_path: Path, own_registry: None) -> None:
     """A strategy that sorts or overwrites its lengths in place once made the writer gather the wrong tokens: exit
     0, 3,026 of 3,057 tokens gone. The strategy now gets a read-only view, so it fails, named, and nothing is written."""
-    from conftest import write_jsonl
-    from typer.testing import CliRunner
-
-    import packcli.strategies as registry
-    from packcli.cli import app
-
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
     def shrink(lengths: np.ndarray, max_len: int) -> Packing:
         lengths[:] = 1
         return Packing(np.arange(len(lengths)), np.array([0, len(lengths)]))
 
     register_strategy("shrink", shrink)
-    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2, 3]}, {"ids": [4, 5, 6]}])
-    out = tmp_path / "out"
-    args = ["pack", str(corpus), "--ids-field", "ids", "--max-len", "4", "--strategy", "shrink", "--out", str(out)]
-    result = CliRunner().invoke(app, args)
+    result, out = pack_ids_with("shrink", [[1, 2, 3], [4, 5, 6]], tmp_path)
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("error: strategy 'shrink' failed: ValueError: ") and "read-only" in result.stderr
     assert not out.exists()
