@@ -109,9 +109,10 @@ def check_totals(manifest: dict[str, Any], observed: Observed, eos_appended: boo
                     f"totals: {observed.cut_pieces} pieces do not end with EOS, more than the {cut} that splitting and "
                     "truncation account for",
                 )
-    for key, total in (("output_tokens", "tokens"), ("output_documents", "documents")) if "sources" in manifest else ():
-        summed = sum(source[key] for source in manifest["sources"])  # a mixed run: per source, adding up to the totals
-        expect(summed == totals[total], f"sources: {key} add up to {summed}, totals.{total} is {totals[total]}")
+    if "sources" in manifest:  # a mixed run: its per-source output adds up to the totals
+        for key, total in (("output_tokens", "tokens"), ("output_documents", "documents")):
+            summed = sum(source[key] for source in manifest["sources"])
+            expect(summed == totals[total], f"sources: {key} add up to {summed}, totals.{total} is {totals[total]}")
     option_max_len = manifest["options"].get("max_len")
     expect(option_max_len in (None, max_len), f"max_len {max_len} differs from options.max_len {option_max_len}")
     return problems
