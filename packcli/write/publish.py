@@ -3,8 +3,9 @@ swaps it into place whole. The manifest, written last, is the commit point.
 
 Invariants:
 
-- Only packcli's own work is replaced: an output (a readable manifest, its shards and packcli's temporary files) or
-  an empty directory. A directory holding an input, or any other file, is refused, naming it.
+- Only packcli's own work is replaced: an output (a readable manifest, its shards and packcli's temporary files,
+  and the cache files ``datasets`` derived from those shards, :data:`DERIVED_CACHE`) or an empty directory. A
+  directory holding an input, or any other file, is refused, naming it.
 - One writer per output: an exclusive ``fcntl.flock`` on ``.NAME.packcli-lock`` beside it, held for the whole run;
   a second run is refused at once with "in use by pid N".
 - An existing output stays in place until the new one is: on Linux the two directories are exchanged by one atomic
@@ -48,6 +49,7 @@ from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 
 __all__ = [
+    "DERIVED_CACHE",
     "FULL_DISK",
     "OWN_FILE",
     "Existing",
