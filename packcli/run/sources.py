@@ -3,7 +3,8 @@ each source holds, the mixed document stream that is packed, and the manifest's 
 
 The stream lists store documents, a repeated one as often as it was drawn; its per-source output adds up to the
 totals. A document that ``--overflow drop`` removes is never drawn but enters the stream once, so it is counted as
-dropped exactly as in an unmixed run.
+dropped exactly as in an unmixed run. A mixture whose draws memory cannot hold is refused, in one line naming the
+source repeated most, before the draws are allocated.
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ def run_strategy(name: str, lengths: np.ndarray, max_len: int, seed: int = 0, wi
 
     Raises:
         UsageError: a length outside ``1..max_len`` (checked before any strategy runs), or an unknown strategy.
-        PackcliError: the strategy returned an invalid packing.
+        PackcliError: the strategy returned an invalid packing (for a window too), or raised (named with its
+            exception's type and message; writing to the read-only lengths raises ValueError).
     """
     lengths = check_lengths(lengths, max_len)
     strategy = get_strategy(name)
