@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
@@ -69,8 +70,20 @@ def pack(
         UsageError: an unknown option or one of the wrong type (numpy's integers and booleans are taken as plain
             ones), an ``out`` URL, a dataset with partitions, or a dataset without the columns the options name.
         PackcliError: as ``packcli pack`` (a bad record, an output in the way, ...), and a streamed column whose
-            type changes between rows (other than a batch of None).
+            type changes between rows (other than a batch of None). Messages name keyword arguments where the
+            command line names flags (``overwrite=True``, not ``--overwrite``).
     """
+    try:
+        return _pack_source(source, max_len, out, tokenizer, overwrite, options)
+    except PackcliError as error:  # said to a Python caller: keyword arguments, not command-line flags
+        error.message = as_keywords(error.message)
+        error.args = (error.message,)
+        raise
+
+
+def _pack_source(
+    source: Any, max_len: int, out: str | Path, tokenizer: str | None, overwrite: bool, options: dict[str, Any]
+) -> Any:
     with requires_extra("hf", "packcli.pack()"):
         import datasets
 
@@ -111,6 +124,29 @@ def pack(
         manifest = _pack(inputs, pack_options, out, overwrite)
     shards = [datasets.Dataset.from_file(str(out / shard["file"])) for shard in manifest["shards"]]
     return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0]
+
+
+_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: (\d+)\b)?")
+_SWITCHES = {"overwrite", *(name for name, kind in OPTION_TYPES.items() if kind is bool)}
+
+
+def as_keywords(message: str) -> str:
+    """``message`` with each pack flag as the keyword argument pack() takes: ``--overwrite`` as ``overwrite=True``,
+    ``--no-eos`` as ``eos=False``, ``--partitions 1`` as ``partitions=1``, ``--max-len`` as ``max_len``; other
+    flags (``--json``) stay as they are."""
+
+    def keyword(match: re.Match[str]) -> str:
+        name, value = match[1].replace("-", "_"), match[2]
+        suffix = f" {value}" if value is not None else ""
+        if name in _SWITCHES:
+            return f"{name}=True{suffix}"
+        if name.startswith("no_") and name[3:] in _SWITCHES:
+            return f"{name[3:]}=False{suffix}"
+        if name in OPTION_TYPES or name == "out":
+            return f"{name}={value}" if value is not None else name
+        return match[0]
+
+    return _FLAG.sub(keyword, message)
 
 
 def _plain(name: str, value: Any) -> Any:

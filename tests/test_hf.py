@@ -231,3 +231,19 @@ def test_the_cache_files_a_map_writes_beside_the_shards_go_with_the_output_they_
     (out / "notes.txt").write_text("mine")
     with pytest.raises(PackcliError, match=r"notes\.txt"):  # any other file still stops a replacement
         packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out, overwrite=True)
+
+
+def test_errors_name_keyword_arguments_not_command_line_flags(records: list[dict[str, str]], tmp_path: Path) -> None:
+    """A Python caller is told what to pass to pack(), not which flag to type."""
+    out = tmp_path / "packed"
+    packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out)
+    with pytest.raises(PackcliError) as other:
+        packcli.pack(datasets.Dataset.from_list(records), max_len=256, out=out)
+    assert "pass overwrite=True to replace it" in str(other.value) and "--" not in str(other.value)
+    with pytest.raises(UsageError) as bad:
+        packcli.pack(datasets.Dataset.from_list(records), max_len=0, out=tmp_path / "x")
+    assert str(bad.value) == "max_len must be at least 1, got 0"
+    path = write_jsonl(tmp_path / "a.jsonl", records)
+    with pytest.raises(UsageError) as partitions:
+        packcli.pack(path, max_len=128, out=tmp_path / "y", partitions=7)
+    assert re.search(r"ask for partitions=\d+, which", str(partitions.value)) and "--" not in str(partitions.value)
