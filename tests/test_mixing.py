@@ -370,7 +370,7 @@ def test_a_negative_zero_weight_is_zero_in_the_manifest_and_the_summary(tmp_path
 
 
 def test_a_count_is_read_exactly() -> None:
-    """Decimal, not float: a count beyond 2**53 keeps its last digit, and 1.5B is 1,500,000,000."""
+    """A fraction, not a float: a count beyond 2**53 keeps its last digit, and 1.5B is 1,500,000,000."""
     assert parse_count("9007199254740993") == 9007199254740993
     assert [parse_count(text) for text in ("1.5B", "3M", "3 m", "0.001k", "1_000")] == [
         1_500_000_000,
