@@ -229,7 +229,8 @@ def parse_count(text: str, flag: str = "--target-tokens") -> int:
         raise UsageError(f"{flag} {text!r} is not a size: use a token count such as 3000000, 3M or 1.5B")
     count = Fraction(match.group(1)) * _COUNT_UNITS[unit]  # exact: a float loses digits beyond 2**53
     if count.denominator != 1:
-        raise UsageError(f"{flag} {text!r} is not a whole number of tokens")
+        near = " or ".join(f"{whole:,}" for whole in (int(count), int(count) + 1) if whole >= 1)
+        raise UsageError(f"{flag} {text!r} is not a whole number of tokens: give one such as {near}")
     return int(count)
 
 

@@ -172,8 +172,8 @@ def test_shares_are_output_tokens_and_overflow_is_counted_once(tmp_path: Path, o
         (["--weights", "0.7,x"], "cannot read --weights '0.7,x'"),
         (["--weights", "1,1", "--target-tokens", "lots"], "--target-tokens 'lots' is not a size"),
         (["--weights", "1,1", "--target-tokens", "0"], "--target-tokens must be at least 1"),
-        (["--target-tokens", "2.5"], "--target-tokens '2.5' is not a whole number of tokens"),
-        (["--target-tokens", "0.5"], "--target-tokens '0.5' is not a whole number of tokens"),
+        (["--target-tokens", "2.5"], "--target-tokens '2.5' is not a whole number of tokens: give one such as 2 or 3"),
+        (["--target-tokens", "0.5"], "--target-tokens '0.5' is not a whole number of tokens: give one such as 1\n"),
         (["--target-tokens", "1.0001k"], "--target-tokens '1.0001k' is not a whole number of tokens"),
     ],
 )
