@@ -303,3 +303,39 @@ def test_an_out_on_a_read_only_file_system_names_out_and_why(corpus: Path, read_
     assert stderr.strip() == (
         f"error: {out}: cannot create or lock the output's lock file (.packed.packcli-lock) beside it: Read-only file system"
     ), stderr
+
+
+# --- what looks like a datasets cache file but is not one ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["directory", "link", "user file"])
+def test_only_a_datasets_cache_file_goes_with_a_replaced_output(tmp_path: Path, corpus: Path, kind: str) -> None:
+    """A directory or a link named like a cache file, or a file whose name datasets never makes (its fingerprints
+    are 16 hex digits), is the user's: --overwrite refuses, naming it, and leaves it and what it points to alone."""
+    out, elsewhere = tmp_path / "packed", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    assert pack(corpus, out)[0] == 0
+    name = {"directory": "cache-x.arrow", "link": "cache-0123456789abcdef.arrow", "user file": "cache-mine.arrow"}
+    placed = out / name[kind]
+    if kind == "directory":
+        placed.mkdir()
+        (placed / "keep.txt").write_text("mine")
+    elif kind == "link":
+        placed.symlink_to(elsewhere)
+    else:
+        placed.write_text("mine")
+    code, stderr = pack(corpus, out, "--overwrite", "--max-len", "64")
+    assert code == 1 and repr(name[kind]) in stderr, stderr
+    assert placed.exists() or placed.is_symlink()
+    assert (elsewhere / "keep.txt").read_text() == "mine"
+    assert kind != "directory" or (placed / "keep.txt").read_text() == "mine"
+
+
+def test_a_datasets_cache_file_and_its_sharded_twins_go_with_a_replaced_output(tmp_path: Path, corpus: Path) -> None:
+    out = tmp_path / "packed"
+    assert pack(corpus, out)[0] == 0
+    for name in ("cache-0123456789abcdef.arrow", "cache-fedcba9876543210_00001_of_00004.arrow"):
+        (out / name).write_bytes(b"derived")
+    assert pack(corpus, out, "--overwrite", "--max-len", "64")[0] == 0
+    assert list(out.glob("cache-*")) == [] and verified(out)

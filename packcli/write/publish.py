@@ -66,9 +66,10 @@ __all__ = [
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
 OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
 # What ``datasets`` writes beside the files of a Dataset it maps or filters (``cache-FINGERPRINT[_RANK_of_N].arrow``,
-# the names its own ``cleanup_cache_files`` removes): results derived from the shards that ``packcli.pack()``
-# returns memory-mapped. Stale once the output is replaced, so they go with it; no other file is ever replaced.
-DERIVED_CACHE = re.compile(r"cache-[0-9A-Za-z_]+\.arrow")
+# FINGERPRINT being the 16 hex digits of its hashes): results derived from the shards that ``packcli.pack()`` returns
+# memory-mapped. Stale once the output is replaced, so they go with it when they are plain files; no other file,
+# and no directory or link of such a name, is ever replaced.
+DERIVED_CACHE = re.compile(r"cache-[0-9a-f]{16}(_\d{5}_of_\d{5})?\.arrow")
 STAGING = "staging"  # a one-run staging directory is .NAME.packcli-staging-PID-RANDOM
 _ONE_RUN_STAGING = re.compile(rf"(\..+\.packcli-{STAGING})-\d+-[0-9a-f]+")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
@@ -300,7 +301,7 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
         (
             name
             for name in names
-            if name not in listed and not (OWN_FILE.fullmatch(name) or DERIVED_CACHE.fullmatch(name))
+            if name not in listed and not (OWN_FILE.fullmatch(name) or _derived_cache(target / name))
         ),
         None,
     )
@@ -311,6 +312,11 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             shown,
         )
     return "other"
+
+
+def _derived_cache(path: Path) -> bool:
+    """Whether ``path`` is a cache file ``datasets`` wrote: a plain file (not a link) named as :data:`DERIVED_CACHE`."""
+    return DERIVED_CACHE.fullmatch(path.name) is not None and path.is_file() and not path.is_symlink()
 
 
 def directory_names(target: Path, shown: Path) -> list[str]:
