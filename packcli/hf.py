@@ -126,7 +126,8 @@ def _pack_source(
     return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0]
 
 
-_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: (\d+)\b)?")
+# A flag stands as a word of its own: never inside a file name or path a message quotes (``notes--overwrite.txt``).
+_FLAG = re.compile(r"(?<![\w./-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?![\w/-]|\.\w)(?: (\d+)\b)?")
 _SWITCHES = {"overwrite", *(name for name, kind in OPTION_TYPES.items() if kind is bool)}
 
 

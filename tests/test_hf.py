@@ -247,3 +247,12 @@ def test_errors_name_keyword_arguments_not_command_line_flags(records: list[dict
     with pytest.raises(UsageError) as partitions:
         packcli.pack(path, max_len=128, out=tmp_path / "y", partitions=7)
     assert re.search(r"ask for partitions=\d+, which", str(partitions.value)) and "--" not in str(partitions.value)
+
+
+def test_a_file_name_in_a_message_is_never_rewritten_as_a_keyword(records: list[dict[str, str]], tmp_path: Path) -> None:
+    """Only flags become keyword arguments: a file of the user's whose name holds ``--overwrite`` is named as it is."""
+    out = tmp_path / "packed"
+    packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out)
+    (out / "notes--overwrite.txt").write_text("mine")
+    with pytest.raises(PackcliError, match=r"'notes--overwrite\.txt'"):
+        packcli.pack(datasets.Dataset.from_list(records), max_len=64, out=out, overwrite=True)
