@@ -322,3 +322,16 @@ def test_an_output_url_that_cannot_be_written_is_named_as_given(s3_server: S3Ser
         [sys.executable, "-c", code, "pack", str(corpus), "--out", out], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 1 and done.stderr.startswith(f"error: the URL {out} needs "), done.stderr
+
+
+def test_a_target_no_scratch_holds_is_refused_naming_the_scratch_directory(
+    s3_server: S3Server, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards for a store are written to node-local scratch first: the room there is what the refusal measures and
+    names, not the directory above it."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    result = pack(str(corpus), "--target-tokens", "1000T", "--out", f"{s3_server.bucket()}/huge")
+    assert result.exit_code == 1, result.output
+    assert f"free where they are written ({scratch});" in result.stderr, result.stderr
