@@ -318,3 +318,16 @@ def test_an_output_packed_with_no_eos_opens_in_the_loader_and_stats(tmp_path: Pa
     dataset = PackedDataset(out, shuffle=False)
     assert dataset.num_rows > 0 and all(50256 not in dataset.row(k)["input_ids"] for k in range(dataset.num_rows))
     assert packed_stats(out)["documents"] > 0
+
+
+def test_a_manifest_whose_eos_option_was_edited_is_refused_naming_that_option(tmp_path: Path) -> None:
+    """Shards that hold an appended EOS under a manifest saying none was appended (options.eos edited to false):
+    the refusal names options.eos, not tokenizer.eos_id, which still reads 50256 there."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", read_jsonl(SAMPLE)[:3])
+    out = tmp_path / "eos"
+    pack_corpus([str(corpus)], PackOptions(max_len=96), out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["options"]["eos"] = False
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PackcliError, match=r"manifest key 'options\.eos' is false, shard-00000\.arrow was written "):
+        PackedDataset(out, shuffle=False).row(0)

@@ -85,15 +85,16 @@ def _check_written_for(directory: Path, manifest: dict[str, Any], name: str, met
     a manifest's ``tokenizer.eos_id`` additive: readers need none). A shard records the EOS pack appended: none
     with ``--no-eos``, whatever EOS the tokenizer has."""
     tokenizer = manifest["tokenizer"]
-    appended = tokenizer.get("eos_id") if manifest["options"].get("eos") is True else None  # as verify holds it
+    eos = manifest["options"].get("eos") is True
+    appended = tokenizer.get("eos_id") if eos else None  # as verify holds it
     expected = shard_metadata(manifest["max_len"], tokenizer["sha256"], appended)
     keys = {"packcli.max_len": "max_len", "packcli.tokenizer_sha256": "tokenizer.sha256"}
-    if "eos_id" in tokenizer:
-        keys["packcli.eos_id"] = "tokenizer.eos_id"
+    if "eos_id" in tokenizer:  # the key that says no EOS was appended, when one does
+        keys["packcli.eos_id"] = "tokenizer.eos_id" if eos else "options.eos"
     for field, key in keys.items():
         found = metadata.get(field.encode())
         if found is not None and found.decode(errors="replace") != expected[field]:
-            shown = expected[field] or "null"
+            shown = "false" if key == "options.eos" else expected[field] or "null"
             _fail(directory, key, f"is {shown}, {name} was written with {found.decode(errors='replace') or 'null'}")
 
 
