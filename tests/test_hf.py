@@ -249,7 +249,9 @@ def test_errors_name_keyword_arguments_not_command_line_flags(records: list[dict
     assert re.search(r"ask for partitions=\d+, which", str(partitions.value)) and "--" not in str(partitions.value)
 
 
-def test_a_file_name_in_a_message_is_never_rewritten_as_a_keyword(records: list[dict[str, str]], tmp_path: Path) -> None:
+def test_a_file_name_in_a_message_is_never_rewritten_as_a_keyword(
+    records: list[dict[str, str]], tmp_path: Path
+) -> None:
     """Only flags become keyword arguments: a file of the user's whose name holds ``--overwrite`` is named as it is."""
     out = tmp_path / "packed"
     packcli.pack(datasets.Dataset.from_list(records), max_len=128, out=out)
