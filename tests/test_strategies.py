@@ -16,6 +16,7 @@ from typer.testing import CliRunner, Result
 import packcli.strategies as registry
 from packcli.cli import app
 from packcli.errors import PackcliError, UsageError
+from packcli.format.shards import read_shard
 from packcli.strategies import (
     Packing,
     available_strategies,
@@ -38,6 +39,11 @@ def pack_ids_with(strategy: str, records: list[list[int]], tmp_path: Path, *extr
     out = tmp_path / "out"
     args = ["pack", str(corpus), "--ids-field", "ids", "--max-len", "4", "--strategy", strategy, "--out", str(out)]
     return CliRunner().invoke(app, [*args, *extra]), out
+
+
+def shard_rows(out: Path) -> list[list[int]]:
+    """The input_ids of every row of the output's shards, in order."""
+    return [row for path in sorted(out.glob("shard-*.arrow")) for row in read_shard(path)["input_ids"].to_pylist()]
 
 
 def rows_of(packing: Packing) -> list[list[int]]:
@@ -386,3 +392,22 @@ def test_a_strategy_that_is_not_a_function_is_refused_naming_it(
         PackcliError, match=r"strategy 'word' from entry point not_a_packer:NAME is not callable: got str"
     ):
         run_strategy("word", np.array([1, 2]), 4)
+
+
+def test_a_custom_strategy_that_makes_its_view_writable_still_cannot_change_the_lengths(
+    tmp_path: Path, own_registry: None
+) -> None:
+    """A view of a writable array can be made writable again (``flags.writeable = True``): the strategy is handed
+    lengths of its own, so what it writes never reaches those the writer gathers by. Every token is written."""
+
+    def unlock(lengths: np.ndarray, max_len: int) -> Packing:
+        lengths.flags.writeable = True
+        lengths[:] = 1
+        return Packing(np.arange(len(lengths)), np.arange(len(lengths) + 1))
+
+    register_strategy("unlock", unlock)
+    result, out = pack_ids_with("unlock", [[1, 2, 3], [4, 5, 6]], tmp_path)
+    assert result.exit_code == 0, result.output
+    assert CliRunner().invoke(app, ["verify", str(out)]).exit_code == 0
+    rows = shard_rows(out)
+    assert sorted(rows) == [[1, 2, 3], [4, 5, 6]], rows  # no EOS in pre-tokenized ids: every token, whole

@@ -97,8 +97,9 @@ def run_strategy(name: str, lengths: np.ndarray, max_len: int, seed: int = 0, wi
     """
     lengths = check_lengths(lengths, max_len)
     strategy = get_strategy(name)
-    # The strategy sees the lengths read-only: the writer gathers tokens by these very lengths after packing.
-    readonly = lengths.view()
+    # The strategy sees the lengths read-only: the writer gathers tokens by these very lengths after packing. A view
+    # can be made writable again, so one from outside gets a copy of its own (a built-in, none: it never writes).
+    readonly = (lengths if strategy is _BUILT_IN.get(name) else lengths.copy()).view()
     readonly.flags.writeable = False
     call: Callable[[np.ndarray], Packing] = (
         (lambda part: strategy(part, max_len, seed=seed))  # type: ignore[call-arg]
