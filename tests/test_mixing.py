@@ -418,3 +418,19 @@ def test_verify_holds_the_sources_to_the_totals(tmp_path: Path, key: str) -> Non
     assert result.exit_code == 1
     total = "tokens" if key == "output_tokens" else "documents"
     assert f"manifest sources: {key} add up to {manifest['totals'][total] + 7}, totals.{total} is" in result.output
+
+
+def test_the_memory_a_mixture_is_planned_in_is_the_control_groups_where_lower(tmp_path: Path) -> None:
+    """In a container the machine's memory is not the run's: a cgroup limit (v2 ``memory.max`` or v1
+    ``memory.limit_in_bytes``) below it is what the OOM killer enforces, so it is what the refusal measures."""
+    from packcli.run.sources import memory_limit
+
+    machine = memory_limit(())
+    v2, v1, unlimited = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes", tmp_path / "none"
+    v2.write_text(f"{2**30}\n")
+    v1.write_text(f"{2**31}\n")
+    unlimited.write_text("max\n")
+    assert machine > 2**31
+    assert memory_limit((unlimited, tmp_path / "absent")) == machine
+    assert memory_limit((unlimited, v1)) == 2**31
+    assert memory_limit((v2, v1)) == 2**30

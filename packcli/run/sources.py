@@ -23,7 +23,7 @@ from packcli.packing.mixing import Draw, interleave, mix, normalised, quotas
 from packcli.packing.overflow import Pieces, output_lengths
 from packcli.read.inputs import file_identity, find_inputs
 
-__all__ = ["Source", "group_inputs", "manifest_weights", "mixed_stream", "source_entries"]
+__all__ = ["Source", "group_inputs", "manifest_weights", "memory_limit", "mixed_stream", "source_entries"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def mixed_stream(
             )
     plan = _DrawPlan(sources, per_source, weights, options.target_tokens)
     try:
-        if plan.draws * _BYTES_PER_DRAW > _physical_memory():
+        if plan.draws * _BYTES_PER_DRAW > memory_limit():
             raise MemoryError  # refused before allocating: the system might kill the run rather than refuse it
         draws = mix(per_source, weights, options.target_tokens, options.seed)
         source, position = interleave([len(draw.documents) for draw in draws])
@@ -146,13 +146,27 @@ class _DrawPlan:
         target = "the budget" if self.target is None else f"--target-tokens {self.target:,}"
         return PackcliError(
             f"{target} draws about {self.draws:,} documents ({self.passes[most]:,} passes over "
-            f"{self.sources[most].name}): more than this machine's memory ({_physical_memory() / 2**30:.0f} GiB) can "
-            "plan; ask for fewer tokens"
+            f"{self.sources[most].name}): more than the memory this run may use ({memory_limit() / 2**30:.0f} GiB) "
+            "can plan; ask for fewer tokens"
         )
 
 
-def _physical_memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+# Where a control group's memory limit is read: cgroup v2, then v1 ("max", or a huge number, when unlimited).
+_CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def memory_limit(limits: Sequence[Path] = _CGROUP_LIMITS) -> int:
+    """The memory this run may use: the machine's, or the lowest control-group limit among ``limits`` where that is
+    less (a container's, which the out-of-memory killer enforces)."""
+    usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in limits:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            usable = min(usable, int(text))
+    return usable
 
 
 def _first_documents(sources: list[Source], file_documents: np.ndarray) -> np.ndarray:
