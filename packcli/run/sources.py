@@ -97,9 +97,9 @@ def mixed_stream(
                 given.spec,
             )
     plan = _DrawPlan(sources, per_source, weights, options.target_tokens)
+    if plan.draws * _BYTES_PER_DRAW > memory_limit():  # before allocating: the system might kill the run instead
+        raise plan.refusal()
     try:
-        if plan.draws * _BYTES_PER_DRAW > memory_limit():
-            raise MemoryError  # refused before allocating: the system might kill the run rather than refuse it
         draws = mix(per_source, weights, options.target_tokens, options.seed)
         source, position = interleave([len(draw.documents) for draw in draws])
         drawn = np.concatenate([first[k] + draw.documents for k, draw in enumerate(draws)])
