@@ -318,6 +318,48 @@ def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
     assert index.tolist() == np.cumsum([len(document["tokens"]) for document in sft_expected]).tolist()
 
 
+def tokenizer_with_vocabulary(size: int, directory: Path) -> Path:
+    """GPT-2's tokenizer grown to exactly ``size`` ids (the uint16 boundary of the readers' dtype rules): unused
+    entries fill the ids above 50255, and the top two ids go to the text's commonest token (" the") and to EOS, so
+    the packed ids reach ``size - 1``."""
+    config = json.loads(shared_path("tokenizers/gpt2/tokenizer.json").read_text(encoding="utf-8"))
+    vocabulary = config["model"]["vocab"]
+    del vocabulary["<|endoftext|>"]
+    vocabulary.update({f"<unused_{number}>": number for number in range(50256, size - 2)})
+    vocabulary[f"<unused_{vocabulary['Ġthe']}>"] = vocabulary["Ġthe"]
+    vocabulary["Ġthe"], vocabulary["<|endoftext|>"] = size - 2, size - 1
+    for token in config["added_tokens"]:
+        token["id"] = size - 1
+    directory.mkdir()
+    (directory / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
+    assert Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size() == size
+    return directory
+
+
+def test_nanotron_token_size_is_datatrove_s_at_the_uint16_boundary(corpora: dict[str, Any], tmp_path: Path) -> None:
+    """Vocabularies of 65,535, 65,536 and 65,537 ids, the top id in the tokens: the .ds token size is the one
+    datatrove's tokenizer and nanotron's Nanoset take for that vocabulary (2 bytes up to 65,536 ids), so
+    DatatroveFolderDataset, given that size, reads back every token in order."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datatrove.pipeline.tokens.tokenizer import DocumentTokenizer
+        from datatrove.utils.dataset import DatatroveFolderDataset
+    for size in (65_535, 65_536, 65_537):
+        tokenizer = tokenizer_with_vocabulary(size, tmp_path / f"tokenizer-{size}")
+        packed = tmp_path / f"packed-{size}"
+        run("pack", corpora["code"], "--tokenizer", tokenizer, "--max-len", "256", "--out", packed, "--quiet")
+        out = tmp_path / f"nt-{size}"
+        export(packed, "nanotron", out)
+        token_size = DocumentTokenizer(str(tmp_path / "dt"), str(tokenizer / "tokenizer.json")).token_size
+        assert (out / "packcli.ds.metadata").read_text().splitlines()[0].endswith(f"tokenizer-{size}|{token_size}")
+        tokens = [t for document in expected_documents(packed) for t in document["tokens"]]
+        assert max(tokens) == size - 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dataset = DatatroveFolderDataset(str(out), seq_len=len(tokens) - 1, token_size=token_size)
+            assert dataset[0]["input_ids"].tolist() == tokens, size
+
+
 def test_short_count_is_datatrove_s_metric() -> None:
     import humanize
 

@@ -1,8 +1,8 @@
 """``--to nanotron``: datatrove's tokenized files, as nanotron's ``DatatroveFolderDataset`` reads them.
 
-``packcli.ds``: tokens back to back (uint16 when the vocabulary has fewer than 65535 ids, nanotron's rule for its
-``token_size``; else uint32). ``packcli.ds.index``: uint64 token offsets of each document's end. ``packcli.ds.loss``
-(fine-tuning): one bool byte per token, True where loss is taken. ``packcli.ds.metadata``: three lines, the
+``packcli.ds``: tokens back to back (uint16 when the vocabulary has at most 65536 ids, the rule by which datatrove's
+tokenizer and nanotron's Nanoset choose their ``token_size``; else uint32). ``packcli.ds.index``: uint64 token
+offsets of each document's end. ``packcli.ds.loss`` (fine-tuning): one bool byte per token, True where loss is taken. ``packcli.ds.metadata``: three lines, the
 tokenizer name and token size (``NAME|2``), the token count, and the count in datatrove's short form (``1.23 MT``).
 Documents in output order; a split document's pieces are consecutive and end at one index entry.
 """
@@ -28,7 +28,7 @@ class NanotronExporter:
 
     def __init__(self, directory: Path, packed: PackedOutput, options: dict[str, Any]) -> None:
         self.directory = directory
-        self.dtype = token_dtype(packed, "uint16", 65535, "uint32")
+        self.dtype = token_dtype(packed, "uint16", 65537, "uint32")
         # datatrove's merger splits the first metadata line at its one bar: a name holds none
         self.name = str(packed.manifest["tokenizer"].get("name") or "Unknown Tokenizer").replace("|", "/")
         self.tokens = open(directory / NAME, "wb")  # noqa: SIM115 (closed by finish)
