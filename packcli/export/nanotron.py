@@ -2,8 +2,9 @@
 
 ``packcli.ds``: tokens back to back (uint16 when the vocabulary has at most 65536 ids, the rule by which datatrove's
 tokenizer and nanotron's Nanoset choose their ``token_size``; else uint32). ``packcli.ds.index``: uint64 token
-offsets of each document's end. ``packcli.ds.loss`` (fine-tuning): one bool byte per token, True where loss is taken. ``packcli.ds.metadata``: three lines, the
-tokenizer name and token size (``NAME|2``), the token count, and the count in datatrove's short form (``1.23 MT``).
+offsets of each document's end. ``packcli.ds.loss`` (fine-tuning): one bool byte per token, True where loss is
+taken. ``packcli.ds.metadata``: three lines, the tokenizer name and token size (``NAME|2``), the token count, and
+the count in datatrove's short form (``1.23 MT``).
 Documents in output order; a split document's pieces are consecutive and end at one index entry.
 """
 
