@@ -671,6 +671,25 @@ def test_export_refuses_what_is_not_its_own(small_packed: Path, tmp_path: Path) 
     assert result.exit_code == 2 and "--pad-to-multiple is for --to bridge" in result.output
 
 
+@pytest.mark.parametrize("multiple", ["0", "-8", "129", "4611686018427387904", "99999999999999999999"])
+def test_a_pad_multiple_outside_1_to_max_len_is_a_usage_error(
+    small_packed: Path, tmp_path: Path, multiple: str
+) -> None:
+    """--pad-to-multiple pads every document to a multiple of M: an M above max_len (128 here) would pad each past
+    the pack size (and a huge one overflowed numpy); below 1 pads nothing. One line, exit 2, nothing written,
+    from the command line and from Python alike."""
+    from packcli.errors import UsageError
+    from packcli.export import export_output
+
+    out = tmp_path / "bridge"
+    result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "bridge", "--pad-to-multiple", multiple, "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "--pad-to-multiple" in result.stderr and "unexpected" not in result.stderr
+    with pytest.raises(UsageError, match="--pad-to-multiple"):
+        export_output(small_packed, "bridge", out, {"pad_to_multiple": int(multiple)})
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
     text_packed: Path, tmp_path: Path
 ) -> None:
