@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import write_jsonl
+from conftest import documented_names, json_keys, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -112,3 +112,12 @@ def test_control_characters_in_a_document_are_shown_as_escapes_not_acted_on(tmp_
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", shown.stdout)
     decoded = json.loads(runner.invoke(app, ["show", str(out), "--json"]).stdout)
     assert decoded["documents"][0]["segments"][0]["text"] == text + "<|endoftext|>"
+
+
+def test_every_key_of_show_json_is_documented(packed_sft: Path) -> None:
+    """``show --json`` (with and without ``--positions``) gives only keys docs/stats.md's show section names."""
+    documented = documented_names("stats.md", "## `packcli show`")
+    for extra in ([], ["--positions"]):
+        result = CliRunner().invoke(app, ["show", str(packed_sft), "--row", "1", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        assert json_keys(json.loads(result.stdout)) - documented == set()

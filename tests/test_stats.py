@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, SAMPLE, shared_path, write_jsonl
+from conftest import REPO, SAMPLE, documented_names, json_keys, shared_path, write_jsonl
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -338,3 +338,10 @@ def test_a_negative_seed_is_a_usage_error_on_an_output_as_on_a_raw_corpus(tmp_pa
         result = runner.invoke(app, ["stats", str(target), "--seed", "-1"])
         assert result.exit_code == 2, result.output
         assert "--seed" in result.stderr and "unexpected" not in result.stderr
+
+
+def test_every_key_of_stats_json_on_an_output_is_documented(packed_sft: Path) -> None:
+    """``stats --json`` on a packed output, with a gate, gives only keys docs/stats.md's ``--json`` table names."""
+    result = runner.invoke(app, ["stats", str(packed_sft), "--json", "--max-gap", "100%"])
+    assert result.exit_code == 0, result.output
+    assert json_keys(json.loads(result.stdout)) - documented_names("stats.md", "## `--json`") == set()
