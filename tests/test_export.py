@@ -360,6 +360,18 @@ def test_nanotron_token_size_is_datatrove_s_at_the_uint16_boundary(corpora: dict
             assert dataset[0]["input_ids"].tolist() == tokens, size
 
 
+def test_document_formats_count_the_sequences_their_files_hold(text_packed: Path, tmp_path: Path) -> None:
+    """megatron, olmo-core and nanotron store a split document whole: each counts one sequence per document it
+    wrote (the index entries, Megatron's sequences), never the pieces the packed output cut it into."""
+    manifest = json.loads((text_packed / "manifest.json").read_text())
+    assert manifest["totals"]["split_documents"] > 0
+    documents = len(expected_documents(text_packed))
+    for fmt in ("megatron", "olmo-core", "nanotron"):
+        totals = export(text_packed, fmt, tmp_path / fmt)["totals"]
+        assert totals["sequences"] == totals["documents"] == documents, fmt
+    assert len(np.fromfile(tmp_path / "nanotron" / "packcli.ds.index", dtype=np.uint64)) == documents
+
+
 def test_short_count_is_datatrove_s_metric() -> None:
     import humanize
 

@@ -21,8 +21,9 @@ __all__ = ["ExportTotals", "Exporter", "check_ids_fit", "token_dtype", "write_ar
 
 @dataclass
 class ExportTotals:
-    """What an export holds: documents (a split document once), sequences (stored sequences: pieces or rows),
-    tokens (with padding), padding tokens, supervised tokens (fine-tuning exports)."""
+    """What an export holds: documents (a split document once), sequences (what its files store as sequences:
+    the documents for megatron, olmo-core and nanotron, the packed rows for bridge and mds), tokens (with padding),
+    padding tokens, supervised tokens (fine-tuning exports)."""
 
     documents: int = 0
     sequences: int = 0

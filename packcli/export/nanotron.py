@@ -45,7 +45,7 @@ class NanotronExporter:
         if self.loss is not None and batch.mask is not None:
             write_array(self.loss, batch.mask, np.bool_)
             self.totals.supervised_tokens += int(np.count_nonzero(batch.mask))
-        self.totals.sequences += len(batch.lengths)
+        self.totals.sequences += len(ends)  # one per index entry: a split document's pieces are one document here
         self.totals.documents += len(ends)
         self.totals.tokens += len(batch.tokens)
 
