@@ -279,6 +279,40 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(sft_packed: Path,
     assert found == len(expected)  # OLMo-core found every document by its EOS, with packcli's supervision
 
 
+def test_olmo_core_token_dtype_is_the_one_olmo_core_assumes_for_the_vocabulary(
+    corpora: dict[str, Any], tmp_path: Path
+) -> None:
+    """Vocabularies of 256, 65,536 and 65,537 ids (EOS the highest id, in the tokens): tokens.npy has the dtype
+    OLMo-core's dataset config assumes for that vocabulary when none is given (``get_dtype``: the smallest unsigned
+    type holding vocab_size - 1), so NumpyFSLDataset reads back every token in order."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from olmo_core.data.numpy_dataset import NumpyFSLDataset, NumpyFSLDatasetConfig
+        from olmo_core.data.tokenizer import TokenizerConfig
+    ascii_text = [{"text": r["text"].encode("ascii", "ignore").decode()} for r in read_jsonl(corpora["code"])[:4]]
+    corpus = write_jsonl(tmp_path / "ascii.jsonl", ascii_text)
+    for size in (256, 65_536, 65_537):
+        tokenizer = tokenizer_with_vocabulary(size, tmp_path / f"tokenizer-{size}")
+        packed = tmp_path / f"packed-{size}"
+        run("pack", corpus, "--tokenizer", tokenizer, "--max-len", "256", "--out", packed, "--quiet")
+        export(packed, "olmo-core", tmp_path / f"olmo-{size}")
+        special = {"eos_token_id": size - 1, "pad_token_id": size - 1}
+        tokens = [t for document in expected_documents(packed) for t in document["tokens"]]
+        assert tokens[-1] == size - 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            path = str(tmp_path / f"olmo-{size}" / "tokens.npy")
+            config = NumpyFSLDatasetConfig(
+                paths=[path], sequence_length=8, tokenizer=TokenizerConfig(vocab_size=size, **special)
+            )
+            dataset = NumpyFSLDataset(
+                path, sequence_length=len(tokens), vocab_size=size, dtype=config.get_dtype(), **special
+            )
+            dataset.work_dir = tmp_path / f"work-{size}"
+            dataset.prepare()
+            assert dataset[0]["input_ids"].tolist() == tokens, size
+
+
 # -- nanotron (datatrove) ---------------------------------------------------------------------------------------------
 
 
@@ -319,15 +353,21 @@ def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
 
 
 def tokenizer_with_vocabulary(size: int, directory: Path) -> Path:
-    """GPT-2's tokenizer grown to exactly ``size`` ids (the uint16 boundary of the readers' dtype rules): unused
-    entries fill the ids above 50255, and the top two ids go to the text's commonest token (" the") and to EOS, so
-    the packed ids reach ``size - 1``."""
+    """GPT-2's tokenizer with exactly ``size`` ids (a boundary of the readers' dtype rules), EOS the highest. Grown
+    (``size`` > 50257): unused entries fill the ids above 50255, and " the", the text's commonest token, takes the
+    id below EOS, so the packed ids reach ``size - 1``. Shrunk to 256: the first 255 byte tokens and no merges
+    (ASCII text encodes byte by byte)."""
     config = json.loads(shared_path("tokenizers/gpt2/tokenizer.json").read_text(encoding="utf-8"))
     vocabulary = config["model"]["vocab"]
     del vocabulary["<|endoftext|>"]
-    vocabulary.update({f"<unused_{number}>": number for number in range(50256, size - 2)})
-    vocabulary[f"<unused_{vocabulary['Ġthe']}>"] = vocabulary["Ġthe"]
-    vocabulary["Ġthe"], vocabulary["<|endoftext|>"] = size - 2, size - 1
+    if size < len(vocabulary):
+        config["model"]["vocab"] = vocabulary = {text: id for text, id in vocabulary.items() if id < size - 1}
+        config["model"]["merges"] = []
+    else:
+        vocabulary.update({f"<unused_{number}>": number for number in range(50256, size - 2)})
+        vocabulary[f"<unused_{vocabulary['Ġthe']}>"] = vocabulary["Ġthe"]
+        vocabulary["Ġthe"] = size - 2
+    vocabulary["<|endoftext|>"] = size - 1
     for token in config["added_tokens"]:
         token["id"] = size - 1
     directory.mkdir()
