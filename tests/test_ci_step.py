@@ -164,7 +164,7 @@ def test_loss_gate_counts_dropped_and_truncated_tokens(tmp_path: Path, corpus: P
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--min-efficiency", "1.5"), ("--min-efficiency", "101%"), ("--min-efficiency", "-0.1"),
-     ("--max-loss", "-1%"), ("--max-loss", "x"), ("--max-gap", "-3"), ("--max-gap", "0.5")],
+     ("--max-loss", "-1%"), ("--max-loss", "x"), ("--max-gap", "-3"), ("--max-gap", "0.5"), ("--max-gap", "²")],
 )  # fmt: skip
 def test_impossible_gates_are_usage_errors(packed: Path, flag: str, value: str) -> None:
     result = invoke("stats", str(packed), f"{flag}={value}")

@@ -94,7 +94,7 @@ def parse_gates(min_efficiency: str | None, max_loss: str | None, max_gap: str |
         text = max_gap.strip()
         if text.endswith("%"):
             gates.append(Gate("--max-gap", max_gap, _share("--max-gap", max_gap)))
-        elif text.isdigit():
+        elif text.isdecimal():  # what int() reads: not "²", which isdigit() takes
             gates.append(Gate("--max-gap", max_gap, float(int(text)), relative=False))
         else:
             raise UsageError(
