@@ -795,6 +795,29 @@ def test_an_output_without_eos_is_exported_saying_where_its_documents_run_togeth
     assert all(line.startswith("warning: ") for line in result.stderr.splitlines())  # one line per notice
 
 
+@pytest.mark.parametrize("fmt,said", [("olmo-core", True), ("megatron", True), ("nanotron", False)])
+def test_documents_truncated_without_eos_are_named_where_the_trainer_finds_documents_by_eos(
+    small_packed: Path, tmp_path: Path, fmt: str, said: bool
+) -> None:
+    """--overflow truncate cuts a document at max_len, its EOS with it: where the trainer finds documents by EOS,
+    each truncated one runs into the next, and the export says so on stderr with their count (nanotron's index keeps
+    them apart, and it says nothing)."""
+    corpus = next(small_packed.parent.glob("*.jsonl"))
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--max-len", "64", "--overflow", "truncate", "--out", packed, "--quiet")
+    truncated = json.loads((packed / "manifest.json").read_text())["totals"]["truncated_documents"]
+    assert truncated > 0
+    ends = [document["tokens"][-1] for document in expected_documents(packed)]
+    assert len(ends) - ends.count(50256) == truncated  # every truncated document, and only those, lacks its EOS
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    notice = (
+        f"warning: {truncated} document(s) were cut at max_len by --overflow truncate, their EOS with them, and "
+        f"{fmt}'s trainer finds where documents end by EOS, so each runs into the next there"
+    )
+    assert result.stderr.count(notice) == int(said), result.stderr
+
+
 def test_ids_packed_without_a_tokenizer_export_as_32_bit_tokens_and_datatrove_metadata(tmp_path: Path) -> None:
     """Pre-tokenized ids above 65535 and no tokenizer (vocabulary unknown): 32-bit tokens in every document format,
     and nanotron's metadata names the tokenizer as datatrove's merger parses it (``NAME|TOKEN_SIZE``, one bar)."""

@@ -55,11 +55,16 @@ UNRECORDED_SPLITS = (
 
 
 # the formats whose trainers find where documents end by EOS (Megatron's GPTDataset resetting positions at EOD,
-# OLMo-core's packed dataset, llm-foundry's sequence ids), and what they are told of an output packed with --no-eos
+# OLMo-core's packed dataset, llm-foundry's sequence ids), and what they are told of an output packed with --no-eos,
+# or of documents --overflow truncate cut (at max_len, their EOS with them)
 FOUND_BY_EOS = ("megatron", "olmo-core", "mds")
 NO_EOS = (
     "this output was packed with --no-eos: no document ends in EOS, and {fmt}'s trainer finds where documents end "
     "by EOS, so they run together there; pack again without --no-eos to keep them apart"
+)
+TRUNCATED_WITHOUT_EOS = (
+    "{count} document(s) were cut at max_len by --overflow truncate, their EOS with them, and {fmt}'s trainer finds "
+    "where documents end by EOS, so each runs into the next there; pack again with --overflow split to keep them apart"
 )
 
 
@@ -129,8 +134,11 @@ def export_output(
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
                 elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+                truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
                 if fmt in FOUND_BY_EOS and packed.eos_id is None:
                     warn(NO_EOS.format(fmt=fmt))
+                elif fmt in FOUND_BY_EOS and truncated:
+                    warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
                 totals: ExportTotals = exporter.finish()
             finally:
                 exporter.close()
