@@ -22,7 +22,15 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.format.columns import IGNORE_INDEX
 from packcli.report.verify import verify_output
-from tests.conftest import SAMPLE, as_packed_before_split_pieces, read_jsonl, shared_path, write_jsonl
+from tests.conftest import (
+    SAMPLE,
+    as_packed_before_split_pieces,
+    documented_names,
+    json_keys,
+    read_jsonl,
+    shared_path,
+    write_jsonl,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -592,6 +600,15 @@ def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: P
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]  # no staging or lock left
     tokens = np.fromfile(out / "packcli.ds", dtype=np.uint16)
     assert tokens.tolist() == [t for document in expected_documents(packed) for t in document["tokens"]]
+
+
+def test_every_key_of_export_json_is_documented(small_packed: Path, tmp_path: Path) -> None:
+    """``export --json`` (exported, then up to date, with an option) gives only keys docs/cli.md's export section
+    names."""
+    documented = documented_names("cli.md", "## export")
+    for _ in range(2):
+        summary = export(small_packed, "bridge", tmp_path / "bridge", "--pad-to-multiple", "8")
+        assert json_keys(summary) - documented == set(), summary["status"]
 
 
 def files_in(directory: Path) -> dict[str, bytes]:
