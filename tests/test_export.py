@@ -759,6 +759,22 @@ def test_a_pad_multiple_outside_1_to_max_len_is_a_usage_error(
     assert sorted(tmp_path.iterdir()) == []
 
 
+def test_an_export_is_never_read_as_a_corpus(small_packed: Path, tmp_path: Path) -> None:
+    """An export named to stats or pack is refused as an export (one line, exit 1), not read as a JSON corpus
+    (export.json) with an invalid-JSON error; found inside an input directory it is skipped, saying so, as an output
+    is, and the corpus beside it packs alone."""
+    exported = tmp_path / "data" / "megatron"
+    export(small_packed, "megatron", exported)
+    for command in (["stats", str(exported)], ["pack", str(exported), "--out", str(tmp_path / "o")]):
+        result = RUNNER.invoke(app, command)
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+        assert result.stderr.startswith(f"error: {exported}: is a packcli export (export.json), not a corpus")
+    shutil.copy(next(small_packed.parent.glob("*.jsonl")), tmp_path / "data" / "corpus.jsonl")
+    result = RUNNER.invoke(app, ["pack", str(tmp_path / "data"), "--max-len", "128", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert f"skipping {exported}: a packcli export, not input" in result.stderr
+
+
 def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
     text_packed: Path, tmp_path: Path
 ) -> None:
