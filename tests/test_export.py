@@ -851,6 +851,31 @@ def test_documents_truncated_without_eos_are_named_where_the_trainer_finds_docum
     assert result.stderr.count(notice) == int(said), result.stderr
 
 
+@pytest.mark.parametrize("fmt,said", [("olmo-core", True), ("mds", True), ("nanotron", False)])
+def test_eos_ids_inside_documents_are_counted_where_the_trainer_finds_documents_by_eos(
+    tmp_path: Path, fmt: str, said: bool
+) -> None:
+    """Pre-tokenized ids may hold the EOS id inside a document (so may a chat template's rendering): OLMo-core's
+    reader, finding documents by EOS, cuts such a document there, so the export says how many EOS ids stand inside
+    documents, where the trainer finds documents by EOS (nanotron's index keeps them whole: nothing said)."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [5, 0, 7, 0, 9]}, {"ids": [8, 9]}])
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--ids-field", "ids", "--eos-id", "0", "--max-len", "16", "--no-shuffle", "--out", packed, "-q")
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    notice = (
+        f"warning: 2 EOS id(s) stand inside documents (not at their end), and {fmt}'s trainer finds where documents "
+        "end by EOS, so it cuts those documents there"
+    )
+    assert result.stderr.count(notice) == int(said), result.stderr
+    if fmt == "olmo-core":
+        from olmo_core.data.utils import iter_document_indices
+
+        path = tmp_path / "x" / "tokens.npy"
+        found = list(iter_document_indices(path, eos_token_id=0, dtype=np.uint32, use_array_if_local=True))
+        assert len(found) == 4  # two documents read as four: what the warning counts
+
+
 def test_ids_packed_without_a_tokenizer_export_as_32_bit_tokens_and_datatrove_metadata(tmp_path: Path) -> None:
     """Pre-tokenized ids above 65535 and no tokenizer (vocabulary unknown): 32-bit tokens in every document format,
     and nanotron's metadata names the tokenizer as datatrove's merger parses it (``NAME|TOKEN_SIZE``, one bar)."""
