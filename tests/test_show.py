@@ -121,3 +121,21 @@ def test_every_key_of_show_json_is_documented(packed_sft: Path) -> None:
         result = CliRunner().invoke(app, ["show", str(packed_sft), "--row", "1", "--json", *extra])
         assert result.exit_code == 0, result.output
         assert json_keys(json.loads(result.stdout)) - documented == set()
+
+
+def test_ids_packed_without_a_tokenizer_are_not_decoded_with_a_guess(tmp_path: Path) -> None:
+    """An output of token ids packed without a tokenizer records none: show does not decode it with the bundled
+    GPT-2 as if it were (text the ids never meant); it asks for the tokenizer (exit 2), and decodes with the one
+    given."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [40, 1842, 257, 3797]}])
+    out = tmp_path / "out"
+    packed = runner.invoke(app, ["pack", str(corpus), "--ids-field", "ids", "--max-len", "8", "--out", str(out)])
+    assert packed.exit_code == 0, packed.output
+    guessed = runner.invoke(app, ["show", str(out)])
+    assert guessed.exit_code == 2 and guessed.stderr.count("\n") == 1, guessed.output
+    assert "packed from token ids without a tokenizer" in guessed.stderr and "--tokenizer" in guessed.stderr
+    bundled = tmp_path / "gpt2.json"
+    bundled.write_text(load_tokenizer().tokenizer.to_str())
+    given = runner.invoke(app, ["show", str(out), "--tokenizer", str(bundled), "--json"])
+    assert given.exit_code == 0, given.output
+    assert json.loads(given.stdout)["documents"][0]["segments"][0]["text"] == "I love a cat"
