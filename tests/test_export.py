@@ -287,8 +287,47 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(sft_packed: Path,
     assert found == len(expected)  # OLMo-core found every document by its EOS, with packcli's supervision
 
 
+def tokenizer_with_vocabulary(size: int, directory: Path) -> Path:
+    """GPT-2's tokenizer with exactly ``size`` ids (a boundary of the readers' dtype rules), EOS the highest. Grown
+    (``size`` > 50257): unused entries fill the ids above 50255, and " the", the text's commonest token, takes the
+    id below EOS, so the packed ids reach ``size - 1``. Shrunk to 256: the first 255 byte tokens and no merges
+    (ASCII text encodes byte by byte)."""
+    config = json.loads(shared_path("tokenizers/gpt2/tokenizer.json").read_text(encoding="utf-8"))
+    vocabulary = config["model"]["vocab"]
+    del vocabulary["<|endoftext|>"]
+    if size < len(vocabulary):
+        config["model"]["vocab"] = vocabulary = {text: id for text, id in vocabulary.items() if id < size - 1}
+        config["model"]["merges"] = []
+    else:
+        vocabulary.update({f"<unused_{number}>": number for number in range(50256, size - 2)})
+        vocabulary[f"<unused_{vocabulary['Ġthe']}>"] = vocabulary["Ġthe"]
+        vocabulary["Ġthe"] = size - 2
+    vocabulary["<|endoftext|>"] = size - 1
+    for token in config["added_tokens"]:
+        token["id"] = size - 1
+    directory.mkdir()
+    (directory / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
+    assert Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size() == size
+    return directory
+
+
+@pytest.fixture(scope="module")
+def vocabulary_boundaries(corpora: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """ASCII text (four code files) packed with tokenizers of 256, 65,535, 65,536 and 65,537 ids, the boundaries of
+    the readers' dtype rules: size -> the packed output (its tokenizer beside it, ``tokenizer-SIZE``)."""
+    root = tmp_path_factory.mktemp("vocabularies")
+    text = [{"text": r["text"].encode("ascii", "ignore").decode()} for r in read_jsonl(corpora["code"])[:4]]
+    corpus = write_jsonl(root / "ascii.jsonl", text)
+    packed = {}
+    for size in (256, 65_535, 65_536, 65_537):
+        tokenizer = tokenizer_with_vocabulary(size, root / f"tokenizer-{size}")
+        packed[size] = root / f"packed-{size}"
+        run("pack", corpus, "--tokenizer", tokenizer, "--max-len", "256", "--out", packed[size], "--quiet")
+    return packed
+
+
 def test_olmo_core_token_dtype_is_the_one_olmo_core_assumes_for_the_vocabulary(
-    corpora: dict[str, Any], tmp_path: Path
+    vocabulary_boundaries: dict[int, Path], tmp_path: Path
 ) -> None:
     """Vocabularies of 256, 65,536 and 65,537 ids (EOS the highest id, in the tokens): tokens.npy has the dtype
     OLMo-core's dataset config assumes for that vocabulary when none is given (``get_dtype``: the smallest unsigned
@@ -297,12 +336,8 @@ def test_olmo_core_token_dtype_is_the_one_olmo_core_assumes_for_the_vocabulary(
         warnings.simplefilter("ignore")
         from olmo_core.data.numpy_dataset import NumpyFSLDataset, NumpyFSLDatasetConfig
         from olmo_core.data.tokenizer import TokenizerConfig
-    ascii_text = [{"text": r["text"].encode("ascii", "ignore").decode()} for r in read_jsonl(corpora["code"])[:4]]
-    corpus = write_jsonl(tmp_path / "ascii.jsonl", ascii_text)
     for size in (256, 65_536, 65_537):
-        tokenizer = tokenizer_with_vocabulary(size, tmp_path / f"tokenizer-{size}")
-        packed = tmp_path / f"packed-{size}"
-        run("pack", corpus, "--tokenizer", tokenizer, "--max-len", "256", "--out", packed, "--quiet")
+        packed = vocabulary_boundaries[size]
         export(packed, "olmo-core", tmp_path / f"olmo-{size}")
         special = {"eos_token_id": size - 1, "pad_token_id": size - 1}
         tokens = [t for document in expected_documents(packed) for t in document["tokens"]]
@@ -360,31 +395,9 @@ def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
     assert index.tolist() == np.cumsum([len(document["tokens"]) for document in sft_expected]).tolist()
 
 
-def tokenizer_with_vocabulary(size: int, directory: Path) -> Path:
-    """GPT-2's tokenizer with exactly ``size`` ids (a boundary of the readers' dtype rules), EOS the highest. Grown
-    (``size`` > 50257): unused entries fill the ids above 50255, and " the", the text's commonest token, takes the
-    id below EOS, so the packed ids reach ``size - 1``. Shrunk to 256: the first 255 byte tokens and no merges
-    (ASCII text encodes byte by byte)."""
-    config = json.loads(shared_path("tokenizers/gpt2/tokenizer.json").read_text(encoding="utf-8"))
-    vocabulary = config["model"]["vocab"]
-    del vocabulary["<|endoftext|>"]
-    if size < len(vocabulary):
-        config["model"]["vocab"] = vocabulary = {text: id for text, id in vocabulary.items() if id < size - 1}
-        config["model"]["merges"] = []
-    else:
-        vocabulary.update({f"<unused_{number}>": number for number in range(50256, size - 2)})
-        vocabulary[f"<unused_{vocabulary['Ġthe']}>"] = vocabulary["Ġthe"]
-        vocabulary["Ġthe"] = size - 2
-    vocabulary["<|endoftext|>"] = size - 1
-    for token in config["added_tokens"]:
-        token["id"] = size - 1
-    directory.mkdir()
-    (directory / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
-    assert Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size() == size
-    return directory
-
-
-def test_nanotron_token_size_is_datatrove_s_at_the_uint16_boundary(corpora: dict[str, Any], tmp_path: Path) -> None:
+def test_nanotron_token_size_is_datatrove_s_at_the_uint16_boundary(
+    vocabulary_boundaries: dict[int, Path], tmp_path: Path
+) -> None:
     """Vocabularies of 65,535, 65,536 and 65,537 ids, the top id in the tokens: the .ds token size is the one
     datatrove's tokenizer and nanotron's Nanoset take for that vocabulary (2 bytes up to 65,536 ids), so
     DatatroveFolderDataset, given that size, reads back every token in order."""
@@ -393,12 +406,11 @@ def test_nanotron_token_size_is_datatrove_s_at_the_uint16_boundary(corpora: dict
         from datatrove.pipeline.tokens.tokenizer import DocumentTokenizer
         from datatrove.utils.dataset import DatatroveFolderDataset
     for size in (65_535, 65_536, 65_537):
-        tokenizer = tokenizer_with_vocabulary(size, tmp_path / f"tokenizer-{size}")
-        packed = tmp_path / f"packed-{size}"
-        run("pack", corpora["code"], "--tokenizer", tokenizer, "--max-len", "256", "--out", packed, "--quiet")
+        packed = vocabulary_boundaries[size]
         out = tmp_path / f"nt-{size}"
         export(packed, "nanotron", out)
-        token_size = DocumentTokenizer(str(tmp_path / "dt"), str(tokenizer / "tokenizer.json")).token_size
+        tokenizer = packed.parent / f"tokenizer-{size}" / "tokenizer.json"
+        token_size = DocumentTokenizer(str(tmp_path / "dt"), str(tokenizer)).token_size
         assert (out / "packcli.ds.metadata").read_text().splitlines()[0].endswith(f"tokenizer-{size}|{token_size}")
         tokens = [t for document in expected_documents(packed) for t in document["tokens"]]
         assert max(tokens) == size - 1
