@@ -771,6 +771,20 @@ def test_a_pad_multiple_outside_1_to_max_len_is_a_usage_error(
     assert sorted(tmp_path.iterdir()) == []
 
 
+def test_a_pad_multiple_that_pads_a_batch_past_int32_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    """3,000 two-token documents in one row at max_len 2**20, each padded to a multiple of 2**20: 3.1 billion tokens,
+    more than a Parquet list<int32> holds (and 12 GiB as int32). Refused in one line (exit 2) before any of it is
+    allocated, nothing written."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [7]}] * 3000)
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--ids-field", "ids", "--eos-id", "0", "--max-len", str(2**20), "--out", packed, "--quiet")
+    out = tmp_path / "bridge"
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "bridge", "--pad-to-multiple", str(2**20), "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "--pad-to-multiple 1048576" in result.stderr and "2,147,483,647" in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ids.jsonl", "packed"]
+
+
 def test_an_export_is_never_read_as_a_corpus(small_packed: Path, tmp_path: Path) -> None:
     """An export named to stats or pack is refused as an export (one line, exit 1), not read as a JSON corpus
     (export.json) with an invalid-JSON error; found inside an input directory it is skipped, saying so, as an output

@@ -41,6 +41,7 @@ PENDING = "training.idx.parquet.tmp"
 # zstd at pyarrow's default level: a seventh of the uncompressed file for about 0.1 s more encoding on gcide (the
 # codecs are measured in docs/export.md, Speed); Bridge reads any codec pyarrow reads
 COMPRESSION = "zstd"
+INT32_MAX = 2**31 - 1  # the most tokens the rows of one record batch hold (list<int32> offsets)
 
 
 class BridgeExporter:
@@ -125,6 +126,12 @@ def bridge_row_group(batch: RowBatch, multiple: int, eos: int) -> tuple[pa.Table
     else:  # each stored token goes to its document's start plus its place in the document
         padded = -(-lengths // multiple) * multiple
         doc_starts = exclusive_cumsum(padded)
+        if int(doc_starts[-1]) > INT32_MAX:  # before the padded batch is allocated
+            raise UsageError(
+                f"--pad-to-multiple {multiple} pads the {len(lengths):,} documents of {batch.rows:,} row(s) to "
+                f"{int(doc_starts[-1]):,} tokens, more than the {INT32_MAX:,} a Parquet list<int32> holds: choose a "
+                "smaller multiple"
+            )
         tokens = np.full(int(doc_starts[-1]), eos, dtype=np.int32)
         place = np.arange(len(batch.tokens)) + np.repeat(doc_starts[:-1] - source_starts[:-1], lengths)
         tokens[place] = batch.tokens
