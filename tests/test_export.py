@@ -432,6 +432,24 @@ def test_document_formats_count_the_sequences_their_files_hold(text_packed: Path
     assert len(np.fromfile(tmp_path / "nanotron" / "packcli.ds.index", dtype=np.uint64)) == documents
 
 
+def test_nanotron_metadata_keeps_its_three_lines_whatever_the_tokenizer_is_called(
+    small_packed: Path, tmp_path: Path
+) -> None:
+    """A tokenizer directory named with a line break and a bar: the metadata's first line still holds the whole
+    name and the token size (``NAME|2``, one bar), then the token count, as datatrove's merger reads it."""
+    from packcli.encode.tokenizer import load_tokenizer
+
+    tokenizer = tmp_path / "my|odd\ntokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text(load_tokenizer().tokenizer.to_str())
+    corpus = next(small_packed.parent.glob("*.jsonl"))
+    run("pack", corpus, "--tokenizer", tokenizer, "--max-len", "128", "--out", tmp_path / "packed", "--quiet")
+    summary = export(tmp_path / "packed", "nanotron", tmp_path / "nt")
+    lines = (tmp_path / "nt" / "packcli.ds.metadata").read_text().split("\n")
+    assert len(lines) == 3 and lines[0].count("|") == 1 and lines[0].endswith("my/odd tokenizer|2"), lines
+    assert lines[1] == str(summary["totals"]["tokens"])
+
+
 def test_short_count_is_datatrove_s_metric() -> None:
     import humanize
 

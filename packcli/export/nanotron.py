@@ -30,8 +30,9 @@ class NanotronExporter:
     def __init__(self, directory: Path, packed: PackedOutput, options: dict[str, Any]) -> None:
         self.directory = directory
         self.dtype = token_dtype(packed, "uint16", 65537, "uint32")
-        # datatrove's merger splits the first metadata line at its one bar: a name holds none
-        self.name = str(packed.manifest["tokenizer"].get("name") or "Unknown Tokenizer").replace("|", "/")
+        # datatrove's merger splits the first metadata line at its one bar: a name holds none, nor a line break
+        name = str(packed.manifest["tokenizer"].get("name") or "Unknown Tokenizer").replace("|", "/")
+        self.name = " ".join(name.splitlines())
         self.tokens = open(directory / NAME, "wb")  # noqa: SIM115 (closed by finish)
         self.index = open(directory / f"{NAME}.index", "wb")  # noqa: SIM115
         self.loss = open(directory / f"{NAME}.loss", "wb") if packed.labelled else None  # noqa: SIM115
