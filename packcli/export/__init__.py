@@ -139,13 +139,14 @@ def export_output(
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
                 elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
-                truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
-                if fmt in FOUND_BY_EOS and packed.eos_id is None:
-                    warn(NO_EOS.format(fmt=fmt))
-                elif fmt in FOUND_BY_EOS and truncated:
-                    warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
-                if fmt in FOUND_BY_EOS and feed.inner_eos:
-                    warn(INNER_EOS.format(count=feed.inner_eos, fmt=fmt))
+                if fmt in FOUND_BY_EOS:
+                    truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
+                    if packed.eos_id is None:
+                        warn(NO_EOS.format(fmt=fmt))
+                    elif truncated:
+                        warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
+                    if feed.inner_eos:
+                        warn(INNER_EOS.format(count=feed.inner_eos, fmt=fmt))
                 totals: ExportTotals = exporter.finish()
             finally:
                 exporter.close()
