@@ -8,7 +8,9 @@ them, and hands each checked batch to the exporter, which writes it into the sta
 published only when the whole output verifies; an output that fails is refused with verify's first problem and
 the staging removed, so nothing is written at ``--out``. An error of the exporter's own waits for verify's verdict
 (damage that verify names may show in the exporter first, in a shard not yet checked): the verdict is reported
-when the output fails, the exporter's error when it passes. One module per format: ``megatron``, ``bridge``,
+when the output fails, the exporter's error when it passes. What a format's trainer would make of documents
+otherwise than packcli does (split documents; documents without their EOS, or holding one before their end, where
+it finds documents by EOS) is said in a warning. One module per format: ``megatron``, ``bridge``,
 ``olmo_core``, ``nanotron``, ``mds``.
 """
 
