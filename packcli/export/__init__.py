@@ -106,7 +106,8 @@ def export_output(
         warn: where notices go (stderr on the command line).
 
     Raises:
-        UsageError: an unknown format, or a format that cannot carry this output (labels).
+        UsageError: an unknown format, a format that cannot carry this output (labels), or a ``pad_to_multiple``
+            outside 1..max_len or padding a batch of rows past list<int32>.
         PackcliError: the source is not a packcli output or fails verify (nothing written), or an I/O error.
     """
     from packcli.export.record import (
