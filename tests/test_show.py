@@ -112,3 +112,24 @@ def test_control_characters_in_a_document_are_shown_as_escapes_not_acted_on(tmp_
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", shown.stdout)
     decoded = json.loads(runner.invoke(app, ["show", str(out), "--json"]).stdout)
     assert decoded["documents"][0]["segments"][0]["text"] == text + "<|endoftext|>"
+
+
+def test_an_output_packed_from_ids_without_a_tokenizer_is_decoded_only_with_the_one_named(tmp_path: Path) -> None:
+    """Ids packed without --tokenizer carry no tokenizer to decode them with: show asks for one rather than decode
+    them with the bundled GPT-2, which would print another vocabulary's text as if it were the row's."""
+    texts = ["The first document.", "A second one."]
+    tokenizer = load_tokenizer().tokenizer
+    ids = [encoding.ids for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)]
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": row} for row in ids])
+    out = tmp_path / "o"
+    packed = runner.invoke(app, ["pack", str(corpus), "--ids-field", "ids", "--max-len", "64", "--out", str(out)])
+    assert packed.exit_code == 0, packed.stderr
+    unnamed = runner.invoke(app, ["show", str(out)])
+    assert unnamed.exit_code == 2 and unnamed.stdout == ""
+    assert "packed from token ids without a tokenizer" in unnamed.stderr and "--tokenizer" in unnamed.stderr
+    gpt2 = tmp_path / "tokenizer.json"
+    gpt2.write_text(load_tokenizer().source, encoding="utf-8")
+    named = runner.invoke(app, ["show", str(out), "--tokenizer", str(gpt2), "--json"])
+    assert named.exit_code == 0, named.stderr
+    shown = json.loads(named.stdout)["documents"]
+    assert sorted("".join(segment["text"] for segment in document["segments"]) for document in shown) == sorted(texts)
