@@ -44,7 +44,7 @@ class NanotronExporter:
         if self.loss is not None and batch.mask is not None:
             write_array(self.loss, batch.mask, np.bool_)
             self.totals.supervised_tokens += int(np.count_nonzero(batch.mask))
-        self.totals.sequences += len(batch.lengths)
+        self.totals.sequences += len(ends)  # one per index entry: a split document is stored whole
         self.totals.documents += len(ends)
         self.totals.tokens += len(batch.tokens)
 

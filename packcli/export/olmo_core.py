@@ -35,8 +35,9 @@ class OlmoCoreExporter:
         if self.mask is not None and batch.mask is not None:
             write_array(self.mask, batch.mask, np.bool_)
             self.totals.supervised_tokens += int(np.count_nonzero(batch.mask))
-        self.totals.sequences += len(batch.lengths)
-        self.totals.documents += int(np.count_nonzero(batch.ends))
+        documents = int(np.count_nonzero(batch.ends))  # a split document is stored whole: one sequence
+        self.totals.sequences += documents
+        self.totals.documents += documents
         self.totals.tokens += len(batch.tokens)
 
     def close(self) -> None:
