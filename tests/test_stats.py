@@ -203,6 +203,8 @@ def test_loss_warning_in_tokens_and_percent(tmp_path: Path, small_corpus: Path) 
         in dropped.stderr
     )
     assert dropped.stdout.startswith("packed 3 of 5 documents (2 dropped, 9 tokens) into 3 sequences of max_len 4")
+    # what to run next names the pack's own options: a fine-tuning corpus has no 'text' field for a bare stats
+    assert "`packcli stats CORPUS` with this run's other options shows what other --max-len" in dropped.stderr
     truncated = runner.invoke(
         app, ["pack", str(small_corpus), "--max-len", "4", "--overflow", "truncate", "--out", str(tmp_path / "t")]
     )

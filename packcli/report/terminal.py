@@ -57,7 +57,7 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     )
     return (
         f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); --overflow split keeps every token, "
-        f"`packcli stats CORPUS` shows what other --max-len values would cost"
+        f"`packcli stats CORPUS` with this run's other options shows what other --max-len values would cost"
     )
 
 
