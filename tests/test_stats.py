@@ -216,7 +216,7 @@ def test_loss_warning_in_tokens_and_percent(tmp_path: Path, small_corpus: Path) 
     kept = runner.invoke(
         app, ["pack", str(small_corpus), "--max-len", "5", "--overflow", "drop", "--out", str(tmp_path / "k")]
     )
-    assert "lost" in kept.stderr  # 6 of 20 tokens: 30%
+    assert "left out 1 document longer than --max-len 5: 6 of 20 input tokens lost (30.00%)" in kept.stderr
     split = runner.invoke(app, ["pack", str(small_corpus), "--max-len", "4", "--out", str(tmp_path / "s")])
     assert "lost" not in split.stderr
     assert split.stdout.startswith("packed 5 documents, split into 7 pieces (20 tokens), into 5 sequences of max_len 4")

@@ -51,9 +51,9 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     dropped = int(totals.get("dropped_documents", 0))
     truncated = int(totals.get("truncated_documents", 0))
     how = (
-        f"--overflow drop left out {dropped:,} documents longer than --max-len {max_len:,}"
+        f"--overflow drop left out {count(dropped, 'document')} longer than --max-len {max_len:,}"
         if dropped
-        else f"--overflow truncate cut {truncated:,} documents to --max-len {max_len:,}"
+        else f"--overflow truncate cut {count(truncated, 'document')} to --max-len {max_len:,}"
     )
     return (
         f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); --overflow split keeps every token, "
