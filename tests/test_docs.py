@@ -133,7 +133,7 @@ def code_snippets(markdown: str) -> list[str]:
     return [
         snippet
         for index, part in enumerate(parts)
-        for snippet in (part.splitlines() if index % 2 else re.findall(r"`([^`\n]+)`", part))
+        for snippet in (part.splitlines() if index % 2 else re.findall(r"`([^`]+)`", part))
     ]
 
 
@@ -160,18 +160,25 @@ def backticked_names(doc: str) -> set[str]:
 
 
 def json_keys(*args: str) -> set[str]:
-    result = CliRunner().invoke(app, [*args, "--json", "--quiet"])
+    result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     return set(json.loads(result.stdout))
 
 
-def test_every_key_of_the_json_objects_is_named_in_its_doc(tiny_corpus: Path, packed_text: Path) -> None:
-    """``stats`` on an output and on a raw corpus in docs/stats.md; ``pack`` in docs/cli.md; ``pack --dry-run`` (the
-    CI cache key) in docs/ci.md. ``packed_text`` is rerun with its own arguments: up to date, nothing written."""
+def test_every_key_of_the_json_objects_is_named_in_its_doc(
+    tiny_corpus: Path, packed_text: Path, packed_sft: Path, tmp_path: Path
+) -> None:
+    """``stats`` on an output and on a raw corpus, and ``show``, in docs/stats.md; ``pack`` and ``verify`` in
+    docs/cli.md; ``pack --dry-run`` (the CI cache key) in docs/ci.md; ``export`` in docs/export.md. ``packed_text`` is
+    rerun with its own arguments: up to date, nothing written."""
     pack = [str(tiny_corpus), "--max-len", "512", "--shard-size", "100KB", "--out", str(packed_text)]
+    export = ["export", str(packed_text), "--to", "megatron", "--out", str(tmp_path / "megatron")]
     objects = {
-        "stats.md": json_keys("stats", str(packed_text)) | json_keys("stats", str(tiny_corpus), "--max-len", "512"),
-        "cli.md": json_keys("pack", *pack),
+        "stats.md": json_keys("stats", str(packed_text))
+        | json_keys("stats", str(tiny_corpus), "--max-len", "512")
+        | json_keys("show", str(packed_sft)),
+        "cli.md": json_keys("pack", *pack) | json_keys("verify", str(packed_text)),
         "ci.md": json_keys("pack", *pack, "--dry-run"),
+        "export.md": json_keys(*export) | json_keys(*export),  # exported, then up to date
     }
     assert {doc: keys - backticked_names(doc) for doc, keys in objects.items()} == {doc: set() for doc in objects}

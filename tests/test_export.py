@@ -506,6 +506,9 @@ def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: P
     stamp = (out / "tokens.npy").stat().st_mtime_ns
     again = export(packed, "olmo-core", out)
     assert again["status"] == "up-to-date" and (out / "tokens.npy").stat().st_mtime_ns == stamp
+    # --json says the same either way: export.json's record, with the status and out
+    record = json.loads((out / "export.json").read_text())
+    assert {**first, "status": "up-to-date"} == again == {**record, "status": "up-to-date", "out": str(out)}
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(out)])
     assert result.exit_code == 1 and "--overwrite" in result.output
     export(packed, "nanotron", out, "--overwrite")
