@@ -14,7 +14,16 @@ if TYPE_CHECKING:  # rich is imported where it draws: the pack summary is plain 
     from rich.console import Console
     from rich.table import Table
 
-__all__ = ["console", "count", "loss_warning", "pack_summary", "print_corpus_choices", "print_stats", "token_loss"]
+__all__ = [
+    "console",
+    "count",
+    "documents_and_pieces",
+    "loss_warning",
+    "pack_summary",
+    "print_corpus_choices",
+    "print_stats",
+    "token_loss",
+]
 
 LOSS_WARNING_SHARE = 0.01  # drop/truncate throwing away more than this share of the input tokens is a warning
 _BAR_WIDTH = 40
@@ -41,6 +50,12 @@ def token_loss(totals: dict[str, Any]) -> tuple[int, int]:
     that predates ``input_tokens`` counts its tokens plus the lost ones."""
     lost = int(totals.get("dropped_tokens", 0)) + int(totals.get("truncated_tokens", 0))
     return lost, int(totals.get("input_tokens") or totals.get("tokens", 0) + lost)
+
+
+def documents_and_pieces(figures: dict[str, Any]) -> tuple[int, str]:
+    """(input documents, " in N pieces" where split documents made more pieces, else "") of ``stats`` figures."""
+    documents, pieces = int(figures.get("input_documents", figures["documents"])), int(figures["documents"])
+    return documents, f" in {pieces:,} pieces" if pieces != documents and figures.get("split_documents") else ""
 
 
 def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
@@ -155,8 +170,7 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         f"longest[/bold] ({stats['packing']['efficiency']:.2%} of the computed slots hold real tokens, against "
         f"{random['efficiency']:.2%})"
     )
-    documents, pieces = stats.get("input_documents", stats["documents"]), stats["documents"]
-    split = f" in {pieces:,} pieces" if pieces != documents and stats.get("split_documents") else ""
+    documents, split = documents_and_pieces(stats)
     out.print(
         f"  {documents:,} documents{split}, {stats['tokens']:,} tokens, {stats['sequences']:,} sequences "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"
