@@ -308,7 +308,7 @@ def test_a_restored_output_with_a_shard_cut_short_is_not_called_another_runs(
 
 
 def test_the_stats_summary_counts_documents_and_pieces_as_the_terminal_does(tmp_path: Path, packed_text: Path) -> None:
-    """A split document is one document in several pieces: the Markdown says "60 in 96 pieces", as the terminal
+    """A split document is one document in several pieces: the Markdown says "N in M pieces", as the terminal
     report does, never the pieces alone under the name documents."""
     summary = tmp_path / "summary.md"
     figures = json.loads(invoke("stats", str(packed_text), "--json", "--summary", str(summary)).stdout)
