@@ -340,3 +340,16 @@ def test_a_negative_seed_is_a_usage_error_on_an_output_as_on_a_raw_corpus(tmp_pa
         result = runner.invoke(app, ["stats", str(target), "--seed", "-1"])
         assert result.exit_code == 2, result.output
         assert "--seed" in result.stderr and "unexpected" not in result.stderr
+
+
+def test_stats_with_no_path_and_no_packed_output_here_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bare ``packcli stats`` reads ./packed; where there is none it says to pack first or name a path, as ``verify``
+    and ``show`` do, rather than report a corpus file that does not exist."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["stats"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: packed: no packcli output here (run packcli pack first, or name an output or a corpus)\n"
+    )
