@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, SAMPLE, shared_path, write_jsonl
+from conftest import REPO, SAMPLE, documented_names, json_keys, shared_path, write_jsonl
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -353,3 +353,10 @@ def test_stats_with_no_path_and_no_packed_output_here_says_what_to_do(
     assert result.stderr == (
         "error: packed: no packcli output here (run packcli pack first, or name an output or a corpus)\n"
     )
+
+
+def test_every_key_of_stats_json_on_an_output_is_documented(packed_sft: Path) -> None:
+    """``stats --json`` on a packed output, with a gate, gives only keys docs/stats.md's ``--json`` table names."""
+    result = runner.invoke(app, ["stats", str(packed_sft), "--json", "--max-gap", "100%"])
+    assert result.exit_code == 0, result.output
+    assert json_keys(json.loads(result.stdout)) - documented_names("stats.md", "## `--json`") == set()

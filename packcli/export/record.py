@@ -23,7 +23,7 @@ from packcli.write.publish import Existing, directory_names, has_size
 
 __all__ = ["EXPORT_NAME", "LAYOUT_VERSION", "existing_export", "export_fingerprint", "export_identity", "write_record"]
 
-LAYOUT_VERSION = 1  # bumped when an exporter changes the bytes it writes for the same source and options
+LAYOUT_VERSION = 2  # bumped when an exporter changes the bytes it writes for the same source and options
 
 
 def export_fingerprint(source_fingerprint: str, fmt: str, options: dict[str, Any]) -> str:
