@@ -329,3 +329,15 @@ def test_a_restored_output_with_a_shard_cut_short_is_not_called_another_runs(
         assert "or this run's output with a shard missing or not its listed size" in result.stderr
     assert "--overwrite" in dry.stderr and "--overwrite" in real.stderr
     assert invoke(*args, "--overwrite").exit_code == 0 and invoke("verify", str(out)).exit_code == 0
+
+
+def test_the_stats_summary_counts_documents_and_pieces_as_the_terminal_does(tmp_path: Path, packed_text: Path) -> None:
+    """A split document is one document in several pieces: the Markdown says "N in M pieces", as the terminal
+    report does, never the pieces alone under the name documents."""
+    summary = tmp_path / "summary.md"
+    figures = json.loads(invoke("stats", str(packed_text), "--json", "--summary", str(summary)).stdout)
+    assert figures["split_documents"] and figures["documents"] > figures["input_documents"]
+    said = f"{figures['input_documents']:,} in {figures['documents']:,} pieces / {figures['tokens']:,}"
+    assert f"| documents / tokens | {said} |" in summary.read_text()
+    terminal = invoke("stats", str(packed_text)).stdout
+    assert f"{figures['input_documents']:,} documents in {figures['documents']:,} pieces" in terminal

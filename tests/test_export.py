@@ -613,6 +613,23 @@ def small_packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "packed"
 
 
+@pytest.mark.parametrize("fmt", ["megatron", "olmo-core", "nanotron", "bridge", "mds"])
+def test_the_sequences_an_export_reports_are_those_it_stores(small_packed: Path, tmp_path: Path, fmt: str) -> None:
+    """The formats that write split documents whole store one sequence per input document; the row formats one per
+    packed row. The count said is what the files hold, never the pieces the documents were read back from."""
+    manifest = json.loads((small_packed / "manifest.json").read_text())
+    assert manifest["totals"]["split_documents"] > 0
+    totals = export(small_packed, fmt, tmp_path / fmt)["totals"]
+    if fmt in ("bridge", "mds"):
+        assert totals["sequences"] == manifest["totals"]["sequences"]
+    else:
+        assert totals["sequences"] == totals["documents"] == manifest["totals"]["input_documents"]
+    if fmt == "nanotron":
+        assert len(np.fromfile(tmp_path / fmt / "packcli.ds.index", dtype=np.uint64)) == totals["sequences"]
+    said = run("export", small_packed, "--to", fmt, "--out", tmp_path / f"{fmt}-2").stdout
+    assert f"in {totals['sequences']:,} sequence" in said
+
+
 def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: Path) -> None:
     packed = small_packed
     out = tmp_path / "olmo"
@@ -621,6 +638,9 @@ def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: P
     stamp = (out / "tokens.npy").stat().st_mtime_ns
     again = export(packed, "olmo-core", out)
     assert again["status"] == "up-to-date" and (out / "tokens.npy").stat().st_mtime_ns == stamp
+    # --json says the same either way: export.json's record, with the status and out
+    record = json.loads((out / "export.json").read_text())
+    assert {**first, "status": "up-to-date"} == again == {**record, "status": "up-to-date", "out": str(out)}
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(out)])
     assert result.exit_code == 1 and "--overwrite" in result.output
     export(packed, "nanotron", out, "--overwrite")

@@ -160,9 +160,9 @@ def export_output(
                 "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
                 "totals": totals.to_json(),
             }
-            write_record(publication.staging, record)
+            written = write_record(publication.staging, record)
             publication.commit()
-        return ExportResult("exported", record)
+        return ExportResult("exported", written)
 
 
 def _export_verified(packed: PackedOutput, exporter: Exporter) -> _Feed:
