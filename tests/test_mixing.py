@@ -459,3 +459,25 @@ def test_the_memory_a_mixture_is_planned_in_is_the_control_groups_where_lower(tm
     assert memory_limit((unlimited, tmp_path / "absent")) == machine
     assert memory_limit((unlimited, v1)) == 2**31
     assert memory_limit((v2, v1)) == 2**30
+
+
+def test_a_run_the_system_gives_too_little_memory_ends_in_one_line_saying_so(tmp_path: Path) -> None:
+    """Under a limit the plan cannot see (``ulimit -v``: address space, not the machine's or a container's memory),
+    a mixture that needs about 10 GiB fails to allocate. That is one line saying the command ran out of memory and
+    what to do, exit 1, nothing written: not an "unexpected MemoryError", nor the plan's refusal claiming 9.8 GiB
+    is more than the machine's 23 GiB."""
+    import resource
+    import subprocess
+    import sys
+
+    def three_gigabytes() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    tiny = corpus(tmp_path / "tiny.jsonl", ["yew"], 10)
+    out = tmp_path / "o"
+    args = [sys.executable, "-m", "packcli", "pack", str(tiny), "--target-tokens", "480M", "--out", str(out)]
+    ended = subprocess.run(args, capture_output=True, text=True, preexec_fn=three_gigabytes, timeout=120)
+    assert ended.returncode == 1, ended.stderr
+    assert ended.stderr.startswith("error: out of memory (") and ended.stderr.count("\n") == 1, ended.stderr
+    assert "give the command more memory, or less to do" in ended.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["tiny.jsonl"]

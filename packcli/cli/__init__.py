@@ -42,8 +42,8 @@ class Command(TyperCommand):
 
 
 class OneLineErrors(TyperGroup):
-    """The one error mapper: usage errors exit 2, packcli and OS errors exit 1, each as one ``error: ...`` line on
-    stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
+    """The one error mapper: usage errors exit 2, packcli and OS errors and running out of memory exit 1, each as one
+    ``error: ...`` line on stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
     The one signal handler is installed here (:mod:`packcli.util.signals`): SIGTERM and SIGHUP unwind the command's
     cleanups, then end it by the signal; Ctrl-C unwinds them, says what it left and exits 130. Bare ``packcli`` prints
     the help and exits 0."""
@@ -84,6 +84,14 @@ class OneLineErrors(TyperGroup):
             if debug:
                 raise
             _fail(str(exc), exc.exit_code if isinstance(exc, PackcliError) else EXIT_DATA)
+        except MemoryError as exc:  # the system gave less than a plan expected (a ulimit, other programs)
+            if debug:
+                raise
+            _fail(
+                f"out of memory ({exc or 'an allocation failed'}); give the command more memory, or less to do (fewer "
+                "--target-tokens; --partitions for a large corpus)",
+                EXIT_DATA,
+            )
         except Exception as exc:  # a bug or an unforeseen library error: still one line, exit 1
             if debug:
                 raise

@@ -102,14 +102,11 @@ def mixed_stream(
     needed, limit = plan.needs(), memory_limit()
     if needed > limit:  # before allocating: the system would kill the run instead
         raise plan.refusal(needed, limit)
-    try:
-        draws = mix(per_source, weights, options.target_tokens, options.seed)
-        source, position = interleave([len(draw.documents) for draw in draws])
-        drawn = np.concatenate([first[k] + draw.documents for k, draw in enumerate(draws)])
-        starts = np.cumsum([0] + [len(draw.documents) for draw in draws])
-        documents = drawn[starts[source] + position]
-    except MemoryError:
-        raise plan.refusal(plan.needs(), memory_limit()) from None
+    draws = mix(per_source, weights, options.target_tokens, options.seed)
+    source, position = interleave([len(draw.documents) for draw in draws])
+    drawn = np.concatenate([first[k] + draw.documents for k, draw in enumerate(draws)])
+    starts = np.cumsum([0] + [len(draw.documents) for draw in draws])
+    documents = drawn[starts[source] + position]
     # Documents too long to place: in the stream once, so that overflow counts them as it would unmixed (except in
     # an input that --weights leaves out with weight 0).
     used = np.repeat(np.asarray(options.weights or weights) > 0, np.diff(first))
