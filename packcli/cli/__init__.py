@@ -43,10 +43,10 @@ class Command(TyperCommand):
 
 class OneLineErrors(TyperGroup):
     """The one error mapper: usage errors exit 2, packcli and OS errors and running out of memory exit 1, each as one
-    ``error: ...`` line on stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the traceback through.
-    The one signal handler is installed here (:mod:`packcli.util.signals`): SIGTERM and SIGHUP unwind the command's
-    cleanups, then end it by the signal; Ctrl-C unwinds them, says what it left and exits 130. Bare ``packcli`` prints
-    the help and exits 0."""
+    ``error: ...`` line on stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the
+    traceback through. The one signal handler is installed here (:mod:`packcli.util.signals`): SIGTERM and SIGHUP
+    unwind the command's cleanups, then end it by the signal; Ctrl-C unwinds them, says what it left and exits 130.
+    Bare ``packcli`` prints the help and exits 0."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _untyped_flags(super().get_params(ctx))
