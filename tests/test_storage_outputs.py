@@ -11,6 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +338,42 @@ def test_a_target_no_scratch_holds_is_refused_naming_the_scratch_directory(
     result = pack(str(corpus), "--target-tokens", "1000T", "--out", f"{s3_server.bucket()}/huge")
     assert result.exit_code == 1, result.output
     assert f"free where they are written ({scratch});" in result.stderr, result.stderr
+
+
+@contextmanager
+def store_refusing_every_key(server: S3Server) -> Iterator[None]:
+    """The server checks credentials (it knows no key, so every request is refused, 403, as a store refuses a wrong
+    key) until the block ends."""
+
+    def authenticate_after(requests: str) -> None:
+        url, plain = f"{server.endpoint}/moto-api/reset-auth", {"Content-Type": "text/plain"}
+        request = urllib.request.Request(url, data=requests.encode(), headers=plain)
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+    authenticate_after("0")
+    try:
+        yield
+    finally:
+        authenticate_after("inf")
+
+
+def test_wrong_credentials_are_one_line_naming_the_url_never_a_missing_output(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    """A store that refuses the key: every command says access denied, naming the URL, exit 1; none takes the
+    refusal for an absent manifest ("not a packcli output") or an empty prefix."""
+    out = s3_server.bucket() + "/packed"
+    assert pack(str(corpus), "--max-len", "64", "--out", out).exit_code == 0
+    with store_refusing_every_key(s3_server):
+        results = {
+            "verify": runner.invoke(app, ["verify", out]),
+            "stats": runner.invoke(app, ["stats", out]),
+            "show": runner.invoke(app, ["show", out, "--row", "0"]),
+            "pack from": pack(f"{out}/corpus.jsonl", "--out", f"{out}-2"),
+            "pack to": pack(str(corpus), "--max-len", "64", "--out", out),
+        }
+    for command, result in results.items():
+        assert result.exit_code == 1, (command, result.output)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and "access denied" in lines[0] and "check the credentials" in lines[0], (command, lines)

@@ -154,10 +154,15 @@ def exists(url: str) -> bool:
 
 
 def is_file(url: str) -> bool:
+    """Whether an object is at ``url``. Only the store's "no such object" is False: a refusal (a wrong key) is
+    raised, never taken for an absent object (fsspec's ``isfile`` answers False to any error)."""
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
         fs.invalidate_cache()
-        return bool(fs.isfile(path))
+        try:
+            return bool(fs.info(path).get("type") == "file")
+        except FileNotFoundError:
+            return False
 
 
 def is_dir(url: str) -> bool:
