@@ -381,3 +381,42 @@ def test_a_killed_run_leaves_nothing_in_packcli_scratch_once_rerun(
     assert rerun.exit_code == 0, rerun.output
     assert invoke("verify", str(out)).exit_code == 0
     assert sorted(path.name for path in scratch.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def plain_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled sample as plain JSON Lines (3.3 MB): four partitions of it take long enough to be killed."""
+    corpus = tmp_path_factory.mktemp("plain") / "sample.jsonl"
+    corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()))
+    return corpus
+
+
+def test_a_run_killed_over_an_output_holding_datasets_caches_is_finished_by_its_rerun(
+    plain_sample: Path, tiny_corpus: Path, tmp_path: Path
+) -> None:
+    """The output being replaced holds the cache files ``datasets`` wrote beside its shards (a ``map`` and a
+    ``filter`` of what ``packcli.pack`` returned); kill -9 of the whole ``--overwrite`` run once a partition is
+    committed; the rerun resumes, and leaves the shards of an uninterrupted run, no cache file and nothing beside."""
+    import packcli
+
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    rows = packcli.pack(str(tiny_corpus), max_len=256, out=out)
+    rows.map(lambda row: {"length": len(row["input_ids"])})
+    rows.filter(lambda row: len(row["input_ids"]) > 200)
+    caches = sorted(path.name for path in out.glob("cache-*.arrow"))
+    assert len(caches) == 2, sorted(path.name for path in out.iterdir())
+
+    args = [str(plain_sample), "--max-len", "1024", "--partitions", "4", "--workers", "2", "--overwrite"]
+    assert kill_after_first_commit([*PACK, *args, "--out", str(out), "--quiet"], staging) >= 1
+    assert sorted(path.name for path in out.glob("cache-*.arrow")) == caches  # the old output is still in place
+
+    resumed = invoke("pack", *args, "--out", str(out), "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["partitions_reused"] >= 1
+    assert invoke("verify", str(out)).exit_code == 0
+    whole = invoke("pack", *args, "--out", str(tmp_path / "whole"), "--quiet")
+    assert whole.exit_code == 0, whole.output
+    assert sorted(path.name for path in out.iterdir()) == sorted(path.name for path in (tmp_path / "whole").iterdir())
+    for path in (tmp_path / "whole").iterdir():
+        assert path.read_bytes() == (out / path.name).read_bytes(), path.name
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "whole"]  # no lock, resume area or debris
