@@ -79,8 +79,7 @@ def pack_corpus(
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
     if plan is not None and output_state(out, fingerprint) == "same":
-        if isinstance(out, UrlPath):
-            remove_leftovers(out, fingerprint)
+        remove_leftovers(out, fingerprint)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
     facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)

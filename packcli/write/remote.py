@@ -44,14 +44,13 @@ from packcli.storage.objects import (
     filesystem,
     find_objects,
     object_info,
-    read_object,
     remove_objects,
     upload_file,
     write_object,
 )
 from packcli.storage.urls import UrlPath
 from packcli.util.files import canonical_json
-from packcli.write.publish import Existing, existing_output, in_use, out_of_room, up_to_date
+from packcli.write.publish import Existing, existing_output, in_use, out_of_room, remove_dead_runs, up_to_date
 
 __all__ = [
     "LOCK_NAME",
@@ -175,9 +174,14 @@ class RemotePublication:
 
 
 def remove_leftovers(out: Path, fingerprint: str) -> None:
-    """Remove what dead runs left under an up-to-date output URL (see :func:`remote_output`), unless a live run
-    holds its lock: a partitioned run that finds the output up to date starts no engine and takes no publication.
-    Where no parts are left (one listing says so) it writes nothing, so a reader's credentials do."""
+    """Remove what dead runs left at an up-to-date output, unless a live run holds its lock: a partitioned run that
+    finds the output up to date starts no engine and takes no publication. Under an output URL, the objects
+    :func:`remote_output` names; beside a directory, the debris of killed runs and a resume area the run that
+    committed the output left (:func:`committed_runs_area`: the output it replaced, retired there by the swap, or
+    its own parts). Where no parts are left (one listing says so) it writes nothing, so a reader's credentials do."""
+    if not isinstance(out, UrlPath):
+        remove_dead_runs(out, lambda area: committed_runs_area(area, fingerprint))
+        return
     if not find_objects(f"{out}/{RESUME_PREFIX}"):
         return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
@@ -189,12 +193,12 @@ def remove_leftovers(out: Path, fingerprint: str) -> None:
         lock.release()
 
 
-def _committed_run(out: Path, committed: str) -> bool:
-    """Whether the parts under ``out``'s ``packcli-resume/`` are what the run that committed the output left (its
-    driver died while removing them): their run record names the output's fingerprint, or is gone (parts without
-    it are never reused). Another run's parts stay for its rerun to resume."""
+def committed_runs_area(area: Path, committed: str) -> bool:
+    """Whether the parts area ``area`` (a directory, or a prefix in a store) is what the run that committed the
+    output of fingerprint ``committed`` left (its driver died while removing it): its run record names that
+    fingerprint, or is gone (parts without it are never reused). Another run's parts stay for its rerun to resume."""
     try:
-        record = json.loads(read_object(f"{out}/{RESUME_PREFIX}/{RUN_RECORD}"))
+        record = json.loads((area / RUN_RECORD).read_text(encoding="utf-8"))
     except (PackcliError, OSError, ValueError):
         return True
     return not isinstance(record, dict) or record.get("fingerprint") == committed
@@ -252,7 +256,7 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     if manifest is None:
         return "absent", debris
     parts = [name for name in names if name.startswith(f"{RESUME_PREFIX}/")]
-    if parts and _committed_run(out, manifest["fingerprint"]):
+    if parts and committed_runs_area(out / RESUME_PREFIX, manifest["fingerprint"]):
         debris += [prefix + name for name in parts]
     intact = manifest["fingerprint"] == fingerprint and all(
         shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
