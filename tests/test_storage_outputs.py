@@ -377,3 +377,18 @@ def test_wrong_credentials_are_one_line_naming_the_url_never_a_missing_output(
         assert result.exit_code == 1, (command, result.output)
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and "access denied" in lines[0] and "check the credentials" in lines[0], (command, lines)
+
+
+def test_an_output_url_that_is_an_object_is_refused_saying_so(s3_server: S3Server, corpus: Path) -> None:
+    """``--out`` naming an object (not a prefix) is refused as a file is for a directory, naming the URL, and the
+    object is left as it was."""
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    fs.pipe_file(f"{bucket}/notes.txt", b"mine")
+    for extra in ([], ["--partitions", "2"]):
+        result = pack(str(corpus), "--max-len", "64", "--out", f"{bucket}/notes.txt", "--overwrite", *extra)
+        assert result.exit_code == 1, result.output
+        assert result.stderr == (
+            f"error: {bucket}/notes.txt: is an object, not a prefix: an output URL names a prefix to write "
+            "the output under; choose another --out\n"
+        )
+    assert object_keys(fs, bucket) == ["notes.txt"] and fs.cat(f"{bucket}/notes.txt") == b"mine"

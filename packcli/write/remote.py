@@ -43,6 +43,7 @@ from packcli.storage.objects import (
     copy_object,
     filesystem,
     find_objects,
+    is_file,
     object_info,
     remove_objects,
     upload_file,
@@ -229,8 +230,14 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     its driver died while removing them. Another run's parts are neither: its rerun resumes from them.
 
     Raises:
-        PackcliError: ``out`` holds an object that is not part of a packcli output, or an unusable manifest.
+        PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
+            unusable manifest.
     """
+    if is_file(str(out)):  # its key would be the prefix's too: a store allows both, a reader sees only one
+        raise PackcliError(
+            "is an object, not a prefix: an output URL names a prefix to write the output under; choose another --out",
+            out,
+        )
     prefix = f"{out}/"
     names = [url[len(prefix) :] for url in find_objects(str(out))]
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
