@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +186,53 @@ def test_an_object_removed_after_it_was_opened_is_named_and_a_released_lock_is_f
     holder.release()
     assert second.acquire()  # the holder released: a lock that is gone is free, never "in use"
     second.release()
+
+
+@pytest.mark.parametrize("change", ["rewritten", "removed"])
+def test_an_input_changed_while_a_run_reads_it_is_named_and_nothing_is_published(
+    s3_server: S3Server, tmp_path: Path, change: str
+) -> None:
+    """The object is rewritten (its lines in another order: the same size, cuts no longer at line starts) or removed
+    once the run has planned its partitions (its run record written): the run says so in one line, naming it,
+    instead of a bad record on a line it never had or an output mixing two versions; the rerun packs it as it is."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    lines = sample_lines(40).splitlines(keepends=True)
+    url, out = f"{bucket}/corpus.jsonl", tmp_path / "out"
+    fs.pipe_file(url, b"".join(lines))
+    record = tmp_path / ".out.packcli-resume" / "run.json"
+
+    def change_once_planned() -> None:
+        deadline = time.monotonic() + 120
+        while not record.exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if change == "removed":
+            fs.rm_file(url)
+        else:
+            fs.pipe_file(url, b"".join(reversed(lines)))
+
+    changer = threading.Thread(target=change_once_planned)
+    changer.start()
+    args = [url, "--max-len", "512", "--partitions", "4", "--workers", "2", "--out", str(out)]
+    run = subprocess.run([sys.executable, "-m", "packcli", "pack", *args], capture_output=True, text=True, timeout=300)
+    changer.join()
+    assert run.returncode == 1, run.stderr
+    said = "was removed" if change == "removed" else "changed (ETag "
+    assert run.stderr.startswith(f"error: {url}: {said}") and run.stderr.count("\n") == 1, run.stderr
+    assert "while this run read it; nothing was published" in run.stderr and not out.exists()
+    if change == "rewritten":
+        rerun = pack(*args)
+        assert rerun.exit_code == 0, rerun.output
+        assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
+
+
+def test_a_local_input_changed_or_removed_after_it_was_described_says_how(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "one"}, {"text": "two"}])
+    described = InputFile.of(corpus)
+    assert described.change() is None
+    corpus.write_bytes(corpus.read_bytes()[::-1])  # the same size, other bytes, a later modification time
+    os.utime(corpus, ns=(described.mtime_ns + 10**9, described.mtime_ns + 10**9))
+    assert described.change() == "changed"
+    corpus.write_bytes(b"{}\n")
+    assert described.change() == f"changed ({described.size:,} bytes then, 3 now)"
+    corpus.unlink()
+    assert described.change() == "was removed"

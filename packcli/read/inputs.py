@@ -95,6 +95,20 @@ class InputFile:
         """What tells this version of the input from another: the object's ETag, else the mtime."""
         return self.etag if self.etag is not None else self.mtime_ns
 
+    def change(self) -> str | None:
+        """How the input differs now from when it was described, in words (``was removed``, ``changed (ETag A
+        then, B now)``), or None. A spool is the run's own copy of its input: never changed by another."""
+        if self.digest is not None:
+            return None
+        if not self.path.exists():
+            return "was removed"
+        now = InputFile.of(self.path)
+        if (now.size, now.version) == (self.size, self.version):
+            return None
+        if self.etag is not None:
+            return f"changed (ETag {self.etag} then, {now.etag} now)"
+        return f"changed ({self.size:,} bytes then, {now.size:,} now)" if now.size != self.size else "changed"
+
 
 @dataclass(frozen=True)
 class InputSlice:
