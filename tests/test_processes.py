@@ -420,3 +420,36 @@ def test_a_run_killed_over_an_output_holding_datasets_caches_is_finished_by_its_
     for path in (tmp_path / "whole").iterdir():
         assert path.read_bytes() == (out / path.name).read_bytes(), path.name
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "whole"]  # no lock, resume area or debris
+
+
+@pytest.mark.ray
+def test_a_killed_ray_actor_is_one_line_and_the_rerun_on_another_engine_resumes(
+    plain_sample: Path, tmp_path: Path
+) -> None:
+    """kill -9 of the Ray actor once a partition is committed: one line on stderr, nothing on stdout (where
+    ``--json`` writes; Ray echoed its own notice of the dead worker there); the same command on the local engine
+    (the engine is not part of the run's identity) reuses the committed partitions and writes the bytes of an
+    uninterrupted run."""
+    pytest.importorskip("ray")
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    args = [str(plain_sample), "--max-len", "1024", "--partitions", "8", "--json"]
+    process = subprocess.Popen(
+        [*PACK, *args, "--engine", "ray", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for(lambda: bool(committed(staging)), process)
+    actors = [pid for pid in descendants(process.pid) if "WorkerActor" in command_line(pid)]
+    assert actors, "no Ray actor process"
+    os.kill(actors[0], signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and stdout == "", stdout
+    assert stderr.startswith("error: a Ray actor died") and stderr.count("\n") == 1, stderr
+    assert "rerun the same command to resume" in stderr
+
+    resumed = invoke("pack", *args, "--out", str(out))
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["partitions_reused"] >= 1
+    whole = invoke("pack", *args, "--out", str(tmp_path / "whole"))
+    assert whole.exit_code == 0, whole.output
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == {
+        path.name: path.read_bytes() for path in (tmp_path / "whole").iterdir()
+    }
