@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.errors import PackcliError
-from packcli.read.inputs import InputFile
+from packcli.read.inputs import InputFile, find_inputs
 from packcli.run.merge import input_facts
 from packcli.storage import UrlPath, location, objects
 from packcli.storage.lock import ObjectLock
@@ -236,3 +236,36 @@ def test_a_local_input_changed_or_removed_after_it_was_described_says_how(tmp_pa
     assert described.change() == f"changed ({described.size:,} bytes then, 3 now)"
     corpus.unlink()
     assert described.change() == "was removed"
+
+
+def test_a_key_holding_glob_or_query_characters_names_that_object(s3_server: S3Server) -> None:
+    """An object whose key holds ``[1]`` or ``?`` is read when named, as a local file of that name is: not the
+    other object its name matches as a pattern (``d[1].jsonl`` matches ``d1.jsonl``), nor refused as credentials.
+    A pattern still matches, and a query of ``key=value`` pairs (how a signature travels) is still refused."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    for key in ("d[1].jsonl", "d1.jsonl", "q?.jsonl"):
+        fs.pipe_file(f"{bucket}/{key}", b'{"text": "one"}\n')
+
+    def found(spec: str) -> list[str]:
+        return [str(path) for path in find_inputs([spec]).files]
+
+    assert found(f"{bucket}/d[1].jsonl") == [f"{bucket}/d[1].jsonl"]
+    assert found(f"{bucket}/q?.jsonl") == [f"{bucket}/q?.jsonl"]
+    assert found(f"{bucket}/d?.jsonl") == [f"{bucket}/d1.jsonl"]
+    assert found(f"{bucket}/[dq]*") == [f"{bucket}/d1.jsonl", f"{bucket}/d[1].jsonl", f"{bucket}/q?.jsonl"]
+    signed = pack(f"{bucket}/d1.jsonl?X-Amz-Signature=s3cr3t", "--out", "unused")
+    assert signed.exit_code == 2 and "s3cr3t" not in signed.stderr and "credentials in a URL" in signed.stderr
+
+
+def test_every_object_under_a_prefix_or_glob_is_read_each_once(s3_server: S3Server, tmp_path: Path) -> None:
+    """Objects have no inode: each is its own input, however many a prefix, a glob or several URLs name; the one
+    named twice is read once."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    for name in ("a", "b", "c"):
+        fs.pipe_file(f"{bucket}/corpus/{name}.jsonl", f'{{"text": "document {name}"}}\n'.encode())
+    objects = [f"{bucket}/corpus/{name}.jsonl" for name in ("a", "b", "c")]
+    assert [str(path) for path in find_inputs([f"{bucket}/corpus/"]).files] == objects
+    assert [str(path) for path in find_inputs([f"{bucket}/corpus/*.jsonl", objects[1]]).files] == objects
+    packed = pack(f"{bucket}/corpus", "--out", str(tmp_path / "out"))
+    assert packed.exit_code == 0, packed.output
+    assert json.loads(packed.stdout)["documents"] == 3

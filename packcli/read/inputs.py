@@ -25,6 +25,7 @@ from packcli.storage import UrlPath, is_url
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
+    "FileIdentity",
     "InputFile",
     "InputSlice",
     "Inputs",
@@ -41,6 +42,7 @@ FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .pa
 _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
+FileIdentity = tuple[int, int] | str  # a file's device and inode, an object's URL: see file_identity
 
 
 @dataclass(frozen=True)
@@ -183,14 +185,17 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         names = ", ".join(str(path) for path in unread[:_NAMED_UNREAD])
         more = f" and {len(unread) - _NAMED_UNREAD:,} more" if len(unread) > _NAMED_UNREAD else ""
         warn(f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}): {names}{more}")
-    unique: dict[tuple[int, int], Path] = {}
+    unique: dict[FileIdentity, Path] = {}
     for path in found:
         unique.setdefault(file_identity(path), path.resolve())
     return Inputs(list(unique.values()), unread)
 
 
-def file_identity(path: Path) -> tuple[int, int]:
-    """What makes two paths one file: device and inode (a link of either kind, or another spelling, shares them)."""
+def file_identity(path: Path) -> FileIdentity:
+    """What makes two paths one file: device and inode (a link of either kind, or another spelling, shares them);
+    an object in a store has no inode, and one name: its URL."""
+    if isinstance(path, UrlPath):
+        return str(path)
     info = path.stat()
     return info.st_dev, info.st_ino
 
