@@ -392,3 +392,21 @@ def test_an_output_url_that_is_an_object_is_refused_saying_so(s3_server: S3Serve
             "the output under; choose another --out\n"
         )
     assert object_keys(fs, bucket) == ["notes.txt"] and fs.cat(f"{bucket}/notes.txt") == b"mine"
+
+
+def test_a_packcli_scratch_that_is_a_file_is_one_line_before_any_work(
+    s3_server: S3Server, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PACKCLI_SCRATCH`` naming a file: refused in one line naming the variable (not a raw ``[Errno 20]`` of a
+    staging path, nor a partition's failure), for an output URL or a directory, plain or partitioned."""
+    scratch = tmp_path / "scratch"
+    scratch.write_text("a file")
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    expected = (
+        f"error: PACKCLI_SCRATCH={scratch} is not a directory: name a directory on node-local disk, or unset it\n"
+    )
+    for out in (f"{s3_server.bucket()}/packed", str(tmp_path / "out")):
+        for partitioned in ([], ["--partitions", "2"]):
+            result = pack(str(corpus), "--max-len", "64", "--out", out, *partitioned)
+            assert (result.exit_code, result.stderr) == (1, expected), result.output
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["scratch"]

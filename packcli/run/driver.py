@@ -44,7 +44,7 @@ from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.signals import signals_held
 from packcli.write.publish import FULL_DISK, Publication
-from packcli.write.remote import RemotePublication, output_state, remove_leftovers
+from packcli.write.remote import RemotePublication, output_state, remove_leftovers, scratch_directory
 
 __all__ = ["pack_corpus", "partition_plan"]
 
@@ -76,6 +76,7 @@ def pack_corpus(
     (see :mod:`packcli.read.stdin`).
     """
     reporter = reporter or SilentReporter()
+    scratch_directory()  # a PACKCLI_SCRATCH that is no directory is refused before any work, not by a worker
     setup = set_up(inputs, options, warn, stdin, encodes=False)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files

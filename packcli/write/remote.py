@@ -70,8 +70,19 @@ RUN_RECORD = "run.json"  # a parts area's run record (packcli.run.parts)
 
 def scratch_directory() -> Path:
     """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH``, else the temporary
-    directory."""
-    return Path(os.environ.get("PACKCLI_SCRATCH") or tempfile.gettempdir())
+    directory.
+
+    Raises:
+        PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory.
+    """
+    named = os.environ.get("PACKCLI_SCRATCH")
+    if not named:
+        return Path(tempfile.gettempdir())
+    if os.path.exists(named) and not os.path.isdir(named):
+        raise PackcliError(
+            f"PACKCLI_SCRATCH={named} is not a directory: name a directory on node-local disk, or unset it"
+        )
+    return Path(named)
 
 
 def scratch_key(location: Path) -> str:
