@@ -391,8 +391,26 @@ def plain_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return corpus
 
 
+def four_partitions(corpus: Path) -> list[str]:
+    """The partitioned pack of ``plain_sample`` that the tests below kill, and whose bytes their reruns must give."""
+    return [str(corpus), "--max-len", "1024", "--partitions", "4", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(plain_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The files of ``four_partitions`` packed without interruption, by name."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "out"
+    result = invoke("pack", *four_partitions(plain_sample), "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    return files_of(out)
+
+
+def files_of(out: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in out.iterdir()}
+
+
 def test_a_run_killed_over_an_output_holding_datasets_caches_is_finished_by_its_rerun(
-    plain_sample: Path, tiny_corpus: Path, tmp_path: Path
+    plain_sample: Path, uninterrupted: dict[str, bytes], tiny_corpus: Path, tmp_path: Path
 ) -> None:
     """The output being replaced holds the cache files ``datasets`` wrote beside its shards (a ``map`` and a
     ``filter`` of what ``packcli.pack`` returned); kill -9 of the whole ``--overwrite`` run once a partition is
@@ -406,7 +424,7 @@ def test_a_run_killed_over_an_output_holding_datasets_caches_is_finished_by_its_
     caches = sorted(path.name for path in out.glob("cache-*.arrow"))
     assert len(caches) == 2, sorted(path.name for path in out.iterdir())
 
-    args = [str(plain_sample), "--max-len", "1024", "--partitions", "4", "--workers", "2", "--overwrite"]
+    args = [*four_partitions(plain_sample), "--overwrite"]
     assert kill_after_first_commit([*PACK, *args, "--out", str(out), "--quiet"], staging) >= 1
     assert sorted(path.name for path in out.glob("cache-*.arrow")) == caches  # the old output is still in place
 
@@ -414,27 +432,23 @@ def test_a_run_killed_over_an_output_holding_datasets_caches_is_finished_by_its_
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["partitions_reused"] >= 1
     assert invoke("verify", str(out)).exit_code == 0
-    whole = invoke("pack", *args, "--out", str(tmp_path / "whole"), "--quiet")
-    assert whole.exit_code == 0, whole.output
-    assert sorted(path.name for path in out.iterdir()) == sorted(path.name for path in (tmp_path / "whole").iterdir())
-    for path in (tmp_path / "whole").iterdir():
-        assert path.read_bytes() == (out / path.name).read_bytes(), path.name
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "whole"]  # no lock, resume area or debris
+    assert files_of(out) == uninterrupted
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]  # no lock, resume area or debris
 
 
 @pytest.mark.ray
 def test_a_killed_ray_actor_is_one_line_and_the_rerun_on_another_engine_resumes(
-    plain_sample: Path, tmp_path: Path
+    plain_sample: Path, uninterrupted: dict[str, bytes], tmp_path: Path
 ) -> None:
-    """kill -9 of the Ray actor once a partition is committed: one line on stderr, nothing on stdout (where
+    """kill -9 of a Ray actor once a partition is committed: one line on stderr, nothing on stdout (where
     ``--json`` writes; Ray echoed its own notice of the dead worker there); the same command on the local engine
     (the engine is not part of the run's identity) reuses the committed partitions and writes the bytes of an
     uninterrupted run."""
     pytest.importorskip("ray")
     out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
-    args = [str(plain_sample), "--max-len", "1024", "--partitions", "8", "--json"]
+    args = [*four_partitions(plain_sample), "--json", "--out", str(out)]
     process = subprocess.Popen(
-        [*PACK, *args, "--engine", "ray", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*PACK, *args, "--engine", "ray"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     wait_for(lambda: bool(committed(staging)), process)
     actors = [pid for pid in descendants(process.pid) if "WorkerActor" in command_line(pid)]
@@ -445,11 +459,7 @@ def test_a_killed_ray_actor_is_one_line_and_the_rerun_on_another_engine_resumes(
     assert stderr.startswith("error: a Ray actor died") and stderr.count("\n") == 1, stderr
     assert "rerun the same command to resume" in stderr
 
-    resumed = invoke("pack", *args, "--out", str(out))
+    resumed = invoke("pack", *args)
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["partitions_reused"] >= 1
-    whole = invoke("pack", *args, "--out", str(tmp_path / "whole"))
-    assert whole.exit_code == 0, whole.output
-    assert {path.name: path.read_bytes() for path in out.iterdir()} == {
-        path.name: path.read_bytes() for path in (tmp_path / "whole").iterdir()
-    }
+    assert files_of(out) == uninterrupted
