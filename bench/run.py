@@ -12,6 +12,7 @@ BENCHES = [
     "bench_pack.py",
     "bench_backends.py",
     "bench_encode.py",
+    "bench_builds.py",
     "bench_loader.py",
     "bench_help.py",
     "bench_mixing.py",

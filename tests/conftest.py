@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +117,28 @@ def output_rows(out: Path) -> list[dict[str, list[int]]]:
         with pa.OSFile(str(out / shard["file"])) as source:
             rows.extend(pa.ipc.open_stream(source).read_all().to_pylist())
     return rows
+
+
+def documented_names(doc: str, heading: str) -> set[str]:
+    """The names written in backticks in one section of a doc (``docs/DOC``, from ``heading`` to the next heading of
+    the same or a higher level), split at dots, commas and spaces: what a ``--json`` key must be among."""
+    text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+    level = heading.split(" ")[0]
+    section = text[text.index(heading + "\n") + len(heading) :]
+    ends = [section.find(f"\n{'#' * depth} ") for depth in range(1, len(level) + 1)]
+    section = re.sub(
+        r"```.*?```", "", section[: min([end for end in ends if end >= 0], default=len(section))], flags=re.S
+    )
+    return {name for quoted in re.findall(r"`([^`]+)`", section) for name in re.split(r"[ .,=()]+", quoted) if name}
+
+
+def json_keys(value: Any) -> set[str]:
+    """Every key of a JSON value, at any depth."""
+    if isinstance(value, dict):
+        return set(value) | {key for item in value.values() for key in json_keys(item)}
+    if isinstance(value, list):
+        return {key for item in value for key in json_keys(item)}
+    return set()
 
 
 def _pack_once(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str) -> Path:

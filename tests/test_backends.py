@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 from hypothesis import given, settings
@@ -31,6 +32,7 @@ from packcli.encode.corpus import tokenize_corpus
 from packcli.encode.crosscheck import CHARACTERS_PER_CHECKED, MIN_CHARACTERS, MIN_CHECKED, CrossCheck
 from packcli.encode.encoders import SegmentEncoder, TextEncoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
+from packcli.format.shards import read_shard
 from packcli.options import PackOptions
 from packcli.run.local import ShippedTokenizer
 from packcli.run.setup import set_up
@@ -165,28 +167,71 @@ class OneWrongId(FastBackend):
         return tokens, lengths
 
 
-@pytest.mark.parametrize("kind", ["text", "sft"])
+def fine_tuning_record(kind: str, text: str) -> dict[str, Any]:
+    """One record of ``kind`` whose supervised part is ``text``."""
+    if kind == "text":
+        return {"text": text}
+    if kind == "sft":
+        return {"prompt": "Question one", "response": text}
+    turns = [("system", "Be brief."), ("user", "Question one"), ("assistant", "Yes."), ("user", "And?")]
+    return {
+        "messages": [{"role": role, "content": content} for role, content in turns]
+        + [{"role": "assistant", "content": text}]
+    }
+
+
+FINE_TUNING_OPTIONS = {
+    "text": [],
+    "sft": ["--prompt-field", "prompt", "--response-field", "response"],
+    "chat": ["--messages-field", "messages"],
+}
+
+
+@pytest.mark.parametrize("kind", ["text", "sft", "chat"])
 def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The error names the document's line and the token that differs, counted from the document's first token
+    (for a fine-tuning record, after its prompt or earlier turns): here the first token of the supervised text."""
     monkeypatch.setattr(backends_module, "FAST_WRAPPER", OneWrongId)
     texts = [record["text"][:400] for record in read_jsonl(SAMPLE)[:20]]
-    texts[6] += " " + OneWrongId.MARKER
-    records = [{"text": text} if kind == "text" else {"prompt": "Q", "response": text} for text in texts]
-    corpus = write_jsonl(tmp_path / "corpus.jsonl", [*records[:3], {"text": ""}, *records[3:]])  # line 8
-    options = ["--prompt-field", "prompt", "--response-field", "response"] if kind == "sft" else []
+    texts[1] = OneWrongId.MARKER + " " + texts[1]  # early: within the free minimum of checked texts
+    records = [fine_tuning_record(kind, text) for text in texts]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": ""}, *records])  # the marked record: line 3
+    options = FINE_TUNING_OPTIONS[kind]
     result = run_pack(str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", *options)
     assert result.exit_code == 1
-    assert result.output.startswith(
-        f"error: {corpus}:8: the fastokens tokenizer backend encodes this document otherwise than Hugging Face "
-        "tokenizers (token "
-    )
-    assert result.output.rstrip().endswith("rerun with --tokenizer-backend hf")
-    assert not (tmp_path / "out").exists()
     forced = run_pack(
         str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", "--tokenizer-backend", "hf", *options
     )
     assert forced.exit_code == 0, forced.output
+    document = packed_document_holding(tmp_path / "out", OneWrongId.MARKER)
+    position = 0  # the supervised text is the whole document, or starts where the last supervised run does
+    if kind != "text":
+        supervised = np.concatenate(([False], document["labels"] != -100))
+        position = int(np.flatnonzero(supervised[1:] & ~supervised[:-1])[-1])
+        assert position >= (2 if kind == "sft" else 20)  # the prompt, or the earlier turns, are counted
+    wrong, right = int(document["input_ids"][position]) + 1, int(document["input_ids"][position])
+    assert result.output == (
+        f"error: {corpus}:3: the fastokens tokenizer backend encodes this document otherwise than Hugging Face "
+        f"tokenizers (token {position}: {wrong}, expected {right}); rerun with --tokenizer-backend hf\n"
+    )
+
+
+def packed_document_holding(out: Path, marker: str) -> dict[str, np.ndarray]:
+    """The columns of the one packed document of ``out`` whose text holds ``marker``."""
+    table = pa.concat_tables(read_shard(shard) for shard in sorted(out.glob("shard-*.arrow")))
+    tokenizer = load_tokenizer().tokenizer
+    found = []
+    for k in range(table.num_rows):
+        row = {name: np.asarray(table.column(name)[k].as_py()) for name in table.column_names if name != "cu_seqlens"}
+        starts = [*np.flatnonzero(row["position_ids"] == 0), len(row["input_ids"])]
+        for start, end in zip(starts, starts[1:]):
+            document = {name: values[start:end] for name, values in row.items()}
+            if marker in tokenizer.decode(document["input_ids"].tolist()):
+                found.append(document)
+    assert len(found) == 1
+    return found[0]
 
 
 def test_the_cross_checks_free_minimum_is_bounded_in_characters() -> None:

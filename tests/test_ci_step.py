@@ -164,7 +164,7 @@ def test_loss_gate_counts_dropped_and_truncated_tokens(tmp_path: Path, corpus: P
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--min-efficiency", "1.5"), ("--min-efficiency", "101%"), ("--min-efficiency", "-0.1"),
-     ("--max-loss", "-1%"), ("--max-loss", "x"), ("--max-gap", "-3"), ("--max-gap", "0.5")],
+     ("--max-loss", "-1%"), ("--max-loss", "x"), ("--max-gap", "-3"), ("--max-gap", "0.5"), ("--max-gap", "²")],
 )  # fmt: skip
 def test_impossible_gates_are_usage_errors(packed: Path, flag: str, value: str) -> None:
     result = invoke("stats", str(packed), f"{flag}={value}")
@@ -228,6 +228,30 @@ def test_a_share_reads_the_same_as_a_fraction_or_a_percentage(part: int, whole: 
         parse_gates(repr(1 + part / whole + 1e-9), None, None)
     with pytest.raises(UsageError):
         parse_gates(None, repr(-share - 1e-9), None)
+
+
+@given(st.integers(0, 10_000))
+def test_a_percentage_is_the_share_it_names_exactly(hundredths: int) -> None:
+    """``95.2%`` is the share 0.952 to the last bit, as ``0.952`` is: a figure exactly at the threshold passes
+    either way (the percentage read as 95.2 / 100 rounded twice, one bit above 0.952)."""
+    percent, fraction = f"{hundredths // 100}.{hundredths % 100:02d}", f"{hundredths / 10_000:.4f}"
+    [efficiency, loss, gap] = parse_gates(f"{percent}%", f"{percent}%", f"{percent}%")
+    [as_fraction] = parse_gates(fraction, None, None)
+    assert efficiency.limit == loss.limit == gap.limit == as_fraction.limit == hundredths / 10_000
+
+
+def test_an_efficiency_exactly_at_the_gate_passes(tmp_path: Path) -> None:
+    """One row of 952 tokens (951 ids and the EOS) at max_len 1000: efficiency exactly 95.2%, which passes
+    --min-efficiency 95.2% as it passes 0.952; 95.3% fails (exit 3)."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": list(range(1, 952))}])
+    out = str(tmp_path / "out")
+    packed = invoke("pack", str(corpus), "--ids-field", "ids", "--eos-id", "0", "--max-len", "1000", "--out", out, "-q")
+    assert packed.exit_code == 0, packed.stderr
+    assert json.loads(invoke("stats", out, "--json").stdout)["packing"]["efficiency"] == 952 / 1000
+    for threshold in ("95.2%", "0.952"):
+        result = invoke("stats", out, "--min-efficiency", threshold, "-q")
+        assert result.exit_code == 0, (threshold, result.stderr)
+    assert invoke("stats", out, "--min-efficiency", "95.3%", "-q").exit_code == 3
 
 
 def test_a_url_for_a_summary_or_plot_file_is_refused_before_any_work(
@@ -305,3 +329,15 @@ def test_a_restored_output_with_a_shard_cut_short_is_not_called_another_runs(
         assert "or this run's output with a shard missing or not its listed size" in result.stderr
     assert "--overwrite" in dry.stderr and "--overwrite" in real.stderr
     assert invoke(*args, "--overwrite").exit_code == 0 and invoke("verify", str(out)).exit_code == 0
+
+
+def test_the_stats_summary_counts_documents_and_pieces_as_the_terminal_does(tmp_path: Path, packed_text: Path) -> None:
+    """A split document is one document in several pieces: the Markdown says "N in M pieces", as the terminal
+    report does, never the pieces alone under the name documents."""
+    summary = tmp_path / "summary.md"
+    figures = json.loads(invoke("stats", str(packed_text), "--json", "--summary", str(summary)).stdout)
+    assert figures["split_documents"] and figures["documents"] > figures["input_documents"]
+    said = f"{figures['input_documents']:,} in {figures['documents']:,} pieces / {figures['tokens']:,}"
+    assert f"| documents / tokens | {said} |" in summary.read_text()
+    terminal = invoke("stats", str(packed_text)).stdout
+    assert f"{figures['input_documents']:,} documents in {figures['documents']:,} pieces" in terminal

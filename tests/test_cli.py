@@ -66,6 +66,8 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], int, str]]:
         ([good, "--tokenizer", "absent/tokenizer"], 1, "no hub model of that name in the local cache"),
         ([good, "--max-len", "0"], 2, "--max-len"),
         ([good, "--strategy", "magic"], 2, "unknown strategy 'magic'; available: bfd, ffd, greedy"),
+        # what to do next: a strategy of one's own reaches the command line through an entry point
+        ([good, "--strategy", "magic"], 2, "an entry point in the 'packcli.strategies' group (docs/strategies.md)"),
         ([good, "--overflow", "fold"], 2, "'split', 'truncate', 'drop'"),
         ([good, "--shard-size", "lots"], 2, "cannot read size 'lots'"),
     ]

@@ -1,23 +1,42 @@
 """The docs name what exists: every relative link and anchor, every file of the repository they name (modules, tests,
-benchmarks), every test (by ``file::name`` or by its name alone), every ``packcli.module.name``, and in docs/cli.md's
-synopsis every option of every command, and no option a command lacks. A module moved, a test renamed or a flag added
-fails here, not in a reader's hands. Reads files and the CLI's own option table; runs nothing.
+benchmarks), every test (by ``file::name`` or by its name alone), every ``packcli.module.name``, in docs/cli.md's
+synopsis every option of every command and no option a command lacks, every ``--flag`` of any doc (a packcli
+command's, or another tool's named in ``OTHER_TOOLS_FLAGS``), in every ``packcli COMMAND ...`` a doc shows only that
+command's flags, and every key the ``--json`` objects of ``pack``, ``pack --dry-run`` and ``stats`` on a raw corpus
+give. A module moved, a test renamed, a flag added or renamed, or a key added fails here, not in a reader's hands.
+Reads files and the CLI's own option table; the ``--json`` keys come from the session's tiny corpus and output.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer.main
-from conftest import REPO
+from conftest import REPO, documented_names, json_keys
+from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.format.manifest import TOTALS
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 GLOBAL_FLAGS = {"--debug", "--version", "--help"}
+OTHER_TOOLS_FLAGS = {  # flags the docs give to other tools' commands, never to packcli's
+    "--format",  # git log
+    "--data-path", "--split", "--tokenizer-type",  # Megatron-LM's pretrain_gpt.py
+    "--nproc_per_node",  # torchrun
+    "--head", "--address",  # ray start, ray job submit
+}  # fmt: skip
+FLAG = r"(?<![\w-])--[a-z][a-z0-9_-]*"
+COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+COMMAND_FLAGS = {
+    name: {flag for param in command.params for flag in param.opts if flag.startswith("--")} | GLOBAL_FLAGS
+    for name, command in COMMANDS.items()
+}
 TEST_NAMES = {
     name
     for path in (REPO / "tests").glob("*.py")
@@ -98,7 +117,7 @@ def synopsis() -> dict[str, str]:
 
 
 def test_the_cli_synopsis_lists_every_option_of_every_command_and_none_it_lacks() -> None:
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    commands = COMMANDS
     documented = synopsis()
     assert set(documented) == set(commands)
     for name, command in commands.items():
@@ -108,3 +127,57 @@ def test_the_cli_synopsis_lists_every_option_of_every_command_and_none_it_lacks(
         # outside the comments, a flag the synopsis gives is one the command takes
         given = set(re.findall(r"--[a-z][a-z-]*", "\n".join(line.split("#")[0] for line in lines.splitlines())))
         assert given - flags - GLOBAL_FLAGS == set(), name
+
+
+def code_snippets(markdown: str) -> list[str]:
+    """Each line of a fenced block and each inline code span: where a doc shows a command."""
+    parts = markdown.split("```")
+    return [
+        snippet
+        for index, part in enumerate(parts)
+        for snippet in (part.splitlines() if index % 2 else re.findall(r"`([^`]+)`", part))
+    ]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
+def test_every_flag_a_doc_gives_is_one_its_command_takes(doc: Path) -> None:
+    text = doc.read_text(encoding="utf-8")
+    every_flag = set().union(*COMMAND_FLAGS.values())
+    assert set(re.findall(FLAG, text)) - every_flag - OTHER_TOOLS_FLAGS == set()
+    wrong = []
+    for snippet in code_snippets(text):
+        # a command runs to the end of its snippet, a pipe, a `;`, a `&&` or a comment
+        for call in re.finditer(r"(?:^|&& |\| |-- )\s*packcli ([a-z][\w-]*)([^|;#&]*)", snippet.strip()):
+            name, rest = call.groups()
+            if name not in COMMANDS:
+                wrong.append(f"no command {name}: {snippet}")
+            elif given := set(re.findall(FLAG, rest)) - COMMAND_FLAGS[name]:
+                wrong.append(f"{name} takes no {sorted(given)}: {snippet}")
+    assert wrong == []
+
+
+def json_object(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    value: dict[str, Any] = json.loads(result.stdout)
+    return value
+
+
+def test_every_key_of_pack_and_raw_stats_json_is_named_in_its_doc(tiny_corpus: Path, packed_text: Path) -> None:
+    """``pack --json`` in docs/cli.md's pack section, ``pack --dry-run --json`` (the CI cache key) in docs/ci.md's
+    pieces (top-level keys: the options and tokenizer blocks are the manifest's, in docs/format.md), and every key of
+    ``stats --json`` on a raw corpus in docs/stats.md's ``--json`` and raw-corpus sections (``stats`` on an output,
+    ``show``, ``verify`` and ``export`` are held to theirs beside their other tests). ``packed_text`` is rerun with
+    its own arguments: up to date, nothing written."""
+    pack = [str(tiny_corpus), "--max-len", "512", "--shard-size", "100KB", "--out", str(packed_text)]
+    raw = json_object("stats", str(tiny_corpus), "--max-len", "512")
+    raw_documented = documented_names("stats.md", "## `--json`") | documented_names(
+        "stats.md", "## A raw corpus: choosing `--max-len`"
+    )
+    missing = {
+        # "and the manifest totals", as docs/format.md names them
+        "cli.md": set(json_object("pack", *pack)) - documented_names("cli.md", "## pack") - set(TOTALS),
+        "ci.md": set(json_object("pack", *pack, "--dry-run")) - documented_names("ci.md", "## The pieces"),
+        "stats.md": json_keys({**raw, "strategies": {}}) - raw_documented,  # keyed by strategy: their own objects
+    }
+    assert missing == {doc: set() for doc in missing}

@@ -22,7 +22,15 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.format.columns import IGNORE_INDEX
 from packcli.report.verify import verify_output
-from tests.conftest import SAMPLE, as_packed_before_split_pieces, read_jsonl, shared_path, write_jsonl
+from tests.conftest import (
+    SAMPLE,
+    as_packed_before_split_pieces,
+    documented_names,
+    json_keys,
+    read_jsonl,
+    shared_path,
+    write_jsonl,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -279,6 +287,75 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(sft_packed: Path,
     assert found == len(expected)  # OLMo-core found every document by its EOS, with packcli's supervision
 
 
+def tokenizer_with_vocabulary(size: int, directory: Path) -> Path:
+    """GPT-2's tokenizer with exactly ``size`` ids (a boundary of the readers' dtype rules), EOS the highest. Grown
+    (``size`` > 50257): unused entries fill the ids above 50255, and " the", the text's commonest token, takes the
+    id below EOS, so the packed ids reach ``size - 1``. Shrunk to 256: the first 255 byte tokens and no merges
+    (ASCII text encodes byte by byte)."""
+    config = json.loads(shared_path("tokenizers/gpt2/tokenizer.json").read_text(encoding="utf-8"))
+    vocabulary = config["model"]["vocab"]
+    del vocabulary["<|endoftext|>"]
+    if size < len(vocabulary):
+        config["model"]["vocab"] = vocabulary = {text: id for text, id in vocabulary.items() if id < size - 1}
+        config["model"]["merges"] = []
+    else:
+        vocabulary.update({f"<unused_{number}>": number for number in range(50256, size - 2)})
+        vocabulary[f"<unused_{vocabulary['Ġthe']}>"] = vocabulary["Ġthe"]
+        vocabulary["Ġthe"] = size - 2
+    vocabulary["<|endoftext|>"] = size - 1
+    for token in config["added_tokens"]:
+        token["id"] = size - 1
+    directory.mkdir()
+    (directory / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
+    assert Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size() == size
+    return directory
+
+
+@pytest.fixture(scope="module")
+def vocabulary_boundaries(corpora: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """ASCII text (four code files) packed with tokenizers of 256, 65,535, 65,536 and 65,537 ids, the boundaries of
+    the readers' dtype rules: size -> the packed output (its tokenizer beside it, ``tokenizer-SIZE``)."""
+    root = tmp_path_factory.mktemp("vocabularies")
+    text = [{"text": r["text"].encode("ascii", "ignore").decode()} for r in read_jsonl(corpora["code"])[:4]]
+    corpus = write_jsonl(root / "ascii.jsonl", text)
+    packed = {}
+    for size in (256, 65_535, 65_536, 65_537):
+        tokenizer = tokenizer_with_vocabulary(size, root / f"tokenizer-{size}")
+        packed[size] = root / f"packed-{size}"
+        run("pack", corpus, "--tokenizer", tokenizer, "--max-len", "256", "--out", packed[size], "--quiet")
+    return packed
+
+
+def test_olmo_core_token_dtype_is_the_one_olmo_core_assumes_for_the_vocabulary(
+    vocabulary_boundaries: dict[int, Path], tmp_path: Path
+) -> None:
+    """Vocabularies of 256, 65,536 and 65,537 ids (EOS the highest id, in the tokens): tokens.npy has the dtype
+    OLMo-core's dataset config assumes for that vocabulary when none is given (``get_dtype``: the smallest unsigned
+    type holding vocab_size - 1), so NumpyFSLDataset reads back every token in order."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from olmo_core.data.numpy_dataset import NumpyFSLDataset, NumpyFSLDatasetConfig
+        from olmo_core.data.tokenizer import TokenizerConfig
+    for size in (256, 65_536, 65_537):
+        packed = vocabulary_boundaries[size]
+        export(packed, "olmo-core", tmp_path / f"olmo-{size}")
+        special = {"eos_token_id": size - 1, "pad_token_id": size - 1}
+        tokens = [t for document in expected_documents(packed) for t in document["tokens"]]
+        assert tokens[-1] == size - 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            path = str(tmp_path / f"olmo-{size}" / "tokens.npy")
+            config = NumpyFSLDatasetConfig(
+                paths=[path], sequence_length=8, tokenizer=TokenizerConfig(vocab_size=size, **special)
+            )
+            dataset = NumpyFSLDataset(
+                path, sequence_length=len(tokens), vocab_size=size, dtype=config.get_dtype(), **special
+            )
+            dataset.work_dir = tmp_path / f"work-{size}"
+            dataset.prepare()
+            assert dataset[0]["input_ids"].tolist() == tokens, size
+
+
 # -- nanotron (datatrove) ---------------------------------------------------------------------------------------------
 
 
@@ -316,6 +393,61 @@ def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
     assert loss.tolist() == [m for document in sft_expected for m in document["mask"]]
     index = np.fromfile(tmp_path / "nt-sft" / "packcli.ds.index", dtype=np.uint64)
     assert index.tolist() == np.cumsum([len(document["tokens"]) for document in sft_expected]).tolist()
+
+
+def test_nanotron_token_size_is_datatrove_s_at_the_uint16_boundary(
+    vocabulary_boundaries: dict[int, Path], tmp_path: Path
+) -> None:
+    """Vocabularies of 65,535, 65,536 and 65,537 ids, the top id in the tokens: the .ds token size is the one
+    datatrove's tokenizer and nanotron's Nanoset take for that vocabulary (2 bytes up to 65,536 ids), so
+    DatatroveFolderDataset, given that size, reads back every token in order."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from datatrove.pipeline.tokens.tokenizer import DocumentTokenizer
+        from datatrove.utils.dataset import DatatroveFolderDataset
+    for size in (65_535, 65_536, 65_537):
+        packed = vocabulary_boundaries[size]
+        out = tmp_path / f"nt-{size}"
+        export(packed, "nanotron", out)
+        tokenizer = packed.parent / f"tokenizer-{size}" / "tokenizer.json"
+        token_size = DocumentTokenizer(str(tmp_path / "dt"), str(tokenizer)).token_size
+        assert (out / "packcli.ds.metadata").read_text().splitlines()[0].endswith(f"tokenizer-{size}|{token_size}")
+        tokens = [t for document in expected_documents(packed) for t in document["tokens"]]
+        assert max(tokens) == size - 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dataset = DatatroveFolderDataset(str(out), seq_len=len(tokens) - 1, token_size=token_size)
+            assert dataset[0]["input_ids"].tolist() == tokens, size
+
+
+def test_document_formats_count_the_sequences_their_files_hold(text_packed: Path, tmp_path: Path) -> None:
+    """megatron, olmo-core and nanotron store a split document whole: each counts one sequence per document it
+    wrote (the index entries, Megatron's sequences), never the pieces the packed output cut it into."""
+    manifest = json.loads((text_packed / "manifest.json").read_text())
+    assert manifest["totals"]["split_documents"] > 0
+    documents = len(expected_documents(text_packed))
+    for fmt in ("megatron", "olmo-core", "nanotron"):
+        totals = export(text_packed, fmt, tmp_path / fmt)["totals"]
+        assert totals["sequences"] == totals["documents"] == documents, fmt
+    assert len(np.fromfile(tmp_path / "nanotron" / "packcli.ds.index", dtype=np.uint64)) == documents
+
+
+def test_nanotron_metadata_keeps_its_three_lines_whatever_the_tokenizer_is_called(
+    small_packed: Path, tmp_path: Path
+) -> None:
+    """A tokenizer directory named with a line break and a bar: the metadata's first line still holds the whole
+    name and the token size (``NAME|2``, one bar), then the token count, as datatrove's merger reads it."""
+    from packcli.encode.tokenizer import load_tokenizer
+
+    tokenizer = tmp_path / "my|odd\ntokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text(load_tokenizer().tokenizer.to_str())
+    corpus = next(small_packed.parent.glob("*.jsonl"))
+    run("pack", corpus, "--tokenizer", tokenizer, "--max-len", "128", "--out", tmp_path / "packed", "--quiet")
+    summary = export(tmp_path / "packed", "nanotron", tmp_path / "nt")
+    lines = (tmp_path / "nt" / "packcli.ds.metadata").read_text().split("\n")
+    assert len(lines) == 3 and lines[0].count("|") == 1 and lines[0].endswith("my/odd tokenizer|2"), lines
+    assert lines[1] == str(summary["totals"]["tokens"])
 
 
 def test_short_count_is_datatrove_s_metric() -> None:
@@ -481,6 +613,23 @@ def small_packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "packed"
 
 
+@pytest.mark.parametrize("fmt", ["megatron", "olmo-core", "nanotron", "bridge", "mds"])
+def test_the_sequences_an_export_reports_are_those_it_stores(small_packed: Path, tmp_path: Path, fmt: str) -> None:
+    """The formats that write split documents whole store one sequence per input document; the row formats one per
+    packed row. The count said is what the files hold, never the pieces the documents were read back from."""
+    manifest = json.loads((small_packed / "manifest.json").read_text())
+    assert manifest["totals"]["split_documents"] > 0
+    totals = export(small_packed, fmt, tmp_path / fmt)["totals"]
+    if fmt in ("bridge", "mds"):
+        assert totals["sequences"] == manifest["totals"]["sequences"]
+    else:
+        assert totals["sequences"] == totals["documents"] == manifest["totals"]["input_documents"]
+    if fmt == "nanotron":
+        assert len(np.fromfile(tmp_path / fmt / "packcli.ds.index", dtype=np.uint64)) == totals["sequences"]
+    said = run("export", small_packed, "--to", fmt, "--out", tmp_path / f"{fmt}-2").stdout
+    assert f"in {totals['sequences']:,} sequence" in said
+
+
 def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: Path) -> None:
     packed = small_packed
     out = tmp_path / "olmo"
@@ -489,6 +638,9 @@ def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: P
     stamp = (out / "tokens.npy").stat().st_mtime_ns
     again = export(packed, "olmo-core", out)
     assert again["status"] == "up-to-date" and (out / "tokens.npy").stat().st_mtime_ns == stamp
+    # --json says the same either way: export.json's record, with the status and out
+    record = json.loads((out / "export.json").read_text())
+    assert {**first, "status": "up-to-date"} == again == {**record, "status": "up-to-date", "out": str(out)}
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(out)])
     assert result.exit_code == 1 and "--overwrite" in result.output
     export(packed, "nanotron", out, "--overwrite")
@@ -498,6 +650,15 @@ def test_export_is_atomic_and_a_rerun_is_a_no_op(small_packed: Path, tmp_path: P
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]  # no staging or lock left
     tokens = np.fromfile(out / "packcli.ds", dtype=np.uint16)
     assert tokens.tolist() == [t for document in expected_documents(packed) for t in document["tokens"]]
+
+
+def test_every_key_of_export_json_is_documented(small_packed: Path, tmp_path: Path) -> None:
+    """``export --json`` (exported, then up to date, with an option) gives only keys docs/cli.md's export section
+    names."""
+    documented = documented_names("cli.md", "## export")
+    for _ in range(2):
+        summary = export(small_packed, "bridge", tmp_path / "bridge", "--pad-to-multiple", "8")
+        assert json_keys(summary) - documented == set(), summary["status"]
 
 
 def files_in(directory: Path) -> dict[str, bytes]:
@@ -629,6 +790,55 @@ def test_export_refuses_what_is_not_its_own(small_packed: Path, tmp_path: Path) 
     assert result.exit_code == 2 and "--pad-to-multiple is for --to bridge" in result.output
 
 
+@pytest.mark.parametrize("multiple", ["0", "-8", "129", "4611686018427387904", "99999999999999999999"])
+def test_a_pad_multiple_outside_1_to_max_len_is_a_usage_error(
+    small_packed: Path, tmp_path: Path, multiple: str
+) -> None:
+    """--pad-to-multiple pads every document to a multiple of M: an M above max_len (128 here) would pad each past
+    the pack size (and a huge one overflowed numpy); below 1 pads nothing. One line, exit 2, nothing written,
+    from the command line and from Python alike."""
+    from packcli.errors import UsageError
+    from packcli.export import export_output
+
+    out = tmp_path / "bridge"
+    result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "bridge", "--pad-to-multiple", multiple, "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "--pad-to-multiple" in result.stderr and "unexpected" not in result.stderr
+    with pytest.raises(UsageError, match="--pad-to-multiple"):
+        export_output(small_packed, "bridge", out, {"pad_to_multiple": int(multiple)})
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_a_pad_multiple_that_pads_a_batch_past_int32_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    """3,000 two-token documents in one row at max_len 2**20, each padded to a multiple of 2**20: 3.1 billion tokens,
+    more than a Parquet list<int32> holds (and 12 GiB as int32). Refused in one line (exit 2) before any of it is
+    allocated, nothing written."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [7]}] * 3000)
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--ids-field", "ids", "--eos-id", "0", "--max-len", str(2**20), "--out", packed, "--quiet")
+    out = tmp_path / "bridge"
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "bridge", "--pad-to-multiple", str(2**20), "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "--pad-to-multiple 1048576" in result.stderr and "2,147,483,647" in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ids.jsonl", "packed"]
+
+
+def test_an_export_is_never_read_as_a_corpus(small_packed: Path, tmp_path: Path) -> None:
+    """An export named to stats or pack is refused as an export (one line, exit 1), not read as a JSON corpus
+    (export.json) with an invalid-JSON error; found inside an input directory it is skipped, saying so, as an output
+    is, and the corpus beside it packs alone."""
+    exported = tmp_path / "data" / "megatron"
+    export(small_packed, "megatron", exported)
+    for command in (["stats", str(exported)], ["pack", str(exported), "--out", str(tmp_path / "o")]):
+        result = RUNNER.invoke(app, command)
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+        assert result.stderr.startswith(f"error: {exported}: is a packcli export (export.json), not a corpus")
+    shutil.copy(next(small_packed.parent.glob("*.jsonl")), tmp_path / "data" / "corpus.jsonl")
+    result = RUNNER.invoke(app, ["pack", str(tmp_path / "data"), "--max-len", "128", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert f"skipping {exported}: a packcli export, not input" in result.stderr
+
+
 def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
     text_packed: Path, tmp_path: Path
 ) -> None:
@@ -680,6 +890,54 @@ def test_an_output_without_eos_is_exported_saying_where_its_documents_run_togeth
     notice = f"packed with --no-eos: no document ends in EOS, and {fmt}'s trainer finds where documents end by EOS"
     assert result.stderr.count(notice) == int(said), result.stderr
     assert all(line.startswith("warning: ") for line in result.stderr.splitlines())  # one line per notice
+
+
+@pytest.mark.parametrize("fmt,said", [("olmo-core", True), ("megatron", True), ("nanotron", False)])
+def test_documents_truncated_without_eos_are_named_where_the_trainer_finds_documents_by_eos(
+    small_packed: Path, tmp_path: Path, fmt: str, said: bool
+) -> None:
+    """--overflow truncate cuts a document at max_len, its EOS with it: where the trainer finds documents by EOS,
+    each truncated one runs into the next, and the export says so on stderr with their count (nanotron's index keeps
+    them apart, and it says nothing)."""
+    corpus = next(small_packed.parent.glob("*.jsonl"))
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--max-len", "64", "--overflow", "truncate", "--out", packed, "--quiet")
+    truncated = json.loads((packed / "manifest.json").read_text())["totals"]["truncated_documents"]
+    assert truncated > 0
+    ends = [document["tokens"][-1] for document in expected_documents(packed)]
+    assert len(ends) - ends.count(50256) == truncated  # every truncated document, and only those, lacks its EOS
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    notice = (
+        f"warning: {truncated} document(s) were cut at max_len by --overflow truncate, their EOS with them, and "
+        f"{fmt}'s trainer finds where documents end by EOS, so each runs into the next there"
+    )
+    assert result.stderr.count(notice) == int(said), result.stderr
+
+
+@pytest.mark.parametrize("fmt,said", [("olmo-core", True), ("mds", True), ("nanotron", False)])
+def test_eos_ids_inside_documents_are_counted_where_the_trainer_finds_documents_by_eos(
+    tmp_path: Path, fmt: str, said: bool
+) -> None:
+    """Pre-tokenized ids may hold the EOS id inside a document (so may a chat template's rendering): OLMo-core's
+    reader, finding documents by EOS, cuts such a document there, so the export says how many EOS ids stand inside
+    documents, where the trainer finds documents by EOS (nanotron's index keeps them whole: nothing said)."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [5, 0, 7, 0, 9]}, {"ids": [8, 9]}])
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--ids-field", "ids", "--eos-id", "0", "--max-len", "16", "--no-shuffle", "--out", packed, "-q")
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    notice = (
+        f"warning: 2 EOS id(s) stand inside documents (not at their end), and {fmt}'s trainer finds where documents "
+        "end by EOS, so it cuts those documents there"
+    )
+    assert result.stderr.count(notice) == int(said), result.stderr
+    if fmt == "olmo-core":
+        from olmo_core.data.utils import iter_document_indices
+
+        path = tmp_path / "x" / "tokens.npy"
+        found = list(iter_document_indices(path, eos_token_id=0, dtype=np.uint32, use_array_if_local=True))
+        assert len(found) == 4  # two documents read as four: what the warning counts
 
 
 def test_ids_packed_without_a_tokenizer_export_as_32_bit_tokens_and_datatrove_metadata(tmp_path: Path) -> None:

@@ -32,6 +32,18 @@ def test_help_shows_defaults_without_type_noise(command: str) -> None:
         assert "[default: (the tokenizer directory's, else built-in ChatML)]" in result.stdout
 
 
+@pytest.mark.parametrize("command", ["pack", "stats", "show", "verify", "strategies", "export"])
+def test_every_help_text_is_shown_whole(command: str) -> None:
+    """Help is rendered as rich markup, where a bracketed word not escaped (``packcli[ray]``, ``[default: ...]``)
+    is taken for a style and vanishes from the screen: each option's help, escapes undone, is on it word for word."""
+    import typer.main
+
+    shown = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "1000"}).stdout.split())
+    options = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+    helps = [" ".join(option.help.replace("\\[", "[").split()) for option in options if getattr(option, "help", None)]
+    assert helps and [text for text in helps if text not in shown] == []
+
+
 def test_each_commands_quiet_says_what_it_silences_in_that_command() -> None:
     """export has no progress and no loss to report: its --quiet speaks of its own warnings, not pack's."""
     pack, export = (

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import datasets
@@ -258,3 +259,25 @@ def test_a_file_name_in_a_message_is_never_rewritten_as_a_keyword(
     (out / "notes--overwrite.txt").write_text("mine")
     with pytest.raises(PackcliError, match=r"'notes--overwrite\.txt'"):
         packcli.pack(datasets.Dataset.from_list(records), max_len=64, out=out, overwrite=True)
+
+
+def test_the_returned_dataset_goes_through_packcli_s_collators_as_the_loader_s_rows_do(tmp_path: Path) -> None:
+    """A Trainer given the returned dataset and ``collate_padded`` or ``collate_varlen`` gets the batches the
+    loader builds from the same rows, labels included; only ``row_index``, the loader's own count, is absent."""
+    from packcli.torch import PackedDataset, collate_padded, collate_varlen
+
+    pairs = [{"prompt": f"Q{n}: what is {n} squared? A:", "response": f" {n * n}."} for n in range(40)]
+    returned = packcli.pack(
+        datasets.Dataset.from_list(pairs), max_len=64, out=tmp_path / "p", prompt_field="prompt",
+        response_field="response", shuffle=False,
+    )  # fmt: skip
+    loader_rows = list(PackedDataset(tmp_path / "p", shuffle=False))
+    assert len(returned) == len(loader_rows) > 1
+    for collate in (partial(collate_padded, max_len=64, pad_id=50256), partial(collate_varlen, pad_id=50256)):
+        from_dataset = collate([returned[0], returned[1]])
+        from_loader = collate(loader_rows[:2])
+        assert "row_index" not in from_dataset and sorted(from_dataset) == sorted(set(from_loader) - {"row_index"})
+        for key, value in from_dataset.items():
+            assert (
+                value.tolist() == from_loader[key].tolist() if hasattr(value, "tolist") else value == from_loader[key]
+            )

@@ -188,6 +188,22 @@ def test_a_line_that_is_null_is_a_bad_record_not_a_crash(tmp_path: Path) -> None
     assert subprocess.run([*command, "--skip-bad-records"], capture_output=True, timeout=300).returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (b'{"text": "cut short\n', "invalid JSON (Unterminated string starting at column 10)"),
+        (b'{"text" "no colon"}\n', "invalid JSON (Expecting ':' delimiter at column 9)"),
+        (b'{"text": tru}\n', "invalid JSON (Expecting value at column 10)"),
+    ],
+)
+def test_invalid_json_reads_as_one_sentence_naming_the_column(tmp_path: Path, line: bytes, said: str) -> None:
+    """Python's message for a string cut short ends in "at"; the column is joined to it, never "at at column"."""
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_bytes(b'{"text": "fine"}\n' + line)
+    result = CliRunner().invoke(app, ["pack", str(corpus), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and f"bad.jsonl:2: {said}\n" in result.stderr, result.stderr
+
+
 RECORDS = b'{"text": "one"}\n{"text": "two"}\n'
 
 

@@ -197,6 +197,31 @@ def test_a_target_no_memory_can_plan_is_refused_naming_it_before_any_allocation(
     assert "ask for fewer tokens" in str(refused.value)
 
 
+def test_a_target_is_planned_for_what_the_whole_run_holds_not_the_draws_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mixture's peak is the memory already in use, plus about 120 bytes per drawn document and 420 per output
+    row (measured in packcli/run/sources.py): a plan whose draws alone fit (56 bytes each) but whose run does not
+    was once drawn, then packed until the system killed it. Here the run may use (as a container's limit says) 60
+    MB more than it holds: 1M draws of 3-token documents (3M tokens, 47k rows of 64) are about 140 MB more."""
+    import packcli.run.sources as sources_module
+    from packcli.util.memory import resident_bytes
+
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(sources_module, "_CGROUP_LIMITS", (limit,))
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
+    sources = [Source(str(a), [a]), Source(str(b), [b])]
+    options = PackOptions(max_len=64, target_tokens=3_000_000)
+    limit.write_text(f"{resident_bytes() + 60_000_000}\n")
+    with pytest.raises(PackcliError) as refused:
+        mixed_stream(sources, np.array([5, 5]), np.full(10, 3, dtype=np.int64), options)
+    assert "--target-tokens 3,000,000 draws about 1,000,010 documents" in str(refused.value)
+    assert "into 46,875 rows or more: about " in str(refused.value)
+    limit.write_text(f"{resident_bytes() + 300_000_000}\n")
+    stream = mixed_stream(sources, np.array([5, 5]), np.full(10, 3, dtype=np.int64), options)
+    assert len(stream.documents) == 1_000_000
+
+
 def test_a_target_whose_shards_no_disk_here_holds_is_refused_before_reading(tmp_path: Path) -> None:
     """1000T tokens are at least 8 PB of shards: refused in one line before any record is read, not after hours of
     writing into a full disk."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, SAMPLE, shared_path, write_jsonl
+from conftest import REPO, SAMPLE, documented_names, json_keys, shared_path, write_jsonl
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -203,6 +203,8 @@ def test_loss_warning_in_tokens_and_percent(tmp_path: Path, small_corpus: Path) 
         in dropped.stderr
     )
     assert dropped.stdout.startswith("packed 3 of 5 documents (2 dropped, 9 tokens) into 3 sequences of max_len 4")
+    # what to run next names the pack's own options: a fine-tuning corpus has no 'text' field for a bare stats
+    assert "`packcli stats CORPUS` with this run's other options shows what other --max-len" in dropped.stderr
     truncated = runner.invoke(
         app, ["pack", str(small_corpus), "--max-len", "4", "--overflow", "truncate", "--out", str(tmp_path / "t")]
     )
@@ -214,7 +216,7 @@ def test_loss_warning_in_tokens_and_percent(tmp_path: Path, small_corpus: Path) 
     kept = runner.invoke(
         app, ["pack", str(small_corpus), "--max-len", "5", "--overflow", "drop", "--out", str(tmp_path / "k")]
     )
-    assert "lost" in kept.stderr  # 6 of 20 tokens: 30%
+    assert "left out 1 document longer than --max-len 5: 6 of 20 input tokens lost (30.00%)" in kept.stderr
     split = runner.invoke(app, ["pack", str(small_corpus), "--max-len", "4", "--out", str(tmp_path / "s")])
     assert "lost" not in split.stderr
     assert split.stdout.startswith("packed 5 documents, split into 7 pieces (20 tokens), into 5 sequences of max_len 4")
@@ -338,3 +340,23 @@ def test_a_negative_seed_is_a_usage_error_on_an_output_as_on_a_raw_corpus(tmp_pa
         result = runner.invoke(app, ["stats", str(target), "--seed", "-1"])
         assert result.exit_code == 2, result.output
         assert "--seed" in result.stderr and "unexpected" not in result.stderr
+
+
+def test_stats_with_no_path_and_no_packed_output_here_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bare ``packcli stats`` reads ./packed; where there is none it says to pack first or name a path, as ``verify``
+    and ``show`` do, rather than report a corpus file that does not exist."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["stats"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: packed: no packcli output here (run packcli pack first, or name an output or a corpus)\n"
+    )
+
+
+def test_every_key_of_stats_json_on_an_output_is_documented(packed_sft: Path) -> None:
+    """``stats --json`` on a packed output, with a gate, gives only keys docs/stats.md's ``--json`` table names."""
+    result = runner.invoke(app, ["stats", str(packed_sft), "--json", "--max-gap", "100%"])
+    assert result.exit_code == 0, result.output
+    assert json_keys(json.loads(result.stdout)) - documented_names("stats.md", "## `--json`") == set()

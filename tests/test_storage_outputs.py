@@ -95,6 +95,9 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
     fs.pipe_file(damaged, bytes(content))
     verified = runner.invoke(app, ["verify", out])
     assert verified.exit_code == 1 and "sha256 differs from the manifest" in verified.stderr
+    refused = runner.invoke(app, ["export", out, "--to", "nanotron", "--out", str(tmp_path / "from-damaged")])
+    assert refused.exit_code == 1 and "fails verify" in refused.stderr and "sha256 differs" in refused.stderr
+    assert not [path for path in tmp_path.iterdir() if "from-damaged" in path.name]  # nor its staging
 
 
 def test_overwrite_replaces_only_a_packcli_output(s3_server: S3Server, corpus: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import as_packed_before_split_pieces, shared_path, write_jsonl
+from conftest import as_packed_before_split_pieces, documented_names, json_keys, shared_path, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
@@ -731,3 +731,10 @@ def test_a_tokenizer_whose_bos_and_eos_are_ordinary_tokens_verifies(tiny_corpus:
     assert any(piece > 0 for piece in starts)  # a later piece starting with BOS's id, from the text itself
     report = verify_output(out)
     assert report.ok, report.problems
+
+
+def test_every_key_of_verify_json_is_documented(packed_sft: Path) -> None:
+    """``verify --json`` gives only keys docs/cli.md's verify section names."""
+    result = CliRunner().invoke(app, ["verify", str(packed_sft), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json_keys(json.loads(result.stdout)) - documented_names("cli.md", "## verify") == set()

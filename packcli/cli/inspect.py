@@ -124,6 +124,10 @@ def stats(
         from packcli.report.plot import check_plot_path
 
         check_plot_path(plot)  # before any work: a typo or a missing matplotlib fails at once
+    if not paths and not Path("packed").exists():  # bare `packcli stats` reads pack's default --out
+        from packcli.errors import PackcliError
+
+        raise PackcliError("no packcli output here (run packcli pack first, or name an output or a corpus)", "packed")
     targets = paths or ["packed"]
     raw = not (len(targets) == 1 and targets[0] != STDIN and is_output(location(targets[0])))
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)

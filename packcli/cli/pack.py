@@ -91,10 +91,10 @@ def pack(
         str | None, typer.Option(help="Or as many partitions as it takes at about this many input bytes each.")
     ] = None,
     engine: Annotated[
-        str, typer.Option(help="What runs the partitions: 'local' (worker processes) or 'ray' (packcli[ray]).")
+        str, typer.Option(help="What runs the partitions: 'local' (worker processes) or 'ray' (packcli\\[ray]).")
     ] = "local",
     ray_address: Annotated[
-        str | None, typer.Option(help="The Ray cluster for --engine ray [default: RAY_ADDRESS, else a local Ray].")
+        str | None, typer.Option(help="The Ray cluster for --engine ray \\[default: RAY_ADDRESS, else a local Ray].")
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different output.")] = False,
     dry_run: Annotated[

@@ -33,8 +33,9 @@ MEAN_GAP = 256  # texts from one candidate to the next, on average, after the fr
 
 
 class TokenizerMismatch(PackcliError):
-    """The backend's ids of one text differ from Hugging Face's. ``index``: the text in its batch; the encoder
-    sets ``document`` (the prepared document holding it) so the corpus loop can name its file and line."""
+    """The backend's ids of one text differ from Hugging Face's at token ``position`` of the text. ``index``: the
+    text in its batch; the encoder sets ``document`` (the prepared document holding it) so the corpus loop can name
+    its file and line."""
 
     def __init__(self, backend: str, index: int, position: int, got: int | None, expected: int | None) -> None:
         shown = "no token" if got is None else str(got)
@@ -43,8 +44,13 @@ class TokenizerMismatch(PackcliError):
             f"the {backend} tokenizer backend encodes this document otherwise than Hugging Face tokenizers (token "
             f"{position}: {shown}, expected {wanted}); rerun with --tokenizer-backend hf"
         )
-        self.index = index
+        self.backend, self.index, self.position, self.got, self.expected = backend, index, position, got, expected
         self.document: Any = None
+
+    def counted_from(self, tokens_before: int) -> TokenizerMismatch:
+        """The same mismatch with its position counted ``tokens_before`` tokens earlier: from the document's first
+        token when the text is one segment of a fine-tuning record (a response, a chat turn)."""
+        return TokenizerMismatch(self.backend, self.index, self.position + tokens_before, self.got, self.expected)
 
 
 class CrossCheck:

@@ -179,11 +179,27 @@ class SegmentEncoder:
                 try:
                     check(texts, result)
                 except TokenizerMismatch as exc:
-                    owner = np.repeat(np.arange(len(records)), list(map(len, records)))
-                    exc.document = records[int(owner[chosen[exc.index]])]
-                    raise
+                    raise self._located(exc, records, chosen[exc.index]) from None
             encoded.append((chosen, backend, result))
         return records, encoded
+
+    def _located(self, mismatch: TokenizerMismatch, records: list[list[Segment]], segment: int) -> TokenizerMismatch:
+        """``mismatch`` in the batch's ``segment`` (counted over all records' segments), with its record as the
+        document and its position counted from the record's first token (Hugging Face's count of the segments
+        before it)."""
+        first = 0
+        for record in records:
+            if segment < first + len(record):
+                break
+            first += len(record)
+        references = {markup: reference for markup, _, reference in self.backends if reference is not None}
+        tokens_before = 0
+        for earlier in record[: segment - first]:
+            if earlier.text:
+                tokens_before += len(references[earlier.markup].id_lists([earlier.text])[0])
+        located = mismatch.counted_from(tokens_before)
+        located.document = record
+        return located
 
     def flatten(
         self, encoded: tuple[list[list[Segment]], list[tuple[list[int], Backend, Any]]], counts: ReadCounts

@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError, UsageError
@@ -55,11 +56,20 @@ UNRECORDED_SPLITS = (
 
 
 # the formats whose trainers find where documents end by EOS (Megatron's GPTDataset resetting positions at EOD,
-# OLMo-core's packed dataset, llm-foundry's sequence ids), and what they are told of an output packed with --no-eos
+# OLMo-core's packed dataset, llm-foundry's sequence ids), and what they are told of an output packed with --no-eos,
+# or of documents --overflow truncate cut (at max_len, their EOS with them)
 FOUND_BY_EOS = ("megatron", "olmo-core", "mds")
 NO_EOS = (
     "this output was packed with --no-eos: no document ends in EOS, and {fmt}'s trainer finds where documents end "
     "by EOS, so they run together there; pack again without --no-eos to keep them apart"
+)
+INNER_EOS = (
+    "{count} EOS id(s) stand inside documents (not at their end), and {fmt}'s trainer finds where documents end by "
+    "EOS, so it cuts those documents there"
+)
+TRUNCATED_WITHOUT_EOS = (
+    "{count} document(s) were cut at max_len by --overflow truncate, their EOS with them, and {fmt}'s trainer finds "
+    "where documents end by EOS, so each runs into the next there; pack again with --overflow split to keep them apart"
 )
 
 
@@ -123,14 +133,19 @@ def export_output(
                 return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
             exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
             try:
-                _export_verified(packed, exporter)
+                feed = _export_verified(packed, exporter)
                 split = int(packed.manifest["totals"].get("split_documents", 0))
                 if exporter.view == "rows" and split:
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
                 elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+                truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
                 if fmt in FOUND_BY_EOS and packed.eos_id is None:
                     warn(NO_EOS.format(fmt=fmt))
+                elif fmt in FOUND_BY_EOS and truncated:
+                    warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
+                if fmt in FOUND_BY_EOS and feed.inner_eos:
+                    warn(INNER_EOS.format(count=feed.inner_eos, fmt=fmt))
                 totals: ExportTotals = exporter.finish()
             finally:
                 exporter.close()
@@ -141,13 +156,13 @@ def export_output(
                 "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
                 "totals": totals.to_json(),
             }
-            write_record(publication.staging, record)
+            written = write_record(publication.staging, record)
             publication.commit()
-        return ExportResult("exported", record)
+        return ExportResult("exported", written)
 
 
-def _export_verified(packed: PackedOutput, exporter: Exporter) -> None:
-    """Verify ``packed``, handing each batch to ``exporter`` once it is checked.
+def _export_verified(packed: PackedOutput, exporter: Exporter) -> _Feed:
+    """Verify ``packed``, handing each batch to ``exporter`` once it is checked; the feed that did (its counts).
 
     Raises:
         PackcliError: the output fails verify (its first problem named, the count given); nothing is published.
@@ -168,18 +183,22 @@ def _export_verified(packed: PackedOutput, exporter: Exporter) -> None:
         )
     if feed.error is not None:
         raise feed.error
+    return feed
 
 
 class _Feed:
     """verify's consumer: each checked batch to the exporter, in the view it takes, on a helper thread (the export's
     numpy, Parquet and file writes mostly release the GIL, so it overlaps verify's checks), at most ``IN_FLIGHT``
-    batches behind. The first error stops the feeding and is kept (``error``) until verify's verdict is in."""
+    batches behind. The first error stops the feeding and is kept (``error``) until verify's verdict is in. It counts
+    the EOS ids that stand inside the documents the exporter takes (``inner_eos``), where a trainer finding
+    documents by EOS would cut them."""
 
     def __init__(self, packed: PackedOutput, exporter: Exporter) -> None:
         self.packed = packed
         self.exporter = exporter
         self.documents: DocumentView | None = None
         self.error: Exception | None = None
+        self.inner_eos = 0
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="packcli-export")
         self.pending: deque[Future[None]] = deque()
 
@@ -199,10 +218,23 @@ class _Feed:
         try:
             rows = row_batch(shard, first_row, batch)
             if self.exporter.view == "rows":
+                self._count_inner_eos(rows.tokens, rows.lengths, None)
                 self.exporter.write(rows)
                 return
             if self.documents is None:
                 self.documents = DocumentView(self.packed)
-            self.exporter.write(self.documents.documents(rows))
+            documents = self.documents.documents(rows)
+            self._count_inner_eos(documents.tokens, documents.lengths, documents.ends)
+            self.exporter.write(documents)
         except Exception as exc:  # raised after verify's verdict, which names damage first
             self.error = exc
+
+    def _count_inner_eos(self, tokens: np.ndarray, lengths: np.ndarray, ends: np.ndarray | None) -> None:
+        """Count the EOS ids of ``tokens`` that are not a document's last token (``ends``: which pieces end one)."""
+        eos = self.packed.eos_id
+        if eos is None or not len(tokens):
+            return
+        last = np.cumsum(lengths) - 1
+        if ends is not None:
+            last = last[ends]
+        self.inner_eos += int(np.count_nonzero(tokens == eos)) - int(np.count_nonzero(tokens[last] == eos))

@@ -21,8 +21,9 @@ __all__ = ["ExportTotals", "Exporter", "check_ids_fit", "token_dtype", "write_ar
 
 @dataclass
 class ExportTotals:
-    """What an export holds: documents (a split document once), sequences (stored sequences: pieces or rows),
-    tokens (with padding), padding tokens, supervised tokens (fine-tuning exports)."""
+    """What an export's files hold: documents and sequences (megatron, olmo-core, nanotron: one sequence per
+    document, a split document once; bridge, mds: the packed rows, each piece of a split document a document of its
+    own), tokens (with padding), padding tokens, supervised tokens (fine-tuning exports)."""
 
     documents: int = 0
     sequences: int = 0

@@ -32,7 +32,7 @@ from packcli.export.reading import PackedOutput, RowBatch
 from packcli.format.shards import int32_array, list_array
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["BridgeExporter", "bridge_row_group"]
+__all__ = ["BridgeExporter", "bridge_row_group", "pad_multiple"]
 
 SCHEMA = pa.schema(
     [("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())), ("seq_start_id", pa.list_(pa.int32()))]
@@ -41,18 +41,19 @@ PENDING = "training.idx.parquet.tmp"
 # zstd at pyarrow's default level: a seventh of the uncompressed file for about 0.1 s more encoding on gcide (the
 # codecs are measured in docs/export.md, Speed); Bridge reads any codec pyarrow reads
 COMPRESSION = "zstd"
+INT32_MAX = 2**31 - 1  # the most tokens the rows of one record batch hold (list<int32> offsets)
 
 
 class BridgeExporter:
     view: Literal["documents", "rows"] = "rows"
 
     def __init__(self, directory: Path, packed: PackedOutput, options: dict[str, Any]) -> None:
-        self.multiple = int(options.get("pad_to_multiple") or 1)
+        self.max_len = int(packed.manifest["max_len"])
+        self.multiple = pad_multiple(options.get("pad_to_multiple", 1), self.max_len)
         if self.multiple > 1 and packed.eos_id is None:
             raise UsageError("--pad-to-multiple pads with EOS, and this output has none (packed with --no-eos)")
         self.directory = directory
         self.eos = packed.eos_id or 0
-        self.max_len = int(packed.manifest["max_len"])
         # no dictionary pages or statistics, which token lists do not use and which took a quarter of the export's time
         self.writer = pq.ParquetWriter(
             directory / PENDING, SCHEMA, compression=COMPRESSION, use_dictionary=False, write_statistics=False
@@ -98,6 +99,20 @@ class BridgeExporter:
         return self.totals
 
 
+def pad_multiple(value: Any, max_len: int) -> int:
+    """``--pad-to-multiple``, checked: a whole number from 1 (no padding) to ``max_len``.
+
+    Raises:
+        UsageError: anything else (a multiple above max_len would pad every document past the pack size).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max_len:
+        raise UsageError(
+            f"--pad-to-multiple {value!r}: give a whole number from 1 to the output's max_len {max_len} (a larger "
+            "multiple would pad every document past the pack size)"
+        )
+    return value
+
+
 def bridge_row_group(batch: RowBatch, multiple: int, eos: int) -> tuple[pa.Table, np.ndarray, np.ndarray, int]:
     """The Parquet rows of one batch of packed rows; the (padded) document and row lengths; the supervised count."""
     lengths = batch.lengths
@@ -111,6 +126,12 @@ def bridge_row_group(batch: RowBatch, multiple: int, eos: int) -> tuple[pa.Table
     else:  # each stored token goes to its document's start plus its place in the document
         padded = -(-lengths // multiple) * multiple
         doc_starts = exclusive_cumsum(padded)
+        if int(doc_starts[-1]) > INT32_MAX:  # before the padded batch is allocated
+            raise UsageError(
+                f"--pad-to-multiple {multiple} pads the {len(lengths):,} documents of {batch.rows:,} row(s) to "
+                f"{int(doc_starts[-1]):,} tokens, more than the {INT32_MAX:,} a Parquet list<int32> holds: choose a "
+                "smaller multiple"
+            )
         tokens = np.full(int(doc_starts[-1]), eos, dtype=np.int32)
         place = np.arange(len(batch.tokens)) + np.repeat(doc_starts[:-1] - source_starts[:-1], lengths)
         tokens[place] = batch.tokens

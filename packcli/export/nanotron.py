@@ -1,9 +1,10 @@
 """``--to nanotron``: datatrove's tokenized files, as nanotron's ``DatatroveFolderDataset`` reads them.
 
-``packcli.ds``: tokens back to back (uint16 when the vocabulary has fewer than 65535 ids, nanotron's rule for its
-``token_size``; else uint32). ``packcli.ds.index``: uint64 token offsets of each document's end. ``packcli.ds.loss``
-(fine-tuning): one bool byte per token, True where loss is taken. ``packcli.ds.metadata``: three lines, the
-tokenizer name and token size (``NAME|2``), the token count, and the count in datatrove's short form (``1.23 MT``).
+``packcli.ds``: tokens back to back (uint16 when the vocabulary has at most 65536 ids, the rule by which datatrove's
+tokenizer and nanotron's Nanoset choose their ``token_size``; else uint32). ``packcli.ds.index``: uint64 token
+offsets of each document's end. ``packcli.ds.loss`` (fine-tuning): one bool byte per token, True where loss is
+taken. ``packcli.ds.metadata``: three lines, the tokenizer name and token size (``NAME|2``), the token count, and
+the count in datatrove's short form (``1.23 MT``).
 Documents in output order; a split document's pieces are consecutive and end at one index entry.
 """
 
@@ -28,9 +29,10 @@ class NanotronExporter:
 
     def __init__(self, directory: Path, packed: PackedOutput, options: dict[str, Any]) -> None:
         self.directory = directory
-        self.dtype = token_dtype(packed, "uint16", 65535, "uint32")
-        # datatrove's merger splits the first metadata line at its one bar: a name holds none
-        self.name = str(packed.manifest["tokenizer"].get("name") or "Unknown Tokenizer").replace("|", "/")
+        self.dtype = token_dtype(packed, "uint16", 65537, "uint32")
+        # datatrove's merger splits the first metadata line at its one bar: a name holds none, nor a line break
+        name = str(packed.manifest["tokenizer"].get("name") or "Unknown Tokenizer").replace("|", "/")
+        self.name = " ".join(name.splitlines())
         self.tokens = open(directory / NAME, "wb")  # noqa: SIM115 (closed by finish)
         self.index = open(directory / f"{NAME}.index", "wb")  # noqa: SIM115
         self.loss = open(directory / f"{NAME}.loss", "wb") if packed.labelled else None  # noqa: SIM115
@@ -44,7 +46,7 @@ class NanotronExporter:
         if self.loss is not None and batch.mask is not None:
             write_array(self.loss, batch.mask, np.bool_)
             self.totals.supervised_tokens += int(np.count_nonzero(batch.mask))
-        self.totals.sequences += len(batch.lengths)
+        self.totals.sequences += len(ends)  # one per index entry: a split document's pieces are one document here
         self.totals.documents += len(ends)
         self.totals.tokens += len(batch.tokens)
 

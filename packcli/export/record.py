@@ -23,7 +23,7 @@ from packcli.write.publish import Existing, directory_names, has_size
 
 __all__ = ["EXPORT_NAME", "LAYOUT_VERSION", "existing_export", "export_fingerprint", "export_identity", "write_record"]
 
-LAYOUT_VERSION = 1  # bumped when an exporter changes the bytes it writes for the same source and options
+LAYOUT_VERSION = 2  # bumped when an exporter changes the bytes it writes for the same source and options
 
 
 def export_fingerprint(source_fingerprint: str, fmt: str, options: dict[str, Any]) -> str:
@@ -37,9 +37,11 @@ def export_identity(source: Path, source_fingerprint: str, fmt: str, options: di
     return {"format": fmt, "options": options, "source": {"path": str(source), "fingerprint": source_fingerprint}}
 
 
-def write_record(directory: Path, record: dict[str, Any]) -> None:
-    """Write ``export.json`` atomically (the same way as an output's manifest)."""
-    write_manifest(directory, {"packcli_version": __version__, "layout_version": LAYOUT_VERSION, **record}, EXPORT_NAME)
+def write_record(directory: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Write ``export.json`` atomically (the same way as an output's manifest); returns what it holds."""
+    written = {"packcli_version": __version__, "layout_version": LAYOUT_VERSION, **record}
+    write_manifest(directory, written, EXPORT_NAME)
+    return written
 
 
 def existing_export(target: Path, fingerprint: str, shown: Path, *, asked: dict[str, Any], overwrite: bool) -> Existing:

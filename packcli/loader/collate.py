@@ -57,8 +57,12 @@ def _flat_tokens(rows: Sequence[Row], lengths: np.ndarray, out: np.ndarray) -> N
     ignore_document_starts(labels, lengths)  # also for outputs written before labels carried it
 
 
-def _row_index(rows: Sequence[Row]) -> torch.Tensor:
-    return torch.tensor([row["row_index"] for row in rows], dtype=torch.int64)
+def _row_index(rows: Sequence[Row]) -> dict[str, torch.Tensor]:
+    """``{"row_index": ...}`` where the rows carry it (the loader's do); rows read otherwise (the ``datasets.Dataset``
+    that ``packcli.pack()`` returns) have no place in an output to name, and their batch has no such key."""
+    if not all("row_index" in row for row in rows):
+        return {}
+    return {"row_index": torch.tensor([row["row_index"] for row in rows], dtype=torch.int64)}
 
 
 def _boundary_count(lengths: np.ndarray, cu_seqlens_length: int | None) -> int:
@@ -86,7 +90,8 @@ def collate_varlen(
 
     Returns ``input_ids``, ``position_ids``, ``labels`` ([1, T] int64), ``cu_seqlens`` (int32 [documents + 1]),
     ``max_seqlen`` (int), ``document_ids`` and ``seq_idx`` (int32 [1, T], the document of each token), and
-    ``row_index`` ([B]). With ``cp_size > 1``: this context-parallel rank's share, see :func:`collate_cp_share`.
+    ``row_index`` ([B]) where the rows carry it. With ``cp_size > 1``: this context-parallel rank's share, see
+    :func:`collate_cp_share`.
 
     Args:
         pad_to_multiple_of: pad T up to a multiple (8 suits tensor cores); the padding is one extra document with
@@ -121,7 +126,7 @@ def collate_varlen(
         "max_seqlen": int(lengths.max(initial=0)),
         "document_ids": document_tensor,
         "seq_idx": document_tensor,
-        "row_index": _row_index(rows),
+        **_row_index(rows),
     }
 
 
@@ -179,7 +184,7 @@ def collate_cp_share(
         "cu_seqlens": offsets[0],
         "cu_seqlens_padded": offsets[1],
         "max_seqlen": int(padded.max(initial=0)),
-        "row_index": _row_index(rows),
+        **_row_index(rows),
     }
 
 
@@ -213,7 +218,7 @@ def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int 
         "position_ids": token_tensors[1],
         "labels": token_tensors[2],
         "document_ids": torch.from_numpy(document_ids),
-        "row_index": _row_index(rows),
+        **_row_index(rows),
     }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packcli.errors import BadRecordError, PackcliError
-from packcli.format.manifest import is_output
+from packcli.format.manifest import EXPORT_NAME, is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
 from packcli.read.streams import COMPRESSIONS, Span
@@ -160,6 +160,10 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         elif path.is_dir():
             if is_output(path):
                 raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", path)
+            if _is_export(path):
+                raise PackcliError(
+                    f"is a packcli export ({EXPORT_NAME}), not a corpus; pass the files it was packed from", path
+                )
             matches = _walk(path, unread, warn)
             if not matches:
                 raise PackcliError(f"directory holds no file packcli reads ({FORMATS_READ})", path)
@@ -170,7 +174,9 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         elif glob.has_magic(spec):
             matches = []
             for match in sorted(Path(name) for name in glob.glob(spec, recursive=True)):
-                if match.is_dir() and (_is_staging(match.name) or is_output(match)):
+                if match.is_dir() and _is_export(match):
+                    warn(f"skipping {match}: a packcli export, not input")
+                elif match.is_dir() and (_is_staging(match.name) or is_output(match)):
                     warn(f"skipping {match}: a packcli output, not input")
                 elif match.is_dir():
                     matches.extend(_walk(match, unread, warn))
@@ -229,7 +235,9 @@ def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
         seen.add(real)
         kept = []
         for name in sorted(subdirectories):
-            if _is_staging(name) or is_output(here / name):
+            if _is_export(here / name):
+                warn(f"skipping {here / name}: a packcli export, not input")
+            elif _is_staging(name) or is_output(here / name):
                 warn(f"skipping {here / name}: a packcli output, not input")
             else:
                 kept.append(name)
@@ -312,3 +320,8 @@ def read_records(
         yield from read_arrow(path, fields, reject, convert, span)
     else:
         yield from read_json(path, fields, reject, convert, span)
+
+
+def _is_export(directory: Path) -> bool:
+    """Whether ``directory`` is a ``packcli export`` (its ``export.json``; its files are a trainer's, never input)."""
+    return (directory / EXPORT_NAME).is_file() and not is_output(directory)

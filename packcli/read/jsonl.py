@@ -286,7 +286,8 @@ def _parse_line(raw_line: bytes) -> Any:
                 f"more than one JSON value on the line (the second starts at column {exc.colno}); "
                 "JSON Lines hold one object per line"
             ) from None
-        raise BadRecordError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        at = "" if exc.msg.endswith(" at") else " at"  # "Unterminated string starting at" names its own place
+        raise BadRecordError(f"invalid JSON ({exc.msg}{at} column {exc.colno})") from None
     except RecursionError:
         raise BadRecordError("JSON nested too deeply to read") from None
 

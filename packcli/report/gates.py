@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ def parse_gates(min_efficiency: str | None, max_loss: str | None, max_gap: str |
         text = max_gap.strip()
         if text.endswith("%"):
             gates.append(Gate("--max-gap", max_gap, _share("--max-gap", max_gap)))
-        elif text.isdigit():
+        elif text.isdecimal():  # what int() reads: not "²", which isdigit() takes
             gates.append(Gate("--max-gap", max_gap, float(int(text)), relative=False))
         else:
             raise UsageError(
@@ -108,7 +109,8 @@ def _share(flag: str, given: str) -> float:
     number = text[:-1].strip() if percent else text
     if not _NUMBER.fullmatch(number):
         raise UsageError(f"{flag} {given!r}: give a share between 0 and 1 (0.95) or a percentage (95%)")
-    value = float(number) / (100 if percent else 1)
+    # exact decimal arithmetic, rounded once: float("95.2") / 100 rounds twice and lands a bit above 0.952
+    value = float(Fraction(number) / (100 if percent else 1))
     if value > 1:
         raise UsageError(f"{flag} {given!r} is above 1 (100%): no packing can have such a share")
     return value

@@ -81,8 +81,19 @@ def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
 
 
 def output_tokenizer(manifest: dict[str, Any], spec: str | None) -> LoadedTokenizer:
-    """The tokenizer the output was packed with (or ``spec``), refused when its sha256 differs."""
+    """The tokenizer the output was packed with (or ``spec``), refused when its sha256 differs.
+
+    Raises:
+        UsageError: the output was packed from token ids without a tokenizer and ``spec`` names none (decoding
+            them with the bundled GPT-2 would show text the ids never meant).
+        PackcliError: the tokenizer is not the one the output was packed with.
+    """
     options = manifest.get("options", {})
+    if spec is None and options.get("ids_field") and not manifest.get("tokenizer", {}).get("sha256"):
+        raise UsageError(
+            "this output was packed from token ids without a tokenizer: show decodes ids with one, so pass the "
+            "tokenizer they come from with --tokenizer"
+        )
     loaded = load_tokenizer(spec if spec is not None else options.get("tokenizer"), options.get("eos_token"))
     expected = manifest.get("tokenizer", {}).get("sha256")
     if expected and loaded.sha256 != expected:

@@ -14,7 +14,16 @@ if TYPE_CHECKING:  # rich is imported where it draws: the pack summary is plain 
     from rich.console import Console
     from rich.table import Table
 
-__all__ = ["console", "count", "loss_warning", "pack_summary", "print_corpus_choices", "print_stats", "token_loss"]
+__all__ = [
+    "console",
+    "count",
+    "documents_and_pieces",
+    "loss_warning",
+    "pack_summary",
+    "print_corpus_choices",
+    "print_stats",
+    "token_loss",
+]
 
 LOSS_WARNING_SHARE = 0.01  # drop/truncate throwing away more than this share of the input tokens is a warning
 _BAR_WIDTH = 40
@@ -43,6 +52,12 @@ def token_loss(totals: dict[str, Any]) -> tuple[int, int]:
     return lost, int(totals.get("input_tokens") or totals.get("tokens", 0) + lost)
 
 
+def documents_and_pieces(figures: dict[str, Any]) -> tuple[int, str]:
+    """(input documents, " in N pieces" where split documents made more pieces, else "") of ``stats`` figures."""
+    documents, pieces = int(figures.get("input_documents", figures["documents"])), int(figures["documents"])
+    return documents, f" in {pieces:,} pieces" if pieces != documents and figures.get("split_documents") else ""
+
+
 def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     """The warning for ``--overflow drop``/``truncate`` throwing away more than 1% of the input tokens, or None."""
     lost, total = token_loss(totals)
@@ -51,13 +66,13 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     dropped = int(totals.get("dropped_documents", 0))
     truncated = int(totals.get("truncated_documents", 0))
     how = (
-        f"--overflow drop left out {dropped:,} documents longer than --max-len {max_len:,}"
+        f"--overflow drop left out {count(dropped, 'document')} longer than --max-len {max_len:,}"
         if dropped
-        else f"--overflow truncate cut {truncated:,} documents to --max-len {max_len:,}"
+        else f"--overflow truncate cut {count(truncated, 'document')} to --max-len {max_len:,}"
     )
     return (
         f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); --overflow split keeps every token, "
-        f"`packcli stats CORPUS` shows what other --max-len values would cost"
+        f"`packcli stats CORPUS` with this run's other options shows what other --max-len values would cost"
     )
 
 
@@ -155,8 +170,7 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         f"longest[/bold] ({stats['packing']['efficiency']:.2%} of the computed slots hold real tokens, against "
         f"{random['efficiency']:.2%})"
     )
-    documents, pieces = stats.get("input_documents", stats["documents"]), stats["documents"]
-    split = f" in {pieces:,} pieces" if pieces != documents and stats.get("split_documents") else ""
+    documents, split = documents_and_pieces(stats)
     out.print(
         f"  {documents:,} documents{split}, {stats['tokens']:,} tokens, {stats['sequences']:,} sequences "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"

@@ -22,6 +22,7 @@ from packcli.options import PackOptions
 from packcli.packing.mixing import Draw, interleave, mix, normalised, quotas
 from packcli.packing.overflow import Pieces, output_lengths
 from packcli.read.inputs import FileIdentity, file_identity, find_inputs
+from packcli.util.memory import resident_bytes
 
 __all__ = ["Source", "group_inputs", "manifest_weights", "memory_limit", "mixed_stream", "source_entries"]
 
@@ -96,8 +97,8 @@ def mixed_stream(
                 f"--max-len {options.max_len} with --overflow drop); give it weight 0 or fix it",
                 given.spec,
             )
-    plan = _DrawPlan(sources, per_source, weights, options.target_tokens)
-    if plan.draws * _BYTES_PER_DRAW > memory_limit():  # before allocating: the system might kill the run instead
+    plan = _DrawPlan(sources, per_source, weights, options.target_tokens, options.max_len)
+    if plan.needs() > memory_limit():  # before allocating: the system would kill the run instead
         raise plan.refusal()
     try:
         draws = mix(per_source, weights, options.target_tokens, options.seed)
@@ -120,10 +121,13 @@ def mixed_stream(
     )
 
 
-# What the mixed stream's arrays take per drawn document at their peak (draws, interleaving, the stream), measured
-# on 20M draws of two sources: 56 bytes. Packing the stream needs more on top, so this refuses only a plan that
-# cannot be made at all; one that can is drawn, and what follows may still exhaust memory.
-_BYTES_PER_DRAW = 56
+# What a mixed run's peak grows by, per drawn document and per output row: the stream's arrays, then packing and
+# writing it. Measured on the peak RSS of `packcli pack` on 2,000 gcide articles with --target-tokens 100M to 400M
+# at --max-len 4096 and 256 (0.8M to 3.3M draws, 24k to 781k rows): the slopes fit 93 and 327 bytes; these are
+# raised until the estimate (what the process holds when it plans, plus these) covered every run's measured peak:
+# 644 MB planned for 597 MB (400M at 4096), 735 MB for 702 MB (200M at 256).
+_BYTES_PER_DRAW = 120
+_BYTES_PER_ROW = 420
 
 
 class _DrawPlan:
@@ -131,14 +135,25 @@ class _DrawPlan:
     than memory holds."""
 
     def __init__(
-        self, sources: list[Source], per_source: list[np.ndarray], weights: Sequence[float], target: int | None
+        self,
+        sources: list[Source],
+        per_source: list[np.ndarray],
+        weights: Sequence[float],
+        target: int | None,
+        max_len: int,
     ) -> None:
         totals = [int(part.sum()) for part in per_source]
         counts = [int(np.count_nonzero(part)) for part in per_source]
-        self.passes = [quota // total if total else 0 for quota, total in zip(quotas(totals, weights, target), totals)]
+        planned = quotas(totals, weights, target)
+        self.passes = [quota // total if total else 0 for quota, total in zip(planned, totals)]
         self.draws = sum((repeat + 1) * count for repeat, count in zip(self.passes, counts))  # at most
+        self.rows = -(-sum(planned) // max_len)  # at least
         self.sources = sources
         self.target = target
+
+    def needs(self) -> int:
+        """The run's peak memory with this plan, about: what the process holds now, plus the draws' and rows'."""
+        return resident_bytes() + self.draws * _BYTES_PER_DRAW + self.rows * _BYTES_PER_ROW
 
     def refusal(self) -> PackcliError:
         """The one-line error naming the target, the draws it needs and the source repeated most."""
@@ -146,8 +161,8 @@ class _DrawPlan:
         target = "the budget" if self.target is None else f"--target-tokens {self.target:,}"
         return PackcliError(
             f"{target} draws about {self.draws:,} documents ({self.passes[most]:,} passes over "
-            f"{self.sources[most].name}): more than the memory this run may use ({memory_limit() / 2**30:.0f} GiB) "
-            "can plan; ask for fewer tokens"
+            f"{self.sources[most].name}) into {self.rows:,} rows or more: about {self.needs() / 2**30:.1f} GiB, "
+            f"more than the {memory_limit() / 2**30:.1f} GiB this run may use; ask for fewer tokens"
         )
 
 
@@ -155,11 +170,11 @@ class _DrawPlan:
 _CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
 
 
-def memory_limit(limits: Sequence[Path] = _CGROUP_LIMITS) -> int:
-    """The memory this run may use: the machine's, or the lowest control-group limit among ``limits`` where that is
-    less (a container's, which the out-of-memory killer enforces)."""
+def memory_limit(limits: Sequence[Path] | None = None) -> int:
+    """The memory this run may use: the machine's, or the lowest control-group limit among ``limits`` (by default
+    the ones this system names) where that is less (a container's, which the out-of-memory killer enforces)."""
     usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in limits:
+    for path in _CGROUP_LIMITS if limits is None else limits:
         try:
             text = path.read_text().strip()
         except OSError:

@@ -74,7 +74,11 @@ def get_strategy(name: str) -> Strategy:
     if name not in _BUILT_IN:
         _load_entry_points()
     if name not in _REGISTRY:
-        raise UsageError(f"unknown strategy {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+        raise UsageError(
+            f"unknown strategy {name!r}; available: {', '.join(sorted(_REGISTRY))} (a strategy of your own: register "
+            f"it in Python, or for the command line as an entry point in the {ENTRY_POINT_GROUP!r} group "
+            "(docs/strategies.md))"
+        )
     return _REGISTRY[name]
 
 

@@ -1,4 +1,5 @@
-"""Give the C heap's free memory back to the operating system after a large, short-lived allocation.
+"""The process' memory: give the C heap's free memory back to the operating system after a large, short-lived
+allocation, and tell how much is resident (what a plan adds its own needs to).
 
 Building a tokenizer from its ``tokenizer.json`` (Hugging Face's or fastokens') allocates two to three times the
 finished tokenizer's size and frees it again; glibc's allocator keeps those freed pages resident (in each thread's
@@ -9,9 +10,11 @@ returns pages no object uses; where the C library has no ``malloc_trim`` (macOS,
 from __future__ import annotations
 
 import ctypes
+import os
+import resource
 import sys
 
-__all__ = ["release_free_memory"]
+__all__ = ["release_free_memory", "resident_bytes"]
 
 _trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
 
@@ -20,3 +23,13 @@ def release_free_memory() -> None:
     """Return the free pages of every heap arena to the operating system (glibc ``malloc_trim(0)``)."""
     if _trim is not None:
         _trim(0)
+
+
+def resident_bytes() -> int:
+    """The memory this process holds now (resident set); where ``/proc`` is absent (macOS), its peak so far."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
