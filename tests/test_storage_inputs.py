@@ -24,6 +24,7 @@ from packcli.cli import app
 from packcli.errors import PackcliError
 from packcli.read.inputs import InputFile, find_inputs
 from packcli.run.merge import input_facts
+from packcli.run.sources import group_inputs
 from packcli.storage import UrlPath, location, objects
 from packcli.storage.lock import ObjectLock
 from packcli.storage.objects import READ_ATTEMPTS, open_object
@@ -269,3 +270,5 @@ def test_every_object_under_a_prefix_or_glob_is_read_each_once(s3_server: S3Serv
     packed = pack(f"{bucket}/corpus", "--out", str(tmp_path / "out"))
     assert packed.exit_code == 0, packed.output
     assert json.loads(packed.stdout)["documents"] == 3
+    sources = group_inputs([objects[0], f"{bucket}/corpus/[bc].jsonl"], [1.0, 1.0], lambda message: None)
+    assert [[str(path) for path in source.files] for source in sources] == [objects[:1], objects[1:]]  # two sources
