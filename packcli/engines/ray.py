@@ -97,7 +97,7 @@ class RayEngine:
         else:
             _check_reachable(self.address)
             options["address"] = self.address
-        self._reaper.callback(_echo_worker_logs, _echo_worker_logs(False))
+        self._reaper.callback(_echo_worker_logs, ray, _echo_worker_logs(ray, False))
         terminate = signal.getsignal(signal.SIGTERM)
         try:
             with signals_held():  # a Ctrl-C waits until Ray is up, and then shuts it down
@@ -161,10 +161,9 @@ class RayEngine:
                     ray.kill(actor)
 
 
-def _echo_worker_logs(enabled: bool) -> bool:
+def _echo_worker_logs(ray: ModuleType, enabled: bool) -> bool:
     """Turn the driver's echo of the cluster's notices and workers' output on or off; returns what it was."""
-    from ray._private import worker
-
+    worker = ray._private.worker
     was = bool(getattr(worker, "_worker_logs_enabled", True))
     worker._worker_logs_enabled = enabled
     return was
