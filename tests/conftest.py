@@ -121,7 +121,8 @@ def output_rows(out: Path) -> list[dict[str, list[int]]]:
 
 def documented_names(doc: str, heading: str) -> set[str]:
     """The names written in backticks in one section of a doc (``docs/DOC``, from ``heading`` to the next heading of
-    the same or a higher level), split at dots, commas and spaces: what a ``--json`` key must be among."""
+    the same or a higher level; code blocks left out), split at spaces, dots, commas, ``=`` and parentheses: what a
+    ``--json`` key must be among."""
     text = (REPO / "docs" / doc).read_text(encoding="utf-8")
     level = heading.split(" ")[0]
     section = text[text.index(heading + "\n") + len(heading) :]

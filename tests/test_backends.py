@@ -201,6 +201,7 @@ def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
     options = FINE_TUNING_OPTIONS[kind]
     result = run_pack(str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", *options)
     assert result.exit_code == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.jsonl"]  # no output, nor its staging
     forced = run_pack(
         str(corpus), "--out", str(tmp_path / "out"), "--skip-bad-records", "--tokenizer-backend", "hf", *options
     )

@@ -8,7 +8,9 @@ them, and hands each checked batch to the exporter, which writes it into the sta
 published only when the whole output verifies; an output that fails is refused with verify's first problem and
 the staging removed, so nothing is written at ``--out``. An error of the exporter's own waits for verify's verdict
 (damage that verify names may show in the exporter first, in a shard not yet checked): the verdict is reported
-when the output fails, the exporter's error when it passes. One module per format: ``megatron``, ``bridge``,
+when the output fails, the exporter's error when it passes. What a format's trainer would make of documents
+otherwise than packcli does (split documents; documents without their EOS, or holding one before their end, where
+it finds documents by EOS) is said in a warning. One module per format: ``megatron``, ``bridge``,
 ``olmo_core``, ``nanotron``, ``mds``.
 """
 
@@ -104,7 +106,8 @@ def export_output(
         warn: where notices go (stderr on the command line).
 
     Raises:
-        UsageError: an unknown format, or a format that cannot carry this output (labels).
+        UsageError: an unknown format, a format that cannot carry this output (labels), or a ``pad_to_multiple``
+            outside 1..max_len or padding a batch of rows past list<int32>.
         PackcliError: the source is not a packcli output or fails verify (nothing written), or an I/O error.
     """
     from packcli.export.record import (
@@ -139,13 +142,14 @@ def export_output(
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
                 elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
-                truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
-                if fmt in FOUND_BY_EOS and packed.eos_id is None:
-                    warn(NO_EOS.format(fmt=fmt))
-                elif fmt in FOUND_BY_EOS and truncated:
-                    warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
-                if fmt in FOUND_BY_EOS and feed.inner_eos:
-                    warn(INNER_EOS.format(count=feed.inner_eos, fmt=fmt))
+                if fmt in FOUND_BY_EOS:
+                    truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
+                    if packed.eos_id is None:
+                        warn(NO_EOS.format(fmt=fmt))
+                    elif truncated:
+                        warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
+                    if feed.inner_eos:
+                        warn(INNER_EOS.format(count=feed.inner_eos, fmt=fmt))
                 totals: ExportTotals = exporter.finish()
             finally:
                 exporter.close()

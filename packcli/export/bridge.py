@@ -5,11 +5,11 @@ One packcli row is one Parquet row: ``input_ids`` (list<int32>), ``seq_start_id`
 first position), ``loss_mask`` (list<uint8>, stored shifted by one: position t is 1 when token t + 1 is a target of
 the same document; a document's last position is 0). Bridge's collate function trains the L - 1 positions of an
 L-token document (its EOS is the last target), so the supervised positions are exactly packcli's (labels != -100;
-for an output without labels, every token but each document's first). ``--pad-to-multiple M`` pads every document
-with EOS to a multiple of M tokens (loss 0), for context and sequence parallelism; N is then the longest padded row
-if that exceeds max_len. The metadata is a one-element list: ``dataset_max_seqlen`` (the longest document),
-``max_samples_per_bin`` (the most documents in a row), ``packing_factor`` (documents per row),
-``packing_efficiency`` (percent of N filled, on average), ``pack_size`` (N) and ``min_packed_seqlen`` (the
+for an output without labels, every token but each document's first). ``--pad-to-multiple M`` (M from 1 to
+max_len) pads every document with EOS to a multiple of M tokens (loss 0), for context and sequence parallelism; N
+is then the longest padded row if that exceeds max_len. The metadata is a one-element list: ``dataset_max_seqlen``
+(the longest document), ``max_samples_per_bin`` (the most documents in a row), ``packing_factor`` (documents per
+row), ``packing_efficiency`` (percent of N filled, on average), ``pack_size`` (N) and ``min_packed_seqlen`` (the
 shortest row), both ratios rounded to 2 decimals as Bridge's packer rounds them. Rows are the packed rows: a split
 document's pieces stay where packing put them (each is a document of its own there, as in packcli's loader).
 
@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from packcli.errors import UsageError
 from packcli.export.base import ExportTotals
 from packcli.export.reading import PackedOutput, RowBatch
+from packcli.format.columns import INT32_MAX
 from packcli.format.shards import int32_array, list_array
 from packcli.util.arrays import exclusive_cumsum
 
@@ -41,7 +42,6 @@ PENDING = "training.idx.parquet.tmp"
 # zstd at pyarrow's default level: a seventh of the uncompressed file for about 0.1 s more encoding on gcide (the
 # codecs are measured in docs/export.md, Speed); Bridge reads any codec pyarrow reads
 COMPRESSION = "zstd"
-INT32_MAX = 2**31 - 1  # the most tokens the rows of one record batch hold (list<int32> offsets)
 
 
 class BridgeExporter:
@@ -126,7 +126,8 @@ def bridge_row_group(batch: RowBatch, multiple: int, eos: int) -> tuple[pa.Table
     else:  # each stored token goes to its document's start plus its place in the document
         padded = -(-lengths // multiple) * multiple
         doc_starts = exclusive_cumsum(padded)
-        if int(doc_starts[-1]) > INT32_MAX:  # before the padded batch is allocated
+        # before the padded batch is allocated: its list<int32> offsets hold at most INT32_MAX tokens
+        if int(doc_starts[-1]) > INT32_MAX:
             raise UsageError(
                 f"--pad-to-multiple {multiple} pads the {len(lengths):,} documents of {batch.rows:,} row(s) to "
                 f"{int(doc_starts[-1]):,} tokens, more than the {INT32_MAX:,} a Parquet list<int32> holds: choose a "

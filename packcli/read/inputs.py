@@ -2,8 +2,8 @@
 counting (or rejecting) bad records. Every reader yields the same ``FieldBatch`` whatever the format.
 
 Nothing is skipped silently: a file found in a directory (or by a glob) that packcli does not read is named in a
-warning and counted; a packcli output or staging directory found inside an input directory is never read as input
-(and said so); a Hugging Face ``save_to_disk`` folder is read through the Arrow files its ``state.json`` lists.
+warning and counted; a packcli output, staging directory or export found inside an input directory is never read as
+input (and said so); a Hugging Face ``save_to_disk`` folder is read through the Arrow files its ``state.json`` lists.
 """
 
 from __future__ import annotations
@@ -144,12 +144,12 @@ def input_format(path: Path) -> str | None:
 def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inputs:
     """Expand files, directories (searched recursively) and glob patterns; each argument's files in sorted order.
 
-    Files that a directory or a glob holds but packcli does not read, and outputs skipped inside directories, are
-    named through ``warn``.
+    Files that a directory or a glob holds but packcli does not read, and outputs and exports skipped inside
+    directories, are named through ``warn``.
 
     Raises:
-        PackcliError: an input does not exist, matches nothing, is a packcli output or a Hugging Face DatasetDict,
-            or (named as a file) has a format packcli does not read.
+        PackcliError: an input does not exist, matches nothing, is a packcli output, a packcli export or a Hugging
+            Face DatasetDict, or (named as a file) has a format packcli does not read.
     """
     found: list[Path] = []
     unread: list[Path] = []
@@ -174,10 +174,8 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         elif glob.has_magic(spec):
             matches = []
             for match in sorted(Path(name) for name in glob.glob(spec, recursive=True)):
-                if match.is_dir() and _is_export(match):
-                    warn(f"skipping {match}: a packcli export, not input")
-                elif match.is_dir() and (_is_staging(match.name) or is_output(match)):
-                    warn(f"skipping {match}: a packcli output, not input")
+                if match.is_dir() and (made := _made_by_packcli(match)):
+                    warn(f"skipping {match}: {made}, not input")
                 elif match.is_dir():
                     matches.extend(_walk(match, unread, warn))
                 elif match.is_file():
@@ -223,7 +221,7 @@ def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:
 
 def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
     """The files packcli reads under ``root``, sorted; the others go to ``unread``. Symlinked directories are
-    followed once; packcli outputs and staging directories are skipped, with a warning."""
+    followed once; packcli outputs, staging directories and exports are skipped, with a warning."""
     found: list[Path] = []
     seen: set[str] = set()
     for directory, subdirectories, names in os.walk(root, followlinks=True):
@@ -235,10 +233,8 @@ def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
         seen.add(real)
         kept = []
         for name in sorted(subdirectories):
-            if _is_export(here / name):
-                warn(f"skipping {here / name}: a packcli export, not input")
-            elif _is_staging(name) or is_output(here / name):
-                warn(f"skipping {here / name}: a packcli output, not input")
+            if made := _made_by_packcli(here / name):
+                warn(f"skipping {here / name}: {made}, not input")
             else:
                 kept.append(name)
         subdirectories[:] = kept
@@ -252,6 +248,16 @@ def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
             else:
                 unread.append(path)
     return sorted(found)
+
+
+def _made_by_packcli(directory: Path) -> str | None:
+    """What ``directory`` is, as a skipping warning names it, when packcli wrote it (an export; an output or a
+    run's staging directory); None for any other directory."""
+    if _is_export(directory):
+        return "a packcli export"
+    if _is_staging(directory.name) or is_output(directory):
+        return "a packcli output"
+    return None
 
 
 def _is_staging(name: str) -> bool:

@@ -89,13 +89,13 @@ def output_tokenizer(manifest: dict[str, Any], spec: str | None) -> LoadedTokeni
         PackcliError: the tokenizer is not the one the output was packed with.
     """
     options = manifest.get("options", {})
-    if spec is None and options.get("ids_field") and not manifest.get("tokenizer", {}).get("sha256"):
+    expected = manifest.get("tokenizer", {}).get("sha256")
+    if spec is None and options.get("ids_field") and not expected:
         raise UsageError(
             "this output was packed from token ids without a tokenizer: show decodes ids with one, so pass the "
             "tokenizer they come from with --tokenizer"
         )
     loaded = load_tokenizer(spec if spec is not None else options.get("tokenizer"), options.get("eos_token"))
-    expected = manifest.get("tokenizer", {}).get("sha256")
     if expected and loaded.sha256 != expected:
         raise PackcliError(
             f"tokenizer {loaded.name} (sha256 {loaded.sha256[:12]}) is not the one this output was packed with "

@@ -3,8 +3,9 @@ each source holds, the mixed document stream that is packed, and the manifest's 
 
 The stream lists store documents, a repeated one as often as it was drawn; its per-source output adds up to the
 totals. A document that ``--overflow drop`` removes is never drawn but enters the stream once, so it is counted as
-dropped exactly as in an unmixed run. A mixture whose draws memory cannot hold is refused, in one line naming the
-source repeated most, before the draws are allocated.
+dropped exactly as in an unmixed run. A mixture whose run would need more memory than it may use (what the process
+holds, plus an allowance per drawn document and per output row) is refused, in one line naming the draws, the rows
+and the source repeated most, before the draws are allocated.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ def mixed_stream(
                 given.spec,
             )
     plan = _DrawPlan(sources, per_source, weights, options.target_tokens, options.max_len)
-    if plan.needs() > memory_limit():  # before allocating: the system would kill the run instead
-        raise plan.refusal()
+    needed, limit = plan.needs(), memory_limit()
+    if needed > limit:  # before allocating: the system would kill the run instead
+        raise plan.refusal(needed, limit)
     try:
         draws = mix(per_source, weights, options.target_tokens, options.seed)
         source, position = interleave([len(draw.documents) for draw in draws])
@@ -107,7 +109,7 @@ def mixed_stream(
         starts = np.cumsum([0] + [len(draw.documents) for draw in draws])
         documents = drawn[starts[source] + position]
     except MemoryError:
-        raise plan.refusal() from None
+        raise plan.refusal(plan.needs(), memory_limit()) from None
     # Documents too long to place: in the stream once, so that overflow counts them as it would unmixed (except in
     # an input that --weights leaves out with weight 0).
     used = np.repeat(np.asarray(options.weights or weights) > 0, np.diff(first))
@@ -131,8 +133,8 @@ _BYTES_PER_ROW = 420
 
 
 class _DrawPlan:
-    """How many documents a ``--target-tokens`` draws, told before drawing them, and its refusal when that is more
-    than memory holds."""
+    """How many documents a ``--target-tokens`` draws and how many rows they fill at least, told before drawing
+    them, and the refusal of a run that would need more memory than it may use."""
 
     def __init__(
         self,
@@ -155,14 +157,15 @@ class _DrawPlan:
         """The run's peak memory with this plan, about: what the process holds now, plus the draws' and rows'."""
         return resident_bytes() + self.draws * _BYTES_PER_DRAW + self.rows * _BYTES_PER_ROW
 
-    def refusal(self) -> PackcliError:
-        """The one-line error naming the target, the draws it needs and the source repeated most."""
+    def refusal(self, needed: int, limit: int) -> PackcliError:
+        """The one-line error naming the target, the draws and rows it needs, the source repeated most, and the
+        memory ``needed`` (:meth:`needs`) against the ``limit`` this run may use."""
         most = max(range(len(self.sources)), key=lambda k: self.passes[k])
         target = "the budget" if self.target is None else f"--target-tokens {self.target:,}"
         return PackcliError(
             f"{target} draws about {self.draws:,} documents ({self.passes[most]:,} passes over "
-            f"{self.sources[most].name}) into {self.rows:,} rows or more: about {self.needs() / 2**30:.1f} GiB, "
-            f"more than the {memory_limit() / 2**30:.1f} GiB this run may use; ask for fewer tokens"
+            f"{self.sources[most].name}) into {self.rows:,} rows or more: about {needed / 2**30:.1f} GiB, "
+            f"more than the {limit / 2**30:.1f} GiB this run may use; ask for fewer tokens"
         )
 
 
