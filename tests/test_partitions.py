@@ -34,6 +34,7 @@ from packcli.run.driver import pack_corpus
 from packcli.run.merge import merge_parts
 from packcli.run.parts import PartsArea
 from packcli.run.plan import plan_partitions
+from packcli.util.locks import FileLock
 
 runner = CliRunner()
 TEXTS = [record["text"] for record in read_jsonl(SAMPLE)]
@@ -332,6 +333,40 @@ def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_
     warnings: list[str] = []
     assert PartsArea(area.root).resume(run, 4, warnings.append) == committed
     assert warnings == [] and all(path.is_file() for path in moved)
+
+
+def test_an_up_to_date_rerun_removes_the_output_a_killed_run_retired_but_not_another_runs_parts(
+    plain: Path, reference: Path, tmp_path: Path
+) -> None:
+    """kill -9 between the swap and the removal of what it replaced leaves the previous output (with the cache files
+    ``datasets`` wrote beside it) in ``.out.packcli-resume``: a whole output's bytes, hidden. The rerun finds the
+    output up to date and must remove it, under the lock; a live run's area, or another run's parts, it leaves."""
+    out, area, lock = tmp_path / "out", tmp_path / ".out.packcli-resume", tmp_path / ".out.packcli-lock"
+    shutil.copytree(reference, out)
+    shutil.copytree(reference, area)  # the retired output, as the exchange left it
+    (area / "cache-0123456789abcdef.arrow").write_bytes(b"derived")
+    lock.write_text("4242\n")  # the dead run's lock file
+    args = ["pack", str(plain), "--max-len", "512", "--partitions", "4", "--out", str(out), "--json"]
+
+    holder = FileLock(lock)
+    assert holder.acquire(wait=False)  # a live run holds the output: what is beside it is its own
+    try:
+        held = invoke(*args)
+    finally:
+        holder.release()
+    assert held.exit_code == 0 and json.loads(held.stdout)["status"] == "up-to-date", held.output
+    assert area.is_dir()
+
+    rerun = invoke(*args)
+    assert rerun.exit_code == 0 and json.loads(rerun.stdout)["status"] == "up-to-date", rerun.output
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+    assert files_of(out) == files_of(reference)
+
+    other = {"fingerprint": "another run's", "partitions": 4}  # a killed run of other options: its rerun resumes
+    (area / "part-00000").mkdir(parents=True)
+    (area / "run.json").write_text(json.dumps(other))
+    assert json.loads(invoke(*args).stdout)["status"] == "up-to-date"
+    assert json.loads((area / "run.json").read_text()) == other and (area / "part-00000").is_dir()
 
 
 def test_a_part_whose_manifest_was_edited_is_packed_again(tmp_path: Path) -> None:

@@ -381,3 +381,85 @@ def test_a_killed_run_leaves_nothing_in_packcli_scratch_once_rerun(
     assert rerun.exit_code == 0, rerun.output
     assert invoke("verify", str(out)).exit_code == 0
     assert sorted(path.name for path in scratch.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def plain_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled sample as plain JSON Lines (3.3 MB): four partitions of it take long enough to be killed."""
+    corpus = tmp_path_factory.mktemp("plain") / "sample.jsonl"
+    corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()))
+    return corpus
+
+
+def four_partitions(corpus: Path) -> list[str]:
+    """The partitioned pack of ``plain_sample`` that the tests below kill, and whose bytes their reruns must give."""
+    return [str(corpus), "--max-len", "1024", "--partitions", "4", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(plain_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The files of ``four_partitions`` packed without interruption, by name."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "out"
+    result = invoke("pack", *four_partitions(plain_sample), "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    return files_of(out)
+
+
+def files_of(out: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in out.iterdir()}
+
+
+def test_a_run_killed_over_an_output_holding_datasets_caches_is_finished_by_its_rerun(
+    plain_sample: Path, uninterrupted: dict[str, bytes], tiny_corpus: Path, tmp_path: Path
+) -> None:
+    """The output being replaced holds the cache files ``datasets`` wrote beside its shards (a ``map`` and a
+    ``filter`` of what ``packcli.pack`` returned); kill -9 of the whole ``--overwrite`` run once a partition is
+    committed; the rerun resumes, and leaves the shards of an uninterrupted run, no cache file and nothing beside."""
+    import packcli
+
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    rows = packcli.pack(str(tiny_corpus), max_len=256, out=out)
+    rows.map(lambda row: {"length": len(row["input_ids"])})
+    rows.filter(lambda row: len(row["input_ids"]) > 200)
+    caches = sorted(path.name for path in out.glob("cache-*.arrow"))
+    assert len(caches) == 2, sorted(path.name for path in out.iterdir())
+
+    args = [*four_partitions(plain_sample), "--overwrite"]
+    assert kill_after_first_commit([*PACK, *args, "--out", str(out), "--quiet"], staging) >= 1
+    assert sorted(path.name for path in out.glob("cache-*.arrow")) == caches  # the old output is still in place
+
+    resumed = invoke("pack", *args, "--out", str(out), "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["partitions_reused"] >= 1
+    assert invoke("verify", str(out)).exit_code == 0
+    assert files_of(out) == uninterrupted
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]  # no lock, resume area or debris
+
+
+@pytest.mark.ray
+def test_a_killed_ray_actor_is_one_line_and_the_rerun_on_another_engine_resumes(
+    plain_sample: Path, uninterrupted: dict[str, bytes], tmp_path: Path
+) -> None:
+    """kill -9 of a Ray actor once a partition is committed: one line on stderr, nothing on stdout (where
+    ``--json`` writes; Ray echoed its own notice of the dead worker there); the same command on the local engine
+    (the engine is not part of the run's identity) reuses the committed partitions and writes the bytes of an
+    uninterrupted run."""
+    pytest.importorskip("ray")
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    args = [*four_partitions(plain_sample), "--json", "--out", str(out)]
+    process = subprocess.Popen(
+        [*PACK, *args, "--engine", "ray"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for(lambda: bool(committed(staging)), process)
+    actors = [pid for pid in descendants(process.pid) if "WorkerActor" in command_line(pid)]
+    assert actors, "no Ray actor process"
+    os.kill(actors[0], signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and stdout == "", stdout
+    assert stderr.startswith("error: a Ray actor died") and stderr.count("\n") == 1, stderr
+    assert "rerun the same command to resume" in stderr
+
+    resumed = invoke("pack", *args)
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["partitions_reused"] >= 1
+    assert files_of(out) == uninterrupted

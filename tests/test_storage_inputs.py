@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +22,9 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.errors import PackcliError
-from packcli.read.inputs import InputFile
+from packcli.read.inputs import InputFile, find_inputs
 from packcli.run.merge import input_facts
+from packcli.run.sources import group_inputs
 from packcli.storage import UrlPath, location, objects
 from packcli.storage.lock import ObjectLock
 from packcli.storage.objects import READ_ATTEMPTS, open_object
@@ -181,3 +187,88 @@ def test_an_object_removed_after_it_was_opened_is_named_and_a_released_lock_is_f
     holder.release()
     assert second.acquire()  # the holder released: a lock that is gone is free, never "in use"
     second.release()
+
+
+@pytest.mark.parametrize("change", ["rewritten", "removed"])
+def test_an_input_changed_while_a_run_reads_it_is_named_and_nothing_is_published(
+    s3_server: S3Server, tmp_path: Path, change: str
+) -> None:
+    """The object is rewritten (its lines in another order: the same size, cuts no longer at line starts) or removed
+    once the run has planned its partitions (its run record written): the run says so in one line, naming it,
+    instead of a bad record on a line it never had or an output mixing two versions; the rerun packs it as it is."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    lines = sample_lines(40).splitlines(keepends=True)
+    url, out = f"{bucket}/corpus.jsonl", tmp_path / "out"
+    fs.pipe_file(url, b"".join(lines))
+    record = tmp_path / ".out.packcli-resume" / "run.json"
+
+    def change_once_planned() -> None:
+        deadline = time.monotonic() + 120
+        while not record.exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if change == "removed":
+            fs.rm_file(url)
+        else:
+            fs.pipe_file(url, b"".join(reversed(lines)))
+
+    changer = threading.Thread(target=change_once_planned)
+    changer.start()
+    args = [url, "--max-len", "512", "--partitions", "4", "--workers", "2", "--out", str(out)]
+    run = subprocess.run([sys.executable, "-m", "packcli", "pack", *args], capture_output=True, text=True, timeout=300)
+    changer.join()
+    assert run.returncode == 1, run.stderr
+    said = "was removed" if change == "removed" else "changed (ETag "
+    assert run.stderr.startswith(f"error: {url}: {said}") and run.stderr.count("\n") == 1, run.stderr
+    assert "while this run read it; nothing was published" in run.stderr and not out.exists()
+    if change == "rewritten":
+        rerun = pack(*args)
+        assert rerun.exit_code == 0, rerun.output
+        assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
+
+
+def test_a_local_input_changed_or_removed_after_it_was_described_says_how(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "one"}, {"text": "two"}])
+    described = InputFile.of(corpus)
+    assert described.change() is None
+    corpus.write_bytes(corpus.read_bytes()[::-1])  # the same size, other bytes, a later modification time
+    os.utime(corpus, ns=(described.mtime_ns + 10**9, described.mtime_ns + 10**9))
+    assert described.change() == "changed"
+    corpus.write_bytes(b"{}\n")
+    assert described.change() == f"changed ({described.size:,} bytes then, 3 now)"
+    corpus.unlink()
+    assert described.change() == "was removed"
+
+
+def test_a_key_holding_glob_or_query_characters_names_that_object(s3_server: S3Server) -> None:
+    """An object whose key holds ``[1]`` or ``?`` is read when named, as a local file of that name is: not the
+    other object its name matches as a pattern (``d[1].jsonl`` matches ``d1.jsonl``), nor refused as credentials.
+    A pattern still matches, and a query of ``key=value`` pairs (how a signature travels) is still refused."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    for key in ("d[1].jsonl", "d1.jsonl", "q?.jsonl"):
+        fs.pipe_file(f"{bucket}/{key}", b'{"text": "one"}\n')
+
+    def found(spec: str) -> list[str]:
+        return [str(path) for path in find_inputs([spec]).files]
+
+    assert found(f"{bucket}/d[1].jsonl") == [f"{bucket}/d[1].jsonl"]
+    assert found(f"{bucket}/q?.jsonl") == [f"{bucket}/q?.jsonl"]
+    assert found(f"{bucket}/d?.jsonl") == [f"{bucket}/d1.jsonl"]
+    assert found(f"{bucket}/[dq]*") == [f"{bucket}/d1.jsonl", f"{bucket}/d[1].jsonl", f"{bucket}/q?.jsonl"]
+    signed = pack(f"{bucket}/d1.jsonl?X-Amz-Signature=s3cr3t", "--out", "unused")
+    assert signed.exit_code == 2 and "s3cr3t" not in signed.stderr and "credentials in a URL" in signed.stderr
+
+
+def test_every_object_under_a_prefix_or_glob_is_read_each_once(s3_server: S3Server, tmp_path: Path) -> None:
+    """Objects have no inode: each is its own input, however many a prefix, a glob or several URLs name; the one
+    named twice is read once."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    for name in ("a", "b", "c"):
+        fs.pipe_file(f"{bucket}/corpus/{name}.jsonl", f'{{"text": "document {name}"}}\n'.encode())
+    objects = [f"{bucket}/corpus/{name}.jsonl" for name in ("a", "b", "c")]
+    assert [str(path) for path in find_inputs([f"{bucket}/corpus/"]).files] == objects
+    assert [str(path) for path in find_inputs([f"{bucket}/corpus/*.jsonl", objects[1]]).files] == objects
+    packed = pack(f"{bucket}/corpus", "--out", str(tmp_path / "out"))
+    assert packed.exit_code == 0, packed.output
+    assert json.loads(packed.stdout)["documents"] == 3
+    sources = group_inputs([objects[0], f"{bucket}/corpus/[bc].jsonl"], [1.0, 1.0], lambda message: None)
+    assert [[str(path) for path in source.files] for source in sources] == [objects[:1], objects[1:]]  # two sources

@@ -11,6 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -314,11 +317,11 @@ def test_an_output_url_that_cannot_be_written_is_named_as_given(s3_server: S3Ser
     """A missing bucket, or no s3fs installed: the error names the --out URL, not the lock object under it."""
     bucket = f"packcli-missing-{os.getpid()}"
     missing = f"s3://{bucket}/packed"
-    result = pack(str(corpus), "--out", missing)
-    assert result.exit_code == 1, result.stderr
-    assert result.stderr == (
-        f"error: {missing}: cannot create: the bucket {bucket} does not exist (packcli creates no bucket)\n"
-    )
+    for partitioned in ([], ["--partitions", "2"]):  # a partitioned run looks at the output first: it lists it
+        result = pack(str(corpus), "--out", missing, *partitioned)
+        assert result.exit_code == 1, result.stderr
+        assert result.stderr.startswith(f"error: {missing}: cannot "), result.stderr
+        assert result.stderr.endswith(f": the bucket {bucket} does not exist (packcli creates no bucket)\n")
     out = s3_server.bucket() + "/packed"
     code = "import sys; sys.modules['s3fs'] = None; from packcli.cli import main; main()"
     done = subprocess.run(
@@ -338,3 +341,75 @@ def test_a_target_no_scratch_holds_is_refused_naming_the_scratch_directory(
     result = pack(str(corpus), "--target-tokens", "1000T", "--out", f"{s3_server.bucket()}/huge")
     assert result.exit_code == 1, result.output
     assert f"free where they are written ({scratch});" in result.stderr, result.stderr
+
+
+@contextmanager
+def store_refusing_every_key(server: S3Server) -> Iterator[None]:
+    """The server checks credentials (it knows no key, so every request is refused, 403, as a store refuses a wrong
+    key) until the block ends."""
+
+    def authenticate_after(requests: str) -> None:
+        url, plain = f"{server.endpoint}/moto-api/reset-auth", {"Content-Type": "text/plain"}
+        request = urllib.request.Request(url, data=requests.encode(), headers=plain)
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+    authenticate_after("0")
+    try:
+        yield
+    finally:
+        authenticate_after("inf")
+
+
+def test_wrong_credentials_are_one_line_naming_the_url_never_a_missing_output(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    """A store that refuses the key: every command says access denied, naming the URL, exit 1; none takes the
+    refusal for an absent manifest ("not a packcli output") or an empty prefix."""
+    out = s3_server.bucket() + "/packed"
+    assert pack(str(corpus), "--max-len", "64", "--out", out).exit_code == 0
+    with store_refusing_every_key(s3_server):
+        results = {
+            "verify": runner.invoke(app, ["verify", out]),
+            "stats": runner.invoke(app, ["stats", out]),
+            "show": runner.invoke(app, ["show", out, "--row", "0"]),
+            "pack from": pack(f"{out}/corpus.jsonl", "--out", f"{out}-2"),
+            "pack to": pack(str(corpus), "--max-len", "64", "--out", out),
+        }
+    for command, result in results.items():
+        assert result.exit_code == 1, (command, result.output)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and "access denied" in lines[0] and "check the credentials" in lines[0], (command, lines)
+
+
+def test_an_output_url_that_is_an_object_is_refused_saying_so(s3_server: S3Server, corpus: Path) -> None:
+    """``--out`` naming an object (not a prefix) is refused as a file is for a directory, naming the URL, and the
+    object is left as it was."""
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    fs.pipe_file(f"{bucket}/notes.txt", b"mine")
+    for extra in ([], ["--partitions", "2"]):
+        result = pack(str(corpus), "--max-len", "64", "--out", f"{bucket}/notes.txt", "--overwrite", *extra)
+        assert result.exit_code == 1, result.output
+        assert result.stderr == (
+            f"error: {bucket}/notes.txt: is an object, not a prefix: an output URL names a prefix to write "
+            "the output under; choose another --out\n"
+        )
+    assert object_keys(fs, bucket) == ["notes.txt"] and fs.cat(f"{bucket}/notes.txt") == b"mine"
+
+
+def test_a_packcli_scratch_that_is_a_file_is_one_line_before_any_work(
+    s3_server: S3Server, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PACKCLI_SCRATCH`` naming a file: refused in one line naming the variable (not a raw ``[Errno 20]`` of a
+    staging path, nor a partition's failure), for an output URL or a directory, plain or partitioned."""
+    scratch = tmp_path / "scratch"
+    scratch.write_text("a file")
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    expected = (
+        f"error: PACKCLI_SCRATCH={scratch} is not a directory: name a directory on node-local disk, or unset it\n"
+    )
+    for out in (f"{s3_server.bucket()}/packed", str(tmp_path / "out")):
+        for partitioned in ([], ["--partitions", "2"]):
+            result = pack(str(corpus), "--max-len", "64", "--out", out, *partitioned)
+            assert (result.exit_code, result.stderr) == (1, expected), result.output
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["scratch"]

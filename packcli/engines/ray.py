@@ -15,6 +15,11 @@ cut ``ray.init`` short left a half-started Ray that crashed the interpreter at e
 signals held (:func:`~packcli.util.signals.signals_held`), waits are short (``WAIT_S``), and a Ctrl-C or SIGTERM takes
 effect between them, in Python, where the run unwinds and Ray is shut down. ``ray.init`` also puts its own SIGTERM
 handler in place of the CLI's: ours is put back.
+
+Output: a Ray that packcli starts or connects to prints nothing of its own. A driver echoes the cluster's notices
+(a dead worker's, a full page) to standard output, where ``--json`` writes its object; the run says each failure
+itself, in one line, so that echo is off while the engine is open (Ray's own switch for it, which its debugger
+uses).
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class RayEngine:
         else:
             _check_reachable(self.address)
             options["address"] = self.address
+        self._reaper.callback(_echo_worker_logs, ray, _echo_worker_logs(ray, False))
         terminate = signal.getsignal(signal.SIGTERM)
         try:
             with signals_held():  # a Ctrl-C waits until Ray is up, and then shuts it down
@@ -155,12 +161,21 @@ class RayEngine:
                     ray.kill(actor)
 
 
+def _echo_worker_logs(ray: ModuleType, enabled: bool) -> bool:
+    """Turn the driver's echo of the cluster's notices and workers' output on or off; returns what it was."""
+    worker = ray._private.worker
+    was = bool(getattr(worker, "_worker_logs_enabled", True))
+    worker._worker_logs_enabled = enabled
+    return was
+
+
 def _result(ray: Any, ref: Any) -> Any:
     try:
         result = ray.get(ref)
     except ray.exceptions.RayActorError as exc:
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # then a page of Ray's diagnostics
         raise PackcliError(
-            f"a Ray actor died (its node lost, or out of memory?): {exc}; the partitions committed are kept: "
+            f"a Ray actor died (its node lost, or out of memory?): {said}; the partitions committed are kept: "
             "rerun the same command to resume"
         ) from None
     return result

@@ -25,6 +25,7 @@ from packcli.storage import UrlPath, is_url
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
+    "FileIdentity",
     "InputFile",
     "InputSlice",
     "Inputs",
@@ -41,6 +42,7 @@ FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .pa
 _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
+FileIdentity = tuple[int, int] | str  # a file's device and inode, an object's URL: see file_identity
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,20 @@ class InputFile:
     def version(self) -> str | int:
         """What tells this version of the input from another: the object's ETag, else the mtime."""
         return self.etag if self.etag is not None else self.mtime_ns
+
+    def change(self) -> str | None:
+        """How the input differs now from when it was described, in words (``was removed``, ``changed (ETag A
+        then, B now)``), or None. A spool is the run's own copy of its input: never changed by another."""
+        if self.digest is not None:
+            return None
+        if not self.path.exists():
+            return "was removed"
+        now = InputFile.of(self.path)
+        if (now.size, now.version) == (self.size, self.version):
+            return None
+        if self.etag is not None:
+            return f"changed (ETag {self.etag} then, {now.etag} now)"
+        return f"changed ({self.size:,} bytes then, {now.size:,} now)" if now.size != self.size else "changed"
 
 
 @dataclass(frozen=True)
@@ -173,14 +189,17 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         names = ", ".join(str(path) for path in unread[:_NAMED_UNREAD])
         more = f" and {len(unread) - _NAMED_UNREAD:,} more" if len(unread) > _NAMED_UNREAD else ""
         warn(f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}): {names}{more}")
-    unique: dict[tuple[int, int], Path] = {}
+    unique: dict[FileIdentity, Path] = {}
     for path in found:
         unique.setdefault(file_identity(path), path.resolve())
     return Inputs(list(unique.values()), unread)
 
 
-def file_identity(path: Path) -> tuple[int, int]:
-    """What makes two paths one file: device and inode (a link of either kind, or another spelling, shares them)."""
+def file_identity(path: Path) -> FileIdentity:
+    """What makes two paths one file: device and inode (a link of either kind, or another spelling, shares them);
+    an object in a store has no inode, and one name: its URL."""
+    if isinstance(path, UrlPath):
+        return str(path)
     info = path.stat()
     return info.st_dev, info.st_ino
 

@@ -14,6 +14,7 @@ built on its node's scratch and uploaded to the store.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,7 @@ from packcli.engines import Engine
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
-from packcli.read.inputs import Spool
+from packcli.read.inputs import InputFile, Spool
 from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
 from packcli.run.merge import (
     PARTITIONING_WARNING,
@@ -43,9 +44,11 @@ from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.signals import signals_held
 from packcli.write.publish import FULL_DISK, Publication
-from packcli.write.remote import RemotePublication, output_state, remove_leftovers
+from packcli.write.remote import RemotePublication, output_state, remove_leftovers, scratch_directory
 
 __all__ = ["pack_corpus", "partition_plan"]
+
+_STAT_THREADS = 16  # inputs described at once when checking that none changed (requests to a store)
 
 
 def partition_plan(setup: Setup) -> tuple[Plan, str]:
@@ -73,14 +76,14 @@ def pack_corpus(
     (see :mod:`packcli.read.stdin`).
     """
     reporter = reporter or SilentReporter()
+    scratch_directory()  # a PACKCLI_SCRATCH that is no directory is refused before any work, not by a worker
     setup = set_up(inputs, options, warn, stdin, encodes=False)
     read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
     if plan is not None and output_state(out, fingerprint) == "same":
-        if isinstance(out, UrlPath):
-            remove_leftovers(out, fingerprint)
+        remove_leftovers(out, fingerprint)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
     facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)
@@ -98,30 +101,39 @@ def pack_corpus(
         remote_parts = plan is not None and isinstance(out, UrlPath)
         area = PartsArea(out / RESUME_PREFIX if remote_parts else publication.staging)
         reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn)
-        if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
-            job = Job(
-                0,
-                tuple(files),
-                options,
-                area.root,
-                facts,
-                part_manifest,
-                "shard",
-                _sources(setup),
-                setup.cache_key(),
-                _template_source(setup),
-            )
-            task = partial(run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers)
-            engine.run([job], task, bool, None, None)
-        else:
-            progress = _Progress(plan, reporter, warn)
-            progress.start(reused, area)
-            template = _template_source(setup)
-            jobs = [_partition_job(plan, k, options, area.root, facts, part_manifest, template) for k in range(count)]
-            jobs = [job for job in jobs if job.partition not in reused]
-            if jobs:
-                engine.run(jobs, run_job, progress.on_result, start_worker, shipped)
-            progress.raise_first_failure(area.root)
+        try:
+            if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
+                job = Job(
+                    0,
+                    tuple(files),
+                    options,
+                    area.root,
+                    facts,
+                    part_manifest,
+                    "shard",
+                    _sources(setup),
+                    setup.cache_key(),
+                    _template_source(setup),
+                )
+                task = partial(
+                    run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers
+                )
+                engine.run([job], task, bool, None, None)
+            else:
+                progress = _Progress(plan, reporter, warn)
+                progress.start(reused, area)
+                template = _template_source(setup)
+                jobs = [
+                    _partition_job(plan, k, options, area.root, facts, part_manifest, template) for k in range(count)
+                ]
+                jobs = [job for job in jobs if job.partition not in reused]
+                if jobs:
+                    engine.run(jobs, run_job, progress.on_result, start_worker, shipped)
+                progress.raise_first_failure(area.root)
+        except PackcliError:
+            _refuse_changed_inputs(setup.inputs)  # the failure is the change, not a record it cut in two
+            raise
+        _refuse_changed_inputs(setup.inputs)  # the parts read one version of each input: the fingerprint's
         parts, totals, shards = merge_parts([area.read(k) for k in range(count)], facts)
         read_documents = sum(int(part["part"]["read_documents"]) for part in parts)
         check_documents(read_documents if plan is None else totals["input_documents"], totals, files, options)
@@ -153,6 +165,23 @@ def pack_corpus(
             "at most that: fewer, larger partitions pack tighter"
         )
     return PackResult(out, "packed", manifest, details={**details, "partitions_reused": len(reused), **gap})
+
+
+def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
+    """Refuse to publish what was read from an input that changed (or went) while the run read it: its partitions
+    may hold two versions of it, or records cut where the new version has no line start. One request an input to a
+    store, a few at once.
+
+    Raises:
+        PackcliError: naming the first input that changed, and how.
+    """
+    with ThreadPoolExecutor(min(_STAT_THREADS, max(1, len(inputs)))) as pool:
+        changes = list(pool.map(InputFile.change, inputs))
+    for item, change in zip(inputs, changes):
+        if change is not None:
+            raise PackcliError(
+                f"{change} while this run read it; nothing was published: rerun to pack it as it is now", item.name
+            )
 
 
 def _publication(

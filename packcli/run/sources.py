@@ -22,7 +22,7 @@ from packcli.errors import PackcliError, UsageError
 from packcli.options import PackOptions
 from packcli.packing.mixing import Draw, interleave, mix, normalised, quotas
 from packcli.packing.overflow import Pieces, output_lengths
-from packcli.read.inputs import file_identity, find_inputs
+from packcli.read.inputs import FileIdentity, file_identity, find_inputs
 from packcli.util.memory import resident_bytes
 
 __all__ = ["Source", "group_inputs", "manifest_weights", "memory_limit", "mixed_stream", "source_entries"]
@@ -59,7 +59,7 @@ def group_inputs(
         )
     found = [find_inputs([spec], warn) for spec in specs]
     sources = [Source(spec, inputs.files, len(inputs.unread)) for spec, inputs in zip(specs, found)]
-    owner: dict[tuple[int, int], int] = {}  # file -> the input it came from (the same spelling twice is two inputs)
+    owner: dict[FileIdentity, int] = {}  # file -> the input it came from (the same spelling twice is two inputs)
     for number, source in enumerate(sources):
         for path in source.files:
             first = owner.setdefault(file_identity(path), number)

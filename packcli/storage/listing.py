@@ -1,4 +1,5 @@
-"""The objects an input URL names: one object, every object under a prefix (a directory), or what a glob matches.
+"""The objects an input URL names: one object, every object under a prefix (a directory), or what a glob matches,
+in that order (a key that holds ``*``, ``?`` or ``[`` names its object, as a local file's name does).
 
 Invariants: sorted by URL, each once; a packcli output found under a prefix (a prefix holding ``manifest.json``,
 a run's ``packcli-run-*`` prefix, a partitioned run's ``packcli-resume`` parts, or a ``.packcli-*`` lock) is never
@@ -38,15 +39,15 @@ def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
     """
     root = location(spec)  # refuses credentials in the URL
     assert isinstance(root, UrlPath), "called for URLs only"
-    if glob.has_magic(spec):
+    if is_file(str(root)):  # first, as a local file is: a key may hold the characters of a pattern
+        return Expanded([root], named=True)
+    if not is_dir(str(root)):
+        if not glob.has_magic(spec):
+            raise PackcliError("no such object or prefix", spec)
         found: list[str] = []
         for match in glob_objects(spec):
             found.extend(find_objects(match) if is_dir(match) else [match])
         return Expanded(_inputs_only(found, warn), named=False)
-    if is_file(str(root)):
-        return Expanded([root], named=True)
-    if not is_dir(str(root)):
-        raise PackcliError("no such object or prefix", spec)
     found = find_objects(str(root))
     if f"{root}/{MANIFEST}" in found:
         raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)

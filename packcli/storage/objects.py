@@ -97,8 +97,8 @@ def _scrubbed(exc: BaseException) -> str:
 
 @contextmanager
 def _named(url: str, what: str, writing: bool = False) -> Iterator[None]:
-    """Turn the store's errors into one line naming the URL; ``writing``: a write, which finds no object missing
-    but its bucket."""
+    """Turn the store's errors into one line naming the URL; ``writing``: a write (or a listing), which finds no
+    object missing but its bucket."""
     try:
         yield
     except PackcliError:
@@ -154,10 +154,15 @@ def exists(url: str) -> bool:
 
 
 def is_file(url: str) -> bool:
+    """Whether an object is at ``url``. Only the store's "no such object" is False: a refusal (a wrong key) is
+    raised, never taken for an absent object (fsspec's ``isfile`` answers False to any error)."""
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
         fs.invalidate_cache()
-        return bool(fs.isfile(path))
+        try:
+            return bool(fs.info(path).get("type") == "file")
+        except FileNotFoundError:
+            return False
 
 
 def is_dir(url: str) -> bool:
@@ -180,11 +185,12 @@ def list_children(url: str) -> list[str]:
 
 
 def find_objects(url: str) -> list[str]:
-    """Every object under the prefix ``url`` (at any depth), as URLs, sorted; none for an absent prefix. A folder
-    marker (a zero-byte object whose key ends in ``/``, as a store's console makes a folder) is no object, nor the
-    prefix itself, which s3fs lists as a directory when an object appears under it while it looks."""
+    """Every object under the prefix ``url`` (at any depth), as URLs, sorted; none for an absent prefix (so a
+    store that finds nothing to list is missing the bucket, and says so). A folder marker (a zero-byte object whose
+    key ends in ``/``, as a store's console makes a folder) is no object, nor the prefix itself, which s3fs lists as
+    a directory when an object appears under it while it looks."""
     fs, path = filesystem(url)
-    with _named(url, "cannot list"):
+    with _named(url, "cannot list", writing=True):
         fs.invalidate_cache()
         found = fs.find(path, detail=True)
         return _urls(fs, [name for name, info in found.items() if info["type"] == "file" and not name.endswith("/")])

@@ -2,8 +2,8 @@
 joining, stat, existence, reading), its file operations sent to the store through fsspec.
 
 Invariants: ``str()`` of a UrlPath is its URL, credentials never part of it (a URL with a user, password or query
-string is refused); ``os.fspath`` of one raises, so no local file operation can run on a URL by mistake; a plain
-path or a ``file://`` URL is a plain ``Path``.
+string of ``key=value`` pairs is refused); ``os.fspath`` of one raises, so no local file operation can run on a URL
+by mistake; a plain path or a ``file://`` URL is a plain ``Path``.
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ def location(spec: str) -> Path:
     """Where ``spec`` points: a :class:`UrlPath` for a store URL, else a plain ``Path`` (``file://`` stripped).
 
     Raises:
-        UsageError: a URL carrying a user, password or query string (credentials go in the environment).
+        UsageError: a URL carrying a user, password or a query of ``key=value`` pairs (credentials go in the
+            environment; a key may hold a ``?`` of its own, or one of a glob).
     """
     if spec.lower().startswith("file://"):
         return Path(unquote(urlsplit(spec).path))
     if not is_url(spec):
         return Path(spec)
     parts = urlsplit(spec)
-    if parts.username or parts.password or parts.query:
+    if parts.username or parts.password or "=" in parts.query:  # a key may hold "?": a signature's is key=value
         raise UsageError(
             f"{parts.scheme}://{parts.hostname or ''}{parts.path}: credentials in a URL are refused; give them "
             "through the environment (AWS_ACCESS_KEY_ID, ...) as the store's library takes them"

@@ -59,6 +59,7 @@ __all__ = [
     "has_size",
     "in_use",
     "out_of_room",
+    "remove_dead_runs",
     "staging_family",
     "up_to_date",
 ]
@@ -116,7 +117,7 @@ class Publication:
         self._staged = False
 
     def _sibling(self, kind: str) -> Path:
-        return self.target.parent / f".{self.target.name}.packcli-{kind}"
+        return _sibling(self.target, kind)
 
     def __enter__(self) -> Publication:
         if self.target.parent == self.target:
@@ -146,7 +147,7 @@ class Publication:
             raise in_use(f"pid {holder}" if holder else "another process", self.out)
         try:
             with signals_held():
-                self._remove_debris()
+                _remove_debris(self.target)
             existing = self.existing(self.target, self.fingerprint, self.out)
             self.up_to_date = up_to_date(existing, self.overwrite, self.out)
             if self.up_to_date:
@@ -213,11 +214,40 @@ class Publication:
                 _remove(self.staging)
             self._lock.release(remove=True)
 
-    def _remove_debris(self) -> None:
-        """Remove what dead runs left beside the output (we hold the lock: no live run owns any of it)."""
-        for pattern in _DEBRIS:
-            for path in self.target.parent.glob(f".{glob.escape(self.target.name)}.packcli-{pattern}"):
-                _remove(path)
+
+def remove_dead_runs(out: Path, finished: Callable[[Path], bool]) -> None:
+    """Remove what killed runs left beside the output directory ``out``, unless a live run holds its lock: their
+    debris, and the resume area where ``finished(area)`` says the run that committed the output left it (a kill
+    between the swap and the removal leaves the replaced output there). For a run that finds its output up to date
+    and so takes no publication; one that cannot take the lock (a live run, a directory it may not write) leaves
+    everything."""
+    target = out.resolve()
+    lock = FileLock(_sibling(target, "lock"))
+    try:
+        if not lock.acquire(wait=False):
+            return
+    except OSError:
+        return
+    try:
+        with signals_held():
+            _remove_debris(target)
+            resume = _sibling(target, "resume")
+            if resume.is_dir() and not resume.is_symlink() and finished(resume):
+                _remove(resume)
+    finally:
+        lock.release(remove=True)
+
+
+def _sibling(target: Path, kind: str) -> Path:
+    """A hidden sibling of the output directory ``target`` that packcli makes: its lock, staging, resume area."""
+    return target.parent / f".{target.name}.packcli-{kind}"
+
+
+def _remove_debris(target: Path) -> None:
+    """Remove what dead runs left beside the output ``target`` (the caller holds its lock: no live run owns any)."""
+    for pattern in _DEBRIS:
+        for path in target.parent.glob(f".{glob.escape(target.name)}.packcli-{pattern}"):
+            _remove(path)
 
 
 def out_of_room(error: BaseException | None, out: Path, earlier: bool, parts: Path | None) -> PackcliError | None:

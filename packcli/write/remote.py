@@ -43,15 +43,15 @@ from packcli.storage.objects import (
     copy_object,
     filesystem,
     find_objects,
+    is_file,
     object_info,
-    read_object,
     remove_objects,
     upload_file,
     write_object,
 )
 from packcli.storage.urls import UrlPath
 from packcli.util.files import canonical_json
-from packcli.write.publish import Existing, existing_output, in_use, out_of_room, up_to_date
+from packcli.write.publish import Existing, existing_output, in_use, out_of_room, remove_dead_runs, up_to_date
 
 __all__ = [
     "LOCK_NAME",
@@ -70,8 +70,19 @@ RUN_RECORD = "run.json"  # a parts area's run record (packcli.run.parts)
 
 def scratch_directory() -> Path:
     """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH``, else the temporary
-    directory."""
-    return Path(os.environ.get("PACKCLI_SCRATCH") or tempfile.gettempdir())
+    directory.
+
+    Raises:
+        PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory.
+    """
+    named = os.environ.get("PACKCLI_SCRATCH")
+    if not named:
+        return Path(tempfile.gettempdir())
+    if os.path.exists(named) and not os.path.isdir(named):
+        raise PackcliError(
+            f"PACKCLI_SCRATCH={named} is not a directory: name a directory on node-local disk, or unset it"
+        )
+    return Path(named)
 
 
 def scratch_key(location: Path) -> str:
@@ -175,9 +186,14 @@ class RemotePublication:
 
 
 def remove_leftovers(out: Path, fingerprint: str) -> None:
-    """Remove what dead runs left under an up-to-date output URL (see :func:`remote_output`), unless a live run
-    holds its lock: a partitioned run that finds the output up to date starts no engine and takes no publication.
-    Where no parts are left (one listing says so) it writes nothing, so a reader's credentials do."""
+    """Remove what dead runs left at an up-to-date output, unless a live run holds its lock: a partitioned run that
+    finds the output up to date starts no engine and takes no publication. Under an output URL, the objects
+    :func:`remote_output` names; beside a directory, the debris of killed runs and a resume area the run that
+    committed the output left (:func:`committed_runs_area`: the output it replaced, retired there by the swap, or
+    its own parts). Where no parts are left (one listing says so) it writes nothing, so a reader's credentials do."""
+    if not isinstance(out, UrlPath):
+        remove_dead_runs(out, lambda area: committed_runs_area(area, fingerprint))
+        return
     if not find_objects(f"{out}/{RESUME_PREFIX}"):
         return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
@@ -189,12 +205,12 @@ def remove_leftovers(out: Path, fingerprint: str) -> None:
         lock.release()
 
 
-def _committed_run(out: Path, committed: str) -> bool:
-    """Whether the parts under ``out``'s ``packcli-resume/`` are what the run that committed the output left (its
-    driver died while removing them): their run record names the output's fingerprint, or is gone (parts without
-    it are never reused). Another run's parts stay for its rerun to resume."""
+def committed_runs_area(area: Path, committed: str) -> bool:
+    """Whether the parts area ``area`` (a directory, or a prefix in a store) is what the run that committed the
+    output of fingerprint ``committed`` left (its driver died while removing it): its run record names that
+    fingerprint, or is gone (parts without it are never reused). Another run's parts stay for its rerun to resume."""
     try:
-        record = json.loads(read_object(f"{out}/{RESUME_PREFIX}/{RUN_RECORD}"))
+        record = json.loads((area / RUN_RECORD).read_text(encoding="utf-8"))
     except (PackcliError, OSError, ValueError):
         return True
     return not isinstance(record, dict) or record.get("fingerprint") == committed
@@ -225,8 +241,14 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     its driver died while removing them. Another run's parts are neither: its rerun resumes from them.
 
     Raises:
-        PackcliError: ``out`` holds an object that is not part of a packcli output, or an unusable manifest.
+        PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
+            unusable manifest.
     """
+    if is_file(str(out)):  # its key would be the prefix's too: a store allows both, a reader sees only one
+        raise PackcliError(
+            "is an object, not a prefix: an output URL names a prefix to write the output under; choose another --out",
+            out,
+        )
     prefix = f"{out}/"
     names = [url[len(prefix) :] for url in find_objects(str(out))]
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
@@ -252,7 +274,7 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     if manifest is None:
         return "absent", debris
     parts = [name for name in names if name.startswith(f"{RESUME_PREFIX}/")]
-    if parts and _committed_run(out, manifest["fingerprint"]):
+    if parts and committed_runs_area(out / RESUME_PREFIX, manifest["fingerprint"]):
         debris += [prefix + name for name in parts]
     intact = manifest["fingerprint"] == fingerprint and all(
         shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
