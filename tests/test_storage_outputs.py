@@ -413,3 +413,20 @@ def test_a_packcli_scratch_that_is_a_file_is_one_line_before_any_work(
             result = pack(str(corpus), "--max-len", "64", "--out", out, *partitioned)
             assert (result.exit_code, result.stderr) == (1, expected), result.output
     assert sorted(path.name for path in tmp_path.iterdir()) == ["scratch"]
+
+
+@pytest.mark.parametrize("kind", ["under a file", "a dangling link"])
+def test_a_packcli_scratch_that_cannot_be_a_directory_is_one_line_naming_it(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """``PACKCLI_SCRATCH`` that does not exist and cannot be made (a path under a file, a link to nowhere): one line
+    naming the variable and why, before any work (was a raw ``[Errno 20]``/``[Errno 17]`` of a part's scratch)."""
+    (tmp_path / "file").write_text("a file")
+    if kind == "a dangling link":
+        (tmp_path / "link").symlink_to(tmp_path / "nowhere" / "scratch")
+    scratch = tmp_path / ("file/scratch" if kind == "under a file" else "link")
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    result = pack(str(corpus), "--max-len", "64", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith(f"error: PACKCLI_SCRATCH={scratch} cannot be made a directory ("), result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file", "link"][: 1 + (kind == "a dangling link")]

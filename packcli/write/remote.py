@@ -70,10 +70,10 @@ RUN_RECORD = "run.json"  # a parts area's run record (packcli.run.parts)
 
 def scratch_directory() -> Path:
     """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH``, else the temporary
-    directory.
+    directory (``PACKCLI_SCRATCH`` made where it does not exist yet).
 
     Raises:
-        PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory.
+        PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory, or one it cannot make.
     """
     named = os.environ.get("PACKCLI_SCRATCH")
     if not named:
@@ -82,6 +82,13 @@ def scratch_directory() -> Path:
         raise PackcliError(
             f"PACKCLI_SCRATCH={named} is not a directory: name a directory on node-local disk, or unset it"
         )
+    try:
+        os.makedirs(named, exist_ok=True)  # a path under a file, a link to nowhere: said here, not by a part
+    except OSError as exc:
+        raise PackcliError(
+            f"PACKCLI_SCRATCH={named} cannot be made a directory ({exc.strerror or exc}): name a directory on "
+            "node-local disk, or unset it"
+        ) from None
     return Path(named)
 
 
