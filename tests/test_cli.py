@@ -85,6 +85,23 @@ def test_every_bad_input_gets_one_line_and_its_exit_code(tmp_path: Path, monkeyp
         assert not list(tmp_path.glob(".out.packcli-*"))
 
 
+def test_an_error_naming_a_file_with_a_line_break_in_its_name_is_still_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name holding a line break (or another control character) is written escaped, as Python writes it in a
+    string: the error stays one line that a log or CI step reads whole, and still names the file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "two\nlines.jsonl").write_text('{"text": "a"}\n{"text": "b"\n')
+    for name, said in (
+        ("two\nlines.jsonl", "two\\nlines.jsonl:2: invalid JSON"),
+        ("gone\r.jsonl", "gone\\r.jsonl: no such"),
+    ):
+        result = invoke("pack", name, "--out", "out")
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1 and "\r" not in result.stderr, result.stderr
+        assert result.stderr.startswith("error: ") and said in result.stderr, result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["two\nlines.jsonl"]
+
+
 def test_skip_bad_records_counts_and_warns(tmp_path: Path) -> None:
     path = tmp_path / "mixed.jsonl"
     path.write_text('{"text": "a"}\n{"text": 1}\nnot json\n{"text": "b"}\n')
