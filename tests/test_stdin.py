@@ -251,6 +251,21 @@ def test_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> None:
     assert process.returncode == 2 and "which is closed" in process.stderr
 
 
+def test_a_named_pipe_given_as_a_file_says_to_pipe_into_standard_input(tmp_path: Path) -> None:
+    """A pipe named as an input (``<(zcat corpus.gz)`` names one, ``/dev/fd/63``) is refused as what it is, exit 2,
+    pointing to ``-``: not "no such file or directory" of a path that exists. Nothing is written."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for command in (["pack", str(fifo), "--out", str(tmp_path / "out")], ["stats", str(fifo)]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+        assert result.stderr.startswith(f"error: {fifo}: is not a regular file or directory (a pipe, a device"), (
+            result.stderr
+        )
+        assert "standard input: `-`" in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fifo", "spools"]
+
+
 def test_a_pipe_in_a_real_process(tmp_path: Path) -> None:
     process = subprocess.run(
         [sys.executable, "-m", "packcli", "pack", "-", "--out", str(tmp_path / "out"), "--max-len", "1024", "--json"],

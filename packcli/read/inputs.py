@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packcli.errors import BadRecordError, PackcliError
+from packcli.errors import BadRecordError, PackcliError, UsageError
 from packcli.format.manifest import EXPORT_NAME, is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
@@ -150,6 +150,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
     Raises:
         PackcliError: an input does not exist, matches nothing, is a packcli output, a packcli export or a Hugging
             Face DatasetDict, or (named as a file) has a format packcli does not read.
+        UsageError: an input is neither a file nor a directory (a named pipe: a stream is read as ``-``).
     """
     found: list[Path] = []
     unread: list[Path] = []
@@ -182,6 +183,12 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
                     (matches if input_format(match) else unread).append(match)
             if not matches:
                 raise PackcliError(f"no file that packcli reads ({FORMATS_READ}) matches this pattern", spec)
+        elif path.exists():  # a pipe (``<(zcat corpus.gz)`` names one), a device, a socket
+            raise UsageError(
+                "is not a regular file or directory (a pipe, a device or a socket): give a stream as standard "
+                "input: `-`",
+                path,
+            )
         else:
             raise PackcliError("no such file or directory", path)
         found.extend(matches)
