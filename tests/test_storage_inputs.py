@@ -260,13 +260,15 @@ def test_a_key_holding_glob_or_query_characters_names_that_object(s3_server: S3S
 
 def test_every_object_under_a_prefix_or_glob_is_read_each_once(s3_server: S3Server, tmp_path: Path) -> None:
     """Objects have no inode: each is its own input, however many a prefix, a glob or several URLs name; the one
-    named twice is read once."""
+    named twice is read once, also by another name of its protocol (``s3a://`` for ``s3://``)."""
     bucket, fs = s3_server.bucket(), s3_server.filesystem()
     for name in ("a", "b", "c"):
         fs.pipe_file(f"{bucket}/corpus/{name}.jsonl", f'{{"text": "document {name}"}}\n'.encode())
     objects = [f"{bucket}/corpus/{name}.jsonl" for name in ("a", "b", "c")]
     assert [str(path) for path in find_inputs([f"{bucket}/corpus/"]).files] == objects
     assert [str(path) for path in find_inputs([f"{bucket}/corpus/*.jsonl", objects[1]]).files] == objects
+    alias = objects[0].replace("s3://", "s3a://", 1)  # the same store by another of its protocol's names
+    assert [str(path) for path in find_inputs([objects[0], alias]).files] == objects[:1]
     packed = pack(f"{bucket}/corpus", "--out", str(tmp_path / "out"))
     assert packed.exit_code == 0, packed.output
     assert json.loads(packed.stdout)["documents"] == 3

@@ -204,9 +204,14 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
 
 def file_identity(path: Path) -> FileIdentity:
     """What makes two paths one file: device and inode (a link of either kind, or another spelling, shares them);
-    an object in a store has no inode, and one name: its URL."""
+    an object in a store has no inode, and one name: its URL, under its protocol's first name (``s3a://`` is the
+    ``s3://`` store)."""
     if isinstance(path, UrlPath):
-        return str(path)
+        from packcli.storage.objects import filesystem
+
+        store, key = filesystem(str(path))
+        protocol = store.protocol if isinstance(store.protocol, str) else store.protocol[0]
+        return f"{protocol}://{key}"
     info = path.stat()
     return info.st_dev, info.st_ino
 
