@@ -239,6 +239,24 @@ def test_a_local_input_changed_or_removed_after_it_was_described_says_how(tmp_pa
     assert described.change() == "was removed"
 
 
+def test_the_check_for_a_changed_object_costs_one_request(s3_server: S3Server) -> None:
+    """Describing an object again once a run has read it is one request to the store, as the docs say (it was two:
+    whether it exists, then its facts), and still tells a removed object from a rewritten one."""
+    from packcli.storage.objects import filesystem
+
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    url = f"{bucket}/corpus.jsonl"
+    fs.pipe_file(url, b'{"text": "one"}\n')
+    described = InputFile.of(location(url))
+    requests: list[str] = []
+    filesystem(url)[0].s3.meta.events.register("before-call.s3", lambda model, **_: requests.append(model.name))
+    assert described.change() is None and requests == ["HeadObject"]
+    fs.pipe_file(url, b'{"text": "two"}\n')
+    assert (described.change() or "").startswith("changed (ETag ")
+    fs.rm_file(url)
+    assert described.change() == "was removed"
+
+
 def test_a_key_holding_glob_or_query_characters_names_that_object(s3_server: S3Server) -> None:
     """An object whose key holds ``[1]`` or ``?`` is read when named, as a local file of that name is: not the
     other object its name matches as a pattern (``d[1].jsonl`` matches ``d1.jsonl``), nor refused as credentials.

@@ -102,9 +102,12 @@ class InputFile:
         then, B now)``), or None. A spool is the run's own copy of its input: never changed by another."""
         if self.digest is not None:
             return None
-        if not self.path.exists():
+        try:
+            now = InputFile.of(self.path)  # one request for an object; a second only where it fails
+        except (OSError, PackcliError):
+            if self.path.exists():
+                raise
             return "was removed"
-        now = InputFile.of(self.path)
         if (now.size, now.version) == (self.size, self.version):
             return None
         if self.etag is not None:
