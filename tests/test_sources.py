@@ -156,6 +156,24 @@ def test_a_mixed_directory_is_read_whole_and_what_is_not_read_is_named(tmp_path:
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["totals"]["unread_files"] == 2
 
 
+def test_a_pipe_or_a_broken_link_found_in_the_inputs_is_named_not_read(tmp_path: Path) -> None:
+    """A pipe named like a corpus (``b.jsonl``) found by a directory walk or a glob is not opened (a run waited on it
+    forever), nor is a link to nowhere (a raw ``[Errno 2]``): each is counted and named as a file not read, as a
+    glob did not (it dropped them silently)."""
+    import os
+
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "a.jsonl", [{"text": "alpha"}])
+    os.mkfifo(data / "b.jsonl")
+    (data / "c.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    for spec in (str(data), str(data / "*.jsonl")):
+        warnings: list[str] = []
+        found = find_inputs([spec], warnings.append)
+        assert found.files == [data / "a.jsonl"] and found.unread == [data / "b.jsonl", data / "c.jsonl"], spec
+        assert len(warnings) == 1 and "2 file(s) found in the inputs are not read" in warnings[0], warnings
+
+
 def test_an_output_inside_an_input_directory_is_never_read(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()

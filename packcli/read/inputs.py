@@ -182,8 +182,8 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
                     warn(f"skipping {match}: {made}, not input")
                 elif match.is_dir():
                     matches.extend(_walk(match, unread, warn))
-                elif match.is_file():
-                    (matches if input_format(match) else unread).append(match)
+                else:  # a pipe or a broken link is no file to read: named with the files not read
+                    (matches if match.is_file() and input_format(match) else unread).append(match)
             if not matches:
                 raise PackcliError(f"no file that packcli reads ({FORMATS_READ}) matches this pattern", spec)
         elif path.exists():  # a pipe (``<(zcat corpus.gz)`` names one), a device, a socket
@@ -235,8 +235,9 @@ def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:
 
 
 def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
-    """The files packcli reads under ``root``, sorted; the others go to ``unread``. Symlinked directories are
-    followed once; packcli outputs, staging directories and exports are skipped, with a warning."""
+    """The files packcli reads under ``root``, sorted; the others (a pipe or a broken link among them) go to
+    ``unread``. Symlinked directories are followed once; packcli outputs, staging directories and exports are
+    skipped, with a warning."""
     found: list[Path] = []
     seen: set[str] = set()
     for directory, subdirectories, names in os.walk(root, followlinks=True):
@@ -258,7 +259,7 @@ def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
             path = here / name
             if name in metadata or _is_staging(name):
                 continue
-            if input_format(path) is not None and (data_files is None or name in data_files):
+            if path.is_file() and input_format(path) is not None and (data_files is None or name in data_files):
                 found.append(path)
             else:
                 unread.append(path)
