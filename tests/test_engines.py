@@ -68,6 +68,24 @@ def test_a_failing_partition_on_ray_names_file_and_line(tmp_path: Path, local_ra
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray
+def test_a_job_that_runs_out_of_memory_on_ray_is_its_own_error_not_rays_page(local_ray: None) -> None:
+    """An actor's job that raises (a MemoryError: an allocation the node could not give) reaches the driver as that
+    error and its own message, which the CLI says in one line as it does for the local engine: not Ray's wrapper,
+    whose text is a page (colour codes, the actor's pid and ip, the remote traceback)."""
+    import ray
+
+    from packcli.engines.ray import _result
+
+    @ray.remote
+    def allocate() -> None:
+        raise MemoryError("Unable to allocate 1.19 GiB for an array with shape (160000000,) and data type int64")
+
+    with pytest.raises(MemoryError) as raised:
+        _result(ray, allocate.remote())
+    assert type(raised.value) is MemoryError and str(raised.value).startswith("Unable to allocate 1.19 GiB")
+
+
 def run_packcli(*args: str, prelude: str = "pass") -> subprocess.CompletedProcess[str]:
     """packcli in a fresh interpreter (``prelude`` runs first), capturing its output."""
     code = f"import sys; {prelude}; from packcli.cli import main; sys.argv = ['packcli', *sys.argv[1:]]; main()"

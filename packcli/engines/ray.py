@@ -178,6 +178,8 @@ def _result(ray: Any, ref: Any) -> Any:
             f"a Ray actor died (its node lost, or out of memory?): {said}; the partitions committed are kept: "
             "rerun the same command to resume"
         ) from None
+    except ray.exceptions.RayTaskError as exc:  # the job raised: its own error (out of memory, say), not Ray's page
+        raise (exc.cause if isinstance(exc.cause, Exception) else exc) from exc
     return result
 
 
