@@ -174,6 +174,20 @@ def test_a_pipe_or_a_broken_link_found_in_the_inputs_is_named_not_read(tmp_path:
         assert len(warnings) == 1 and "2 file(s) found in the inputs are not read" in warnings[0], warnings
 
 
+def test_a_file_url_is_read_as_its_path(tmp_path: Path) -> None:
+    """``file://`` URLs name local files, directories and globs as plain paths do (the docs say so; an input
+    ``file:///...`` was looked for as a relative path ``file:/...`` and not found), percent-escapes decoded."""
+    data = tmp_path / "data dir"
+    data.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        write_jsonl(data / name, [{"text": name}])
+    url = f"file://{tmp_path}/data%20dir"
+    for spec, plain in ((url, data), (f"{url}/a.jsonl", data / "a.jsonl"), (f"{url}/*.jsonl", data / "*.jsonl")):
+        assert find_inputs([spec]).files == find_inputs([str(plain)]).files, spec
+    result = CliRunner().invoke(app, ["stats", url, "--max-len", "64", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == 2, result.output
+
+
 def test_an_output_inside_an_input_directory_is_never_read(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()

@@ -21,7 +21,7 @@ from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
-from packcli.storage import UrlPath, is_url
+from packcli.storage import UrlPath, is_url, location
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -158,7 +158,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
     found: list[Path] = []
     unread: list[Path] = []
     for spec in specs:
-        path = Path(spec)
+        path = location(spec)  # a file:// URL is its path
         if is_url(spec):
             matches = _url_matches(spec, unread, warn)
         elif path.is_dir():
@@ -177,7 +177,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
             matches = [path]
         elif glob.has_magic(spec):
             matches = []
-            for match in sorted(Path(name) for name in glob.glob(spec, recursive=True)):
+            for match in sorted(Path(name) for name in glob.glob(str(path), recursive=True)):
                 if match.is_dir() and (made := _made_by_packcli(match)):
                     warn(f"skipping {match}: {made}, not input")
                 elif match.is_dir():

@@ -39,7 +39,7 @@ from packcli.run.merge import (
 from packcli.run.parts import PartsArea, part_prefix
 from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.setup import PackResult, Setup, base_manifest, check_documents, set_up, tokenizer_entry
-from packcli.storage import UrlPath
+from packcli.storage import UrlPath, location
 from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.signals import signals_held
@@ -78,7 +78,8 @@ def pack_corpus(
     reporter = reporter or SilentReporter()
     scratch_directory()  # a PACKCLI_SCRATCH that is no directory is refused before any work, not by a worker
     setup = set_up(inputs, options, warn, stdin, encodes=False)
-    read = [*setup.files, *(Path(spec) for spec in inputs if Path(spec).is_dir())]  # what the output may not cover
+    local = [path for path in map(location, inputs) if not isinstance(path, UrlPath)]
+    read = [*setup.files, *(path for path in local if path.is_dir())]  # what the output may not cover
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
