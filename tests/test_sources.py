@@ -176,7 +176,8 @@ def test_a_pipe_or_a_broken_link_found_in_the_inputs_is_named_not_read(tmp_path:
 
 def test_a_file_url_is_read_as_its_path(tmp_path: Path) -> None:
     """``file://`` URLs name local files, directories and globs as plain paths do (the docs say so; an input
-    ``file:///...`` was looked for as a relative path ``file:/...`` and not found), percent-escapes decoded."""
+    ``file:///...`` was looked for as a relative path ``file:/...`` and not found), percent-escapes decoded; a
+    ``?`` or ``#`` is part of the name, never a query or fragment dropped from it."""
     data = tmp_path / "data dir"
     data.mkdir()
     for name in ("a.jsonl", "b.jsonl"):
@@ -186,6 +187,8 @@ def test_a_file_url_is_read_as_its_path(tmp_path: Path) -> None:
         assert find_inputs([spec]).files == find_inputs([str(plain)]).files, spec
     result = CliRunner().invoke(app, ["stats", url, "--max-len", "64", "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == 2, result.output
+    odd = write_jsonl(data / "q?#1.jsonl", [{"text": "odd"}])  # ? and # are a file name's, as in a store's key
+    assert find_inputs([f"{url}/q?#1.jsonl"]).files == [odd]
 
 
 def test_an_output_inside_an_input_directory_is_never_read(tmp_path: Path) -> None:

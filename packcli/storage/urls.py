@@ -40,8 +40,9 @@ def location(spec: str) -> Path:
         UsageError: a URL carrying a user, password or a query of ``key=value`` pairs (credentials go in the
             environment; a key may hold a ``?`` of its own, or one of a glob).
     """
-    if spec.lower().startswith("file://"):
-        return Path(unquote(urlsplit(spec).path))
+    if spec.lower().startswith("file://"):  # "?" and "#" are the file name's, as they are a store key's
+        parts = urlsplit(spec, allow_fragments=False)
+        return Path(unquote(parts.path + ("?" + parts.query if "?" in spec else "")))
     if not is_url(spec):
         return Path(spec)
     parts = urlsplit(spec)
