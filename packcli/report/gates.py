@@ -2,7 +2,8 @@
 
 ``--min-efficiency E`` (packing efficiency: tokens over sequences * max_len), ``--max-loss F`` (the share of the
 input tokens dropped or truncated) and ``--max-gap N`` (sequences above the lower bound ``ceil(tokens / max_len)``:
-a whole number of sequences, or with ``%`` a share of the lower bound). Shares are written ``0.95`` (or ``1e-2``) or ``95%``.
+a whole number of sequences, or with ``%`` a share of the lower bound). Shares are written ``0.95`` (or ``1e-2``)
+or ``95%``.
 
 Invariants: a threshold no figure can meet or miss (an efficiency above 1 or below 0, a negative loss or gap) is a
 usage error before any work; a gate on a packed output first passes verify's cheap checks (manifest, the shards'
