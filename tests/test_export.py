@@ -839,6 +839,18 @@ def test_an_export_is_never_read_as_a_corpus(small_packed: Path, tmp_path: Path)
     assert f"skipping {exported}: a packcli export, not input" in result.stderr
 
 
+def test_an_export_named_where_an_output_is_wanted_is_called_an_export(small_packed: Path, tmp_path: Path) -> None:
+    """show, verify and export given an export (not the output it came from) say so in one line, exit 1, rather
+    than 'not a packcli output (run packcli pack first)', which it was made from."""
+    exported = tmp_path / "megatron"
+    export(small_packed, "megatron", exported)
+    for command in (["show", str(exported)], ["verify", str(exported)], ["export", str(exported), "--to", "mds"]):
+        result = RUNNER.invoke(app, [*command, "--out", str(tmp_path / "x")] if command[0] == "export" else command)
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+        assert result.stderr.startswith(f"error: {exported}: is a packcli export (export.json), not a packcli output")
+    assert not (tmp_path / "x").exists()
+
+
 def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
     text_packed: Path, tmp_path: Path
 ) -> None:
