@@ -176,7 +176,7 @@ def collate_cp_share(
     that shifts labels itself would see there; a share is not contiguous, so shifting it would pair tokens of
     different chunks), all [1, T / cp_size] int64; ``cu_seqlens`` (int32, the documents' real lengths) and
     ``cu_seqlens_padded`` (int32, the padded documents) of the *whole* sequence, as Transformer Engine's attention
-    takes them on every rank; ``max_seqlen`` (the longest padded document); ``row_index``.
+    takes them on every rank; ``max_seqlen`` (the longest padded document); ``row_index`` where the rows carry it.
     """
     lengths = _document_lengths(rows)
     real = np.empty((3, int(lengths.sum())), dtype=np.int64)
@@ -209,7 +209,8 @@ def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int 
     """Stack a batch of rows into [B, L] tensors padded with ``pad_id`` (L = ``max_len``, else the longest row).
 
     Returns ``input_ids``, ``position_ids``, ``labels`` (-100 at document starts and on padding),
-    ``document_ids`` (int32, numbered from 0 in each row, -1 on padding) and ``row_index``. A row's padding is
+    ``document_ids`` (int32, numbered from 0 in each row, -1 on padding) and ``row_index`` where the rows carry it
+    (see :func:`collate_varlen`). A row's padding is
     one more document (positions 0, 1, ...), so it never joins the row's last document; there is no
     ``attention_mask``: :func:`packcli.torch.block_causal_mask` turns ``document_ids`` into a 4D mask where one is
     wanted, and ``document_ids >= 0`` marks the real tokens.
