@@ -219,10 +219,51 @@ def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
     )
 
 
-def packed_document_holding(out: Path, marker: str) -> dict[str, np.ndarray]:
-    """The columns of the one packed document of ``out`` whose text holds ``marker``."""
+BOS_TEMPLATE = "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+
+
+@pytest.mark.parametrize(("kind", "added_bos"), [("sft", 1), ("chat", 0)])
+def test_the_cross_check_counts_a_bos_the_template_renders_not_the_one_bos_adds(
+    kind: str, added_bos: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token is counted in the document as the tokenizer renders it: a BOS that ``--bos`` prepends is not
+    counted (the packed document holds the token one further on), one that the chat template renders
+    (``{{ bos_token }}``, with ``--bos``, which then adds none) is; the empty system turn before counts nothing."""
+    tekken = str(shared_path("tokenizers/tekken"))
+    monkeypatch.setattr(backends_module, "FAST_WRAPPER", OneWrongId)
+    texts = [record["text"][:300] for record in read_jsonl(SAMPLE)[:20]]
+    texts[1] = OneWrongId.MARKER + " " + texts[1]
+    if kind == "sft":
+        records: list[dict[str, Any]] = [{"prompt": "Question one", "response": text} for text in texts]
+    else:
+        (tmp_path / "bos.jinja").write_text(BOS_TEMPLATE)
+        turns = [("system", ""), ("user", "Question one")]
+        records = [
+            {"messages": [*({"role": r, "content": c} for r, c in turns), {"role": "assistant", "content": text}]}
+            for text in texts
+        ]
+    options = [*FINE_TUNING_OPTIONS[kind], "--bos", "--tokenizer", tekken]
+    if kind == "chat":
+        options += ["--chat-template", str(tmp_path / "bos.jinja")]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    result = run_pack(str(corpus), "--out", str(tmp_path / "out"), *options)
+    assert result.exit_code == 1, result.output
+    forced = run_pack(str(corpus), "--out", str(tmp_path / "out"), "--tokenizer-backend", "hf", *options)
+    assert forced.exit_code == 0, forced.output
+    document = packed_document_holding(tmp_path / "out", OneWrongId.MARKER, tekken)
+    assert int(document["input_ids"][0]) == 1  # Tekken's BOS, once
+    supervised = np.concatenate(([False], document["labels"] != -100))
+    packed_at = int(np.flatnonzero(supervised[1:] & ~supervised[:-1])[-1])  # the marked text's first token
+    position = packed_at - added_bos
+    right = int(document["input_ids"][packed_at])
+    assert f"(token {position}: {right + 1}, expected {right})" in result.output, result.output
+
+
+def packed_document_holding(out: Path, marker: str, tokenizer_spec: str | None = None) -> dict[str, np.ndarray]:
+    """The columns of the one packed document of ``out`` whose text holds ``marker`` (decoded with
+    ``tokenizer_spec``, by default the bundled GPT-2)."""
     table = pa.concat_tables(read_shard(shard) for shard in sorted(out.glob("shard-*.arrow")))
-    tokenizer = load_tokenizer().tokenizer
+    tokenizer = load_tokenizer(tokenizer_spec).tokenizer
     found = []
     for k in range(table.num_rows):
         row = {name: np.asarray(table.column(name)[k].as_py()) for name in table.column_names if name != "cu_seqlens"}

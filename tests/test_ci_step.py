@@ -240,6 +240,20 @@ def test_a_percentage_is_the_share_it_names_exactly(hundredths: int) -> None:
     assert efficiency.limit == loss.limit == gap.limit == as_fraction.limit == hundredths / 10_000
 
 
+def test_a_share_in_exponent_notation_is_read_and_what_is_no_number_is_refused() -> None:
+    """``1e-2`` is the share 0.01 (Python writes small floats so: ``str(0.00001)`` is ``1e-05``), as ``1%`` is;
+    ``nan``, ``inf``, a sign or an empty value is refused (exit 2 at the command line) naming the flag."""
+    [efficiency, loss, gap] = parse_gates("1e-2", "2.5E-1%", "1e-3%")
+    assert (efficiency.limit, loss.limit, gap.limit) == (0.01, 0.0025, 0.00001)
+    [written] = parse_gates(f"{0.00001}", None, None)
+    assert written.limit == 0.00001
+    with pytest.raises(UsageError, match=r"^--max-loss '1e400' is above 1"):  # no float holds it: still one line
+        parse_gates(None, "1e400", None)
+    for bad in ("nan", "inf", "-0", "+0.5", "", "1e", "e-2", "0x1", "1/2"):
+        with pytest.raises(UsageError, match=r"^--min-efficiency '.*': give a share"):
+            parse_gates(bad, None, None)
+
+
 def test_an_efficiency_exactly_at_the_gate_passes(tmp_path: Path) -> None:
     """One row of 952 tokens (951 ids and the EOS) at max_len 1000: efficiency exactly 95.2%, which passes
     --min-efficiency 95.2% as it passes 0.952; 95.3% fails (exit 3)."""

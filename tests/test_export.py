@@ -839,6 +839,18 @@ def test_an_export_is_never_read_as_a_corpus(small_packed: Path, tmp_path: Path)
     assert f"skipping {exported}: a packcli export, not input" in result.stderr
 
 
+def test_an_export_named_where_an_output_is_wanted_is_called_an_export(small_packed: Path, tmp_path: Path) -> None:
+    """show, verify and export given an export (not the output it came from) say so in one line, exit 1, rather
+    than 'not a packcli output (run packcli pack first)', which it was made from."""
+    exported = tmp_path / "megatron"
+    export(small_packed, "megatron", exported)
+    for command in (["show", str(exported)], ["verify", str(exported)], ["export", str(exported), "--to", "mds"]):
+        result = RUNNER.invoke(app, [*command, "--out", str(tmp_path / "x")] if command[0] == "export" else command)
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+        assert result.stderr.startswith(f"error: {exported}: is a packcli export (export.json), not a packcli output")
+    assert not (tmp_path / "x").exists()
+
+
 def test_an_output_without_split_pieces_is_exported_piece_by_piece_and_says_so(
     text_packed: Path, tmp_path: Path
 ) -> None:
@@ -966,3 +978,27 @@ def test_ids_packed_without_a_tokenizer_export_as_32_bit_tokens_and_datatrove_me
     export(packed, "olmo-core", tmp_path / "olmo")
     tokens = np.fromfile(tmp_path / "olmo" / "tokens.npy", dtype=np.uint32)
     assert sorted(split_by(tokens, [4] * 5)) == documents
+
+
+@pytest.mark.parametrize("fmt,said", [("olmo-core", True), ("nanotron", True), ("megatron", False), ("mds", False)])
+def test_ids_without_a_tokenizer_say_the_token_type_where_the_reader_assumes_one(
+    tmp_path: Path, fmt: str, said: bool
+) -> None:
+    """GPT-2 ids packed without a tokenizer: the vocabulary is unknown, so the tokens are written 32-bit, but
+    OLMo-core's config given GPT-2 assumes uint16 (``get_dtype``), and nanotron's Nanoset 2-byte tokens for a
+    vocabulary of at most 65,536 ids: read so, every token comes back wrong, silently. The export says the type it
+    wrote and what the reader must be told; formats whose files carry their type (megatron's index, MDS's column
+    encoding) say nothing."""
+    from olmo_core.data import NumpyFSLDatasetConfig, TokenizerConfig
+
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [40, 1842, 257, 3797]}, {"ids": [464, 3290]}])
+    packed = tmp_path / "packed"
+    run("pack", corpus, "--ids-field", "ids", "--eos-id", "50256", "--max-len", "16", "--out", packed, "--quiet")
+    assert NumpyFSLDatasetConfig(paths=["x"], sequence_length=8, tokenizer=TokenizerConfig.gpt2()).get_dtype() is (
+        np.uint16
+    )  # what OLMo-core reads for GPT-2 unless told otherwise
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    notice = f"warning: this output was packed from token ids without a tokenizer, so {fmt}'s tokens are uint32"
+    assert result.stderr.count(notice) == int(said), result.stderr
+    assert result.stderr.count("\n") == int(said)

@@ -139,3 +139,19 @@ def test_ids_packed_without_a_tokenizer_are_not_decoded_with_a_guess(tmp_path: P
     given = runner.invoke(app, ["show", str(out), "--tokenizer", str(bundled), "--json"])
     assert given.exit_code == 0, given.output
     assert json.loads(given.stdout)["documents"][0]["segments"][0]["text"] == "I love a cat"
+
+
+def test_ids_outside_the_given_tokenizer_s_vocabulary_are_refused_not_shown_as_nothing(tmp_path: Path) -> None:
+    """Ids packed without a tokenizer may run past the vocabulary of the one given to show: decoding would drop
+    them (a document of four tokens shown as three); show refuses in one line naming the first such id
+    and the vocabulary (exit 2)."""
+    corpus = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [40, 1842, 60000, 257]}])
+    out = tmp_path / "out"
+    packed = runner.invoke(app, ["pack", str(corpus), "--ids-field", "ids", "--max-len", "8", "--out", str(out)])
+    assert packed.exit_code == 0, packed.output
+    bundled = tmp_path / "gpt2.json"
+    bundled.write_text(load_tokenizer().tokenizer.to_str())
+    for extra in ([], ["--json"], ["--positions"]):
+        shown = runner.invoke(app, ["show", str(out), "--tokenizer", str(bundled), *extra])
+        assert shown.exit_code == 2 and shown.stdout == "" and shown.stderr.count("\n") == 1, shown.output
+        assert "token 2 (id 60000)" in shown.stderr and "50,257 ids" in shown.stderr, shown.stderr

@@ -217,6 +217,23 @@ def test_trainer_runs_on_packed_shards(packed: Path, tmp_path: Path) -> None:
     assert 3 * 4 <= dataset.consumed <= 4 * 4
 
 
+@pytest.mark.parametrize("collator", [collate_padded, collate_varlen])
+def test_a_trainer_that_drops_cu_seqlens_gets_one_line_naming_remove_unused_columns(
+    collator: Callable[..., Any], packed: Path, model: Any, tmp_path: Path
+) -> None:
+    """With the Trainer's default ``remove_unused_columns=True`` the rows reach the collator without
+    ``cu_seqlens`` (the model's forward takes no such argument): a ``ValueError`` that names the fix, not a
+    ``KeyError: 'cu_seqlens'`` from inside the collator."""
+    from transformers import Trainer, TrainingArguments
+
+    arguments = TrainingArguments(output_dir=str(tmp_path / "run"), use_cpu=True, report_to="none", max_steps=1)
+    dataset = PackedDataset(packed, seed=0, batch_size=2)
+    trainer = Trainer(model=model, args=arguments, train_dataset=dataset, data_collator=partial(collator, pad_id=0))
+    with pytest.raises(ValueError, match=r"^rows without cu_seqlens .*remove_unused_columns=False") as refused:
+        next(iter(trainer.get_train_dataloader()))
+    assert "\n" not in str(refused.value)
+
+
 def test_trainer_with_dataloader_workers_sees_each_row_once_per_epoch(tmp_path: Path) -> None:
     """``dataloader_num_workers=2``: the Trainer builds a plain DataLoader with workers and calls ``set_epoch``
     each epoch; every row is trained on once per epoch, each epoch in its own order (the dataset's)."""

@@ -99,7 +99,10 @@ ExportQuietOption = Annotated[
     typer.Option(
         "--quiet",
         "-q",
-        help="No warnings on stderr (what the format does with split documents, or with documents without EOS).",
+        help=(
+            "No warnings on stderr (what the format does with split documents, with documents without EOS, or with "
+            "ids of an unknown vocabulary)."
+        ),
     ),
 ]
 

@@ -10,8 +10,8 @@ the staging removed, so nothing is written at ``--out``. An error of the exporte
 (damage that verify names may show in the exporter first, in a shard not yet checked): the verdict is reported
 when the output fails, the exporter's error when it passes. What a format's trainer would make of documents
 otherwise than packcli does (split documents; documents without their EOS, or holding one before their end, where
-it finds documents by EOS) is said in a warning. One module per format: ``megatron``, ``bridge``,
-``olmo_core``, ``nanotron``, ``mds``.
+it finds documents by EOS; ids of an unknown vocabulary, where it assumes a token type) is said in a warning. One
+module per format: ``megatron``, ``bridge``, ``olmo_core``, ``nanotron``, ``mds``.
 """
 
 from __future__ import annotations
@@ -72,6 +72,17 @@ INNER_EOS = (
 TRUNCATED_WITHOUT_EOS = (
     "{count} document(s) were cut at max_len by --overflow truncate, their EOS with them, and {fmt}'s trainer finds "
     "where documents end by EOS, so each runs into the next there; pack again with --overflow split to keep them apart"
+)
+# the formats whose readers take the token type from their own tokenizer's vocabulary, not from the files, and what
+# they are told of an output that records no vocabulary (ids packed without a tokenizer: tokens written as uint32)
+READER_TOKEN_TYPE = {
+    "olmo-core": "OLMo-core assumes the smallest type its tokenizer's vocabulary needs (uint16 for GPT-2): set "
+    'dtype="uint32" in its dataset config',
+    "nanotron": "nanotron's Nanoset reads 2-byte tokens unless its tokenizer has more than 65,536 ids",
+}
+UNKNOWN_VOCABULARY = (
+    "this output was packed from token ids without a tokenizer, so {fmt}'s tokens are uint32 (the vocabulary is "
+    "unknown), and {reader}; or pack again with --tokenizer to write the type the reader assumes"
 )
 
 
@@ -142,6 +153,8 @@ def export_output(
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
                 elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+                if fmt in READER_TOKEN_TYPE and packed.vocab_size is None:
+                    warn(UNKNOWN_VOCABULARY.format(fmt=fmt, reader=READER_TOKEN_TYPE[fmt]))
                 if fmt in FOUND_BY_EOS:
                     truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
                     if packed.eos_id is None:

@@ -113,10 +113,16 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     """Read, version-check and validate an output's manifest.
 
     Raises:
-        PackcliError: no manifest, unreadable JSON, a format version this packcli cannot read, or a key that is
-            missing or of the wrong type (the error names it, e.g. ``totals.tokens``).
+        PackcliError: no manifest (an export, holding ``export.json``, is named as one), unreadable JSON, a format
+            version this packcli cannot read, or a key that is missing or of the wrong type (the error names it,
+            e.g. ``totals.tokens``).
     """
     path = directory / MANIFEST_NAME
+    if not path.is_file() and (directory / EXPORT_NAME).is_file():
+        raise PackcliError(
+            f"is a packcli export ({EXPORT_NAME}), not a packcli output: name the output it was exported from",
+            directory,
+        )
     if not path.is_file():
         raise PackcliError(f"no {MANIFEST_NAME}: not a packcli output (run packcli pack first)", directory)
     try:

@@ -40,7 +40,24 @@ __all__ = ["Row", "check_cp_options", "collate_cp_share", "collate_padded", "col
 Row = dict[str, Any]
 
 
+_ROW_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")  # what every collator reads from each row
+
+
 def _document_lengths(rows: Sequence[Row]) -> np.ndarray:
+    """Every document's length, over the rows in order.
+
+    Raises:
+        ValueError: a row lacks one of ``_ROW_COLUMNS`` (a Hugging Face Trainer drops the columns its model's
+            forward does not name unless ``remove_unused_columns=False``).
+    """
+    for row in rows:
+        missing = [name for name in _ROW_COLUMNS if name not in row]
+        if missing:
+            raise ValueError(
+                f"rows without {', '.join(missing)} (they hold {', '.join(map(str, row)) or 'nothing'}): the collators "
+                "need each row's document boundaries; a Hugging Face Trainer drops what the model's forward does not "
+                "take, so pass TrainingArguments(remove_unused_columns=False)"
+            )
     return np.concatenate([np.diff(row["cu_seqlens"]) for row in rows]).astype(np.int64)
 
 
@@ -159,7 +176,7 @@ def collate_cp_share(
     that shifts labels itself would see there; a share is not contiguous, so shifting it would pair tokens of
     different chunks), all [1, T / cp_size] int64; ``cu_seqlens`` (int32, the documents' real lengths) and
     ``cu_seqlens_padded`` (int32, the padded documents) of the *whole* sequence, as Transformer Engine's attention
-    takes them on every rank; ``max_seqlen`` (the longest padded document); ``row_index``.
+    takes them on every rank; ``max_seqlen`` (the longest padded document); ``row_index`` where the rows carry it.
     """
     lengths = _document_lengths(rows)
     real = np.empty((3, int(lengths.sum())), dtype=np.int64)
@@ -192,16 +209,17 @@ def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int 
     """Stack a batch of rows into [B, L] tensors padded with ``pad_id`` (L = ``max_len``, else the longest row).
 
     Returns ``input_ids``, ``position_ids``, ``labels`` (-100 at document starts and on padding),
-    ``document_ids`` (int32, numbered from 0 in each row, -1 on padding) and ``row_index``. A row's padding is
+    ``document_ids`` (int32, numbered from 0 in each row, -1 on padding) and ``row_index`` where the rows carry it
+    (see :func:`collate_varlen`). A row's padding is
     one more document (positions 0, 1, ...), so it never joins the row's last document; there is no
     ``attention_mask``: :func:`packcli.torch.block_causal_mask` turns ``document_ids`` into a 4D mask where one is
     wanted, and ``document_ids >= 0`` marks the real tokens.
     """
+    lengths = _document_lengths(rows)
     row_lengths = np.array([len(row["input_ids"]) for row in rows], dtype=np.int64)
     width = max_len or int(row_lengths.max(initial=0))
     if row_lengths.max(initial=0) > width:
         raise PackcliError(f"row of {int(row_lengths.max())} tokens does not fit max_len {width}")
-    lengths = _document_lengths(rows)
     flat = np.empty((3, int(row_lengths.sum())), dtype=np.int64)
     _flat_tokens(rows, lengths, flat)
     tokens = np.empty((3, len(rows), width), dtype=np.int64)

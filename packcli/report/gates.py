@@ -2,7 +2,8 @@
 
 ``--min-efficiency E`` (packing efficiency: tokens over sequences * max_len), ``--max-loss F`` (the share of the
 input tokens dropped or truncated) and ``--max-gap N`` (sequences above the lower bound ``ceil(tokens / max_len)``:
-a whole number of sequences, or with ``%`` a share of the lower bound). Shares are written ``0.95`` or ``95%``.
+a whole number of sequences, or with ``%`` a share of the lower bound). Shares are written ``0.95`` (or ``1e-2``)
+or ``95%``.
 
 Invariants: a threshold no figure can meet or miss (an efficiency above 1 or below 0, a negative loss or gap) is a
 usage error before any work; a gate on a packed output first passes verify's cheap checks (manifest, the shards'
@@ -28,7 +29,7 @@ from packcli.report.terminal import token_loss
 
 __all__ = ["Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
 
-_NUMBER = re.compile(r"\d+(\.\d*)?|\.\d+")
+_NUMBER = re.compile(r"(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")  # 0.95, .95, 95., 1e-2: no sign, nan nor inf
 
 
 class GateFailed(PackcliError):
@@ -110,10 +111,10 @@ def _share(flag: str, given: str) -> float:
     if not _NUMBER.fullmatch(number):
         raise UsageError(f"{flag} {given!r}: give a share between 0 and 1 (0.95) or a percentage (95%)")
     # exact decimal arithmetic, rounded once: float("95.2") / 100 rounds twice and lands a bit above 0.952
-    value = float(Fraction(number) / (100 if percent else 1))
-    if value > 1:
+    exact = Fraction(number) / (100 if percent else 1)
+    if exact > 1:  # compared before float(), which no float holds for 1e400
         raise UsageError(f"{flag} {given!r} is above 1 (100%): no packing can have such a share")
-    return value
+    return float(exact)
 
 
 def check_gates(gates: list[Gate], figures: dict[str, Any], where: str) -> list[dict[str, Any]]:

@@ -106,7 +106,13 @@ def output_tokenizer(manifest: dict[str, Any], spec: str | None) -> LoadedTokeni
 
 def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) -> dict[str, Any]:
     """The row as JSON: per document its number (from 1), token range and text in segments of equal supervision
-    (``supervised`` is null without labels); with ``positions`` also every token's position, id and text."""
+    (``supervised`` is null without labels); with ``positions`` also every token's position, id and text.
+
+    Raises:
+        UsageError: an id of the row is outside the tokenizer's vocabulary (ids packed without a tokenizer, shown
+            with another): decoding would drop it silently.
+    """
+    _check_vocabulary(row, tokenizer)
     decode = tokenizer.tokenizer.decode_batch
     supervised = None if row.labels is None else row.labels != IGNORE_INDEX
     documents = []
@@ -149,6 +155,16 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
         "supervised_tokens": None if supervised is None else int(supervised.sum()),
         "documents": documents,
     }
+
+
+def _check_vocabulary(row: Row, tokenizer: LoadedTokenizer) -> None:
+    outside = np.flatnonzero(row.input_ids >= tokenizer.vocab_size)
+    if len(outside):
+        at = int(outside[0])
+        raise UsageError(
+            f"row {row.index} token {at} (id {int(row.input_ids[at])}) is outside the vocabulary of tokenizer "
+            f"{tokenizer.name} ({tokenizer.vocab_size:,} ids): pass the tokenizer these ids come from with --tokenizer"
+        )
 
 
 def print_row(decoded: dict[str, Any], title: str) -> None:
