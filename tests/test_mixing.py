@@ -200,10 +200,10 @@ def test_a_target_no_memory_can_plan_is_refused_naming_it_before_any_allocation(
 def test_a_target_is_planned_for_what_the_whole_run_holds_not_the_draws_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A mixture's peak is the memory already in use, plus about 120 bytes per drawn document and 420 per output
-    row (measured in packcli/run/sources.py): a plan whose draws alone fit (56 bytes each) but whose run does not
-    was once drawn, then packed until the system killed it. Here the run may use (as a container's limit says) 60
-    MB more than it holds: 1M draws of 3-token documents (3M tokens, 47k rows of 64) are about 140 MB more."""
+    """A mixture's peak is the memory already in use, plus an allowance per drawn document, output row and piece
+    of a split document (measured in packcli/run/sources.py): a plan whose draws alone fit (56 bytes each) but whose
+    run does not was once drawn, then packed until the system killed it. Here the run may use (as a container's
+    limit says) 60 MB more than it holds: 1M draws of 3-token documents (3M tokens, 47k rows of 64) need more."""
     import packcli.run.sources as sources_module
     from packcli.util.memory import resident_bytes
 
@@ -220,6 +220,27 @@ def test_a_target_is_planned_for_what_the_whole_run_holds_not_the_draws_alone(
     limit.write_text(f"{resident_bytes() + 300_000_000}\n")
     stream = mixed_stream(sources, np.array([5, 5]), np.full(10, 3, dtype=np.int64), options)
     assert len(stream.documents) == 1_000_000
+
+
+def test_a_target_at_a_small_max_len_is_planned_for_the_pieces_its_documents_are_split_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each piece of a split document costs the run more than a whole document (about 650 bytes: measured on
+    gcide at --max-len 16 and 64, where a plan counting draws and rows alone planned 0.7 GiB for a run that took
+    1.15). 25k draws of 100-token documents at --max-len 4 are 625k pieces: about 0.5 GB more than the process
+    holds, which a limit of 0.4 GB more does not allow."""
+    import packcli.run.sources as sources_module
+    from packcli.util.memory import resident_bytes
+
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(sources_module, "_CGROUP_LIMITS", (limit,))
+    a = corpus(tmp_path / "a.jsonl", ["yew"], 10)
+    options = PackOptions(max_len=4, target_tokens=2_500_000, overflow="split")
+    limit.write_text(f"{resident_bytes() + 400_000_000}\n")
+    with pytest.raises(PackcliError) as refused:
+        mixed_stream([Source(str(a), [a])], np.array([10]), np.full(10, 100, dtype=np.int64), options)
+    assert "draws about 25,010 documents (2,500 passes over " in str(refused.value)
+    assert ") in 625,250 pieces, into 625,000 rows or more: about " in str(refused.value)
 
 
 def test_a_target_whose_shards_no_disk_here_holds_is_refused_before_reading(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ each source holds, the mixed document stream that is packed, and the manifest's 
 The stream lists store documents, a repeated one as often as it was drawn; its per-source output adds up to the
 totals. A document that ``--overflow drop`` removes is never drawn but enters the stream once, so it is counted as
 dropped exactly as in an unmixed run. A mixture whose run would need more memory than it may use (what the process
-holds, plus an allowance per drawn document and per output row) is refused, in one line naming the draws, the rows
-and the source repeated most, before the draws are allocated.
+holds, plus an allowance per drawn document, per output row and per further piece of a split document) is refused,
+in one line naming the draws, the pieces, the rows and the source repeated most, before the draws are allocated.
 """
 
 from __future__ import annotations
@@ -120,18 +120,22 @@ def mixed_stream(
     )
 
 
-# What a mixed run's peak grows by, per drawn document and per output row: the stream's arrays, then packing and
-# writing it. Measured on the peak RSS of `packcli pack` on 2,000 gcide articles with --target-tokens 100M to 400M
-# at --max-len 4096 and 256 (0.8M to 3.3M draws, 24k to 781k rows): the slopes fit 93 and 327 bytes; these are
-# raised until the estimate (what the process holds when it plans, plus these) covered every run's measured peak:
-# 644 MB planned for 597 MB (400M at 4096), 735 MB for 702 MB (200M at 256).
-_BYTES_PER_DRAW = 120
-_BYTES_PER_ROW = 420
+# What a mixed run's peak grows by, beyond what the process holds when it plans: per drawn document, per output row,
+# per further piece of a split document (each costs more than a whole document: the pieces' arrays, then packing
+# and gathering them), and once. Fitted (least squares) on the peak RSS of `packcli pack` on 2,000 gcide articles,
+# --target-tokens 20M to 400M at --max-len 16, 64, 256 and 4096 (0.16M to 3.3M draws, 49k to 2.5M rows, up to 2.5M
+# further pieces): 93, 121, 651 bytes and 64 MB, then rounded up, which covered every run's measured peak by 2-21%
+# (1,088 MB planned for 981 used at --max-len 16, 405 for 386 at 4096).
+_BYTES_PER_DRAW = 100
+_BYTES_PER_ROW = 150
+_BYTES_PER_FURTHER_PIECE = 700
+_BYTES_ONCE = 64_000_000
 
 
 class _DrawPlan:
-    """How many documents a ``--target-tokens`` draws and how many rows they fill at least, told before drawing
-    them, and the refusal of a run that would need more memory than it may use."""
+    """How many documents a ``--target-tokens`` draws, in how many pieces (a split document's), and how many rows
+    they fill at least, told before drawing them, and the refusal of a run that would need more memory than it may
+    use."""
 
     def __init__(
         self,
@@ -146,13 +150,17 @@ class _DrawPlan:
         planned = quotas(totals, weights, target)
         self.passes = [quota // total if total else 0 for quota, total in zip(planned, totals)]
         self.draws = sum((repeat + 1) * count for repeat, count in zip(self.passes, counts))  # at most
+        pieces = [int((-(-part // max_len)).sum()) for part in per_source]  # a split document's pieces, per source
+        self.pieces = sum((repeat + 1) * count for repeat, count in zip(self.passes, pieces))  # at most
         self.rows = -(-sum(planned) // max_len)  # at least
         self.sources = sources
         self.target = target
 
     def needs(self) -> int:
-        """The run's peak memory with this plan, about: what the process holds now, plus the draws' and rows'."""
-        return resident_bytes() + self.draws * _BYTES_PER_DRAW + self.rows * _BYTES_PER_ROW
+        """The run's peak memory with this plan, about: what the process holds now, plus the draws', rows' and split
+        pieces'."""
+        further = (self.pieces - self.draws) * _BYTES_PER_FURTHER_PIECE
+        return resident_bytes() + self.draws * _BYTES_PER_DRAW + self.rows * _BYTES_PER_ROW + further + _BYTES_ONCE
 
     def refusal(self, needed: int, limit: int) -> PackcliError:
         """The one-line error naming the target, the draws and rows it needs, the source repeated most, and the
@@ -161,7 +169,8 @@ class _DrawPlan:
         target = "the budget" if self.target is None else f"--target-tokens {self.target:,}"
         return PackcliError(
             f"{target} draws about {self.draws:,} documents ({self.passes[most]:,} passes over "
-            f"{self.sources[most].name}) into {self.rows:,} rows or more: about {needed / 2**30:.1f} GiB, "
+            f"{self.sources[most].name}) in {self.pieces:,} pieces, into {self.rows:,} rows or more: about "
+            f"{needed / 2**30:.1f} GiB, "
             f"more than the {limit / 2**30:.1f} GiB this run may use; ask for fewer tokens"
         )
 
