@@ -124,8 +124,9 @@ def mixed_stream(
 # per further piece of a split document (each costs more than a whole document: the pieces' arrays, then packing
 # and gathering them), and once. Fitted (least squares) on the peak RSS of `packcli pack` on 2,000 gcide articles,
 # --target-tokens 20M to 400M at --max-len 16, 64, 256 and 4096 (0.16M to 3.3M draws, 49k to 2.5M rows, up to 2.5M
-# further pieces): 93, 121, 651 bytes and 64 MB, then rounded up, which covered every run's measured peak by 2-21%
-# (1,088 MB planned for 981 used at --max-len 16, 405 for 386 at 4096).
+# further pieces): 93, 121, 651 bytes and 64 MB, then rounded up. Checked on five runs, the estimate covered each
+# peak by 2-11%: 1,299 MB planned for 1,192 used (20M at --max-len 16), 712 for 698 (40M at 64), 747 for 702 (200M
+# at 256), 324 for 291 (50M at 1024), 616 for 598 (400M at 4096).
 _BYTES_PER_DRAW = 100
 _BYTES_PER_ROW = 150
 _BYTES_PER_FURTHER_PIECE = 700
