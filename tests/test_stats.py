@@ -360,3 +360,14 @@ def test_every_key_of_stats_json_on_an_output_is_documented(packed_sft: Path) ->
     result = runner.invoke(app, ["stats", str(packed_sft), "--json", "--max-gap", "100%"])
     assert result.exit_code == 0, result.output
     assert json_keys(json.loads(result.stdout)) - documented_names("stats.md", "## `--json`") == set()
+
+
+def test_one_document_is_counted_in_the_singular(tmp_path: Path) -> None:
+    """'packed 1 documents' and '1 documents, 3 tokens, 1 sequences' read as typos in a CI log; counts agree."""
+    corpus = write_jsonl(tmp_path / "one.jsonl", [{"text": "hello world"}])
+    out = tmp_path / "o"
+    packed = runner.invoke(app, ["pack", str(corpus), "--out", str(out)])
+    assert packed.exit_code == 0, packed.output
+    assert packed.stdout.startswith("packed 1 document (3 tokens) into 1 sequence of max_len 4,096"), packed.stdout
+    shown = runner.invoke(app, ["stats", str(out)], env={"COLUMNS": "200"})
+    assert "  1 document, 3 tokens, 1 sequence (lower bound 1, gap 0)" in shown.stdout, shown.stdout

@@ -80,15 +80,15 @@ def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
     """The lines ``pack`` prints: input documents and output pieces counted apart, then every other non-zero
     total by its manifest name, then each mixed source."""
     documents, pieces = int(summary.get("input_documents", summary["documents"])), int(summary["documents"])
-    tokens = f"{summary['tokens']:,} tokens"
+    tokens = count(summary["tokens"], "token")
     if summary.get("dropped_documents"):
-        what = f"{pieces:,} of {documents:,} documents ({summary['dropped_documents']:,} dropped, {tokens})"
+        what = f"{pieces:,} of {count(documents, 'document')} ({summary['dropped_documents']:,} dropped, {tokens})"
     elif summary.get("truncated_documents"):
-        what = f"{documents:,} documents ({summary['truncated_documents']:,} truncated, {tokens})"
+        what = f"{count(documents, 'document')} ({summary['truncated_documents']:,} truncated, {tokens})"
     elif summary.get("split_documents"):
-        what = f"{documents:,} documents, split into {pieces:,} pieces ({tokens}),"
+        what = f"{count(documents, 'document')}, split into {pieces:,} pieces ({tokens}),"
     else:
-        what = f"{documents:,} documents ({tokens})"
+        what = f"{count(documents, 'document')} ({tokens})"
     capacity = summary["sequences"] * summary["max_len"]
     lines = [
         f"packed {what} into {count(summary['sequences'], 'sequence')} of max_len {summary['max_len']:,} "
@@ -172,7 +172,8 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
     )
     documents, split = documents_and_pieces(stats)
     out.print(
-        f"  {documents:,} documents{split}, {stats['tokens']:,} tokens, {stats['sequences']:,} sequences "
+        f"  {count(documents, 'document')}{split}, {count(stats['tokens'], 'token')}, "
+        f"{count(stats['sequences'], 'sequence')} "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"
     )
     table = _table("compute per layout")
