@@ -257,6 +257,40 @@ def test_the_check_for_a_changed_object_costs_one_request(s3_server: S3Server) -
     assert described.change() == "was removed"
 
 
+def test_objects_are_described_several_at_a_time_in_their_order(s3_server: S3Server) -> None:
+    """Describing each object is one request; a corpus of thousands of objects in a store far away would wait for
+    each in turn. Setup and the check before publishing describe them several at a time (requests in flight
+    together, counted on the client), and give them back in the inputs' order."""
+    import threading
+
+    from packcli.read.inputs import describe_inputs, input_changes
+    from packcli.storage.objects import filesystem
+
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    urls = [f"{bucket}/part-{k:02}.jsonl" for k in range(24)]
+    for k, url in enumerate(urls):
+        fs.pipe_file(url, b'{"text": "one"}\n' * (k + 1))
+    in_flight, most, lock = [0], [0], threading.Lock()
+
+    def sent(**_: object) -> None:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+
+    def answered(**_: object) -> None:
+        with lock:
+            in_flight[0] -= 1
+
+    events = filesystem(urls[0])[0].s3.meta.events
+    events.register("before-send.s3.HeadObject", sent)
+    events.register("needs-retry.s3.HeadObject", answered)
+    described = describe_inputs([location(url) for url in urls])
+    assert [item.size for item in described] == [16 * (k + 1) for k in range(24)]
+    assert most[0] > 1, "one request at a time"
+    most[0] = 0
+    assert input_changes(described) == [None] * 24 and most[0] > 1
+
+
 def test_a_key_holding_glob_or_query_characters_names_that_object(s3_server: S3Server) -> None:
     """An object whose key holds ``[1]`` or ``?`` is read when named, as a local file of that name is: not the
     other object its name matches as a pattern (``d[1].jsonl`` matches ``d1.jsonl``), nor refused as credentials.

@@ -12,8 +12,10 @@ import glob
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from packcli.errors import BadRecordError, PackcliError, UsageError
 from packcli.format.manifest import EXPORT_NAME, is_output
@@ -30,8 +32,10 @@ __all__ = [
     "InputSlice",
     "Inputs",
     "Spool",
+    "describe_inputs",
     "file_identity",
     "find_inputs",
+    "input_changes",
     "input_format",
     "read_records",
 ]
@@ -43,6 +47,8 @@ _NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
 FileIdentity = tuple[int, int] | str  # a file's device and inode, an object's URL: see file_identity
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,28 @@ class InputFile:
         if self.etag is not None:
             return f"changed (ETag {self.etag} then, {now.etag} now)"
         return f"changed ({self.size:,} bytes then, {now.size:,} now)" if now.size != self.size else "changed"
+
+
+OBJECTS_AT_ONCE = 16  # objects described at once: each is a request to its store, far away for a cloud one
+
+
+def describe_inputs(paths: Sequence[Path], stdin: Spool | None = None) -> list[InputFile]:
+    """Each of ``paths`` described as it is now (:meth:`InputFile.of`), in order."""
+    return _each(lambda path: InputFile.of(path, stdin), paths, paths)
+
+
+def input_changes(inputs: Sequence[InputFile]) -> list[str | None]:
+    """How each input differs now from its description (:meth:`InputFile.change`), in order."""
+    return _each(InputFile.change, inputs, [item.path for item in inputs])
+
+
+def _each(work: Callable[[_Item], _Result], items: Sequence[_Item], paths: Sequence[Path]) -> list[_Result]:
+    """``work`` on every item, in order: OBJECTS_AT_ONCE at a time where any of their ``paths`` is in a store (the
+    requests then wait together), one after another on local files (a stat: threads would only cost)."""
+    if not any(isinstance(path, UrlPath) for path in paths):
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(min(OBJECTS_AT_ONCE, len(items))) as pool:
+        return list(pool.map(work, items))
 
 
 @dataclass(frozen=True)

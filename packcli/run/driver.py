@@ -14,7 +14,6 @@ built on its node's scratch and uploaded to the store.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -26,7 +25,7 @@ from packcli.engines import Engine
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
-from packcli.read.inputs import InputFile, Spool
+from packcli.read.inputs import InputFile, Spool, input_changes
 from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
 from packcli.run.merge import (
     PARTITIONING_WARNING,
@@ -47,8 +46,6 @@ from packcli.write.publish import FULL_DISK, Publication
 from packcli.write.remote import RemotePublication, output_state, remove_leftovers, scratch_directory
 
 __all__ = ["pack_corpus", "partition_plan"]
-
-_STAT_THREADS = 16  # inputs described at once when checking that none changed (requests to a store)
 
 
 def partition_plan(setup: Setup) -> tuple[Plan, str]:
@@ -176,9 +173,7 @@ def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
     Raises:
         PackcliError: naming the first input that changed, and how.
     """
-    with ThreadPoolExecutor(min(_STAT_THREADS, max(1, len(inputs)))) as pool:
-        changes = list(pool.map(InputFile.change, inputs))
-    for item, change in zip(inputs, changes):
+    for item, change in zip(inputs, input_changes(inputs)):
         if change is not None:
             raise PackcliError(
                 f"{change} while this run read it; nothing was published: rerun to pack it as it is now", item.name

@@ -15,7 +15,7 @@ from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.identity import run_identity
 from packcli.options import PackOptions
-from packcli.read.inputs import InputFile, Spool, find_inputs
+from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 from packcli.version import __version__
@@ -82,7 +82,7 @@ def set_up(
     get_strategy(options.strategy)
     pretokenized = options.ids_field is not None and options.tokenizer is None
     tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
-    described = [InputFile.of(path, stdin) for path in files]
+    described = describe_inputs(files, stdin)
     encoding = options if encodes else replace(options, tokenizer_backend="hf")
     return Setup(files, described, options, tokenizer, make_encoder(encoding, tokenizer, warn), sources, unread)
 
