@@ -287,6 +287,25 @@ def test_a_mount_point_as_out_is_refused_before_any_work(tmp_path: Path, corpus:
     assert not list(tmp_path.glob(".volume.packcli-*")), "work was staged for an output that cannot be published"
 
 
+@pytest.mark.parametrize("spelling", [".", ""])
+def test_the_current_directory_as_out_is_refused_before_any_work(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    """The output is swapped into place whole: into the current directory, that left the shell in the old, removed
+    directory, where the new output looked missing (``ls`` empty, ``packcli stats .``: no manifest.json)."""
+    here = tmp_path / "run"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    before = os.stat(here).st_ino
+    result = runner.invoke(app, ["pack", str(corpus), "--out", spelling, "--quiet"])
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr.strip() == (
+        f"error: {spelling or '.'}: is the current directory, which the new output would replace whole (this shell "
+        "would be left in the old, removed one); choose a directory inside it as --out, such as --out packed"
+    )
+    assert os.stat(here).st_ino == before and not list(here.iterdir()) and not debris(tmp_path)
+
+
 @pytest.fixture
 def read_only(mount_point: Path) -> Path:
     """The bind mount made read-only, as a read-only volume or file system is."""

@@ -15,6 +15,8 @@ Invariants:
   :mod:`packcli.util.signals`) unwind and remove the staging directory, and wait while the output is swapped; what
   a run killed outright leaves (``kill -9``, power loss, a library caller's default SIGTERM) the next run removes,
   under the lock.
+- An output is never the filesystem root, a mount point or the process's current directory: none can be swapped
+  into place whole (the current directory would be left behind, removed, as the shell's).
 - A symlinked output (``--out`` linking to scratch storage) is written through: the output lands in the link's
   target and the link stays a link.
 - A resumable publication (partitioned runs) stages in one directory per output, ``.NAME.packcli-resume``, that a
@@ -122,6 +124,12 @@ class Publication:
     def __enter__(self) -> Publication:
         if self.target.parent == self.target:
             raise PackcliError("cannot write an output over the filesystem root; choose another --out", self.out)
+        if self.target == _current_directory():
+            raise PackcliError(
+                "is the current directory, which the new output would replace whole (this shell would be left in "
+                "the old, removed one); choose a directory inside it as --out, such as --out packed",
+                self.out,
+            )
         if _is_mount_point(self.target):
             raise PackcliError(
                 "is a mount point: packcli swaps a new output directory into place whole, which a mount point "
@@ -365,6 +373,14 @@ def directory_names(target: Path, shown: Path) -> list[str]:
 def has_size(path: Path, size: int) -> bool:
     """Whether ``path`` is a file of ``size`` bytes (a listed file of an output or export, intact as listed)."""
     return path.is_file() and path.stat().st_size == size
+
+
+def _current_directory() -> Path | None:
+    """This process's working directory, resolved; None where it was removed."""
+    try:
+        return Path.cwd().resolve()
+    except OSError:
+        return None
 
 
 def _is_mount_point(path: Path) -> bool:
