@@ -301,7 +301,7 @@ def test_the_current_directory_as_out_is_refused_before_any_work(
     assert result.exit_code == 1, result.stderr
     assert result.stderr.strip() == (
         f"error: {spelling or '.'}: is the current directory, which the new output would replace whole (this shell "
-        "would be left in the old, removed one); choose a directory inside it as --out, such as --out packed"
+        "would be left in the old, removed one); choose a directory inside it as --out (packed, say)"
     )
     assert os.stat(here).st_ino == before and not list(here.iterdir()) and not debris(tmp_path)
 

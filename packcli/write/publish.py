@@ -127,7 +127,7 @@ class Publication:
         if self.target == _current_directory():
             raise PackcliError(
                 "is the current directory, which the new output would replace whole (this shell would be left in "
-                "the old, removed one); choose a directory inside it as --out, such as --out packed",
+                "the old, removed one); choose a directory inside it as --out (packed, say)",
                 self.out,
             )
         if _is_mount_point(self.target):
