@@ -254,6 +254,18 @@ def test_a_share_in_exponent_notation_is_read_and_what_is_no_number_is_refused()
             parse_gates(bad, None, None)
 
 
+def test_a_failed_gate_prints_its_figure_and_threshold_apart() -> None:
+    """A figure just past its threshold is printed with the digits that tell them apart: a gap of 10 sequences over
+    a lower bound of 4,544 read '0.22% sequences above the lower bound, above 0.22%' against --max-gap 0.22%."""
+    efficiency, loss, gap = parse_gates("0.9988", "0.1%", "0.22%")
+    assert [efficiency.reason(0.99878), loss.reason(0.0010004), gap.reason(10 / 4544)] == [
+        "--min-efficiency: packing efficiency 99.878% is below 99.880%",
+        "--max-loss: 0.10004% of the input tokens were dropped or truncated, above 0.10000%",
+        "--max-gap: 0.2201% sequences above the lower bound, above 0.2200%",
+    ]
+    assert efficiency.reason(0.5) == "--min-efficiency: packing efficiency 50.00% is below 99.88%"
+
+
 def test_an_efficiency_exactly_at_the_gate_passes(tmp_path: Path) -> None:
     """One row of 952 tokens (951 ids and the EOS) at max_len 1000: efficiency exactly 95.2%, which passes
     --min-efficiency 95.2% as it passes 0.952; 95.3% fails (exit 3)."""

@@ -69,14 +69,25 @@ class Gate:
         return {"gate": self.flag, "threshold": self.given, "value": value, "unit": unit, "passed": self.passes(value)}
 
     def reason(self, value: float) -> str:
-        """Why the gate failed, naming the figure, its value and the threshold."""
+        """Why the gate failed, naming the figure, its value and the threshold (as shares: with the digits that
+        tell them apart)."""
+        shown, limit = _apart(value, self.limit)
         if self.flag == "--min-efficiency":
-            return f"--min-efficiency: packing efficiency {value:.2%} is below {self.limit:.2%}"
+            return f"--min-efficiency: packing efficiency {shown} is below {limit}"
         if self.flag == "--max-loss":
-            return f"--max-loss: {value:.2%} of the input tokens were dropped or truncated, above {self.limit:.2%}"
+            return f"--max-loss: {shown} of the input tokens were dropped or truncated, above {limit}"
         if self.relative:
-            return f"--max-gap: {value:.2%} sequences above the lower bound, above {self.limit:.2%}"
+            return f"--max-gap: {shown} sequences above the lower bound, above {limit}"
         return f"--max-gap: {int(value):,} sequences above the lower bound, above {int(self.limit):,}"
+
+
+def _apart(value: float, limit: float) -> tuple[str, str]:
+    """``value`` and ``limit`` as percentages with two decimals, or as many more as tell them apart (up to 10)."""
+    for decimals in range(2, 11):
+        shown, threshold = f"{value:.{decimals}%}", f"{limit:.{decimals}%}"
+        if shown != threshold:
+            break
+    return shown, threshold
 
 
 def parse_gates(min_efficiency: str | None, max_loss: str | None, max_gap: str | None) -> list[Gate]:
