@@ -204,11 +204,11 @@ def test_a_target_is_planned_for_what_the_whole_run_holds_not_the_draws_alone(
     of a split document (measured in packcli/run/sources.py): a plan whose draws alone fit (56 bytes each) but whose
     run does not was once drawn, then packed until the system killed it. Here the run may use (as a container's
     limit says) 60 MB more than it holds: 1M draws of 3-token documents (3M tokens, 47k rows of 64) need more."""
-    import packcli.run.sources as sources_module
+    import packcli.util.memory as memory_module
     from packcli.util.memory import resident_bytes
 
     limit = tmp_path / "memory.max"
-    monkeypatch.setattr(sources_module, "_CGROUP_LIMITS", (limit,))
+    monkeypatch.setattr(memory_module, "_CGROUP_LIMITS", (limit,))
     a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
     sources = [Source(str(a), [a]), Source(str(b), [b])]
     options = PackOptions(max_len=64, target_tokens=3_000_000)
@@ -229,11 +229,11 @@ def test_a_target_at_a_small_max_len_is_planned_for_the_pieces_its_documents_are
     gcide at --max-len 16 and 64, where a plan counting draws and rows alone planned 0.7 GiB for a run that took
     1.15). 25k draws of 100-token documents at --max-len 4 are 625k pieces: about 0.5 GB more than the process
     holds, which a limit of 0.4 GB more does not allow."""
-    import packcli.run.sources as sources_module
+    import packcli.util.memory as memory_module
     from packcli.util.memory import resident_bytes
 
     limit = tmp_path / "memory.max"
-    monkeypatch.setattr(sources_module, "_CGROUP_LIMITS", (limit,))
+    monkeypatch.setattr(memory_module, "_CGROUP_LIMITS", (limit,))
     a = corpus(tmp_path / "a.jsonl", ["yew"], 10)
     options = PackOptions(max_len=4, target_tokens=2_500_000, overflow="split")
     limit.write_text(f"{resident_bytes() + 400_000_000}\n")
@@ -469,7 +469,7 @@ def test_verify_holds_the_sources_to_the_totals(tmp_path: Path, key: str) -> Non
 def test_the_memory_a_mixture_is_planned_in_is_the_control_groups_where_lower(tmp_path: Path) -> None:
     """In a container the machine's memory is not the run's: a cgroup limit (v2 ``memory.max`` or v1
     ``memory.limit_in_bytes``) below it is what the OOM killer enforces, so it is what the refusal measures."""
-    from packcli.run.sources import memory_limit
+    from packcli.util.memory import memory_limit
 
     machine = memory_limit(())
     v2, v1, unlimited = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes", tmp_path / "none"

@@ -10,7 +10,6 @@ in one line naming the draws, the pieces, the rows and the source repeated most,
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +22,9 @@ from packcli.options import PackOptions
 from packcli.packing.mixing import Draw, interleave, mix, normalised, quotas
 from packcli.packing.overflow import Pieces, output_lengths
 from packcli.read.inputs import FileIdentity, file_identity, find_inputs
-from packcli.util.memory import resident_bytes
+from packcli.util.memory import memory_limit, resident_bytes
 
-__all__ = ["Source", "group_inputs", "manifest_weights", "memory_limit", "mixed_stream", "source_entries"]
+__all__ = ["Source", "group_inputs", "manifest_weights", "mixed_stream", "source_entries"]
 
 
 @dataclass(frozen=True)
@@ -171,27 +170,8 @@ class _DrawPlan:
         return PackcliError(
             f"{target} draws about {self.draws:,} documents ({self.passes[most]:,} passes over "
             f"{self.sources[most].name}) in {self.pieces:,} pieces, into {self.rows:,} rows or more: about "
-            f"{needed / 2**30:.1f} GiB, "
-            f"more than the {limit / 2**30:.1f} GiB this run may use; ask for fewer tokens"
+            f"{needed / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB this run may use; ask for fewer tokens"
         )
-
-
-# Where a control group's memory limit is read: cgroup v2, then v1 ("max", or a huge number, when unlimited).
-_CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
-
-
-def memory_limit(limits: Sequence[Path] | None = None) -> int:
-    """The memory this run may use: the machine's, or the lowest control-group limit among ``limits`` (by default
-    the ones this system names) where that is less (a container's, which the out-of-memory killer enforces)."""
-    usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in _CGROUP_LIMITS if limits is None else limits:
-        try:
-            text = path.read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            usable = min(usable, int(text))
-    return usable
 
 
 def _first_documents(sources: list[Source], file_documents: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The process' memory: give the C heap's free memory back to the operating system after a large, short-lived
-allocation, and tell how much is resident (what a plan adds its own needs to).
+allocation, tell how much is resident (what a plan adds its own needs to), and how much the run may use (the
+machine's, or a container's limit).
 
 Building a tokenizer from its ``tokenizer.json`` (Hugging Face's or fastokens') allocates two to three times the
 finished tokenizer's size and frees it again; glibc's allocator keeps those freed pages resident (in each thread's
@@ -13,8 +14,10 @@ import ctypes
 import os
 import resource
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["release_free_memory", "resident_bytes"]
+__all__ = ["memory_limit", "release_free_memory", "resident_bytes"]
 
 _trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
 
@@ -33,3 +36,21 @@ def resident_bytes() -> int:
     except OSError:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+
+
+# Where a control group's memory limit is read: cgroup v2, then v1 ("max", or a huge number, when unlimited).
+_CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def memory_limit(limits: Sequence[Path] | None = None) -> int:
+    """The memory this run may use: the machine's, or the lowest control-group limit among ``limits`` (by default
+    the ones this system names) where that is less (a container's, which the out-of-memory killer enforces)."""
+    usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in _CGROUP_LIMITS if limits is None else limits:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            usable = min(usable, int(text))
+    return usable
