@@ -371,3 +371,17 @@ def test_one_document_is_counted_in_the_singular(tmp_path: Path) -> None:
     assert packed.stdout.startswith("packed 1 document (3 tokens) into 1 sequence of max_len 4,096"), packed.stdout
     shown = runner.invoke(app, ["stats", str(out)], env={"COLUMNS": "200"})
     assert "  1 document, 3 tokens, 1 sequence (lower bound 1, gap 0)" in shown.stdout, shown.stdout
+
+
+def test_two_outputs_are_refused_as_stats_reads_one_at_a_time(tmp_path: Path, small_corpus: Path) -> None:
+    """`packcli stats a b` with packed outputs (comparing two packings) read them as a corpus and said 'is a packcli
+    output, not a corpus; pass the files it was packed from', exit 1: a usage error saying to run it per output."""
+    outs = [str(tmp_path / name) for name in ("a", "b")]
+    for out in outs:
+        assert runner.invoke(app, ["pack", str(small_corpus), "--out", out, "--max-len", "8", "-q"]).exit_code == 0
+    for paths in (outs, [outs[0], str(small_corpus)]):
+        result = runner.invoke(app, ["stats", *paths])
+        assert result.exit_code == 2, result.stderr
+        assert result.stderr.strip() == (
+            f"error: {outs[0]}: stats reads one packed output at a time, or raw corpus files: run it once per output"
+        )

@@ -129,7 +129,14 @@ def stats(
 
         raise PackcliError("no packcli output here (run packcli pack first, or name an output or a corpus)", "packed")
     targets = paths or ["packed"]
-    raw = not (len(targets) == 1 and targets[0] != STDIN and is_output(location(targets[0])))
+    outputs = [target for target in targets if target != STDIN and is_output(location(target))]
+    if outputs and len(targets) > 1:
+        from packcli.errors import UsageError
+
+        raise UsageError(
+            "stats reads one packed output at a time, or raw corpus files: run it once per output", outputs[0]
+        )
+    raw = not outputs
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
         from packcli.run.progress import make_reporter
