@@ -67,3 +67,21 @@ def test_missing_matplotlib_names_the_extra(tmp_path: Path, output: Path) -> Non
         == "error: stats --plot needs matplotlib, which is not installed: pip install 'packcli[plot]'"
     )
     assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_with_a_model_config_draws_its_panels(tmp_path: Path, output: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(
+        '{"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, '
+        '"vocab_size": 50257}'
+    )
+    svg = tmp_path / "stats.svg"
+    args = ["stats", str(output), "--plot", str(svg), "--model-config", str(config), "--world-size", "2"]
+    result = runner.invoke(app, [*args, "--batch-size", "1"])
+    assert result.exit_code == 0, result.output
+    text = svg.read_text()
+    assert "FLOPs per layout" in text and "step imbalance" in text and "block-causal mask of row" in text
+    png = tmp_path / "stats.png"
+    assert runner.invoke(app, [*args[:3], str(png), *args[4:]]).exit_code == 0
+    width, height = struct.unpack(">II", png.read_bytes()[16:24])
+    assert 600 <= width <= 1600 and 400 <= height <= 1200

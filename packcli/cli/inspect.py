@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from packcli.cli import flags
 from packcli.cli.notices import Warnings, warn_loss
 from packcli.options import DEFAULT_MAX_LEN
+
+if TYPE_CHECKING:
+    from packcli.report.costs import ModelCost
 
 __all__ = ["show", "stats", "strategies", "verify"]
 
@@ -43,7 +46,12 @@ def stats(
         typer.Argument(help="A packed output, or raw corpus files (as for pack).", show_default="packed"),
     ] = None,
     batch_size: Annotated[
-        int, typer.Option(min=1, help="Documents per batch of the padding baselines; sequences per step.")
+        int,
+        typer.Option(
+            min=1,
+            help="Documents per batch of the padding baselines; sequences per step (with --model-config: per rank "
+            "and micro-step).",
+        ),
     ] = 8,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random batches (and of strategies that take one).")] = 0,
     plot: Annotated[
@@ -87,6 +95,19 @@ def stats(
             show_default="no gate",
         ),
     ] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            parser=flags.local_path,
+            help="A transformers config.json (or a directory holding one): also FLOPs per layout with attention "
+            "counted, row costs, and the step imbalance of the plain and the balanced order.",
+            show_default="no model",
+        ),
+    ] = None,
+    world_size: Annotated[
+        int, typer.Option(min=1, help="With --model-config: data-parallel ranks of the step imbalance.")
+    ] = 8,
+    grad_accum: Annotated[int, typer.Option(min=1, help="With --model-config: micro-steps per optimizer step.")] = 1,
     summary_file: flags.SummaryOption = None,
     json_output: flags.JsonOption = False,
     quiet: flags.QuietOption = False,
@@ -107,18 +128,27 @@ def stats(
       packcli stats corpus.jsonl --max-len 2048 --tokenizer tokenizer.json
 
       packcli stats packed/ --min-efficiency 95% --max-loss 1% --max-gap 2%
+
+      packcli stats packed/ --model-config config.json --world-size 8 --batch-size 1 --grad-accum 4
     """
     from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.gates import check_gates, failure, measure_checked, parse_gates
     from packcli.report.markdown import append_summary, check_summary, stats_markdown
     from packcli.report.stats import measure_output
-    from packcli.report.terminal import loss_warning, print_corpus_choices, print_stats
+    from packcli.report.terminal import (
+        loss_warning,
+        print_corpus_choices,
+        print_model_cost,
+        print_model_cost_candidates,
+        print_stats,
+    )
     from packcli.run.analysis import measure_corpus
     from packcli.storage import location
     from packcli.storage.mirror import local_output
 
     gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
+    model = _model_cost(ctx, model_config, world_size, batch_size, grad_accum, seed)  # a bad config.json too
     check_summary(summary_file)
     if plot is not None:
         from packcli.report.plot import check_plot_path
@@ -146,7 +176,10 @@ def stats(
         warnings, reporter = Warnings(quiet), make_reporter(quiet)
         try:
             with spooled_stdin(targets, warn=warnings) as given:
-                measured = measure_corpus(given.files, options, batch_size, given.warn, reporter, given.spool)
+                per_candidate = model.figures if model else None
+                measured = measure_corpus(
+                    given.files, options, batch_size, given.warn, reporter, given.spool, per_candidate
+                )
         finally:
             reporter.close()
             warnings.close()
@@ -156,6 +189,8 @@ def stats(
         with local_output(location(targets[0])) as out:
             measured = measure(out, batch_size, seed)
     figures = measured.figures
+    if model is not None:
+        figures["model_cost"] = model.figures(measured.lengths, measured.documents_per_row, figures["max_len"])
     warn_loss(loss_warning(figures, figures["max_len"]))
     verdicts = check_gates(gates, figures, title)
     if gates:
@@ -169,8 +204,12 @@ def stats(
         print(json.dumps(figures, sort_keys=True))
     else:
         print_stats(figures, title)
+        if model is not None:
+            print_model_cost(figures)
         if raw:
             print_corpus_choices(figures)
+            if model is not None:
+                print_model_cost_candidates(figures)
             print(f"the tokenized corpus is kept for the next `packcli pack` of it: {figures['tokenization_cache']}")
         if plot is not None:
             print(f"plot written to {plot}")
@@ -179,9 +218,36 @@ def stats(
         raise failed
 
 
+def _model_cost(
+    ctx: typer.Context, config: Path | None, world_size: int, batch_size: int, grad_accum: int, seed: int
+) -> ModelCost | None:
+    """The model of ``--model-config`` and the step its imbalance is measured for; ``--world-size`` and
+    ``--grad-accum`` without it are a usage error (they would change nothing)."""
+    from packcli.errors import UsageError
+
+    if config is None:
+        given = [name for name in ("world_size", "grad_accum") if _given(ctx, name)]
+        if given:
+            raise UsageError(f"{', '.join('--' + name.replace('_', '-') for name in given)}: only with --model-config")
+        return None
+    from packcli.loader.balance import RowCost
+    from packcli.report.costs import ModelCost
+
+    try:
+        cost = RowCost.from_config(config)
+    except ValueError as error:
+        raise UsageError(f"--model-config {error}") from None
+    return ModelCost(cost, world_size, batch_size, grad_accum, seed)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option ``name`` was given (on the command line or from the environment), not defaulted."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
 def _refuse_corpus_options(ctx: typer.Context, output: str) -> None:
-    sources = {name: ctx.get_parameter_source(name) for name in flags.RECORD_FLAGS}
-    given = [name for name, source in sources.items() if source is not None and source.name != "DEFAULT"]
+    given = [name for name in flags.RECORD_FLAGS if _given(ctx, name)]
     if given:
         from packcli.errors import UsageError
 

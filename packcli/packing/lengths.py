@@ -8,6 +8,7 @@ Example, lengths [3, 5, 9, 20], candidate 8: truncate loses 1 + 12 = 13 tokens o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,11 @@ from packcli.packing.overflow import apply_overflow
 from packcli.report.padding import padded
 from packcli.strategies import run_strategy
 
-__all__ = ["candidate_max_lens", "length_percentiles", "max_len_candidates", "overflow_costs"]
+__all__ = ["RowFigures", "candidate_max_lens", "length_percentiles", "max_len_candidates", "overflow_costs"]
 
 PERCENTILES = (50, 90, 99)
+# More figures of a packing, from its document lengths in row order, the documents of each row and max_len
+RowFigures = Callable[[np.ndarray, np.ndarray, int], dict[str, Any]]
 
 
 def length_percentiles(lengths: np.ndarray) -> dict[str, Any]:
@@ -40,9 +43,12 @@ def candidate_max_lens(p99: int, given: int) -> list[int]:
     return sorted({max(above // 4, 1), max(above // 2, 1), above, above * 2, given})
 
 
-def overflow_costs(lengths: np.ndarray, max_len: int, strategy: str, seed: int = 0) -> dict[str, Any]:
+def overflow_costs(
+    lengths: np.ndarray, max_len: int, strategy: str, seed: int = 0, row_figures: RowFigures | None = None
+) -> dict[str, Any]:
     """What each overflow policy does to ``lengths`` at ``max_len``: tokens truncate and drop would lose (count and
-    share of all tokens), and the pieces and packed sequences split would make."""
+    share of all tokens), and the pieces and packed sequences split would make (with ``row_figures``, also its
+    figures of that packing, as ``split.model_cost``)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     tokens = int(lengths.sum())
     long = lengths > max_len
@@ -50,20 +56,25 @@ def overflow_costs(lengths: np.ndarray, max_len: int, strategy: str, seed: int =
     dropped = int(lengths[long].sum())
     pieces, _ = apply_overflow(lengths, max_len, Overflow.split)
     packing = run_strategy(strategy, pieces.length, max_len, seed)
+    split = {
+        "pieces": len(pieces.length),
+        "sequences": len(packing),
+        "efficiency": padded(tokens, len(packing) * max_len)["efficiency"],
+    }
+    if row_figures is not None:
+        split["model_cost"] = row_figures(pieces.length[packing.order], np.diff(packing.offsets), max_len)
     return {
         "max_len": max_len,
         "documents_over": int(long.sum()),
         "truncate": {"tokens_lost": truncated, "fraction_lost": truncated / tokens if tokens else 0.0},
         "drop": {"tokens_lost": dropped, "fraction_lost": dropped / tokens if tokens else 0.0},
-        "split": {
-            "pieces": len(pieces.length),
-            "sequences": len(packing),
-            "efficiency": padded(tokens, len(packing) * max_len)["efficiency"],
-        },
+        "split": split,
     }
 
 
-def max_len_candidates(lengths: np.ndarray, given: int, strategy: str, seed: int = 0) -> list[dict[str, Any]]:
+def max_len_candidates(
+    lengths: np.ndarray, given: int, strategy: str, seed: int = 0, row_figures: RowFigures | None = None
+) -> list[dict[str, Any]]:
     """:func:`overflow_costs` for each of :func:`candidate_max_lens`."""
     p99 = length_percentiles(lengths)["p99"]
-    return [overflow_costs(lengths, max_len, strategy, seed) for max_len in candidate_max_lens(p99, given)]
+    return [overflow_costs(lengths, max_len, strategy, seed, row_figures) for max_len in candidate_max_lens(p99, given)]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["baselines", "padded"]
+__all__ = ["baseline_batches", "baselines", "batch_shapes", "padded"]
 
 
 def padded(tokens: int, slots: int) -> dict[str, Any]:
@@ -24,38 +24,39 @@ def padded(tokens: int, slots: int) -> dict[str, Any]:
     return {"efficiency": tokens / slots if slots else 1.0, "padding_tokens": slots - tokens}
 
 
-def batch_slots(lengths: np.ndarray, batch_size: int) -> int:
-    """Slots of ``lengths`` taken in order, in batches of ``batch_size``, each padded to its longest (the last
-    batch may be smaller)."""
+def batch_shapes(lengths: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(longest, rows) of each batch: ``lengths`` taken in order, in batches of ``batch_size``, each padded to its
+    longest (the last batch may be smaller). A batch computes ``rows`` rows of ``longest`` slots."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    if len(lengths) == 0:
-        return 0
     starts = np.arange(0, len(lengths), batch_size)
-    longest = np.maximum.reduceat(lengths, starts)
-    rows = np.minimum(batch_size, len(lengths) - starts)
-    return int((longest * rows).sum())
+    if len(lengths) == 0:
+        return starts, starts
+    return np.maximum.reduceat(lengths, starts), np.minimum(batch_size, len(lengths) - starts)
 
 
-def random_batch_slots(lengths: np.ndarray, batch_size: int, seed: int) -> int:
-    """Slots of one epoch of random batches: ``lengths`` in a seeded random order, padded batch by batch."""
-    order = np.random.default_rng(seed).permutation(len(lengths))
-    return batch_slots(np.asarray(lengths)[order], batch_size)
-
-
-def length_grouped_slots(lengths: np.ndarray, batch_size: int) -> int:
-    """Slots of batches of documents sorted longest first (what Hugging Face's ``group_by_length`` approaches)."""
-    return batch_slots(np.sort(np.asarray(lengths, dtype=np.int64))[::-1], batch_size)
+def baseline_batches(
+    lengths: np.ndarray, max_len: int, batch_size: int, seed: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each baseline's padded batches as :func:`batch_shapes` gives them, keyed as in ``stats --json``: every
+    document alone in a row of ``max_len``; random batches (``lengths`` in a seeded random order); and the same
+    batches of documents sorted longest first (what Hugging Face's ``group_by_length`` approaches)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return {
+        "pad_to_max_len": (np.array([max_len], dtype=np.int64), np.array([len(lengths)], dtype=np.int64)),
+        "pad_to_longest": batch_shapes(lengths[np.random.default_rng(seed).permutation(len(lengths))], batch_size),
+        "length_grouped": batch_shapes(np.sort(lengths)[::-1], batch_size),
+    }
 
 
 def baselines(lengths: np.ndarray, max_len: int, batch_size: int, seed: int) -> dict[str, dict[str, Any]]:
     """The three baselines of ``lengths`` (the documents packing packs), keyed as in ``stats --json``."""
     tokens = int(np.sum(lengths))
+    slots = {
+        name: int((longest * rows).sum())
+        for name, (longest, rows) in baseline_batches(lengths, max_len, batch_size, seed).items()
+    }
     return {
-        "pad_to_max_len": padded(tokens, len(lengths) * max_len),
-        "pad_to_longest": {
-            "batch_size": batch_size,
-            "seed": seed,
-            **padded(tokens, random_batch_slots(lengths, batch_size, seed)),
-        },
-        "length_grouped": {"batch_size": batch_size, **padded(tokens, length_grouped_slots(lengths, batch_size))},
+        "pad_to_max_len": padded(tokens, slots["pad_to_max_len"]),
+        "pad_to_longest": {"batch_size": batch_size, "seed": seed, **padded(tokens, slots["pad_to_longest"])},
+        "length_grouped": {"batch_size": batch_size, **padded(tokens, slots["length_grouped"])},
     }

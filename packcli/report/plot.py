@@ -1,6 +1,7 @@
 """``packcli stats --plot FILE``: one figure of four panels that show what packing did, drawn with matplotlib (the
 ``plot`` extra, imported only here): document lengths with ``max_len`` marked, the fill of each sequence, compute
-against the padding baselines, and one row's block-causal attention mask with its document boundaries.
+against the padding baselines, and one row's block-causal attention mask with its document boundaries. With
+``--model-config``, two more: FLOPs per layout (linear and attention), and the row costs with the step imbalance.
 
 The mask is drawn at most ``_MASK_CELLS`` cells a side (a cell is several tokens for a long ``max_len``), built with
 one numpy comparison, never a loop over positions.
@@ -51,13 +52,18 @@ def plot_stats(measured: Measured, path: Path, title: str, raw: bool) -> None:
     with requires_extra("plot", _FEATURE):
         from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
 
-    figure = Figure(figsize=(11, 7.2), layout="constrained")
-    (lengths, fill), (compute, mask) = figure.subplots(2, 2)
+    figures = measured.figures
+    model = figures.get("model_cost")  # with --model-config: a third row of panels
+    figure = Figure(figsize=(11, 10.8 if model else 7.2), layout="constrained")
+    panels = figure.subplots(3 if model else 2, 2)
+    (lengths, fill), (compute, mask) = panels[0], panels[1]
     _draw_lengths(lengths, measured, raw)
     _draw_fill(fill, measured)
-    _draw_compute(compute, measured.figures)
+    _draw_compute(compute, figures)
     _draw_mask(mask, measured)
-    figures = measured.figures
+    if model:
+        _draw_model_flops(panels[2][0], figures)
+        _draw_row_costs(panels[2][1], figures)
     documents = figures.get("input_documents", figures["documents"])
     pieces = f" ({figures['documents']:,} pieces)" if documents != figures["documents"] else ""
     figure.suptitle(
@@ -196,3 +202,49 @@ def _draw_mask(axes: Any, measured: Measured) -> None:
     axes.set_xlabel("key position (attended to)", fontsize=9)
     axes.set_ylabel("query position", fontsize=9)
     _style(axes, f"block-causal mask of row {row}: {len(cu) - 1} documents")
+
+
+def _draw_model_flops(axes: Any, figures: dict[str, Any]) -> None:
+    """Each layout's FLOPs over packing's, split into the linear layers and attention."""
+    model, batch = figures["model_cost"], figures["pad_to_longest"]["batch_size"]
+    layouts = [
+        ("packing (varlen)", "packing"),
+        (f"random batches of {batch},\npadded to longest", "pad_to_longest"),
+        (f"length-grouped batches\nof {batch}, padded to longest", "length_grouped"),
+        ("each document padded\nto max_len", "pad_to_max_len"),
+    ][::-1]
+    packed = model["packing"]["flops"] or 1.0
+    total = np.array([model[key]["flops"] / packed for _, key in layouts])
+    attention = total * np.array([model[key]["attention_share"] for _, key in layouts])
+    names = [name for name, _ in layouts]
+    axes.barh(names, total - attention, color=[_BASELINE] * (len(layouts) - 1) + [_PACKING], height=0.6)
+    axes.barh(names, attention, left=total - attention, color=_LOSS, height=0.6, label="attention")
+    for y, value in enumerate(total):
+        axes.annotate(f"{value:.2f}x", (value, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+    axes.set_xlim(0, float(total.max()) * 1.25)
+    axes.legend(fontsize=9, frameon=False, loc="upper right")
+    axes.set_xlabel("FLOPs over packing's (forward and backward)", fontsize=9)
+    _style(axes, "FLOPs per layout, attention counted")
+
+
+def _draw_row_costs(axes: Any, figures: dict[str, Any]) -> None:
+    """The distribution of row costs, and the step imbalance of the plain and the balanced order."""
+    model = figures["model_cost"]
+    costs = model["row_cost"]
+    mean = costs["mean"] or 1.0
+    edges = np.array(costs["histogram"]["edges"]) / mean
+    if len(edges):
+        axes.stairs(costs["histogram"]["counts"], edges, fill=True, color=_PACKING, alpha=0.8)
+    axes.axvline(1.0, color=_LOSS, linestyle="--", linewidth=1.5)
+    if model["plain_imbalance"] is None:
+        size = model["world_size"] * model["batch_size"] * model["grad_accum"]
+        said = f"step imbalance: fewer rows than\none global batch of {size:,}"
+    else:
+        said = (
+            f"step imbalance, {model['world_size']} ranks x {model['batch_size']} x {model['grad_accum']}:\n"
+            f"plain order {model['plain_imbalance']:.1%}, balanced {model['balanced_imbalance']:.1%}"
+        )
+    axes.annotate(said, (0.02, 0.97), xycoords="axes fraction", va="top", fontsize=9)
+    axes.set_xlabel("row cost / mean row cost (FLOPs)", fontsize=9)
+    axes.set_ylabel("sequences", fontsize=9)
+    _style(axes, f"row costs: attention {model['packing']['attention_share']:.1%} of packing's FLOPs")

@@ -5,6 +5,7 @@ terminal nothing is wrapped at 80 columns: a log line or a piped table keeps its
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ __all__ = [
     "loss_warning",
     "pack_summary",
     "print_corpus_choices",
+    "print_model_cost",
+    "print_model_cost_candidates",
     "print_stats",
     "token_loss",
 ]
@@ -283,5 +286,88 @@ def _print_strategy_comparison(out: Console, stats: dict[str, Any]) -> None:
             f"{figures['packing']['efficiency']:.2%}",
             f"{figures['documents_per_sequence']['mean']:.2f}",
             f"{figures['steps_per_epoch']['steps']:,}",
+        )
+    out.print(table)
+
+
+def flops(value: float) -> str:
+    """FLOPs with an SI prefix, three significant digits: ``1.23 PFLOP``."""
+    prefixes = ("", "k", "M", "G", "T", "P", "E", "Z", "Y")
+    power = min(max(math.floor(math.log10(value) / 3), 0), len(prefixes) - 1) if value > 0 else 0
+    return f"{value / 1000**power:.3g} {prefixes[power]}FLOP"
+
+
+def _step(model: dict[str, Any]) -> str:
+    """``8 ranks x 1 row x 4 micro-steps``: the step of the imbalance figures."""
+    rows, steps = model["batch_size"], model["grad_accum"]
+    return f"{count(model['world_size'], 'rank')} x {count(rows, 'row')} x {count(steps, 'micro-step')}"
+
+
+def imbalance_line(model: dict[str, Any], sequences: int) -> str:
+    """The step imbalance of the plain and the balanced order, or why there is none."""
+    size = model["world_size"] * model["batch_size"] * model["grad_accum"]
+    if model["plain_imbalance"] is None:
+        made = f"{count(sequences, 'sequence')} make no global batch of {size:,}"
+        return f"step imbalance: no figure, {made} ({_step(model)})"
+    left = f", {count(model['rows_left_out'], 'row')} left out" if model["rows_left_out"] else ""
+    batches = model["global_batches"]
+    return (
+        f"step imbalance at {_step(model)} ({batches:,} global batch{'' if batches == 1 else 'es'}{left}): slowest "
+        f"rank above the mean, plain order {model['plain_imbalance']:.1%}, balanced {model['balanced_imbalance']:.1%} "
+        f"(a step {model['balanced_speedup']:.2f}x faster)"
+    )
+
+
+def print_model_cost(stats: dict[str, Any]) -> None:
+    """``--model-config``: the FLOPs of each layout with attention counted, the row costs and the step imbalance."""
+    out = console()
+    model = stats["model_cost"]
+    table = _table("model cost per layout (FLOPs of one epoch, forward and backward, attention counted)")
+    for column in ("layout", "FLOPs", "attention", "FLOPs / packing"):
+        table.add_column(column, justify="right" if column != "layout" else "left")
+    packed = model["packing"]["flops"]
+    batch = stats["pad_to_longest"]["batch_size"]
+    for name, key in (
+        (f"packing ({stats['strategy']}), varlen", "packing"),
+        (f"random batches of {batch}, each padded to its longest", "pad_to_longest"),
+        (f"batches of {batch} grouped by length, padded to the longest", "length_grouped"),
+        ("every document alone, padded to max_len", "pad_to_max_len"),
+    ):
+        figures = model[key]
+        table.add_row(
+            name,
+            flops(figures["flops"]),
+            f"{figures['attention_share']:.1%}",
+            f"{figures['flops'] / packed:.2f}x" if packed else "-",
+        )
+    out.print(table)
+    costs = model["row_cost"]
+    out.print(
+        f"  row cost: p50 {flops(costs['p50'])}, p90 {flops(costs['p90'])}, p99 {flops(costs['p99'])}, "
+        f"max {flops(costs['max'])} (max / mean {costs['max'] / costs['mean'] if costs['mean'] else 1:.2f}x)"
+    )
+    out.print(f"  {imbalance_line(model, stats['sequences'])}")
+
+
+def print_model_cost_candidates(stats: dict[str, Any]) -> None:
+    """Raw corpus with ``--model-config``: the model cost of each candidate ``max_len``'s split packing."""
+    out = console()
+    model = stats["model_cost"]
+    table = _table(f"model cost per --max-len (split, {stats['strategy']}; imbalance at {_step(model)})")
+    columns = ("max_len", "FLOPs", "attention", "random batches / packing", "plain imbalance", "balanced imbalance")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for candidate in stats["max_len_candidates"]:
+        given = " (given)" if candidate["max_len"] == stats["max_len"] else ""
+        figures = candidate["split"]["model_cost"]
+        table.add_row(
+            f"{candidate['max_len']:,}{given}",
+            flops(figures["packing"]["flops"]),
+            f"{figures['packing']['attention_share']:.1%}",
+            f"{figures['compute_saved']['vs_pad_to_longest']:.2f}x",
+            *(
+                "-" if figures[key] is None else f"{figures[key]:.1%}"
+                for key in ("plain_imbalance", "balanced_imbalance")
+            ),
         )
     out.print(table)

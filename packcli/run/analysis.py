@@ -13,7 +13,7 @@ from packcli.encode import cache
 from packcli.encode.corpus import tokenize_corpus
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
-from packcli.packing.lengths import length_percentiles, max_len_candidates
+from packcli.packing.lengths import RowFigures, length_percentiles, max_len_candidates
 from packcli.packing.overflow import apply_overflow
 from packcli.read.inputs import Spool
 from packcli.report.stats import DEFAULT_BATCH_SIZE, Measured, sequence_stats
@@ -31,12 +31,14 @@ def measure_corpus(
     warn: Callable[[str], None] = lambda message: None,
     reporter: Reporter | None = None,
     stdin: Spool | None = None,
+    row_figures: RowFigures | None = None,
 ) -> Measured:
     """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
 
     The tokenized corpus stays in the tokenization cache (:mod:`packcli.encode.cache`) for the ``pack`` that follows.
     The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one; ``lengths``
-    the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost.
+    the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost (with
+    ``row_figures``, also its figures of each candidate's split packing, as ``split.model_cost``).
     """
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn, stdin)
@@ -81,7 +83,9 @@ def measure_corpus(
         **compared[options.strategy],
         "strategies": compared,
         "lengths": length_percentiles(tokenized.lengths),
-        "max_len_candidates": max_len_candidates(tokenized.lengths, options.max_len, options.strategy, options.seed),
+        "max_len_candidates": max_len_candidates(
+            tokenized.lengths, options.max_len, options.strategy, options.seed, row_figures
+        ),
         "tokenization_cache": str(cache.cache_root() / key),
     }
     reporter.close()
