@@ -21,6 +21,7 @@ from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.listing import check_listing, open_listed_shard
 from packcli.format.manifest import TOTALS, read_manifest
 from packcli.format.shards import flat_list_column
+from packcli.loader.balance import row_document_lengths
 from packcli.report.padding import baselines, padded
 
 __all__ = ["DEFAULT_BATCH_SIZE", "Measured", "histogram", "measure_output", "packed_stats", "sequence_stats"]
@@ -133,12 +134,9 @@ def measure_output(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 
             per_sequence = np.add.reduceat(taken, label_offsets[:-1]) if len(taken) else taken
             supervised_tokens += int(taken.sum())
             unsupervised_sequences += int(np.count_nonzero(per_sequence == 0))
-        cu, offsets = flat_list_column(table.column("cu_seqlens"))
-        boundaries = np.diff(cu)
-        keep = np.ones(len(boundaries), dtype=bool)
-        keep[offsets[1:-1] - 1] = False  # the step from one row's end to the next row's 0
-        lengths.append(boundaries[keep])
-        per_row.append(np.diff(offsets) - 1)
+        shard_lengths, shard_offsets = row_document_lengths(*flat_list_column(table.column("cu_seqlens")))
+        lengths.append(shard_lengths)
+        per_row.append(np.diff(shard_offsets))
     all_lengths = np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, dtype=np.int64)
     all_per_row = np.concatenate(per_row) if per_row else np.zeros(0, dtype=np.int64)
     stats = sequence_stats(all_lengths, all_per_row, int(manifest["max_len"]), batch_size, seed)
