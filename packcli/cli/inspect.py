@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from packcli.cli import flags
-from packcli.cli.notices import Warnings, warn_loss
+from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summary
 from packcli.options import DEFAULT_MAX_LEN
 
 __all__ = ["show", "stats", "strategies", "verify"]
@@ -111,7 +111,7 @@ def stats(
     from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.gates import check_gates, failure, measure_checked, parse_gates
-    from packcli.report.markdown import append_summary, check_summary, stats_markdown
+    from packcli.report.markdown import stats_markdown
     from packcli.report.stats import measure_output
     from packcli.report.terminal import loss_warning, print_corpus_choices, print_stats
     from packcli.run.analysis import measure_corpus
@@ -119,7 +119,7 @@ def stats(
     from packcli.storage.mirror import local_output
 
     gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
-    check_summary(summary_file)
+    summary = resolve_summary(summary_file)
     if plot is not None:
         from packcli.report.plot import check_plot_path
 
@@ -160,7 +160,7 @@ def stats(
     verdicts = check_gates(gates, figures, title)
     if gates:
         figures["gates"] = verdicts
-    append_summary(stats_markdown(figures, title, verdicts), summary_file)
+    write_summary(stats_markdown(figures, title, verdicts), summary)
     if plot is not None:
         from packcli.report.plot import plot_stats
 
@@ -203,16 +203,16 @@ def verify(
       packcli verify packed/ --json
     """
     from packcli.errors import EXIT_DATA
-    from packcli.report.markdown import append_summary, check_summary, verify_markdown
+    from packcli.report.markdown import verify_markdown
     from packcli.report.terminal import count
     from packcli.report.verify import MAX_LISTED, verify_output
     from packcli.storage import location
     from packcli.storage.mirror import local_output
 
-    check_summary(summary_file)
+    summary = resolve_summary(summary_file)
     with local_output(location(path), check=False) as out:  # damage in the store is verify's to report
         report = verify_output(out)
-    append_summary(verify_markdown(report.to_json(), path), summary_file)
+    write_summary(verify_markdown(report.to_json(), path), summary)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
     elif report.ok:
