@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -249,9 +251,28 @@ def test_a_share_in_exponent_notation_is_read_and_what_is_no_number_is_refused()
     assert written.limit == 0.00001
     with pytest.raises(UsageError, match=r"^--max-loss '1e400' is above 1"):  # no float holds it: still one line
         parse_gates(None, "1e400", None)
-    for bad in ("nan", "inf", "-0", "+0.5", "", "1e", "e-2", "0x1", "1/2"):
+    for bad in ("nan", "inf", "", "1e", "e-2", "0x1", "1/2", "--1", "+-1", "\u0663"):
         with pytest.raises(UsageError, match=r"^--min-efficiency '.*': give a share"):
             parse_gates(bad, None, None)
+
+
+def test_a_gate_value_is_the_number_it_writes_signed_or_not() -> None:
+    """Every gate reads its value as one number (optional sign, ASCII digits, decimal point, exponent), then holds it
+    to its range: -0 is 0 and +0.5 is 0.5 (-0 was refused as no number while 0 was taken, and --max-gap took 3 but
+    not 3.0); a negative value is refused as below 0, a fractional gap count as not whole."""
+    for zero in ("0", "-0", "+0", "-0.0", "-0e5"):
+        [efficiency, loss, gap] = parse_gates(zero, f"{zero}%", zero)
+        assert [efficiency.limit, loss.limit, gap.limit] == [0.0, 0.0, 0.0] and not gap.relative
+        assert math.copysign(1, efficiency.limit) == 1 and math.copysign(1, gap.limit) == 1
+    [efficiency, loss, gap] = parse_gates("+0.5", "+50%", "+3")
+    assert (efficiency.limit, loss.limit, gap.limit, gap.relative) == (0.5, 0.5, 3.0, False)
+    assert [parse_gates(None, None, count)[0].limit for count in ("3.0", "1e2", "-0%")] == [3.0, 100.0, 0.0]
+    for flag, value in (("--min-efficiency", "-0.1"), ("--max-loss", "-1%"), ("--max-gap", "-3"), ("--max-gap", "-1%")):
+        with pytest.raises(UsageError, match=rf"^{flag} '{re.escape(value)}' is below 0"):
+            parse_gates(*[value if name == flag else None for name in ("--min-efficiency", "--max-loss", "--max-gap")])
+    for value in ("0.5", "\u00b2", "\u0663", "x"):
+        with pytest.raises(UsageError, match=r"^--max-gap '.*': give a whole number of sequences"):
+            parse_gates(None, None, value)
 
 
 def test_a_failed_gate_prints_its_figure_and_threshold_apart() -> None:
