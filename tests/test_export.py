@@ -732,6 +732,20 @@ def test_an_output_failing_verify_is_refused_before_anything_is_written(small_pa
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]
 
 
+def test_an_output_url_failing_verify_is_named_by_its_url(s3_server: Any, small_packed: Path, tmp_path: Path) -> None:
+    """An output in the store that fails verify is named as given, never by the temporary local copy export read it
+    through (``/tmp/packcli-remote-.../<key>: fails verify``)."""
+    fs, url = s3_server.filesystem(), f"{s3_server.bucket()}/packed"
+    fs.put(f"{small_packed}/", url, recursive=True)
+    shard = json.loads((small_packed / "manifest.json").read_text())["shards"][0]["file"]
+    data = bytearray((small_packed / shard).read_bytes())
+    data[-100] ^= 0xFF
+    fs.pipe(f"{url}/{shard}", bytes(data))
+    result = RUNNER.invoke(app, ["export", url, "--to", "megatron", "--out", str(tmp_path / "mg")])
+    assert result.exit_code == 1 and result.stderr.startswith(f"error: {url}: fails verify"), result.output
+    assert "packcli-remote-" not in result.stderr and not (tmp_path / "mg").exists()
+
+
 @pytest.mark.parametrize("fmt", ["megatron", "bridge", "olmo-core", "nanotron", "mds"])
 def test_damage_found_after_the_export_began_leaves_nothing_written(
     packed_text: Path, tmp_path: Path, fmt: str

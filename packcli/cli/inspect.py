@@ -202,7 +202,7 @@ def verify(
 
       packcli verify packed/ --json
     """
-    from packcli.errors import EXIT_DATA
+    from packcli.errors import PackcliError
     from packcli.report.markdown import verify_markdown
     from packcli.report.terminal import count
     from packcli.report.verify import MAX_LISTED, verify_output
@@ -226,8 +226,7 @@ def verify(
         if report.count > MAX_LISTED:
             print(f"... and {report.count - MAX_LISTED} more problems", file=sys.stderr)
     if not report.ok:  # the log's one line, with --json too: the object on stdout holds the problems
-        print(f"error: {path}: {report.count} problem(s) found", file=sys.stderr)
-        raise typer.Exit(EXIT_DATA)
+        raise PackcliError(f"{report.count} problem(s) found", path)
 
 
 def show(
