@@ -314,13 +314,15 @@ def test_a_cached_copy_is_held_to_the_manifest_just_read_and_what_differs_is_fet
     assert intact()
     shards = [f"{url}/{entry['file']}" for entry in read_manifest(location(url))["shards"]]
     fs.rm(shards)
+    written = (copy / "manifest.json").stat().st_ino
     assert cached_output(location(url), cache) == copy  # intact: checked without a byte of a shard (none is there)
+    assert (copy / "manifest.json").stat().st_ino == written  # nor written again
     theirs = read_manifest(location(other))
     theirs["fingerprint"] = read_manifest(copy)["fingerprint"]  # repacked at the URL: same fingerprint, other bytes
     for entry in theirs["shards"]:
         fs.copy(f"{other}/{entry['file']}", f"{url}/{entry['file']}")
     fs.pipe(f"{url}/manifest.json", json.dumps(theirs).encode())
-    with pytest.warns(UserWarning, match=r"differs from the output \(the output was written again since\)"):
+    with pytest.warns(UserWarning, match=r"differs from the output \(its manifest is another: the output was written again since\)"):
         assert cached_output(location(url), cache) == copy
     assert read_manifest(copy) == theirs and intact()
 

@@ -102,11 +102,11 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], check: bool) -> None
         refetched += state is not None
         if _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None) and check:
             found[name] = [*_state_of(path), shard["sha256"]]
-    listed = {str(shard["file"]) for shard in manifest["shards"]}
-    gone = [str(shard["file"]) for shard in (earlier or {}).get("shards", []) if str(shard["file"]) not in listed]
-    rewritten = earlier is not None and earlier != json.loads(canonical_json(manifest))
+    text = canonical_json(manifest)
+    rewritten = earlier is not None and earlier != json.loads(text)
     if refetched or rewritten:
-        why = "the output was written again since" if rewritten else f"{refetched} shard(s) changed or cut short in it"
+        why = "its manifest is another: the output was written again since" if rewritten else ""
+        why = why or f"{refetched} shard(s) changed or cut short in it"
         warnings.warn(
             f"{url}: the local copy in {local} differs from the output ({why}): what differs is fetched again",
             UserWarning,
@@ -114,10 +114,20 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], check: bool) -> None
         )
     if found:
         write_atomically(local / INTACT, canonical_json({**intact, **found}), own_name=True)
-    write_atomically(local / MANIFEST_NAME, canonical_json(manifest), own_name=True)  # the commit, last
-    for name in gone:
-        with suppress(FileNotFoundError, PackcliError):
-            shard_path(local, name).unlink()
+    if earlier is None or rewritten:
+        write_atomically(local / MANIFEST_NAME, text, own_name=True)  # the commit, last
+    if rewritten and earlier is not None:
+        for name in _names(earlier) - _names(manifest):  # only the earlier manifest listed them
+            with suppress(FileNotFoundError, PackcliError):
+                shard_path(local, name).unlink()
+
+
+def _names(manifest: dict[str, Any]) -> set[str]:
+    """The shard files a manifest lists (of a copy's own manifest, however damaged: what it can tell)."""
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        return set()
+    return {str(shard["file"]) for shard in shards if isinstance(shard, dict) and "file" in shard}
 
 
 def _state(path: Path) -> tuple[int, int] | None:
