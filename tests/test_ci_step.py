@@ -267,6 +267,10 @@ def test_a_gate_value_is_the_number_it_writes_signed_or_not() -> None:
     [efficiency, loss, gap] = parse_gates("+0.5", "+50%", "+3")
     assert (efficiency.limit, loss.limit, gap.limit, gap.relative) == (0.5, 0.5, 3.0, False)
     assert [parse_gates(None, None, count)[0].limit for count in ("3.0", "1e2", "-0%")] == [3.0, 100.0, 0.0]
+    tiny = "1e-99999999"  # read as the decimal it writes: 10 ** 99999999 is never computed (minutes, as a fraction)
+    assert [gate.limit for gate in parse_gates(tiny, f"{tiny}%", f"{tiny}%")] == [0.0, 0.0, 0.0]
+    with pytest.raises(UsageError, match=r"^--max-loss '1e99999999' is above 1"):
+        parse_gates(None, "1e99999999", None)
     for flag, value in (("--min-efficiency", "-0.1"), ("--max-loss", "-1%"), ("--max-gap", "-3"), ("--max-gap", "-1%")):
         with pytest.raises(UsageError, match=rf"^{flag} '{re.escape(value)}' is below 0"):
             parse_gates(*[value if name == flag else None for name in ("--min-efficiency", "--max-loss", "--max-gap")])

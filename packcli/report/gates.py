@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from fractions import Fraction
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def parse_gates(min_efficiency: str | None, max_loss: str | None, max_gap: str |
             gates.append(Gate("--max-gap", max_gap, _share("--max-gap", max_gap)))
         else:
             count = _number("--max-gap", max_gap, max_gap.strip(), _GAP)
-            if count.denominator != 1:
+            if count != count.to_integral_value():
                 raise UsageError(f"--max-gap {max_gap!r}: {_GAP}")
             gates.append(Gate("--max-gap", max_gap, float(count), relative=False))
     return gates
@@ -121,25 +121,28 @@ def _share(flag: str, given: str) -> float:
     """A share written ``0.95`` or ``95%``, exactly: ``95.2%`` is the float nearest 0.952, as ``0.952`` is."""
     text = given.strip()
     percent = text.endswith("%")
-    # exact decimal arithmetic, rounded once: float("95.2") / 100 rounds twice and lands a bit above 0.952
-    exact = _number(flag, given, text[:-1].strip() if percent else text, _SHARE) / (100 if percent else 1)
+    exact = _number(flag, given, text[:-1].strip() if percent else text, _SHARE)
+    if percent:  # the decimal point moved, exactly: float("95.2") / 100 rounds twice and lands a bit above 0.952
+        sign, digits, exponent = exact.as_tuple()
+        exact = Decimal((sign, digits, int(exponent) - 2))
     if exact > 1:  # compared before float(), which no float holds for 1e400
         raise UsageError(f"{flag} {given!r} is above 1 (100%): no packing can have such a share")
     return float(exact)
 
 
-def _number(flag: str, given: str, text: str, hint: str) -> Fraction:
-    """The number ``text`` writes, exactly, at least 0 (``-0`` is 0).
+def _number(flag: str, given: str, text: str, hint: str) -> Decimal:
+    """The number ``text`` writes, exactly (a decimal: ``1e-99999999`` costs no more than ``0.01``), at least 0
+    (``-0`` is 0).
 
     Raises:
         UsageError: no number (``hint`` says what to give), or one below 0.
     """
     if not _NUMBER.fullmatch(text):
         raise UsageError(f"{flag} {given!r}: {hint}")
-    value = Fraction(text)
+    value = Decimal(text)
     if value < 0:
         raise UsageError(f"{flag} {given!r} is below 0: no packing can have such a figure")
-    return value
+    return value.copy_abs()  # -0 is 0, exactly
 
 
 def check_gates(gates: list[Gate], figures: dict[str, Any], where: str) -> list[dict[str, Any]]:
