@@ -278,8 +278,8 @@ def test_a_cached_copy_is_held_to_the_manifest_just_read_and_what_differs_is_fet
     s3_server: S3Server, tmp_path: Path
 ) -> None:
     """The loader's local copy of an output URL is checked on every open against the output's manifest: a shard of
-    the copy changed in place (a flipped byte: a silently wrong id) or cut short (a refusal whose fix was to delete the
-    copy) is fetched again, and so is an output repacked at the URL with the same fingerprint (other shards), its old
+    the copy changed in place (a flipped byte: a silently wrong id), cut short (a refusal whose fix was to delete the
+    copy) or removed is fetched again, and so is an output repacked at the URL with the same fingerprint (other shards), its old
     shards removed; each time a warning says so. An intact copy reads no shard from the store."""
     from packcli.storage.mirror import cached_output
     from packcli.util.files import file_sha256
@@ -309,7 +309,13 @@ def test_a_cached_copy_is_held_to_the_manifest_just_read_and_what_differs_is_fet
         assert cached_output(location(url), cache) == copy
     assert intact()
     shard.write_bytes(shard.read_bytes()[:-8])
-    with pytest.warns(UserWarning, match=r"1 shard\(s\) changed or cut short in it\): what differs is fetched again$"):
+    with pytest.warns(
+        UserWarning, match=r"1 shard\(s\) changed, cut short or missing in it\): what differs is fetched again$"
+    ):
+        cached_output(location(url), cache)
+    assert intact()
+    shard.unlink()
+    with pytest.warns(UserWarning, match=r"1 shard\(s\) changed, cut short or missing in it"):
         cached_output(location(url), cache)
     assert intact()
     shards = [f"{url}/{entry['file']}" for entry in read_manifest(location(url))["shards"]]
@@ -322,7 +328,9 @@ def test_a_cached_copy_is_held_to_the_manifest_just_read_and_what_differs_is_fet
     for entry in theirs["shards"]:
         fs.copy(f"{other}/{entry['file']}", f"{url}/{entry['file']}")
     fs.pipe(f"{url}/manifest.json", json.dumps(theirs).encode())
-    with pytest.warns(UserWarning, match=r"differs from the output \(its manifest is another: the output was written again since\)"):
+    with pytest.warns(
+        UserWarning, match=r"differs from the output \(its manifest is another: the output was written again since\)"
+    ):
         assert cached_output(location(url), cache) == copy
     assert read_manifest(copy) == theirs and intact()
 

@@ -99,14 +99,14 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], check: bool) -> None
             if file_sha256(path) == shard["sha256"]:
                 found[name] = [*state, shard["sha256"]]
                 continue
-        refetched += state is not None
+        refetched += state is not None or earlier is not None  # a complete copy lacked it, or held another
         if _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None) and check:
             found[name] = [*_state_of(path), shard["sha256"]]
     text = canonical_json(manifest)
     rewritten = earlier is not None and earlier != json.loads(text)
     if refetched or rewritten:
         why = "its manifest is another: the output was written again since" if rewritten else ""
-        why = why or f"{refetched} shard(s) changed or cut short in it"
+        why = why or f"{refetched} shard(s) changed, cut short or missing in it"
         warnings.warn(
             f"{url}: the local copy in {local} differs from the output ({why}): what differs is fetched again",
             UserWarning,
