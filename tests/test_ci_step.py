@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -208,7 +210,7 @@ def test_summary_markdown_for_pack_stats_and_verify(tmp_path: Path, corpus: Path
     assert text.count("### packcli pack") == 1 and text.count("### packcli stats") == 1  # named twice: once
     assert "packing efficiency" in text and "tokens (" in text and "**1 warning**" in text
     assert "--overflow drop left out" in text and "| `--max-loss` | 1% |" in text and "**FAIL**" in text
-    assert "OK: every invariant and checksum holds" in mine.read_text() and "### packcli verify" in text
+    assert "OK: every invariant and checksum holds" in mine.read_text() and "### packcli verify" not in text
     assert not invoke("pack", str(corpus), "--out", out, "--dry-run", "--overwrite", env=env).stderr
     assert github.read_text() == text  # a dry run writes nothing, no summary either
 
@@ -249,9 +251,32 @@ def test_a_share_in_exponent_notation_is_read_and_what_is_no_number_is_refused()
     assert written.limit == 0.00001
     with pytest.raises(UsageError, match=r"^--max-loss '1e400' is above 1"):  # no float holds it: still one line
         parse_gates(None, "1e400", None)
-    for bad in ("nan", "inf", "-0", "+0.5", "", "1e", "e-2", "0x1", "1/2"):
+    for bad in ("nan", "inf", "", "1e", "e-2", "0x1", "1/2", "--1", "+-1", "\u0663"):
         with pytest.raises(UsageError, match=r"^--min-efficiency '.*': give a share"):
             parse_gates(bad, None, None)
+
+
+def test_a_gate_value_is_the_number_it_writes_signed_or_not() -> None:
+    """Every gate reads its value as one number (optional sign, ASCII digits, decimal point, exponent), then holds it
+    to its range: -0 is 0 and +0.5 is 0.5 (-0 was refused as no number while 0 was taken, and --max-gap took 3 but
+    not 3.0); a negative value is refused as below 0, a fractional gap count as not whole."""
+    for zero in ("0", "-0", "+0", "-0.0", "-0e5"):
+        [efficiency, loss, gap] = parse_gates(zero, f"{zero}%", zero)
+        assert [efficiency.limit, loss.limit, gap.limit] == [0.0, 0.0, 0.0] and not gap.relative
+        assert math.copysign(1, efficiency.limit) == 1 and math.copysign(1, gap.limit) == 1
+    [efficiency, loss, gap] = parse_gates("+0.5", "+50%", "+3")
+    assert (efficiency.limit, loss.limit, gap.limit, gap.relative) == (0.5, 0.5, 3.0, False)
+    assert [parse_gates(None, None, count)[0].limit for count in ("3.0", "1e2", "-0%")] == [3.0, 100.0, 0.0]
+    tiny = "1e-99999999"  # read as the decimal it writes: 10 ** 99999999 is never computed (minutes, as a fraction)
+    assert [gate.limit for gate in parse_gates(tiny, f"{tiny}%", f"{tiny}%")] == [0.0, 0.0, 0.0]
+    with pytest.raises(UsageError, match=r"^--max-loss '1e99999999' is above 1"):
+        parse_gates(None, "1e99999999", None)
+    for flag, value in (("--min-efficiency", "-0.1"), ("--max-loss", "-1%"), ("--max-gap", "-3"), ("--max-gap", "-1%")):
+        with pytest.raises(UsageError, match=rf"^{flag} '{re.escape(value)}' is below 0"):
+            parse_gates(*[value if name == flag else None for name in ("--min-efficiency", "--max-loss", "--max-gap")])
+    for value in ("0.5", "\u00b2", "\u0663", "x"):
+        with pytest.raises(UsageError, match=r"^--max-gap '.*': give a whole number of sequences"):
+            parse_gates(None, None, value)
 
 
 def test_a_failed_gate_prints_its_figure_and_threshold_apart() -> None:
@@ -297,30 +322,66 @@ def test_a_url_for_a_summary_or_plot_file_is_refused_before_any_work(
         assert listing(tmp_path) == []
 
 
-def test_a_summary_or_plot_that_cannot_be_written_fails_before_any_work(
+def test_a_plot_that_cannot_be_written_fails_before_any_work(
     corpus: Path, packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A summary or plot in a directory that does not exist (or a directory itself) fails at once, exit 1, one line
-    naming it: it once failed after the whole run, a pack's output published, a raw corpus tokenized."""
+    """A plot in a directory that does not exist fails at once, exit 1, one line naming it: it once failed after the
+    whole run, a raw corpus tokenized."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     cache = Path(os.environ["PACKCLI_CACHE"])
     cached = sorted(cache.iterdir()) if cache.exists() else []
+    result = invoke("stats", str(corpus), "--max-len", "512", "--plot", "no-such-dir/p.png")
+    assert result.exit_code == 1 and result.stdout == "", result.output
+    assert result.stderr.startswith("error: no-such-dir/p.png: cannot write the ") and result.stderr.count("\n") == 1
+    assert listing(tmp_path) == []
+    assert (sorted(cache.iterdir()) if cache.exists() else []) == cached  # nothing tokenized
+
+
+def summary_warning(stderr: str, named: str) -> bool:
+    """Whether ``stderr`` holds the one warning line of a summary that could not be written to ``named``."""
+    return any(line.startswith(f"warning: {named}: cannot write the summary (") for line in stderr.splitlines())
+
+
+@pytest.mark.parametrize("where", ["/dev/full", "a-directory", "no-such-dir/s.md"])
+def test_a_summary_that_cannot_be_written_is_a_warning_and_the_commands_result_stands(
+    where: str, corpus: Path, packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unwritable $GITHUB_STEP_SUMMARY (a full disk: /dev/full takes the open and fails the write; a directory; a
+    missing directory) or --summary FILE is one warning line: a failed gate still exits 3 with its message and its
+    --json object, pack still exits 0 with its object after it published, verify still says OK. It turned the gate's
+    exit 3 into 1, hid its message and its object, and made pack exit 1 after it published."""
+    monkeypatch.chdir(tmp_path)
     Path("a-directory").mkdir()
-    for args, named, why in (
-        (["pack", str(corpus), "--out", "out", "--summary", "no-such-dir/s.md"], "no-such-dir/s.md", "No such file"),
-        (["pack", str(corpus), "--out", "out", "--dry-run", "--summary", "no-such-dir/s.md"], "no-such-dir/s.md", ""),
-        (["verify", str(packed), "--summary", "a-directory"], "a-directory", "Is a directory"),
-        (["stats", str(packed), "--summary", "no-such-dir/s.md", "--min-efficiency", "1%"], "no-such-dir/s.md", ""),
-        (["stats", str(corpus), "--max-len", "512", "--plot", "no-such-dir/p.png"], "no-such-dir/p.png", ""),
-        (["stats", str(corpus), "--max-len", "512", "--summary", "no-such-dir/s.md", "--json"], "no-such-dir/s.md", ""),
-    ):
-        result = invoke(*args)
-        assert result.exit_code == 1 and result.stdout == "", result.output
-        assert result.stderr.startswith(f"error: {named}: cannot write the ") and why in result.stderr
-        assert result.stderr.count("\n") == 1, result.stderr
-        assert listing(tmp_path) == ["a-directory"]  # no output published, no summary
-        assert (sorted(cache.iterdir()) if cache.exists() else []) == cached  # nothing tokenized
+    for env, flags in (({"GITHUB_STEP_SUMMARY": where}, []), ({}, ["--summary", where])):
+        gate = invoke("stats", str(packed), "--min-efficiency", "100%", "--json", *flags, env=env)
+        assert gate.exit_code == 3 and json.loads(gate.stdout)["gates"][0]["passed"] is False, gate.output
+        assert f"error: {packed}: gate failed: --min-efficiency" in gate.stderr and summary_warning(gate.stderr, where)
+        out = tmp_path / "out"
+        packing = invoke(
+            "pack", str(corpus), "--max-len", "512", "--out", str(out), "--json", "--quiet", *flags, env=env
+        )
+        assert packing.exit_code == 0 and json.loads(packing.stdout)["status"] in ("packed", "up-to-date"), (
+            packing.output
+        )
+        assert (out / "manifest.json").is_file() and summary_warning(packing.stderr, where)
+        checked = invoke("verify", str(packed), *flags, env=env)
+        assert checked.exit_code == 0 and ": OK (" in checked.stdout and summary_warning(checked.stderr, where)
+        assert len(checked.stderr.splitlines()) == 1, checked.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-directory", "out"]
+    assert not any(Path("a-directory").iterdir())
+
+
+def test_summary_file_takes_precedence_over_the_step_summary(tmp_path: Path, packed: Path) -> None:
+    """--summary FILE is where the summary goes, $GITHUB_STEP_SUMMARY only without it: a step that names its own
+    file gets its summary there alone, and an unwritable variable then costs nothing (not even a warning)."""
+    github, mine = tmp_path / "step-summary.md", tmp_path / "mine.md"
+    result = invoke("verify", str(packed), "--summary", str(mine), env={"GITHUB_STEP_SUMMARY": str(github)})
+    assert result.exit_code == 0 and "### packcli verify" in mine.read_text() and not github.exists()
+    unwritable = {"GITHUB_STEP_SUMMARY": str(tmp_path / "no-such-dir" / "s.md")}
+    result = invoke("stats", str(packed), "--summary", str(mine), env=unwritable)
+    assert result.exit_code == 0 and result.stderr == "" and "### packcli stats" in mine.read_text()
+    result = invoke("verify", str(packed), env={"GITHUB_STEP_SUMMARY": str(github)})
+    assert result.exit_code == 0 and "### packcli verify" in github.read_text()
 
 
 def test_verify_json_on_a_damaged_output_still_says_why_it_failed_on_stderr(tmp_path: Path, packed: Path) -> None:

@@ -274,6 +274,67 @@ def test_loaders_filling_one_cache_together_each_get_the_whole_copy(two_outputs:
     assert not [path for path in paths[0].rglob("*.part")]
 
 
+def test_a_cached_copy_is_held_to_the_manifest_just_read_and_what_differs_is_fetched_again(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The loader's local copy of an output URL is checked on every open against the output's manifest: a shard of
+    the copy changed in place (a flipped byte: a silently wrong id), cut short (a refusal whose fix was to delete the
+    copy) or removed is fetched again, and so is an output repacked at the URL with the same fingerprint (other shards), its old
+    shards removed; each time a warning says so. An intact copy reads no shard from the store."""
+    from packcli.storage.mirror import cached_output
+    from packcli.util.files import file_sha256
+
+    fs, bucket = s3_server.filesystem(), s3_server.bucket()
+    corpus = tmp_path / "small.jsonl"
+    corpus.write_bytes(sample_lines(4))
+    url, other = f"{bucket}/out", f"{bucket}/other"
+    for target, size in ((url, "256"), (other, "128")):
+        assert pack(str(corpus), "--max-len", size, "--shard-size", "40KB", "--out", target).exit_code == 0
+    cache = tmp_path / "cache"
+    copy = cached_output(location(url), cache)
+
+    def intact() -> bool:
+        listed = read_manifest(copy)["shards"]
+        files = sorted(str(path.relative_to(copy)) for path in copy.rglob("*.arrow"))
+        sums = [file_sha256(shard_path(copy, shard["file"])) == shard["sha256"] for shard in listed]
+        return all(sums) and files == sorted(shard["file"] for shard in listed)
+
+    shard = shard_path(copy, read_manifest(copy)["shards"][0]["file"])
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    fetched = shard.stat().st_mtime_ns
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(fetched + 10**9, fetched + 10**9))  # as any later write leaves it, on a clock of coarse ticks
+    with pytest.warns(UserWarning, match=rf"^{url}: the local copy in {copy} differs from the output .*1 shard"):
+        assert cached_output(location(url), cache) == copy
+    assert intact()
+    shard.write_bytes(shard.read_bytes()[:-8])
+    with pytest.warns(
+        UserWarning, match=r"1 shard\(s\) changed, cut short or missing in it\): what differs is fetched again$"
+    ):
+        cached_output(location(url), cache)
+    assert intact()
+    shard.unlink()
+    with pytest.warns(UserWarning, match=r"1 shard\(s\) changed, cut short or missing in it"):
+        cached_output(location(url), cache)
+    assert intact()
+    shards = [f"{url}/{entry['file']}" for entry in read_manifest(location(url))["shards"]]
+    fs.rm(shards)
+    written = (copy / "manifest.json").stat().st_ino
+    assert cached_output(location(url), cache) == copy  # intact: checked without a byte of a shard (none is there)
+    assert (copy / "manifest.json").stat().st_ino == written  # nor written again
+    theirs = read_manifest(location(other))
+    theirs["fingerprint"] = read_manifest(copy)["fingerprint"]  # repacked at the URL: same fingerprint, other bytes
+    for entry in theirs["shards"]:
+        fs.copy(f"{other}/{entry['file']}", f"{url}/{entry['file']}")
+    fs.pipe(f"{url}/manifest.json", json.dumps(theirs).encode())
+    with pytest.warns(
+        UserWarning, match=r"differs from the output \(its manifest is another: the output was written again since\)"
+    ):
+        assert cached_output(location(url), cache) == copy
+    assert read_manifest(copy) == theirs and intact()
+
+
 def test_a_shard_name_may_hold_one_run_prefix_and_nothing_else(tmp_path: Path) -> None:
     assert shard_path(tmp_path, "packcli-run-1-ab/shard-00000.arrow") == tmp_path / "packcli-run-1-ab/shard-00000.arrow"
     assert shard_path(tmp_path, "shard-00000.arrow") == tmp_path / "shard-00000.arrow"

@@ -16,6 +16,7 @@ import pytest
 from conftest import as_packed_before_split_pieces, documented_names, json_keys, shared_path, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
+from s3_server import S3Server
 from typer.testing import CliRunner, Result
 
 from packcli.cli import app
@@ -124,6 +125,33 @@ def test_stats_refuses_an_edited_listing(packed: Path, tmp_path: Path, kind: str
     assert result.stderr.startswith(f"error: {copy / 'manifest.json'}: manifest key "), result.stderr
     assert problem in result.stderr
     assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_a_failed_verify_is_one_error_line_from_the_one_error_mapper(packed: Path, tmp_path: Path) -> None:
+    """verify's failure line goes through the command line's one error mapper: the same text, and one line even for
+    a path holding a line break (written escaped, as every other error is); its own print wrote the break as is."""
+    copy = tmp_path / "two\nlines"
+    result = verify_damaged(packed, copy, flip_byte)
+    assert result.exit_code == 1 and "problem: shard-00001.arrow: sha256 differs" in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert line == f"error: {tmp_path}/two\\nlines: 1 problem(s) found", result.stderr
+
+
+def test_verify_on_a_url_lists_every_missing_object(s3_server: S3Server, packed: Path) -> None:
+    """An output in the store with two shard objects gone: verify lists both, as for a local output, and the rest
+    is checked; it stopped at the first ('cannot read: no such object or prefix')."""
+    fs, url = s3_server.filesystem(), f"{s3_server.bucket()}/packed"
+    fs.put(f"{packed}/", url, recursive=True)
+    shards = [shard["file"] for shard in json.loads((packed / "manifest.json").read_text())["shards"]]
+    fs.rm([f"{url}/{shards[0]}", f"{url}/{shards[-1]}"])
+    result = runner.invoke(app, ["verify", url, "--json"])
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1 and f"error: {url}: " in result.stderr, result.output
+    assert [problem for problem in report["problems"] if problem.endswith(": missing")] == [
+        f"{shards[0]}: missing",
+        f"{shards[-1]}: missing",
+    ]
+    assert report["shards"] == len(shards) and report["rows"] > 0  # the others were read and checked
 
 
 def test_unknown_format_version_names_both(packed: Path, tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ SummaryOption = Annotated[
     typer.Option(
         "--summary",
         parser=local_path,
-        help="Append a Markdown summary to this file (also to $GITHUB_STEP_SUMMARY where that is set).",
+        help="Append a Markdown summary to this file (instead of $GITHUB_STEP_SUMMARY, where that is set).",
         show_default="none",
     ),
 ]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from packcli.cli import flags
-from packcli.cli.notices import Warnings, warn_loss
+from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summary
 from packcli.options import DEFAULT_MAX_LEN
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def stats(
     from packcli.format.manifest import is_output
     from packcli.read.stdin import STDIN, STDIN_NAME, spooled_stdin
     from packcli.report.gates import check_gates, failure, measure_checked, parse_gates
-    from packcli.report.markdown import append_summary, check_summary, stats_markdown
+    from packcli.report.markdown import stats_markdown
     from packcli.report.stats import measure_output
     from packcli.report.terminal import (
         loss_warning,
@@ -149,7 +149,7 @@ def stats(
 
     gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
     model = _model_cost(ctx, model_config, world_size, batch_size, grad_accum, seed)  # a bad config.json too
-    check_summary(summary_file)
+    summary = resolve_summary(summary_file)
     if plot is not None:
         from packcli.report.plot import check_plot_path
 
@@ -195,7 +195,7 @@ def stats(
     verdicts = check_gates(gates, figures, title)
     if gates:
         figures["gates"] = verdicts
-    append_summary(stats_markdown(figures, title, verdicts), summary_file)
+    write_summary(stats_markdown(figures, title, verdicts), summary)
     if plot is not None:
         from packcli.report.plot import plot_stats
 
@@ -268,17 +268,17 @@ def verify(
 
       packcli verify packed/ --json
     """
-    from packcli.errors import EXIT_DATA
-    from packcli.report.markdown import append_summary, check_summary, verify_markdown
+    from packcli.errors import PackcliError
+    from packcli.report.markdown import verify_markdown
     from packcli.report.terminal import count
     from packcli.report.verify import MAX_LISTED, verify_output
     from packcli.storage import location
     from packcli.storage.mirror import local_output
 
-    check_summary(summary_file)
+    summary = resolve_summary(summary_file)
     with local_output(location(path), check=False) as out:  # damage in the store is verify's to report
         report = verify_output(out)
-    append_summary(verify_markdown(report.to_json(), path), summary_file)
+    write_summary(verify_markdown(report.to_json(), path), summary)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
     elif report.ok:
@@ -292,8 +292,7 @@ def verify(
         if report.count > MAX_LISTED:
             print(f"... and {report.count - MAX_LISTED} more problems", file=sys.stderr)
     if not report.ok:  # the log's one line, with --json too: the object on stdout holds the problems
-        print(f"error: {path}: {report.count} problem(s) found", file=sys.stderr)
-        raise typer.Exit(EXIT_DATA)
+        raise PackcliError(f"{report.count} problem(s) found", path)
 
 
 def show(

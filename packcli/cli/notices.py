@@ -1,12 +1,16 @@
 """Warnings on stderr for ``pack`` and ``stats``: the first few per-record ones, then a count of the rest; a
-warning about lost tokens is always printed, even with ``--quiet``, so nothing is lost silently.
+warning about lost tokens, and one about a Markdown summary that cannot be written, are always printed, even with
+``--quiet``, so nothing is lost silently.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-__all__ = ["MAX_WARNINGS", "Warnings", "warn_loss"]
+from packcli.errors import PackcliError
+
+__all__ = ["MAX_WARNINGS", "Warnings", "resolve_summary", "warn_loss", "write_summary"]
 
 MAX_WARNINGS = 20
 
@@ -35,3 +39,36 @@ def warn_loss(message: str | None) -> None:
     """The loss warning is printed even with --quiet: nothing is lost silently."""
     if message is not None:
         print(f"warning: {message}", file=sys.stderr)
+
+
+def resolve_summary(given: Path | None) -> Path | None:
+    """Where this command's Markdown summary goes (``--summary FILE``, else ``$GITHUB_STEP_SUMMARY``), checked before
+    its work: None where none is named, or where it cannot be written (one warning says so; the command goes on)."""
+    from packcli.report.markdown import check_summary, summary_target
+
+    target = summary_target(given)
+    if target is None:
+        return None
+    try:
+        check_summary(target)
+    except PackcliError as exc:
+        _summary_lost(exc)
+        return None
+    return target
+
+
+def write_summary(markdown: str, target: Path | None) -> None:
+    """Append ``markdown`` to ``target`` (from :func:`resolve_summary`); a write that fails is one warning, and the
+    command's own result, output and exit code stand."""
+    from packcli.report.markdown import append_summary
+
+    if target is None:
+        return
+    try:
+        append_summary(markdown, target)
+    except PackcliError as exc:
+        _summary_lost(exc)
+
+
+def _summary_lost(exc: PackcliError) -> None:
+    print(f"warning: {exc}; no summary written, the command's result stands", file=sys.stderr)

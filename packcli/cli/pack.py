@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from packcli.cli import flags
-from packcli.cli.notices import Warnings, warn_loss
+from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summary
 from packcli.options import DEFAULT_MAX_LEN
 from packcli.util.signals import Interrupted
 
@@ -132,13 +132,11 @@ def pack(
       packcli pack corpus/ --max-len 2048 --dry-run --json
     """
     from packcli.read.stdin import STDIN, spooled_stdin
-    from packcli.report.markdown import check_summary
     from packcli.run.driver import pack_corpus
     from packcli.run.progress import make_reporter
     from packcli.storage import location
 
     options = flags.pack_options(locals())
-    check_summary(summary_file)  # a summary that cannot be written fails now, not after the output is published
     if STDIN in inputs:
         options = options.in_one_process()
     warnings = Warnings(quiet)
@@ -153,6 +151,7 @@ def pack(
             warnings.close()
         print(json.dumps(report, sort_keys=True) if isinstance(report, dict) else "\n".join(report))
         return
+    summary = resolve_summary(summary_file)  # one that cannot be written is said now, not after the whole run
     reporter = make_reporter(quiet)
     try:
         with spooled_stdin(inputs, options.partitioned, warnings) as given:
@@ -163,24 +162,24 @@ def pack(
         reporter.close()
         warnings.close()
     try:
-        _report(result, out, json_output, summary_file, warnings)
+        _report(result, out, json_output, summary, warnings)
     except Interrupted:  # the output is in place: say so, not that nothing was written
         raise Interrupted(f"interrupted after {out} was published: the output is complete") from None
 
 
-def _report(result: PackResult, out: str, json_output: bool, summary_file: Path | None, warnings: Warnings) -> None:
+def _report(result: PackResult, out: str, json_output: bool, summary: Path | None, warnings: Warnings) -> None:
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
-    from packcli.report.markdown import append_summary, pack_markdown
+    from packcli.report.markdown import pack_markdown
     from packcli.report.terminal import loss_warning, pack_summary
 
-    summary = result.summary()
-    lost = loss_warning(summary, summary["max_len"])
+    figures = result.summary()
+    lost = loss_warning(figures, figures["max_len"])
     warn_loss(lost)
     shown = [*warnings.first, *([lost] if lost else [])]
-    append_summary(pack_markdown(summary, out, shown, warnings.count + bool(lost)), summary_file)
+    write_summary(pack_markdown(figures, out, shown, warnings.count + bool(lost)), summary)
     if json_output:
-        print(json.dumps(summary, sort_keys=True))
+        print(json.dumps(figures, sort_keys=True))
     elif result.status == "up-to-date":
         print(f"{out} is up to date (same inputs, tokenizer and options); nothing to do")
     else:
-        print("\n".join(pack_summary(summary, out)))
+        print("\n".join(pack_summary(figures, out)))

@@ -56,6 +56,12 @@ UNRECORDED_SPLITS = (
     "its own; pack again to export them whole"
 )
 
+# and what they are told of the joins whose first token's supervision in the whole document the output does not tell
+UNSURE_JOINS = (
+    "{count} join(s) of split documents' pieces start with a token whose supervision in the whole document the output "
+    "does not tell (a supervised span starts or ends there, or the labels were given with --labels-field): it stays "
+    "unsupervised in {fmt}, as stored"
+)
 
 # the formats whose trainers find where documents end by EOS (Megatron's GPTDataset resetting positions at EOD,
 # OLMo-core's packed dataset, llm-foundry's sequence ids), and what they are told of an output packed with --no-eos,
@@ -153,6 +159,8 @@ def export_output(
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
                 elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+                if feed.documents is not None and feed.documents.unsure:
+                    warn(UNSURE_JOINS.format(count=feed.documents.unsure, fmt=fmt))
                 if fmt in READER_TOKEN_TYPE and packed.vocab_size is None:
                     warn(UNKNOWN_VOCABULARY.format(fmt=fmt, reader=READER_TOKEN_TYPE[fmt]))
                 if fmt in FOUND_BY_EOS:

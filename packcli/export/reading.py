@@ -11,6 +11,15 @@ the shards once. Two views of them:
   repeated.
 
 Invariant: every stored token comes out exactly once in either view, with its supervision (``labels != -100``).
+A split document's later pieces start with -100 in the shards (each piece is a document there); joined, that token
+takes the supervision it has in the whole document, which the output does not record: that of its neighbours there
+(the token before it, the last of the piece before, and the one after it), where they agree, as they do inside every
+span of supervised or unsupervised tokens packcli's encoders write (spans of two or more tokens: a prompt, a
+response and its EOS, a chat turn with its end marker). Where they differ (a span starts or ends at the cut), or the
+labels were given as such (``--labels-field``: spans of any length), it stays unsupervised, counted in
+``DocumentView.unsure`` for the export to say. Example: a prompt P P and response R R R EOS cut after three tokens
+stores ``P P R | R R EOS`` with the masks ``0 0 1 | 0 1 1``; joined, the fourth token's neighbours (R, R) are both
+supervised, so ``0 0 1 1 1 1``, the whole document's.
 Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document).
 """
 
@@ -128,6 +137,25 @@ class _Splits:
             self.groups.append([(shard, row, index) for _, shard, row, index in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
         self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
+        self.given_labels = packed.manifest["options"].get("labels_field") is not None
+        self.unsure = 0  # joins whose token's supervision the neighbours do not tell (left unsupervised)
+
+    def joined(self, group: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """The pieces of split document ``group`` in order, tokens and mask, each later piece's first token with
+        the supervision it has in the whole document where its neighbours tell it (see the module's docstring)."""
+        pieces = [self.piece(shard, row, index) for shard, row, index in self.groups[group]]
+        joined = pieces[:1]
+        for tokens, mask in pieces[1:]:
+            before = joined[-1][1]
+            if mask is not None and before is not None and len(mask) and len(before):
+                mask = mask.copy()  # a view of a cached batch: left as stored
+                after = mask[1] if len(mask) > 1 else before[-1]
+                if before[-1] == after and not self.given_labels:
+                    mask[0] = after
+                else:
+                    self.unsure += 1
+            joined.append((tokens, mask))
+        return joined
 
     def piece(self, shard: int, row: int, index: int) -> tuple[np.ndarray, np.ndarray | None]:
         """One stored piece's tokens and mask, read from its memory-mapped shard."""
@@ -158,6 +186,11 @@ class DocumentView:
     def __init__(self, packed: PackedOutput) -> None:
         self.splits = _Splits(packed)
 
+    @property
+    def unsure(self) -> int:
+        """The joins of split documents whose first token was left unsupervised, its supervision not told."""
+        return self.splits.unsure
+
     def documents(self, batch: RowBatch) -> DocumentBatch:
         entries = self.splits.by_shard[batch.shard]
         inside = (entries[:, 0] >= batch.first_row) & (entries[:, 0] < batch.first_row + batch.rows)
@@ -183,9 +216,9 @@ def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits:
         if splits.emitted[group]:
             continue
         splits.emitted[group] = True
-        for number, (shard, row, index) in enumerate(splits.groups[group]):
-            tokens, mask = splits.piece(shard, row, index)
-            last = number == len(splits.groups[group]) - 1
+        pieces = splits.joined(group)
+        for number, (tokens, mask) in enumerate(pieces):
+            last = number == len(pieces) - 1
             parts.append((tokens, np.array([len(tokens)], dtype=np.int64), np.array([last]), mask))
     if done < len(batch.lengths):
         span = slice(int(token_starts[done]), None)

@@ -3,19 +3,21 @@
 ``--min-efficiency E`` (packing efficiency: tokens over sequences * max_len), ``--max-loss F`` (the share of the
 input tokens dropped or truncated) and ``--max-gap N`` (sequences above the lower bound ``ceil(tokens / max_len)``:
 a whole number of sequences, or with ``%`` a share of the lower bound). Shares are written ``0.95`` (or ``1e-2``)
-or ``95%``.
+or ``95%``. Every value is read as one number (an optional sign, ASCII digits, a decimal point, an exponent: ``-0``
+is 0, ``+3`` is 3, ``3.0`` a whole 3), then held to its gate's range.
 
-Invariants: a threshold no figure can meet or miss (an efficiency above 1 or below 0, a negative loss or gap) is a
-usage error before any work; a gate on a packed output first passes verify's cheap checks (manifest, the shards'
-presence and sizes, the totals against what ``stats`` reads), so a damaged output is reported as damaged, never as
-a poor packing; a failing gate exits ``EXIT_GATE`` (3), apart from data errors (1) and usage errors (2).
+Invariants: a threshold no figure can meet or miss (an efficiency above 1 or below 0, a negative loss or gap, a
+fractional gap count) is a usage error before any work; a gate on a packed output first passes verify's cheap
+checks (manifest, the shards' presence and sizes, the totals against what ``stats`` reads), so a damaged output is
+reported as damaged, never as a poor packing; a failing gate exits ``EXIT_GATE`` (3), apart from data errors (1) and
+usage errors (2).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from fractions import Fraction
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,9 @@ from packcli.report.terminal import token_loss
 
 __all__ = ["Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
 
-_NUMBER = re.compile(r"(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")  # 0.95, .95, 95., 1e-2: no sign, nan nor inf
+_NUMBER = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")  # 0.95, -0, .95, 95., 1e-2: no nan, inf
+_SHARE = "give a share between 0 and 1 (0.95) or a percentage (95%)"
+_GAP = "give a whole number of sequences (3) or a share of the lower bound (2%)"
 
 
 class GateFailed(PackcliError):
@@ -103,29 +107,42 @@ def parse_gates(min_efficiency: str | None, max_loss: str | None, max_gap: str |
     if max_loss is not None:
         gates.append(Gate("--max-loss", max_loss, _share("--max-loss", max_loss)))
     if max_gap is not None:
-        text = max_gap.strip()
-        if text.endswith("%"):
+        if max_gap.strip().endswith("%"):
             gates.append(Gate("--max-gap", max_gap, _share("--max-gap", max_gap)))
-        elif text.isdecimal():  # what int() reads: not "²", which isdigit() takes
-            gates.append(Gate("--max-gap", max_gap, float(int(text)), relative=False))
         else:
-            raise UsageError(
-                f"--max-gap {max_gap!r}: give a whole number of sequences (3) or a share of the lower bound (2%)"
-            )
+            count = _number("--max-gap", max_gap, max_gap.strip(), _GAP)
+            if count != count.to_integral_value():
+                raise UsageError(f"--max-gap {max_gap!r}: {_GAP}")
+            gates.append(Gate("--max-gap", max_gap, float(count), relative=False))
     return gates
 
 
 def _share(flag: str, given: str) -> float:
+    """A share written ``0.95`` or ``95%``, exactly: ``95.2%`` is the float nearest 0.952, as ``0.952`` is."""
     text = given.strip()
     percent = text.endswith("%")
-    number = text[:-1].strip() if percent else text
-    if not _NUMBER.fullmatch(number):
-        raise UsageError(f"{flag} {given!r}: give a share between 0 and 1 (0.95) or a percentage (95%)")
-    # exact decimal arithmetic, rounded once: float("95.2") / 100 rounds twice and lands a bit above 0.952
-    exact = Fraction(number) / (100 if percent else 1)
+    exact = _number(flag, given, text[:-1].strip() if percent else text, _SHARE)
+    if percent:  # the decimal point moved, exactly: float("95.2") / 100 rounds twice and lands a bit above 0.952
+        sign, digits, exponent = exact.as_tuple()
+        exact = Decimal((sign, digits, int(exponent) - 2))
     if exact > 1:  # compared before float(), which no float holds for 1e400
         raise UsageError(f"{flag} {given!r} is above 1 (100%): no packing can have such a share")
     return float(exact)
+
+
+def _number(flag: str, given: str, text: str, hint: str) -> Decimal:
+    """The number ``text`` writes, exactly (a decimal: ``1e-99999999`` costs no more than ``0.01``), at least 0
+    (``-0`` is 0).
+
+    Raises:
+        UsageError: no number (``hint`` says what to give), or one below 0.
+    """
+    if not _NUMBER.fullmatch(text):
+        raise UsageError(f"{flag} {given!r}: {hint}")
+    value = Decimal(text)
+    if value < 0:
+        raise UsageError(f"{flag} {given!r} is below 0: no packing can have such a figure")
+    return value.copy_abs()  # -0 is 0, exactly
 
 
 def check_gates(gates: list[Gate], figures: dict[str, Any], where: str) -> list[dict[str, Any]]:

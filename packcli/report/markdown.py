@@ -1,9 +1,9 @@
 """A short Markdown summary of ``pack``, ``stats`` and ``verify`` for people reading a CI run: what was packed, the
 packing efficiency, what was lost, the warnings, the gates.
 
-Where it goes: appended to ``$GITHUB_STEP_SUMMARY`` when that is set (GitHub Actions shows it on the run's page), and
-to ``--summary FILE`` wherever given; one file named both ways gets it once. Never on stdout, so ``--json`` keeps
-stdout to its one object. A file that cannot be written is a data error naming it, found before the command's work.
+Where it goes: appended to ``--summary FILE`` where given, else to ``$GITHUB_STEP_SUMMARY`` where that is set (GitHub
+Actions shows it on the run's page). Never on stdout, so ``--json`` keeps stdout to its one object. A file that
+cannot be written is the command line's to report (a warning: the command's own result stands).
 """
 
 from __future__ import annotations
@@ -17,42 +17,49 @@ from packcli.errors import PackcliError
 from packcli.report.terminal import count, documents_and_pieces, token_loss
 from packcli.util.files import unwritable
 
-__all__ = ["GITHUB_SUMMARY", "append_summary", "check_summary", "pack_markdown", "stats_markdown", "verify_markdown"]
+__all__ = [
+    "GITHUB_SUMMARY",
+    "append_summary",
+    "check_summary",
+    "pack_markdown",
+    "stats_markdown",
+    "summary_target",
+    "verify_markdown",
+]
 
 GITHUB_SUMMARY = "GITHUB_STEP_SUMMARY"
 MAX_WARNINGS = 10  # warnings listed in a summary; the rest are counted
 
 
-def check_summary(summary: Path | None) -> None:
-    """Before a command's work: each file the summary goes to can be written.
+def summary_target(summary: Path | None) -> Path | None:
+    """Where the summary goes: ``summary`` (``--summary FILE``) where given, else ``$GITHUB_STEP_SUMMARY`` where set."""
+    if summary is not None:
+        return summary
+    return Path(os.environ[GITHUB_SUMMARY]) if os.environ.get(GITHUB_SUMMARY) else None
+
+
+def check_summary(target: Path) -> None:
+    """Before a command's work: ``target`` can be written.
 
     Raises:
-        PackcliError: one that cannot, named, with the system's reason.
+        PackcliError: it cannot, named, with the system's reason.
     """
-    for target in _targets(summary):
-        reason = unwritable(target)
-        if reason is not None:
-            raise PackcliError(f"cannot write the summary ({reason})", target)
+    reason = unwritable(target)
+    if reason is not None:
+        raise PackcliError(f"cannot write the summary ({reason})", target)
 
 
-def append_summary(markdown: str, summary: Path | None) -> None:
-    """Append ``markdown`` to ``summary`` and to ``$GITHUB_STEP_SUMMARY`` (once each file); neither: nothing."""
-    for target in _targets(summary):
-        try:
-            with open(target, "a", encoding="utf-8") as handle:
-                handle.write(markdown.rstrip("\n") + "\n\n")
-        except OSError as exc:
-            raise PackcliError(f"cannot write the summary ({exc.strerror or exc})", target) from None
+def append_summary(markdown: str, target: Path) -> None:
+    """Append ``markdown`` to ``target``.
 
-
-def _targets(summary: Path | None) -> list[Path]:
-    """``summary`` and ``$GITHUB_STEP_SUMMARY``, those given, one file named both ways once."""
-    given = [summary, *([Path(os.environ[GITHUB_SUMMARY])] if os.environ.get(GITHUB_SUMMARY) else [])]
-    targets: dict[Path, Path] = {}
-    for target in given:
-        if target is not None:
-            targets.setdefault(target.resolve(), target)
-    return list(targets.values())
+    Raises:
+        PackcliError: it cannot be written, named, with the system's reason.
+    """
+    try:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(markdown.rstrip("\n") + "\n\n")
+    except OSError as exc:
+        raise PackcliError(f"cannot write the summary ({exc.strerror or exc})", target) from None
 
 
 def _lost(figures: dict[str, Any]) -> str:

@@ -1,37 +1,46 @@
 """A local copy of an output on object storage, for what reads shards as local files (stats, verify, show, the
 loader): ``manifest.json`` and the shards at their manifest paths, in a directory of a cache.
 
-Invariants: a shard is fetched once (a copy of the manifest's size is kept) and, unless told otherwise, checked
-against the manifest's sha256 before it takes its name; the manifest is written last, so a copy without one is
-incomplete and refetched; a cache directory holds one copy per output URL and fingerprint, and is kept under a size
+Invariants: the copy is held to the output's manifest, read from the store on every open: each shard it lists is in
+the copy at its listed size, and with the listed sha256, hashed when it is fetched (before it takes its name) and
+again whenever its size or mtime is not the one recorded when it was last found intact (``.intact.json``); a shard
+that differs (changed in the copy, cut short, or the output repacked at the URL) is fetched again, with a warning
+that says so, and the shards only an earlier manifest listed are removed. The manifest is written last, so a copy
+without one is incomplete. A cache directory holds one copy per output URL and fingerprint, and is kept under a size
 limit by removing the least recently used copies. A copy in use is never removed: whoever fills or reads it holds a
 shared lock on its ``.in-use.lock`` (every process and loader its own, till it lets go), and only a copy whose lock
 can be taken exclusively goes; a limit that copies in use leave no room under is refused. Every fetch writes its own
-temporary name, so loaders, ranks and threads may fill one copy together.
+temporary name, so loaders, ranks and threads may fill one copy together. Unchecked (``verify``, ``export``: a new
+temporary copy each time), the objects are copied as the store holds them, a missing one left out for the checks to
+name; errors about such a copy name the URL, never the local directory.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
-from packcli.storage.objects import open_object
+from packcli.storage.objects import is_file, open_object
 from packcli.storage.urls import UrlPath, location
-from packcli.util.files import canonical_json, temporary_beside, write_atomically
+from packcli.util.files import canonical_json, file_sha256, temporary_beside, write_atomically
 from packcli.util.locks import FileLock
 
 __all__ = ["cached_output", "held_copy", "local_output", "readable_output"]
 
 _COPY_BLOCK = 8 << 20
 IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by whoever removes the copy
+INTACT = ".intact.json"  # in a copy: per shard file, the [size, mtime_ns, sha256] it had when last found intact
 
 
 def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> Path:
@@ -49,7 +58,8 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
         url: an output on object storage.
         cache_dir: where copies are kept (created if absent).
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
-        check: refuse a shard whose sha256 differs from the manifest's (``verify`` reports it instead).
+        check: hold the copy to the manifest's sha256 (refusing a shard damaged in the store); unchecked, copy the
+            objects as the store holds them and leave a missing one out (``verify`` reports both instead).
 
     Raises:
         PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
@@ -65,18 +75,81 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
     try:
         if limit_bytes is not None:
             _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
-        if (local / MANIFEST_NAME).is_file():
-            os.utime(local / MANIFEST_NAME)  # most recently used
-            return local, in_use
-        for shard in manifest["shards"]:
-            path = shard_path(local, shard["file"])
-            if not (path.is_file() and path.stat().st_size == shard["bytes"]):
-                _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None)
-        write_atomically(local / MANIFEST_NAME, canonical_json(manifest), own_name=True)  # the commit, last
+        _fill(url, local, manifest, check)
+        os.utime(local / MANIFEST_NAME)  # most recently used
     except BaseException:
         in_use.release()
         raise
     return local, in_use
+
+
+def _fill(url: Path, local: Path, manifest: dict[str, Any], check: bool) -> None:
+    """Bring the copy ``local`` to ``manifest``: fetch each shard it lacks or holds otherwise than listed, say so
+    where the copy held another, remove the shards only its earlier manifest listed, then write the manifest."""
+    earlier = _read_json(local / MANIFEST_NAME)
+    intact = (_read_json(local / INTACT) if check else None) or {}
+    found: dict[str, list[Any]] = {}
+    refetched = 0
+    for shard in manifest["shards"]:
+        name, path = str(shard["file"]), shard_path(local, shard["file"])
+        state = _state(path)
+        if state is not None and state[0] == shard["bytes"]:
+            if not check or intact.get(name) == [*state, shard["sha256"]]:
+                continue  # unchecked, or as it was when last found intact
+            if file_sha256(path) == shard["sha256"]:
+                found[name] = [*state, shard["sha256"]]
+                continue
+        refetched += state is not None or earlier is not None  # a complete copy lacked it, or held another
+        if _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None) and check:
+            found[name] = [*_state_of(path), shard["sha256"]]
+    text = canonical_json(manifest)
+    rewritten = earlier is not None and earlier != json.loads(text)
+    if refetched or rewritten:
+        why = "its manifest is another: the output was written again since" if rewritten else ""
+        why = why or f"{refetched} shard(s) changed, cut short or missing in it"
+        warnings.warn(
+            f"{url}: the local copy in {local} differs from the output ({why}): what differs is fetched again",
+            UserWarning,
+            stacklevel=4,
+        )
+    if found:
+        write_atomically(local / INTACT, canonical_json({**intact, **found}), own_name=True)
+    if earlier is None or rewritten:
+        write_atomically(local / MANIFEST_NAME, text, own_name=True)  # the commit, last
+    if rewritten and earlier is not None:
+        for name in _names(earlier) - _names(manifest):  # only the earlier manifest listed them
+            with suppress(FileNotFoundError, PackcliError):
+                shard_path(local, name).unlink()
+
+
+def _names(manifest: dict[str, Any]) -> set[str]:
+    """The shard files a manifest lists (of a copy's own manifest, however damaged: what it can tell)."""
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        return set()
+    return {str(shard["file"]) for shard in shards if isinstance(shard, dict) and "file" in shard}
+
+
+def _state(path: Path) -> tuple[int, int] | None:
+    """A file's size and mtime (ns), or None where there is none."""
+    try:
+        return _state_of(path)
+    except FileNotFoundError:
+        return None
+
+
+def _state_of(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A small JSON file of the copy, or None where it is absent or unreadable (the copy is then checked anew)."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def _hold(local: Path) -> FileLock:
@@ -91,18 +164,31 @@ def _hold(local: Path) -> FileLock:
         return in_use
 
 
-def _fetch(source: Path, path: Path, sha256: str | None) -> None:
+def _fetch(source: Path, path: Path, sha256: str | None) -> bool:
+    """Copy the object ``source`` to ``path``, checked against ``sha256`` where given; False where there is no such
+    object and nothing is checked (left out for ``verify`` to name).
+
+    Raises:
+        PackcliError: the copy differs from ``sha256``, or the object cannot be read (absent, where it is checked).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, partial = temporary_beside(path, ".part")  # fillers of one copy never share one
     digest = hashlib.sha256()
-    with open_object(str(source)) as stream, os.fdopen(handle, "wb") as copy:
-        while block := stream.read(_COPY_BLOCK):
-            digest.update(block)
-            copy.write(block)
+    try:
+        with open_object(str(source)) as stream, os.fdopen(handle, "wb") as copy:
+            while block := stream.read(_COPY_BLOCK):
+                digest.update(block)
+                copy.write(block)
+    except PackcliError:
+        partial.unlink(missing_ok=True)
+        if sha256 is None and not is_file(str(source)):
+            return False
+        raise
     if sha256 is not None and digest.hexdigest() != sha256:
         partial.unlink()
         raise PackcliError("sha256 differs from the manifest (the object was changed or damaged)", source)
     os.replace(partial, path)
+    return True
 
 
 def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
@@ -163,7 +249,13 @@ def local_output(path: Path, check: bool = True) -> Iterator[Path]:
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="packcli-remote-") as directory:
-        yield cached_output(path, Path(directory), check=check)
+        local = cached_output(path, Path(directory), check=check)
+        try:
+            yield local
+        except PackcliError as exc:  # named by the URL, never by the temporary copy
+            if exc.path is not None and (exc.path == str(local) or exc.path.startswith(f"{local}{os.sep}")):
+                exc.path = f"{path}{exc.path[len(str(local)) :]}"
+            raise
 
 
 def readable_output(
