@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -83,6 +84,7 @@ def venv(dist: Path) -> Path:
     return root / "bin"
 
 
+@pytest.mark.packaging
 def test_sdist_and_wheel_carry_the_run_time_files(dist: Path) -> None:
     with zipfile.ZipFile(dist / f"packcli-{VERSION}-py3-none-any.whl") as wheel:
         in_wheel = set(wheel.namelist())
@@ -96,6 +98,7 @@ def test_sdist_and_wheel_carry_the_run_time_files(dist: Path) -> None:
     assert {"tests/conftest.py", "examples/sample.jsonl.gz", "Makefile"} <= in_sdist  # an sdist that tests itself
 
 
+@pytest.mark.packaging
 def test_installed_wheel_has_only_runtime_dependencies(venv: Path) -> None:
     where = run(venv / "python", "-c", "import packcli; print(packcli.__file__)", cwd=venv).stdout
     assert Path(where.strip()).is_relative_to(venv.parent)  # the wheel, not the source tree
@@ -104,6 +107,7 @@ def test_installed_wheel_has_only_runtime_dependencies(venv: Path) -> None:
         assert run(venv / "python", "-c", probe, cwd=venv, check=False).returncode == 0, f"{module} is installed"
 
 
+@pytest.mark.packaging
 def test_installed_cli_packs_reports_and_verifies(venv: Path, tmp_path: Path) -> None:
     assert run(venv / "packcli", "--version", cwd=tmp_path).stdout == f"packcli {VERSION}\n"
     packed = json.loads(run(venv / "packcli", "pack", SAMPLE, "--max-len", "2048", "--json", cwd=tmp_path).stdout)
@@ -135,6 +139,7 @@ print(Tokenizer.from_str(gzip.decompress(raw).decode()).decode(labels, skip_spec
 """
 
 
+@pytest.mark.packaging
 def test_installed_chat_template_pack(venv: Path, tmp_path: Path) -> None:
     write_jsonl(tmp_path / "chat.jsonl", [CHAT])
     (tmp_path / "chat.jinja").write_text(TEMPLATE)
@@ -147,9 +152,59 @@ def test_installed_chat_template_pack(venv: Path, tmp_path: Path) -> None:
     assert json.loads(run(venv / "packcli", "verify", "chat", "--json", cwd=tmp_path).stdout)["ok"]
 
 
+@pytest.mark.packaging
 def test_loader_without_torch_names_the_extra(venv: Path, tmp_path: Path) -> None:
     result = run(venv / "python", "-c", "import packcli.torch", cwd=tmp_path, check=False)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == f"packcli.errors.MissingExtraError: {TORCH_MESSAGE}"
     caught = "try:\n import packcli.torch\nexcept ImportError as exc:\n print(exc)"  # an ImportError to callers
     assert run(venv / "python", "-c", caught, cwd=tmp_path).stdout == TORCH_MESSAGE + "\n"
+
+
+def make_dry_run(target: str, venv: Path, *flags: str) -> str:
+    """The commands ``make TARGET`` would run with its virtualenv at ``venv`` (``make -n``: none of them runs), the
+    virtualenv's path written as ``VENV``. ``flags`` change the mode (``-t``: mark the target done, as a run would)."""
+    mode = list(flags) or ["-n"]
+    done = run("make", *mode, "-C", REPO, target, f"VENV={venv}", cwd=venv.parent)
+    return done.stdout.replace(str(venv), "VENV")
+
+
+def test_make_demo_installs_the_core_and_the_plot_extra_and_no_torch(tmp_path: Path) -> None:
+    commands = make_dry_run("demo", tmp_path / "venv")
+    assert 'pip install -q -e ".[plot]"' in commands
+    assert "torch" not in commands and ".[dev" not in commands
+    assert "VENV/bin/packcli pack examples/sample.jsonl.gz" in commands
+
+
+def test_make_test_after_make_demo_installs_the_dev_set_and_make_demo_after_make_test_installs_no_torch(
+    tmp_path: Path,
+) -> None:
+    """One virtualenv, two install sets: each target's marker says what it installed, so the demo's lighter set never
+    passes for the dev set, in either order."""
+    after_demo, after_test = tmp_path / "after-demo", tmp_path / "after-test"
+    (after_demo / "bin").mkdir(parents=True), (after_test / "bin").mkdir(parents=True)
+    make_dry_run("demo", after_demo, "-t")  # the state make demo leaves
+    assert 'pip install -q -e ".[dev,torch]"' in make_dry_run("test", after_demo)
+    make_dry_run("test", after_test, "-t")
+    assert "torch" not in make_dry_run("demo", after_test)
+
+
+def collected(*args: str) -> str:
+    """pytest's collection of the packaging and engine tests with ``args`` (``-q`` among them: one id a line), in a
+    fresh process: the ids it keeps and its count line."""
+    command = [sys.executable, "-m", "pytest", *args, "-n", "0", "--collect-only", "-p", "no:cacheprovider"]
+    return run(*command, "tests/test_packaging.py", "tests/test_engines.py", cwd=REPO).stdout
+
+
+def test_a_bare_pytest_leaves_out_the_packaging_and_ray_tests_and_make_test_runs_them(tmp_path: Path) -> None:
+    bare = collected("-q")
+    assert "test_packaging.py::test_version_option" in bare
+    assert "test_installed_cli_packs_reports_and_verifies" not in bare
+    assert "test_ray_and_local_engines_write_identical_bytes" not in bare
+    assert re.search(r"\d+ deselected", bare)
+    [line] = [line for line in make_dry_run("test", tmp_path / "venv").splitlines() if " -m pytest " in line]
+    make_test = shlex.split(line)
+    everything = collected(*make_test[make_test.index("pytest") + 1 :])
+    assert "test_installed_cli_packs_reports_and_verifies" in everything
+    assert "test_ray_and_local_engines_write_identical_bytes" in everything
+    assert "deselected" not in everything
