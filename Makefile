@@ -10,7 +10,7 @@ DEMO_OUT ?= build/demo-packed
 
 # Two install sets share one virtualenv, each with its own marker, so the lighter one never passes for the other:
 # the demo's (the core and the plot extra, no torch) and the dev set (every extra and the test tools), which make
-# test, lint, bench and dist need. make demo then make test adds the dev set; make test then make demo adds nothing.
+# test, lint and bench need. make demo then make test adds the dev set; make test then make demo adds nothing.
 install: $(VENV)/.installed-dev
 install-demo: $(VENV)/.installed-demo
 
@@ -47,8 +47,10 @@ lint: install
 bench: install
 	$(PY) bench/run.py
 
-# The sdist first, then the wheel built from it: a file missing from the sdist fails here, not at a user's.
-dist: install
+# The sdist first, then the wheel built from it, as the release workflow builds them: a file missing from the sdist
+# fails here, not at a user's. It needs build alone, not the dev set.
+dist: | $(PY)
+	$(PIP) install -q build
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 

@@ -236,3 +236,9 @@ def test_a_bare_pytest_leaves_out_the_packaging_and_ray_tests_and_make_test_runs
     assert "test_installed_cli_packs_reports_and_verifies" in everything
     assert "test_ray_and_local_engines_write_identical_bytes" in everything
     assert "deselected" not in everything
+
+
+def test_make_dist_builds_as_the_release_does_without_the_dev_set(tmp_path: Path) -> None:
+    commands = make_dry_run("dist", tmp_path / "venv")
+    assert "VENV/bin/python -m build --outdir dist ." in commands
+    assert "torch" not in commands and ".[dev" not in commands
