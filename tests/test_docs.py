@@ -210,3 +210,11 @@ def test_every_install_of_packcli_a_doc_gives_works_without_the_package_index(do
     or a commit (``"packcli @ git+https://.../packcli@v0.1.0"``)."""
     text = doc.read_text(encoding="utf-8")
     assert [word for command in INSTALL.findall(text) for word in installs_from_the_index(command)] == []
+
+
+def test_the_readme_is_under_160_lines_and_opens_with_the_two_set_up_commands() -> None:
+    """What a newcomer reads in two minutes: ``make demo`` and ``make test`` first, the measurements in
+    docs/performance.md."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 160
+    assert lines[2] == "```bash" and [line.split("#")[0].strip() for line in lines[3:5]] == ["make demo", "make test"]

@@ -144,7 +144,7 @@ def test_installed_cli_packs_reports_and_verifies(release: Path, venv: Path, tmp
     source = json.loads((REPO / "packcli" / "assets" / "gpt2" / "source.json").read_text())
     assert manifest["tokenizer"]["sha256"] == source["sha256"]
     stats = json.loads(run(venv / "packcli", "stats", packed, "--json", cwd=tmp_path).stdout)
-    assert stats["documents"] == 198 and stats["tokens"] > 1_000_000
+    assert stats["tokens"] > 1_000_000
     verified = json.loads(run(venv / "packcli", "verify", packed, "--json", cwd=tmp_path).stdout)
     assert verified["ok"] and verified["tokens"] == stats["tokens"]
 
