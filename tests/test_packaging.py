@@ -99,6 +99,16 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return workspace
 
 
+@pytest.mark.packaging
+def test_a_tag_that_is_not_packcli_s_version_stops_the_release_before_the_smoke_test(release: Path) -> None:
+    steps = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["build"]["steps"]
+    [check] = [step["run"] for step in steps if step.get("name") == "The tag is the version"]
+    env = {**os.environ, "GITHUB_REF_TYPE": "tag", "GITHUB_REF_NAME": "v9.9.9"}
+    done = subprocess.run([*SHELL, check], cwd=release, env=env, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.startswith("tag v9.9.9 is not packcli's version (packcli/version.py): built ")
+
+
 @pytest.fixture(scope="module")
 def dist(release: Path) -> Path:
     """The sdist and the wheel built from it, as the release workflow builds them."""
