@@ -10,8 +10,9 @@ DEMO_OUT ?= build/demo-packed
 
 # Two install sets share one virtualenv, each with its own marker, so the lighter one never passes for the other:
 # the demo's (the core and the plot extra, no torch) and the dev set (every extra and the test tools), which make
-# test, lint and bench need. make demo then make test adds the dev set; make test then make demo adds nothing.
-install: $(VENV)/.installed-dev
+# test, lint and bench need. make demo then make test adds the dev set; make test then make demo adds no package.
+# The dev set's marker keeps the name it had when it was the only one, so a .venv made before stays recognized.
+install: $(VENV)/.installed
 install-demo: $(VENV)/.installed-demo
 
 $(PY):
@@ -22,7 +23,7 @@ $(VENV)/.installed-demo: pyproject.toml | $(PY)
 	$(PIP) install -q -e ".[plot]"
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(PY)
+$(VENV)/.installed: pyproject.toml | $(PY)
 	# torch first and pinned: a bare or ranged torch resolved first would pull a multi-GB CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "torch==$(TORCH_VERSION)"
 	$(PIP) install -q -e ".[dev,torch]"
