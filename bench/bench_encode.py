@@ -1,7 +1,7 @@
 """Encoding alone, the two backends side by side: every gcide text, in batches of about 1 MB as `pack` reads them,
 through packcli's Hugging Face backend and its fastokens backend (the calls `pack` makes), with GPT-2 and Tekken.
 No reading, packing or writing, and the tokenizers are built before the clock starts: this is the "faster at
-encoding" figure of the README and docs/cli.md. Median of 3 interleaved rounds, wall and CPU seconds (user +
+encoding" figure of the README, docs/performance.md and docs/cli.md. Median of 3 interleaved rounds, wall and CPU seconds (user +
 system of this process, all its threads)."""
 
 from __future__ import annotations

@@ -197,7 +197,9 @@ def packed_sft(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> P
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), the tests that start a local Ray run on one
-    worker, one after another: two Ray clusters at once would only compete for the same cores and memory."""
+    worker, one after another: two Ray clusters at once would only compete for the same cores and memory. So do the
+    packaging tests, which share one build and one fresh virtualenv per worker that runs them (a module fixture)."""
     for item in items:
-        if item.get_closest_marker("ray") is not None:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+        for marker in ("ray", "packaging"):
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.xdist_group(marker))

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +174,32 @@ def test_github_workflow_with_a_missing_input_stops_at_the_cache_key_with_one_li
     assert failed.value.script.startswith("packcli pack $PACK_ARGS --dry-run --json") and failed.value.returncode == 1
     assert failed.value.stderr.startswith("error: data/missing.jsonl: ") and failed.value.stderr.count("\n") == 1
     assert not (tmp_path / "workspace" / "packed").exists() and not (tmp_path / "step-summary.md").exists()
+
+
+@pytest.mark.packaging
+def test_both_recipes_install_a_pinned_git_reference_that_builds_a_whole_packcli(tmp_path: Path) -> None:
+    """The package index has no packcli (and a name CI installs from it is one anyone could claim): both recipes
+    install a git reference pinned to a tag, the same one. Pointed at a clone of this checkout tagged so, that
+    reference builds (with this environment's setuptools, offline) a wheel holding the bundled tokenizer and the
+    ``packcli`` command."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs git and a git checkout of packcli")
+    [github] = [recipe["jobs"]["pack"]["steps"] for recipe in recipes() if "jobs" in recipe]
+    [gitlab] = [recipe["pack"]["script"] for recipe in recipes() if "pack" in recipe]
+    steps = [step["run"] for step in github if is_install(step.get("run", ""))] + [s for s in gitlab if is_install(s)]
+    assert len(steps) == 2
+    [requirement] = {shlex.split(step, comments=True)[-1] for step in steps}
+    pinned = re.fullmatch(r"packcli @ git\+(https://github\.com/YOUR-ORG/packcli)@(v\d+\.\d+\.\d+)", requirement)
+    assert pinned, requirement
+    origin = tmp_path / "packcli"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(origin)], check=True)
+    subprocess.run(["git", "-C", str(origin), "tag", "-f", pinned[2]], check=True, capture_output=True)
+    local = requirement.replace(pinned[1], origin.as_uri())
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", "wheel", local]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    [wheel] = (tmp_path / "wheel").glob("packcli-*.whl")
+    with zipfile.ZipFile(wheel) as files:
+        assert "packcli/assets/gpt2/tokenizer.json.gz" in files.namelist()
+        [entry_points] = [name for name in files.namelist() if name.endswith(".dist-info/entry_points.txt")]
+        assert "packcli = packcli.cli:main" in files.read(entry_points).decode()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,40 @@ def test_every_key_of_pack_and_raw_stats_json_is_named_in_its_doc(tiny_corpus: P
         "stats.md": json_keys({**raw, "strategies": {}}) - raw_documented,  # keyed by strategy: their own objects
     }
     assert missing == {doc: set() for doc in missing}
+
+
+# packcli's own hint for a missing extra (``... which is not installed: pip install 'packcli[torch]'``) is printed by
+# an installed packcli, and there pip takes the installed packcli and adds the extra's packages: not an index install
+INSTALL = re.compile(r"(?<!which is not installed: )\bpipx? install ([^`\n]+)")
+PINNED_GIT = re.compile(r"packcli(\[[\w,]+\])? @ git\+https://\S+/packcli(\.git)?@\S+")
+
+
+def installs_from_the_index(command: str) -> list[str]:
+    """The requirements of one ``pip install`` / ``pipx install`` command that name packcli as the package index would
+    resolve it (``packcli``, ``'packcli[torch]'``, ``packcli==0.1``): not a path, a wheel or a pinned git reference."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unclosed quote: the command runs on past the line
+        words = command.split()
+    return [
+        word
+        for word in words
+        if re.match(r"packcli\b", word) and not word.endswith(".whl") and not PINNED_GIT.fullmatch(word)
+    ]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
+def test_every_install_of_packcli_a_doc_gives_works_without_the_package_index(doc: Path) -> None:
+    """packcli is not on the package index (and a name the docs tell CI to install that anyone could claim is a
+    supply-chain risk): a doc installs it from a checkout (``.``), a built wheel, or a git reference pinned to a tag
+    or a commit (``"packcli @ git+https://.../packcli@v0.1.0"``)."""
+    text = doc.read_text(encoding="utf-8")
+    assert [word for command in INSTALL.findall(text) for word in installs_from_the_index(command)] == []
+
+
+def test_the_readme_is_under_160_lines_and_opens_with_the_two_set_up_commands() -> None:
+    """What a newcomer reads in two minutes: ``make demo`` and ``make test`` first, the measurements in
+    docs/performance.md."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 160
+    assert lines[2] == "```bash" and [line.split("#")[0].strip() for line in lines[3:5]] == ["make demo", "make test"]

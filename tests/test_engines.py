@@ -103,6 +103,7 @@ def test_engine_ray_without_ray_installed_is_one_line(corpus: Path, tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.ray
 def test_unreachable_ray_address_is_one_line(corpus: Path, tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packcli[ray]')")
     out = tmp_path / "out"
