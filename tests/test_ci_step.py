@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -317,8 +317,8 @@ def test_a_summary_or_plot_that_cannot_be_written_fails_before_any_work(
     ):
         result = invoke(*args)
         assert result.exit_code == 1 and result.stdout == "", result.output
-        assert result.stderr.startswith(f"error: {named}: cannot write the ") and why in result.stderr
-        assert result.stderr.count("\n") == 1, result.stderr
+        assert error_line(result.stderr).startswith(f"error: {named}: cannot write the ") and why in result.stderr
+        assert error_line(result.stderr), result.stderr
         assert listing(tmp_path) == ["a-directory"]  # no output published, no summary
         assert (sorted(cache.iterdir()) if cache.exists() else []) == cached  # nothing tokenized
 
@@ -335,7 +335,7 @@ def test_verify_json_on_a_damaged_output_still_says_why_it_failed_on_stderr(tmp_
     result = invoke("verify", str(damaged), "--json")
     report = json.loads(result.stdout)
     assert result.exit_code == 1 and report["ok"] is False
-    assert result.stderr == f"error: {damaged}: {report['problem_count']} problem(s) found\n"
+    assert error_line(result.stderr) == f"error: {damaged}: {report['problem_count']} problem(s) found"
     assert invoke("verify", str(packed), "--json").stderr == ""
 
 
@@ -351,7 +351,7 @@ def test_a_restored_output_with_a_shard_cut_short_is_not_called_another_runs(
     args = ["pack", str(corpus), "--max-len", "512", "--out", str(out), "--quiet"]
     dry, real = invoke(*args, "--dry-run", "--json"), invoke(*args)
     for result in (dry, real):
-        assert result.exit_code == 1 and result.stdout == "" and result.stderr.count("\n") == 1, result.output
+        assert result.exit_code == 1 and result.stdout == "" and error_line(result.stderr), result.output
         assert "or this run's output with a shard missing or not its listed size" in result.stderr
     assert "--overwrite" in dry.stderr and "--overwrite" in real.stderr
     assert invoke(*args, "--overwrite").exit_code == 0 and invoke("verify", str(out)).exit_code == 0

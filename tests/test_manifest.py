@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -117,7 +117,7 @@ def test_every_key_removed_in_turn_is_named_by_verify_stats_and_the_loader(sft_o
             assert "unexpected" not in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
             if _required(path):
                 assert result.exit_code == 1 and f"manifest key '{name}' is missing" in result.stderr, (name, command)
-                assert result.stderr.count("\n") == 1, result.stderr  # one line
+                assert error_line(result.stderr), result.stderr  # one line
             elif name == "tokenizer.eos_id" and command[0] == "verify":  # readers need no EOS id; verify's checks do
                 assert result.exit_code == 1 and "tokenizer.eos_id is null or missing" in result.stderr, result.stderr
             else:

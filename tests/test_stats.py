@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, SAMPLE, documented_names, json_keys, shared_path, write_jsonl
+from conftest import REPO, SAMPLE, documented_names, error_line, json_keys, shared_path, write_jsonl
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -350,8 +350,8 @@ def test_stats_with_no_path_and_no_packed_output_here_says_what_to_do(
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["stats"])
     assert result.exit_code == 1
-    assert result.stderr == (
-        "error: packed: no packcli output here (run packcli pack first, or name an output or a corpus)\n"
+    assert error_line(result.stderr) == (
+        "error: packed: no packcli output here (run packcli pack first, or name an output or a corpus)"
     )
 
 
@@ -382,6 +382,6 @@ def test_two_outputs_are_refused_as_stats_reads_one_at_a_time(tmp_path: Path, sm
     for paths in (outs, [outs[0], str(small_corpus)]):
         result = runner.invoke(app, ["stats", *paths])
         assert result.exit_code == 2, result.stderr
-        assert result.stderr.strip() == (
+        assert error_line(result.stderr) == (
             f"error: {outs[0]}: stats reads one packed output at a time, or raw corpus files: run it once per output"
         )
