@@ -26,11 +26,19 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def sft_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small fine-tuning output: its manifest has every key a manifest can have (labels included)."""
+    """A small fine-tuning output of chats: its manifest has every key a manifest can have (labels included)."""
     tmp = tmp_path_factory.mktemp("manifest")
-    records = [{"prompt": r["text"][:300], "response": r["text"][300:900]} for r in read_jsonl(SAMPLE)[:30]]
+    records = [
+        {
+            "messages": [
+                {"role": "user", "content": r["text"][:300]},
+                {"role": "assistant", "content": r["text"][300:900]},
+            ]
+        }
+        for r in read_jsonl(SAMPLE)[:30]
+    ]
     corpus = write_jsonl(tmp / "sft.jsonl", records)
-    options = PackOptions(max_len=256, prompt_field="prompt", response_field="response", overflow="truncate")  # type: ignore[arg-type]
+    options = PackOptions(max_len=256, messages_field="messages", overflow="truncate")  # type: ignore[arg-type]
     pack_corpus([str(corpus)], options, tmp / "out")
     return tmp / "out"
 

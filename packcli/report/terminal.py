@@ -22,6 +22,7 @@ __all__ = [
     "pack_summary",
     "print_corpus_choices",
     "print_stats",
+    "special_text_warning",
     "token_loss",
 ]
 
@@ -73,6 +74,18 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     return (
         f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); --overflow split keeps every token, "
         f"`packcli stats CORPUS` with this run's other options shows what other --max-len values would cost"
+    )
+
+
+def special_text_warning(totals: dict[str, Any]) -> str | None:
+    """The warning for chat messages whose special-token text the template made special tokens, or None."""
+    held = int(totals.get("special_text_messages", 0))
+    if not held:
+        return None
+    return (
+        f"{count(held, 'message')} {'holds' if held == 1 else 'hold'} special-token text that the chat template "
+        "renders as special tokens, as apply_chat_template does, so it can end or open a turn (manifest total "
+        "special_text_messages)"
     )
 
 
