@@ -15,6 +15,7 @@ import numpy as np
 
 from packcli.errors import PackcliError, UsageError, requires_extra
 from packcli.report.stats import Measured, histogram
+from packcli.report.terminal import documents_phrase
 from packcli.util.files import unwritable
 
 __all__ = ["check_plot_path", "plot_stats"]
@@ -58,10 +59,8 @@ def plot_stats(measured: Measured, path: Path, title: str, raw: bool) -> None:
     _draw_compute(compute, measured.figures)
     _draw_mask(mask, measured)
     figures = measured.figures
-    documents = figures.get("input_documents", figures["documents"])
-    pieces = f" ({figures['documents']:,} pieces)" if documents != figures["documents"] else ""
     figure.suptitle(
-        f"{title}: {documents:,} documents{pieces}, {figures['tokens']:,} tokens, "
+        f"{title}: {documents_phrase(figures)}, {figures['tokens']:,} tokens, "
         f"{figures['sequences']:,} sequences of max_len {figures['max_len']:,} ({figures['strategy']})",
         fontsize=12,
     )
@@ -108,7 +107,7 @@ def _draw_lengths(axes: Any, measured: Measured, raw: bool) -> None:
     )
     axes.set_xlabel("tokens per document" + (" (log scale)" if logarithmic else ""), fontsize=9)
     axes.set_ylabel("documents", fontsize=9)
-    _style(axes, "document lengths" + (" before overflow" if raw else " in the output"))
+    _style(axes, "input document lengths, before overflow" if raw else "packed document lengths (split pieces apart)")
 
 
 def _draw_fill(axes: Any, measured: Measured) -> None:
@@ -195,4 +194,5 @@ def _draw_mask(axes: Any, measured: Measured) -> None:
     axes.tick_params(axis="x", labelrotation=90)
     axes.set_xlabel("key position (attended to)", fontsize=9)
     axes.set_ylabel("query position", fontsize=9)
-    _style(axes, f"block-causal mask of row {row}: {len(cu) - 1} documents")
+    fill = cu[-1] / max_len
+    _style(axes, f"block-causal mask of row {row}: {len(cu) - 1} documents\na typical row: the median fill, {fill:.1%}")

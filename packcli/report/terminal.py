@@ -18,6 +18,7 @@ __all__ = [
     "console",
     "count",
     "documents_and_pieces",
+    "documents_phrase",
     "loss_warning",
     "pack_summary",
     "print_corpus_choices",
@@ -59,6 +60,17 @@ def documents_and_pieces(figures: dict[str, Any]) -> tuple[int, str]:
     return documents, f" in {pieces:,} pieces" if pieces != documents and figures.get("split_documents") else ""
 
 
+def documents_phrase(figures: dict[str, Any]) -> str:
+    """Input documents and what overflow made of them, for a headline: "194 of 200 documents (6 dropped)",
+    "200 documents (6 truncated)", "198 documents in 1,559 pieces", "200 documents"."""
+    documents, pieces = int(figures.get("input_documents", figures["documents"])), int(figures["documents"])
+    if figures.get("dropped_documents"):
+        return f"{pieces:,} of {count(documents, 'document')} ({figures['dropped_documents']:,} dropped)"
+    if figures.get("truncated_documents"):
+        return f"{count(documents, 'document')} ({figures['truncated_documents']:,} truncated)"
+    return count(documents, "document") + documents_and_pieces(figures)[1]
+
+
 def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     """The warning for ``--overflow drop``/``truncate`` throwing away more than 1% of the input tokens, or None."""
     lost, total = token_loss(totals)
@@ -94,10 +106,8 @@ def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
     total by its manifest name, then each mixed source."""
     documents, pieces = int(summary.get("input_documents", summary["documents"])), int(summary["documents"])
     tokens = count(summary["tokens"], "token")
-    if summary.get("dropped_documents"):
-        what = f"{pieces:,} of {count(documents, 'document')} ({summary['dropped_documents']:,} dropped, {tokens})"
-    elif summary.get("truncated_documents"):
-        what = f"{count(documents, 'document')} ({summary['truncated_documents']:,} truncated, {tokens})"
+    if summary.get("dropped_documents") or summary.get("truncated_documents"):
+        what = f"{documents_phrase(summary)}, {tokens},"  # the tokens kept, not those lost
     elif summary.get("split_documents"):
         what = f"{count(documents, 'document')}, split into {pieces:,} pieces ({tokens}),"
     else:
@@ -183,9 +193,8 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         f"longest[/bold] ({stats['packing']['efficiency']:.2%} of the computed slots hold real tokens, against "
         f"{random['efficiency']:.2%})"
     )
-    documents, split = documents_and_pieces(stats)
     out.print(
-        f"  {count(documents, 'document')}{split}, {count(stats['tokens'], 'token')}, "
+        f"  {documents_phrase(stats)}, {count(stats['tokens'], 'token')}, "
         f"{count(stats['sequences'], 'sequence')} "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"
     )
@@ -225,7 +234,8 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         )
     if "sources" in stats:
         _print_sources(out, stats["sources"])
-    _print_bars(out, "document lengths (tokens)", stats["histograms"]["document_length"], percent=False)
+    lengths = stats["histograms"]["document_length"]
+    _print_bars(out, "packed document lengths (tokens; a split document's pieces counted apart)", lengths, False)
     _print_bars(out, "sequence fill", stats["histograms"]["sequence_fill"], percent=True)
 
 
