@@ -196,7 +196,7 @@ def test_a_boolean_label_is_a_bad_record_not_the_id_1(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "sft.jsonl", records)
     args = ["pack", str(path), "--ids-field", "ids", "--labels-field", "labels", "--out", str(tmp_path / "o")]
     result = runner.invoke(app, args)
-    assert result.exit_code == 1 and result.stderr.startswith(
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(
         f"error: {path}:2: field 'labels' holds true at position 1"
     )
 
