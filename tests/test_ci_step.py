@@ -363,7 +363,14 @@ def test_the_stats_summary_counts_documents_and_pieces_as_the_terminal_does(tmp_
     summary = tmp_path / "summary.md"
     figures = json.loads(invoke("stats", str(packed_text), "--json", "--summary", str(summary)).stdout)
     assert figures["split_documents"] and figures["documents"] > figures["input_documents"]
-    said = f"{figures['input_documents']:,} in {figures['documents']:,} pieces / {figures['tokens']:,}"
+    said = f"{figures['input_documents']:,} documents in {figures['documents']:,} pieces / {figures['tokens']:,}"
     assert f"| documents / tokens | {said} |" in summary.read_text()
     terminal = invoke("stats", str(packed_text)).stdout
     assert f"{figures['input_documents']:,} documents in {figures['documents']:,} pieces" in terminal
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "word " * n} for n in (2, 30, 3, 40, 4)])
+    assert (
+        invoke("pack", str(corpus), "--max-len", "16", "--overflow", "drop", "--out", str(tmp_path / "d")).exit_code
+        == 0
+    )
+    invoke("stats", str(tmp_path / "d"), "--summary", str(summary))
+    assert "| documents / tokens | 3 of 5 documents (2 dropped) / 15 |" in summary.read_text()  # the tokens kept
