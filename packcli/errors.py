@@ -5,6 +5,8 @@ Exit codes: 0 success, 1 a data or runtime error (:class:`PackcliError`), 2 a us
 A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here
 rather than alone.
 
+``packcli.pack()`` says what the command line warns of as lost with :class:`PackcliDataLossWarning`.
+
 Optional dependencies: every import of an extra's module sits inside ``with requires_extra(...)``
 (tests/test_imports.py checks it), so a missing one reads ``packcli.torch needs torch, which is not installed: pip
 install 'packcli[torch]'``, never a bare ``ModuleNotFoundError``. ``EXTRA_MODULES`` mirrors
@@ -25,6 +27,7 @@ __all__ = [
     "EXTRA_MODULES",
     "BadRecordError",
     "MissingExtraError",
+    "PackcliDataLossWarning",
     "PackcliError",
     "UsageError",
     "requires_extra",
@@ -113,3 +116,8 @@ def requires_extra(extra: str, feature: str) -> Iterator[None]:
         raise MissingExtraError(
             f"{feature} needs {module}, which is not installed: pip install 'packcli[{extra}]'"
         ) from None
+
+
+class PackcliDataLossWarning(UserWarning):
+    """``packcli.pack()`` left data out: each loss ``packcli pack`` warns of (even with ``--quiet``), worded with
+    keyword arguments. ``warnings.simplefilter("error", packcli.PackcliDataLossWarning)`` makes any an error."""

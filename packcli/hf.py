@@ -17,6 +17,7 @@ import numbers
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError, UsageError, requires_extra
+from packcli.errors import PackcliDataLossWarning, PackcliError, UsageError, requires_extra
 from packcli.options import PackOptions, parse_count, parse_size
 from packcli.read.inputs import Spool
 from packcli.storage.urls import is_url
@@ -66,6 +67,10 @@ def pack(
             and ``partition_size`` as bytes or text like "64MiB", ``target_tokens`` as a number or text like "3M").
             A dataset is never partitioned: ``partitions=1`` is the plain run, more is refused.
 
+    Warns:
+        PackcliDataLossWarning: for each loss ``packcli pack`` warns of: overflow drop or truncate losing more than
+            1% of the tokens, bad records skipped (``skip_bad_records=True``); also when the output is up to date.
+
     Raises:
         UsageError: an unknown option or one of the wrong type (numpy's integers and booleans are taken as plain
             ones), an ``out`` URL, a dataset with partitions, or a dataset without the columns the options name.
@@ -74,16 +79,35 @@ def pack(
             command line names flags (``overwrite=True``, not ``--overwrite``).
     """
     try:
-        return _pack_source(source, max_len, out, tokenizer, overwrite, options)
+        rows, manifest = _pack_source(source, max_len, out, tokenizer, overwrite, options)
     except PackcliError as error:  # said to a Python caller: keyword arguments, not command-line flags
         error.message = as_keywords(error.message)
         error.args = (error.message,)
         raise
+    for loss in data_losses(manifest):
+        warnings.warn(as_keywords(loss), PackcliDataLossWarning, stacklevel=2)
+    return rows
+
+
+def data_losses(manifest: dict[str, Any]) -> list[str]:
+    """What ``packcli pack`` warns of as lost in this output: tokens dropped or truncated (over 1% of them), and
+    bad records skipped."""
+    from packcli.report.terminal import count, loss_warning
+
+    totals = manifest["totals"]
+    losses = [loss_warning(totals, manifest["max_len"])]
+    if totals["bad_records"]:
+        losses.append(
+            f"{count(totals['bad_records'], 'bad record')} skipped (--skip-bad-records): not in the output, counted "
+            "in its totals.bad_records"
+        )
+    return [loss for loss in losses if loss is not None]
 
 
 def _pack_source(
     source: Any, max_len: int, out: str | Path, tokenizer: str | None, overwrite: bool, options: dict[str, Any]
-) -> Any:
+) -> tuple[Any, dict[str, Any]]:
+    """The packed rows of ``source`` as a ``datasets.Dataset``, and the output's manifest."""
     with requires_extra("hf", "packcli.pack()"):
         import datasets
 
@@ -123,7 +147,7 @@ def _pack_source(
         inputs = [str(source)] if isinstance(source, (str, Path)) else [str(item) for item in source]
         manifest = _pack(inputs, pack_options, out, overwrite)
     shards = [datasets.Dataset.from_file(str(out / shard["file"])) for shard in manifest["shards"]]
-    return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0]
+    return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0], manifest
 
 
 # A flag stands as a word of its own: never inside a file name or path a message quotes (``notes--overwrite.txt``).

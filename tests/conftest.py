@@ -35,6 +35,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TINY_DOCUMENT_CHARS = 12_000  # the tiny corpus takes the sample's modules up to this size ...
 TINY_DOCUMENTS = 60  # ... this many of them, in the sample's order
 ROWS_MAX_LEN = 96  # the max_len of the ``packed_rows`` output
+PROGRESS_PREFIX = "packcli: "  # how a progress line starts (packcli.run.progress)
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +94,15 @@ def write_jsonl(path: Path, records: list[Any], compress: bool = False) -> Path:
     data = "".join(json.dumps(record) + "\n" for record in records).encode()
     path.write_bytes(gzip.compress(data, mtime=0) if compress else data)
     return path
+
+
+def error_line(stderr: str) -> str:
+    """The one ``error:`` line of a failed command's stderr, wherever progress lines put it: asserts it is the last
+    line and that nothing but progress lines (``packcli: ...``) precedes it, so a slow machine or
+    ``PACKCLI_PROGRESS_INTERVAL=0`` never breaks a test of what a failure says."""
+    lines = [line for line in stderr.splitlines() if not line.startswith(PROGRESS_PREFIX)]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and stderr.endswith(lines[0] + "\n"), stderr
+    return lines[0]
 
 
 def sample_lines(count: int) -> bytes:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -126,7 +126,7 @@ def test_an_unusable_cache_is_one_line_naming_the_variable(
     monkeypatch.setenv("PACKCLI_CACHE", str(blocker / "cache"))
     result = runner.invoke(app, ["stats", str(corpus)])
     assert result.exit_code == 1
-    assert result.stderr.count("\n") == 1 and "PACKCLI_CACHE" in result.stderr and "[Errno" not in result.stderr
+    assert error_line(result.stderr) and "PACKCLI_CACHE" in result.stderr and "[Errno" not in result.stderr
     packed = runner.invoke(app, ["pack", str(corpus), "--out", str(tmp_path / "o"), "--quiet"])
     assert packed.exit_code == 0, packed.stderr  # pack needs no cache
     monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "cache"))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, SAMPLE, read_jsonl, write_jsonl
+from conftest import REPO, SAMPLE, error_line, read_jsonl, write_jsonl
 
 DOC = REPO / "docs" / "ci.md"
 EXPRESSION = re.compile(r"\$\{\{\s*steps\.([\w-]+)\.outputs\.([\w-]+)\s*\}\}")
@@ -172,7 +172,7 @@ def test_github_workflow_with_a_missing_input_stops_at_the_cache_key_with_one_li
     with pytest.raises(StepFailed) as failed:
         run_github(github_job("data/missing.jsonl --max-len 2048 --out packed"), origin, tmp_path)
     assert failed.value.script.startswith("packcli pack $PACK_ARGS --dry-run --json") and failed.value.returncode == 1
-    assert failed.value.stderr.startswith("error: data/missing.jsonl: ") and failed.value.stderr.count("\n") == 1
+    assert error_line(failed.value.stderr).startswith("error: data/missing.jsonl: ")
     assert not (tmp_path / "workspace" / "packed").exists() and not (tmp_path / "step-summary.md").exists()
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -332,7 +332,7 @@ def test_a_plot_that_cannot_be_written_fails_before_any_work(
     cached = sorted(cache.iterdir()) if cache.exists() else []
     result = invoke("stats", str(corpus), "--max-len", "512", "--plot", "no-such-dir/p.png")
     assert result.exit_code == 1 and result.stdout == "", result.output
-    assert result.stderr.startswith("error: no-such-dir/p.png: cannot write the ") and result.stderr.count("\n") == 1
+    assert error_line(result.stderr).startswith("error: no-such-dir/p.png: cannot write the ")
     assert listing(tmp_path) == []
     assert (sorted(cache.iterdir()) if cache.exists() else []) == cached  # nothing tokenized
 
@@ -396,7 +396,7 @@ def test_verify_json_on_a_damaged_output_still_says_why_it_failed_on_stderr(tmp_
     result = invoke("verify", str(damaged), "--json")
     report = json.loads(result.stdout)
     assert result.exit_code == 1 and report["ok"] is False
-    assert result.stderr == f"error: {damaged}: {report['problem_count']} problem(s) found\n"
+    assert error_line(result.stderr) == f"error: {damaged}: {report['problem_count']} problem(s) found"
     assert invoke("verify", str(packed), "--json").stderr == ""
 
 
@@ -412,7 +412,7 @@ def test_a_restored_output_with_a_shard_cut_short_is_not_called_another_runs(
     args = ["pack", str(corpus), "--max-len", "512", "--out", str(out), "--quiet"]
     dry, real = invoke(*args, "--dry-run", "--json"), invoke(*args)
     for result in (dry, real):
-        assert result.exit_code == 1 and result.stdout == "" and result.stderr.count("\n") == 1, result.output
+        assert result.exit_code == 1 and result.stdout == "" and error_line(result.stderr), result.output
         assert "or this run's output with a shard missing or not its listed size" in result.stderr
     assert "--overwrite" in dry.stderr and "--overwrite" in real.stderr
     assert invoke(*args, "--overwrite").exit_code == 0 and invoke("verify", str(out)).exit_code == 0
@@ -424,7 +424,14 @@ def test_the_stats_summary_counts_documents_and_pieces_as_the_terminal_does(tmp_
     summary = tmp_path / "summary.md"
     figures = json.loads(invoke("stats", str(packed_text), "--json", "--summary", str(summary)).stdout)
     assert figures["split_documents"] and figures["documents"] > figures["input_documents"]
-    said = f"{figures['input_documents']:,} in {figures['documents']:,} pieces / {figures['tokens']:,}"
+    said = f"{figures['input_documents']:,} documents in {figures['documents']:,} pieces / {figures['tokens']:,}"
     assert f"| documents / tokens | {said} |" in summary.read_text()
     terminal = invoke("stats", str(packed_text)).stdout
     assert f"{figures['input_documents']:,} documents in {figures['documents']:,} pieces" in terminal
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "word " * n} for n in (2, 30, 3, 40, 4)])
+    assert (
+        invoke("pack", str(corpus), "--max-len", "16", "--overflow", "drop", "--out", str(tmp_path / "d")).exit_code
+        == 0
+    )
+    invoke("stats", str(tmp_path / "d"), "--summary", str(summary))
+    assert "| documents / tokens | 3 of 5 documents (2 dropped) / 15 |" in summary.read_text()  # the tokens kept

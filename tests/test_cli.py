@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, write_jsonl
+from conftest import SAMPLE, error_line, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -79,7 +79,7 @@ def test_every_bad_input_gets_one_line_and_its_exit_code(tmp_path: Path, monkeyp
         result = invoke("pack", *args, "--out", "out")
         assert result.exit_code == code, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
-        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+        assert error_line(result.stderr), result.stderr
         assert "Traceback" not in result.stderr and result.stdout == ""
         assert not (tmp_path / "out").exists()
         assert not list(tmp_path.glob(".out.packcli-*"))
@@ -97,8 +97,8 @@ def test_an_error_naming_a_file_with_a_line_break_in_its_name_is_still_one_line(
         ("gone\r.jsonl", "gone\\r.jsonl: no such"),
     ):
         result = invoke("pack", name, "--out", "out")
-        assert result.exit_code == 1 and result.stderr.count("\n") == 1 and "\r" not in result.stderr, result.stderr
-        assert result.stderr.startswith("error: ") and said in result.stderr, result.stderr
+        assert result.exit_code == 1 and error_line(result.stderr) and "\r" not in result.stderr, result.stderr
+        assert error_line(result.stderr) and said in result.stderr, result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["two\nlines.jsonl"]
 
 
@@ -121,7 +121,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing.jsonl")
     plain = invoke("pack", missing)
     assert plain.exit_code == 1 and isinstance(plain.exception, SystemExit)
-    assert plain.stderr == f"error: {missing}: no such file or directory\n"
+    assert error_line(plain.stderr) == f"error: {missing}: no such file or directory"
     debug = invoke("pack", missing, "--debug")
     assert debug.exit_code == 1 and isinstance(debug.exception, PackcliError) and debug.stderr == ""
     assert debug.exc_info is not None

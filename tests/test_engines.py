@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -63,7 +63,7 @@ def test_a_failing_partition_on_ray_names_file_and_line(tmp_path: Path, local_ra
     result = invoke(
         "pack", str(corpus), "--partitions", "2", "--engine", "ray", "--out", str(tmp_path / "out"), "--quiet"
     )
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert result.exit_code == 1 and error_line(result.stderr)
     assert f"{corpus}:31: " in result.stderr and "partition 1 of 2" in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -99,7 +99,9 @@ def test_engine_ray_without_ray_installed_is_one_line(corpus: Path, tmp_path: Pa
         prelude="sys.modules['ray'] = None",  # what an interpreter without Ray sees: import ray fails
     )  # fmt: skip
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == "error: --engine ray needs ray, which is not installed: pip install 'packcli[ray]'\n"
+    assert (
+        error_line(result.stderr) == "error: --engine ray needs ray, which is not installed: pip install 'packcli[ray]'"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -110,8 +112,8 @@ def test_unreachable_ray_address_is_one_line(corpus: Path, tmp_path: Path) -> No
     result = run_packcli(
         "pack", str(corpus), "--partitions", "2", "--engine", "ray", "--ray-address", "127.0.0.1:9", "--out", str(out)
     )
-    assert result.returncode == 1 and result.stderr.count("\n") == 1
-    assert result.stderr.startswith("error: cannot reach Ray at 127.0.0.1:9: ")
+    assert result.returncode == 1 and error_line(result.stderr)
+    assert error_line(result.stderr).startswith("error: cannot reach Ray at 127.0.0.1:9: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

@@ -26,6 +26,7 @@ from tests.conftest import (
     SAMPLE,
     as_packed_before_split_pieces,
     documented_names,
+    error_line,
     json_keys,
     read_jsonl,
     shared_path,
@@ -758,8 +759,8 @@ def test_an_export_of_something_else_is_refused_saying_what_differs(small_packed
     }
     for difference, arguments in asked.items():
         result = RUNNER.invoke(app, ["export", *map(str, arguments), "--out", str(out)])
-        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
-        assert result.stderr.startswith(f"error: {out}: holds another export: {difference}")
+        assert result.exit_code == 1 and error_line(result.stderr), result.stderr
+        assert error_line(result.stderr).startswith(f"error: {out}: holds another export: {difference}")
         assert result.stderr.endswith("pass --overwrite to replace it, or choose another --out to keep both\n")
         assert files_in(out) == kept
     bridge = tmp_path / "bridge"
@@ -769,7 +770,7 @@ def test_an_export_of_something_else_is_refused_saying_what_differs(small_packed
     with (out / "tokens.idx").open("ab") as handle:
         handle.write(b"\0")
     result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "megatron", "--out", str(out)])
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert result.exit_code == 1 and error_line(result.stderr)
     assert "holds an incomplete or damaged export of this output, format and options (tokens.idx" in result.stderr
     assert export(small_packed, "megatron", out, "--overwrite")["status"] == "exported" and files_in(out) == kept
 
@@ -785,14 +786,14 @@ def test_an_export_and_a_pack_output_never_replace_each_other(small_packed: Path
     corpus = next(small_packed.parent.glob("*.jsonl"))
     for overwrite in ([], ["--overwrite"]):
         result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "megatron", "--out", str(packed), *overwrite])
-        assert result.exit_code == 1 and result.stderr == (
+        assert result.exit_code == 1 and error_line(result.stderr) == (
             f"error: {packed}: is a packcli output (manifest.json), not an export: an export never replaces one, "
-            "even with --overwrite; choose another --out\n"
+            "even with --overwrite; choose another --out"
         )
         result = RUNNER.invoke(app, ["pack", str(corpus), "--max-len", "64", "--out", str(exported), *overwrite])
-        assert result.exit_code == 1 and result.stderr == (
+        assert result.exit_code == 1 and error_line(result.stderr) == (
             f"error: {exported}: is a packcli export (export.json), not an output of packcli pack: pack never "
-            "replaces one, even with --overwrite; choose another --out\n"
+            "replaces one, even with --overwrite; choose another --out"
         )
     assert {directory: files_in(directory) for directory in (packed, exported)} == before
 
@@ -842,10 +843,10 @@ def test_damage_found_after_the_export_began_leaves_nothing_written(
     assert first.startswith(shards[-1].name)
     result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "out")])
     assert result.exit_code == 1
-    assert result.stderr == (
+    assert error_line(result.stderr) == (
         f"error: {packed}: fails verify ({report.count} problem(s); first: {first}); nothing was exported: run "
         "packcli verify "
-        "on it, or pack it again\n"
+        "on it, or pack it again"
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]  # no output, staging or lock left
 
@@ -862,7 +863,7 @@ def test_an_edited_split_pieces_entry_is_refused_before_the_exporter_meets_it(
     entries[0][0] = 10**6
     (packed / "manifest.json").write_text(json.dumps(manifest))
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "out")])
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert result.exit_code == 1 and error_line(result.stderr)
     assert "fails verify (2 problem(s); first: shard-00000.arrow: 1 document(s) that do not end with the EOS" in (
         result.stderr
     )
@@ -894,7 +895,7 @@ def test_a_pad_multiple_outside_1_to_max_len_is_a_usage_error(
 
     out = tmp_path / "bridge"
     result = RUNNER.invoke(app, ["export", str(small_packed), "--to", "bridge", "--pad-to-multiple", multiple, "--out", str(out)])  # fmt: skip
-    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.exit_code == 2 and error_line(result.stderr), result.output
     assert "--pad-to-multiple" in result.stderr and "unexpected" not in result.stderr
     with pytest.raises(UsageError, match="--pad-to-multiple"):
         export_output(small_packed, "bridge", out, {"pad_to_multiple": int(multiple)})
@@ -910,7 +911,7 @@ def test_a_pad_multiple_that_pads_a_batch_past_int32_is_refused_before_it_is_bui
     run("pack", corpus, "--ids-field", "ids", "--eos-id", "0", "--max-len", str(2**20), "--out", packed, "--quiet")
     out = tmp_path / "bridge"
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "bridge", "--pad-to-multiple", str(2**20), "--out", str(out)])  # fmt: skip
-    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.exit_code == 2 and error_line(result.stderr), result.output
     assert "--pad-to-multiple 1048576" in result.stderr and "2,147,483,647" in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ids.jsonl", "packed"]
 
@@ -923,8 +924,10 @@ def test_an_export_is_never_read_as_a_corpus(small_packed: Path, tmp_path: Path)
     export(small_packed, "megatron", exported)
     for command in (["stats", str(exported)], ["pack", str(exported), "--out", str(tmp_path / "o")]):
         result = RUNNER.invoke(app, command)
-        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
-        assert result.stderr.startswith(f"error: {exported}: is a packcli export (export.json), not a corpus")
+        assert result.exit_code == 1 and error_line(result.stderr), result.output
+        assert error_line(result.stderr).startswith(
+            f"error: {exported}: is a packcli export (export.json), not a corpus"
+        )
     shutil.copy(next(small_packed.parent.glob("*.jsonl")), tmp_path / "data" / "corpus.jsonl")
     result = RUNNER.invoke(app, ["pack", str(tmp_path / "data"), "--max-len", "128", "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
@@ -938,8 +941,10 @@ def test_an_export_named_where_an_output_is_wanted_is_called_an_export(small_pac
     export(small_packed, "megatron", exported)
     for command in (["show", str(exported)], ["verify", str(exported)], ["export", str(exported), "--to", "mds"]):
         result = RUNNER.invoke(app, [*command, "--out", str(tmp_path / "x")] if command[0] == "export" else command)
-        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
-        assert result.stderr.startswith(f"error: {exported}: is a packcli export (export.json), not a packcli output")
+        assert result.exit_code == 1 and error_line(result.stderr), result.output
+        assert error_line(result.stderr).startswith(
+            f"error: {exported}: is a packcli export (export.json), not a packcli output"
+        )
     assert not (tmp_path / "x").exists()
 
 

@@ -16,9 +16,10 @@ from packcli.options import parse_size
 runner = CliRunner()
 
 
-def test_bare_packcli_prints_help() -> None:
+def test_bare_packcli_prints_help_once() -> None:
     result = runner.invoke(app, [])
     assert result.exit_code == 0 and "Usage:" in result.stdout and "stats" in result.stdout and "show" in result.stdout
+    assert result.stdout.count("Usage:") == 1 and result.stdout.count("Commands") == 1, result.stdout
 
 
 @pytest.mark.parametrize("command", ["pack", "stats", "show", "verify", "strategies"])

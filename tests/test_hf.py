@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -68,9 +69,10 @@ def test_the_same_dataset_again_is_up_to_date_and_a_bad_record_is_named_by_its_r
 def test_fine_tuning_columns_and_options_pass_through(tmp_path: Path) -> None:
     rows = read_jsonl(shared_path("data/bigbench_sft.jsonl"))[:20]
     dataset = datasets.Dataset.from_list([{"q": row["prompt"], "a": row["response"]} for row in rows])
-    packed = packcli.pack(
-        dataset, max_len=512, out=tmp_path / "sft", prompt_field="q", response_field="a", strategy="ffd", seed=3
-    )
+    with pytest.warns(packcli.PackcliDataLossWarning, match="^overflow drop left out "):  # fine-tuning drops
+        packed = packcli.pack(
+            dataset, max_len=512, out=tmp_path / "sft", prompt_field="q", response_field="a", strategy="ffd", seed=3
+        )
     manifest = json.loads((tmp_path / "sft" / "manifest.json").read_text())
     assert manifest["strategy"] == "ffd" and manifest["options"]["seed"] == 3
     assert "labels" in packed.column_names
@@ -102,7 +104,8 @@ def test_a_first_batch_of_none_texts_is_bad_records_not_a_crash(records: list[di
     # a column that is all None in the first thousand rows is Arrow type null there: the dataset's own features
     # give the column its type, so the Nones are bad records (counted) and the texts after them packed
     dataset = datasets.Dataset.from_list([{"text": None}] * 1000 + records)
-    packed = packcli.pack(dataset, max_len=128, out=tmp_path / "packed", skip_bad_records=True)
+    with pytest.warns(packcli.PackcliDataLossWarning, match=r"^1,000 bad records skipped \(skip_bad_records=True\)"):
+        packed = packcli.pack(dataset, max_len=128, out=tmp_path / "packed", skip_bad_records=True)
     manifest = json.loads((tmp_path / "packed" / "manifest.json").read_text())
     assert manifest["totals"]["bad_records"] == 1000 and manifest["totals"]["input_documents"] == len(records)
     assert len(packed) == manifest["totals"]["sequences"]
@@ -281,3 +284,26 @@ def test_the_returned_dataset_goes_through_packcli_s_collators_as_the_loader_s_r
             assert (
                 value.tolist() == from_loader[key].tolist() if hasattr(value, "tolist") else value == from_loader[key]
             )
+
+
+def test_pack_warns_of_every_loss_the_command_line_warns_of(tmp_path: Path) -> None:
+    """Overflow drop (or truncate) losing more than 1% of the tokens: the command line warns even with --quiet;
+    pack() raises a warning of its own category, worded with keyword arguments, on the first run and when up to
+    date; a run that loses nothing warns of nothing."""
+    chats = [{"text": f"question {n}: " + "word " * (300 if n % 4 == 0 else 20)} for n in range(12)]
+    corpus = write_jsonl(tmp_path / "c.jsonl", chats)
+    quiet = CliRunner().invoke(app, ["pack", str(corpus), "--max-len", "64", "--overflow", "drop", "--quiet",
+                                     "--out", str(tmp_path / "cli")])  # fmt: skip
+    said = quiet.stderr.removeprefix("warning: ").strip()
+    assert quiet.exit_code == 0 and said.startswith("--overflow drop left out 3 documents longer than --max-len 64")
+    dataset = datasets.Dataset.from_list(chats)
+    for _ in range(2):  # packed, then up to date
+        with pytest.warns(packcli.PackcliDataLossWarning) as caught:
+            packcli.pack(dataset, max_len=64, out=tmp_path / "api", overflow="drop")
+        [message] = [str(w.message) for w in caught]
+        assert message.startswith("overflow drop left out 3 documents longer than max_len=64: 915 of 1,140 input")
+        assert said.startswith("--overflow drop left out 3 documents longer than --max-len 64: 915 of 1,140 input")
+        assert caught[0].filename == __file__ and issubclass(caught[0].category, UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        packcli.pack(dataset, max_len=64, out=tmp_path / "kept")  # split keeps every token

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -26,11 +26,19 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def sft_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small fine-tuning output: its manifest has every key a manifest can have (labels included)."""
+    """A small fine-tuning output of chats: its manifest has every key a manifest can have (labels included)."""
     tmp = tmp_path_factory.mktemp("manifest")
-    records = [{"prompt": r["text"][:300], "response": r["text"][300:900]} for r in read_jsonl(SAMPLE)[:30]]
+    records = [
+        {
+            "messages": [
+                {"role": "user", "content": r["text"][:300]},
+                {"role": "assistant", "content": r["text"][300:900]},
+            ]
+        }
+        for r in read_jsonl(SAMPLE)[:30]
+    ]
     corpus = write_jsonl(tmp / "sft.jsonl", records)
-    options = PackOptions(max_len=256, prompt_field="prompt", response_field="response", overflow="truncate")  # type: ignore[arg-type]
+    options = PackOptions(max_len=256, messages_field="messages", overflow="truncate")  # type: ignore[arg-type]
     pack_corpus([str(corpus)], options, tmp / "out")
     return tmp / "out"
 
@@ -117,7 +125,7 @@ def test_every_key_removed_in_turn_is_named_by_verify_stats_and_the_loader(sft_o
             assert "unexpected" not in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
             if _required(path):
                 assert result.exit_code == 1 and f"manifest key '{name}' is missing" in result.stderr, (name, command)
-                assert result.stderr.count("\n") == 1, result.stderr  # one line
+                assert error_line(result.stderr), result.stderr  # one line
             elif name == "tokenizer.eos_id" and command[0] == "verify":  # readers need no EOS id; verify's checks do
                 assert result.exit_code == 1 and "tokenizer.eos_id is null or missing" in result.stderr, result.stderr
             else:

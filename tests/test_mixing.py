@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, shared_path, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -181,7 +181,7 @@ def test_bad_mixing_options_are_one_line_usage_errors(tmp_path: Path, extra: lis
     a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
     result = runner.invoke(app, ["pack", str(a), str(b), *extra, "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("error: ") and message in result.stderr and result.stderr.count("\n") == 1
+    assert error_line(result.stderr) and message in result.stderr
     assert not (tmp_path / "o").exists()
 
 
@@ -249,7 +249,7 @@ def test_a_target_whose_shards_no_disk_here_holds_is_refused_before_reading(tmp_
     a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
     result = runner.invoke(app, ["pack", str(a), str(b), "--target-tokens", "1000T", "--out", str(tmp_path / "o")])
     assert result.exit_code == 1, result.output
-    assert result.stderr.count("\n") == 1, result.stderr
+    assert error_line(result.stderr), result.stderr
     assert "--target-tokens 1,000,000,000,000,000 makes at least 8,000,000.0 GB of shards" in result.stderr
     assert f"free where they are written ({tmp_path})" in result.stderr and "MemoryError" not in result.stderr
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.packcli-*"))
@@ -284,7 +284,7 @@ def test_the_same_file_given_twice_is_refused_naming_both_spellings(
     result = runner.invoke(app, ["pack", "a.jsonl", second, "--weights", "1,1", "--out", "o"])
     assert result.exit_code == 2, result.output
     assert f"is in two inputs, 'a.jsonl' (input 1) and '{second}' (input 2)" in result.stderr
-    assert result.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+    assert error_line(result.stderr) and not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("target", [[], ["--target-tokens", "200"]])
@@ -499,6 +499,6 @@ def test_a_run_the_system_gives_too_little_memory_ends_in_one_line_saying_so(tmp
     args = [sys.executable, "-m", "packcli", "pack", str(tiny), "--target-tokens", "480M", "--out", str(out)]
     ended = subprocess.run(args, capture_output=True, text=True, preexec_fn=three_gigabytes, timeout=120)
     assert ended.returncode == 1, ended.stderr
-    assert ended.stderr.startswith("error: out of memory (") and ended.stderr.count("\n") == 1, ended.stderr
+    assert error_line(ended.stderr).startswith("error: out of memory ("), ended.stderr
     assert "give the command more memory, or less to do" in ended.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["tiny.jsonl"]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE
+from conftest import SAMPLE, error_line
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -44,5 +44,8 @@ def test_max_len_beyond_int32_is_exit_2_in_one_line(tmp_path: Path, command: str
     )
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.stderr
-    assert result.stderr == f"error: --max-len must fit the int32 columns (at most 2,147,483,647), got {max_len:,}\n"
+    assert (
+        error_line(result.stderr)
+        == f"error: --max-len must fit the int32 columns (at most 2,147,483,647), got {max_len:,}"
+    )
     assert not (tmp_path / "o").exists()

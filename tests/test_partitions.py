@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_processes import descendants, survivors
@@ -106,7 +106,7 @@ def test_more_partitions_than_the_inputs_allow_is_one_line_and_no_output(tmp_pat
     with pytest.raises(UsageError, match="ask for --partitions 1,"):
         plan_partitions([corpus], 2)
     result = invoke("pack", str(corpus), "--partitions", "2", "--out", str(tmp_path / "out"))
-    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "ask for --partitions 1," in result.stderr
+    assert result.exit_code == 2 and error_line(result.stderr) and "ask for --partitions 1," in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl.gz"]
 
 
@@ -124,7 +124,7 @@ def test_the_count_a_refusal_names_is_one_the_planner_accepts(tmp_path: Path) ->
     lengths = [2000, 40, 20, 40]
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": TEXTS[i][:n]} for i, n in enumerate(lengths)])
     refused = invoke("pack", str(corpus), "--partitions", "6", "--out", str(tmp_path / "out"))
-    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.exit_code == 2 and error_line(refused.stderr), refused.stderr
     count = named_count(refused.stderr)
     assert count == 3
     for asked in (4, 5, 7, 9):
@@ -288,8 +288,11 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
     out = tmp_path / "out"
     # --quiet: a run past the progress interval (5 s, a loaded machine) would add progress lines before the error
     result = invoke("pack", str(corpus), "--partitions", "4", "--workers", "1", "--out", str(out), "--quiet")
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1
-    assert result.stderr.startswith(f"error: {corpus}:76: invalid JSON") and "partition 3 of 4" in result.stderr
+    assert result.exit_code == 1 and error_line(result.stderr)
+    assert (
+        error_line(result.stderr).startswith(f"error: {corpus}:76: invalid JSON")
+        and "partition 3 of 4" in result.stderr
+    )
     assert not out.exists()
     staging = tmp_path / ".out.packcli-resume"
     assert f"the 3 partition(s) committed are kept in {staging} and reused by a rerun with the same inputs and " in (
@@ -305,7 +308,7 @@ def test_a_failing_partition_names_partition_file_and_line_and_keeps_the_others(
         lines[k] = "{"
     corpus.write_text("\n".join(lines) + "\n")
     result = invoke("pack", str(corpus), "--partitions", "4", "--out", str(tmp_path / "none"), "--quiet")
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert result.exit_code == 1 and error_line(result.stderr)
     assert result.stderr.endswith("(partition 0 of 4; no partition was committed)\n"), result.stderr
 
 
@@ -423,7 +426,7 @@ def test_a_partition_count_beyond_what_the_bytes_can_hold_is_refused_at_once(tmp
         result = invoke("pack", str(corpus), *flags, "--out", str(tmp_path / "out"), "--dry-run")
         assert result.exit_code == 2, result.output
         assert "partitions are more than these inputs can be cut into" in result.stderr
-        assert "record(s); ask for fewer partitions" in result.stderr and result.stderr.count("\n") == 1
+        assert "record(s); ask for fewer partitions" in result.stderr and error_line(result.stderr)
 
 
 def test_a_count_many_times_the_lines_is_refused_without_a_cut_per_partition(tmp_path: Path) -> None:
@@ -488,7 +491,7 @@ def test_a_bom_at_a_cut_is_a_bad_line_in_one_process_and_in_partitions(tmp_path:
     outputs = []
     for extra in ([], ["--partitions", "2", "--workers", "1"]):
         failed = invoke("pack", str(corpus), "--max-len", "128", "--out", str(tmp_path / "f"), *extra)
-        assert failed.exit_code == 1 and failed.stderr.startswith(f"error: {corpus}:22: "), failed.stderr
+        assert failed.exit_code == 1 and error_line(failed.stderr).startswith(f"error: {corpus}:22: "), failed.stderr
         assert "BOM" in failed.stderr
         out = tmp_path / f"skip{len(extra)}"
         skipped = invoke("pack", str(corpus), "--max-len", "128", "--skip-bad-records", "--out", str(out), *extra)

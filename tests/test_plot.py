@@ -41,6 +41,7 @@ def test_plot_png_and_svg(tmp_path: Path, output: Path) -> None:
     assert runner.invoke(app, ["stats", str(output), "--plot", str(svg), "--json"]).exit_code == 0
     text = svg.read_text()
     assert "<svg" in text and "block-causal mask of row" in text and "max_len 128" in text
+    assert "a typical row: the median fill, " in text and "packed document lengths (split pieces apart)" in text
 
 
 def test_plot_on_a_raw_corpus(tmp_path: Path) -> None:
@@ -49,6 +50,9 @@ def test_plot_on_a_raw_corpus(tmp_path: Path) -> None:
     result = runner.invoke(app, ["stats", str(corpus), "--max-len", "128", "--plot", str(png), "-q"])
     assert result.exit_code == 0, result.stderr
     assert png.read_bytes()[:8] == PNG_MAGIC
+    svg = tmp_path / "raw.svg"
+    assert runner.invoke(app, ["stats", str(corpus), "--max-len", "128", "--plot", str(svg), "-q"]).exit_code == 0
+    assert "input document lengths, before overflow" in svg.read_text()
 
 
 def test_plot_file_name_must_be_a_picture(tmp_path: Path, output: Path) -> None:

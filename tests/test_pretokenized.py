@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, shared_path, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -115,7 +115,7 @@ def test_a_tokenizer_gives_the_eos_and_the_vocabulary_bound(tmp_path: Path, docu
     result = runner.invoke(app, ["pack", str(bad), "--ids-field", "ids", "--tokenizer", str(gpt2)])
     assert result.exit_code == 1
     assert (
-        result.stderr.startswith(f"error: {bad}:{line}: field 'ids' holds ")
+        error_line(result.stderr).startswith(f"error: {bad}:{line}: field 'ids' holds ")
         and "vocabulary size 50257" in result.stderr
     )
 
@@ -138,8 +138,8 @@ def test_a_bad_id_is_an_error_naming_file_and_line(tmp_path: Path, value: object
     path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [5, 6]}, {"ids": [7]}, {"ids": value}, {"ids": [8]}])
     result = runner.invoke(app, ["pack", str(path), "--ids-field", "ids", "--out", str(tmp_path / "o")])
     assert result.exit_code == 1, result.output
-    assert result.stderr.startswith(f"error: {path}:3: ") and message in result.stderr
-    assert result.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+    assert error_line(result.stderr).startswith(f"error: {path}:3: ") and message in result.stderr
+    assert error_line(result.stderr) and not (tmp_path / "o").exists()
     skipped = runner.invoke(
         app, ["pack", str(path), "--ids-field", "ids", "--skip-bad-records", "--out", str(tmp_path / "s"), "--json"]
     )
@@ -150,7 +150,7 @@ def test_a_column_of_strings_is_named_by_row(tmp_path: Path) -> None:
     path = tmp_path / "text.parquet"
     pq.write_table(pa.table({"ids": ["not", "ids"]}), path)
     result = runner.invoke(app, ["pack", str(path), "--ids-field", "ids", "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1 and result.stderr.startswith(f"error: {path}:1: field 'ids' is str")
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(f"error: {path}:1: field 'ids' is str")
 
 
 def test_labels_become_the_labels_column(tmp_path: Path, documents: list[list[int]]) -> None:
@@ -183,7 +183,9 @@ def test_labels_that_disagree_with_the_ids_are_bad_records(tmp_path: Path) -> No
         tmp_path / "sft.jsonl", [{"ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"ids": [1, 2], "labels": [-100, 3]}]
     )
     result = runner.invoke(app, ["pack", str(path), "--ids-field", "ids", "--labels-field", "labels"])
-    assert result.exit_code == 1 and result.stderr.startswith(f"error: {path}:2: field 'labels' holds 3 at position 1")
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(
+        f"error: {path}:2: field 'labels' holds 3 at position 1"
+    )
     short = write_jsonl(tmp_path / "short.jsonl", [{"ids": [5, 6, 7], "labels": [-100, 6]}])
     result = runner.invoke(app, ["pack", str(short), "--ids-field", "ids", "--labels-field", "labels"])
     assert result.exit_code == 1 and "holds 2 labels for 3 ids" in result.stderr
@@ -194,7 +196,7 @@ def test_a_boolean_label_is_a_bad_record_not_the_id_1(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "sft.jsonl", records)
     args = ["pack", str(path), "--ids-field", "ids", "--labels-field", "labels", "--out", str(tmp_path / "o")]
     result = runner.invoke(app, args)
-    assert result.exit_code == 1 and result.stderr.startswith(
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(
         f"error: {path}:2: field 'labels' holds true at position 1"
     )
 
@@ -216,7 +218,7 @@ def test_flags_that_do_not_combine_are_usage_errors(tmp_path: Path, flags: list[
     path = write_jsonl(tmp_path / "ids.jsonl", [{"ids": [1, 2]}])
     result = runner.invoke(app, ["pack", str(path), *flags, "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
-    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert message in result.stderr and error_line(result.stderr)
 
 
 def test_the_run_identity_covers_what_decides_the_bytes(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -195,8 +195,10 @@ def test_a_full_disk_names_the_output(tmp_path: Path, partitioned: bool) -> None
         env={**os.environ, "PACKCLI_CACHE": str(tmp_path / "cache")},
     )
     assert result.returncode == 1, result.stderr
-    assert result.stderr.count("\n") == 1 and "Errno" not in result.stderr, result.stderr
-    assert result.stderr.startswith(f"error: cannot write {out}: File too large; nothing was published"), result.stderr
+    assert error_line(result.stderr) and "Errno" not in result.stderr, result.stderr
+    assert error_line(result.stderr).startswith(f"error: cannot write {out}: File too large; nothing was published"), (
+        result.stderr
+    )
     assert not out.exists()
     staging = tmp_path / ".out.packcli-resume"
     if partitioned:  # the resume area is kept, and said so
@@ -273,7 +275,7 @@ def test_an_end_of_input_keeps_its_message(monkeypatch: pytest.MonkeyPatch, tmp_
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": TEXTS[0]}])
     result = invoke("pack", str(corpus), "--out", str(tmp_path / "out"))
     assert result.exit_code == 1
-    assert result.stderr == "error: standard input closed while reading the corpus\n"
+    assert error_line(result.stderr) == "error: standard input closed while reading the corpus"
 
 
 def test_killing_the_watcher_first_still_leaves_no_worker(big: Path, tmp_path: Path) -> None:
@@ -456,7 +458,7 @@ def test_a_killed_ray_actor_is_one_line_and_the_rerun_on_another_engine_resumes(
     os.kill(actors[0], signal.SIGKILL)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 1 and stdout == "", stdout
-    assert stderr.startswith("error: a Ray actor died") and stderr.count("\n") == 1, stderr
+    assert error_line(stderr).startswith("error: a Ray actor died"), stderr
     assert "rerun the same command to resume" in stderr
 
     resumed = invoke("pack", *args)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -265,7 +265,7 @@ def test_a_file_in_the_way_of_out_is_named_as_not_a_directory(tmp_path: Path, co
     out = tmp_path / "afile" / "packed"
     code, stderr = pack(corpus, out)
     assert code == 1
-    assert stderr.strip() == f"error: {tmp_path / 'afile'}: exists and is not a directory; choose another --out"
+    assert error_line(stderr) == f"error: {tmp_path / 'afile'}: exists and is not a directory; choose another --out"
 
 
 @pytest.fixture
@@ -283,7 +283,7 @@ def test_a_mount_point_as_out_is_refused_before_any_work(tmp_path: Path, corpus:
     """An output is swapped into place whole, which a mount point cannot be: say so before packing, not after."""
     code, stderr = pack(corpus, mount_point)
     assert code == 1
-    assert stderr.strip().startswith(f"error: {mount_point}: is a mount point"), stderr
+    assert error_line(stderr).startswith(f"error: {mount_point}: is a mount point"), stderr
     assert not list(tmp_path.glob(".volume.packcli-*")), "work was staged for an output that cannot be published"
 
 
@@ -299,7 +299,7 @@ def test_the_current_directory_as_out_is_refused_before_any_work(
     before = os.stat(here).st_ino
     result = runner.invoke(app, ["pack", str(corpus), "--out", spelling, "--quiet"])
     assert result.exit_code == 1, result.stderr
-    assert result.stderr.strip() == (
+    assert error_line(result.stderr) == (
         f"error: {spelling or '.'}: is the current directory, which the new output would replace whole (this shell "
         "would be left in the old, removed one); choose a directory inside it as --out (packed, say)"
     )
@@ -319,7 +319,7 @@ def test_an_out_on_a_read_only_file_system_names_out_and_why(corpus: Path, read_
     out = read_only / "packed"
     code, stderr = pack(corpus, out)
     assert code == 1
-    assert stderr.strip() == (
+    assert error_line(stderr) == (
         f"error: {out}: cannot create or lock the output's lock file (.packed.packcli-lock) beside it: Read-only file system"
     ), stderr
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -325,3 +326,84 @@ def test_template_failure_is_a_bad_record_error() -> None:
 
     with pytest.raises(BadRecordError, match="failed to render"):
         JinjaTemplate("{{ messages[5].content }}", "t").render([{"role": "user", "content": "x"}], False)
+
+
+# Qwen2.5-Instruct's chat template without its tools branch, and its tokenizer_config.json's EOS: `<|im_end|>`.
+QWEN25_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant') %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+IM_END = 151645
+
+
+def qwen25_instruct(directory: Path) -> Path:
+    """A Qwen2.5-Instruct style tokenizer directory: the shared Qwen tokenizer.json (whose own EOS is
+    `<|endoftext|>`) with a tokenizer_config.json naming `<|im_end|>` as EOS and carrying the chat template."""
+    directory.mkdir()
+    (directory / "tokenizer.json").write_bytes(shared_path("tokenizers/qwen/tokenizer.json").read_bytes())
+    config = {"eos_token": "<|im_end|>", "chat_template": QWEN25_TEMPLATE}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
+def qwen_documents(tmp_path: Path, chats: list[dict], *flags: str) -> tuple[Any, list[tuple[list[int], list[int]]]]:  # type: ignore[type-arg]
+    model = qwen25_instruct(tmp_path / "qwen2.5-instruct")
+    path = write_jsonl(tmp_path / "chats.jsonl", chats)
+    out = tmp_path / "o"
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(out)]
+    result = runner.invoke(app, [*args, "--no-shuffle", "--max-len", "512", *flags])
+    assert result.exit_code == 0, result.output
+    return result, packed_documents(out)
+
+
+def test_a_chatml_template_whose_eos_is_im_end_ends_each_chat_at_its_own_im_end(tmp_path: Path) -> None:
+    """Qwen2.5-Instruct renders `<|im_end|>\\n` after every turn and names `<|im_end|>` EOS: the document ends at
+    the last turn's `<|im_end|>` (supervised when the assistant spoke last), the `\\n` after it dropped, and no
+    second `<|im_end|>` appended; said once at pack time."""
+    qwen = load_tokenizer(str(shared_path("tokenizers/qwen"))).tokenizer
+    chats = [
+        {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "Seven."}]},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes."},
+                      {"role": "user", "content": "Bye"}]},
+    ]  # fmt: skip
+    result, documents = qwen_documents(tmp_path, chats)
+    answered, open_ended = sorted(documents, key=lambda document: len(document[0]))
+    system = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    assert qwen.decode(answered[0], skip_special_tokens=False) == (
+        f"{system}<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\nSeven.<|im_end|>"
+    )
+    assert answered[0].count(IM_END) == 3 and answered[0][-1] == IM_END and answered[1][-1] == IM_END
+    assert qwen.decode([id for id in answered[1] if id != -100], skip_special_tokens=False) == "Seven.<|im_end|>"
+    assert open_ended[0][-1] == IM_END and open_ended[0].count(IM_END) == 4 and open_ended[1][-1] == -100
+    notices = [line for line in result.stderr.splitlines() if "after its EOS" in line]
+    assert len(notices) == 1 and notices[0].startswith("warning: the chat template renders '\\n' after its EOS")
+    assert verify_output(tmp_path / "o").ok
+
+
+def test_messages_whose_text_the_template_turns_into_special_tokens_are_counted(tmp_path: Path) -> None:
+    """A user who types `<|im_end|>` under a Jinja template (rendered and tokenized as apply_chat_template does)
+    makes a special token of it: counted per message, in one warning line and the manifest's
+    `special_text_messages`."""
+    chats = [
+        {"messages": [{"role": "user", "content": "Is <|im_end|> a token?"},
+                      {"role": "assistant", "content": "Yes: <|im_end|> ends a turn."}]},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
+    ]  # fmt: skip
+    result, documents = qwen_documents(tmp_path, chats)
+    plain, quoted = sorted(documents, key=lambda document: len(document[0]))
+    assert quoted[0].count(IM_END) == 3 + 2 and plain[0].count(IM_END) == 3
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["totals"]["special_text_messages"] == 2
+    warned = [line for line in result.stderr.splitlines() if "special_text_messages" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: 2 messages hold special-token text"), result.stderr
+    assert verify_output(tmp_path / "o").ok

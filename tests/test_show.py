@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import documented_names, json_keys, write_jsonl
+from conftest import documented_names, error_line, json_keys, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -132,7 +132,7 @@ def test_ids_packed_without_a_tokenizer_are_not_decoded_with_a_guess(tmp_path: P
     packed = runner.invoke(app, ["pack", str(corpus), "--ids-field", "ids", "--max-len", "8", "--out", str(out)])
     assert packed.exit_code == 0, packed.output
     guessed = runner.invoke(app, ["show", str(out)])
-    assert guessed.exit_code == 2 and guessed.stderr.count("\n") == 1, guessed.output
+    assert guessed.exit_code == 2 and error_line(guessed.stderr), guessed.output
     assert "packed from token ids without a tokenizer" in guessed.stderr and "--tokenizer" in guessed.stderr
     bundled = tmp_path / "gpt2.json"
     bundled.write_text(load_tokenizer().tokenizer.to_str())
@@ -153,5 +153,5 @@ def test_ids_outside_the_given_tokenizer_s_vocabulary_are_refused_not_shown_as_n
     bundled.write_text(load_tokenizer().tokenizer.to_str())
     for extra in ([], ["--json"], ["--positions"]):
         shown = runner.invoke(app, ["show", str(out), "--tokenizer", str(bundled), *extra])
-        assert shown.exit_code == 2 and shown.stdout == "" and shown.stderr.count("\n") == 1, shown.output
+        assert shown.exit_code == 2 and shown.stdout == "" and error_line(shown.stderr), shown.output
         assert "token 2 (id 60000)" in shown.stderr and "50,257 ids" in shown.stderr, shown.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, SAMPLE, documented_names, json_keys, shared_path, write_jsonl
+from conftest import REPO, SAMPLE, documented_names, error_line, json_keys, shared_path, write_jsonl
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -19,7 +19,7 @@ from packcli.format.manifest import TOTALS
 from packcli.options import PackOptions
 from packcli.packing.lengths import candidate_max_lens, overflow_costs
 from packcli.report.padding import baselines
-from packcli.report.stats import measure_output, packed_stats, sequence_stats
+from packcli.report.stats import Measured, measure_output, packed_stats, sequence_stats
 from packcli.run.analysis import measure_corpus
 from packcli.run.driver import pack_corpus
 
@@ -97,8 +97,20 @@ def test_random_batches_match_the_expected_epoch(tmp_path: Path, paragraphs: Pat
     measured = measure_output(tmp_path / "out")  # the row the plot draws: several documents of distinct lengths
     row = measured.example_row()
     lengths = measured.row_lengths(row)
+    fills = np.sort(
+        np.add.reduceat(measured.lengths, np.cumsum(measured.documents_per_row) - measured.documents_per_row)
+    )
+    assert lengths.sum() == fills[(len(fills) - 1) // 2]  # a typical row: the median fill, not the worst
     assert len(lengths) == measured.documents_per_row[row] >= 2 and lengths.sum() <= 1024
     assert len(set((lengths[lengths >= 32]).tolist())) >= 2
+
+
+def test_the_row_the_plot_draws_is_one_of_the_median_fill() -> None:
+    """Not the row of the most documents (80 of 128 tokens here) but a typical one: of the median fill, then the
+    most documents, then the most distinct lengths."""
+    lengths = np.array([10, 20, 30, 20, 64, 64, 60, 68, 100, 28, 5])
+    measured = Measured({"max_len": 128}, lengths, np.array([4, 2, 2, 2, 1]), lengths)
+    assert measured.example_row() == 2 and measured.row_lengths(2).tolist() == [60, 68]
 
 
 def test_percentiles_match_numpy(tmp_path: Path) -> None:
@@ -174,6 +186,7 @@ def test_stats_cli_json_and_report(tmp_path: Path, small_corpus: Path) -> None:
     human = runner.invoke(app, ["stats", str(tmp_path / "out")])
     assert human.exit_code == 0 and "every document alone, padded to max_len" in human.stdout
     assert human.stdout.splitlines()[1].strip().startswith("packing needs") and "sequence fill" in human.stdout
+    assert "packed document lengths (tokens; a split document's pieces counted apart)" in human.stdout
     raw = runner.invoke(app, ["stats", str(small_corpus), "--max-len", "8"])
     assert raw.exit_code == 0 and "greedy" in raw.stdout and "choosing --max-len" in raw.stdout
     missing = runner.invoke(app, ["stats", str(tmp_path / "nothing")])
@@ -202,7 +215,12 @@ def test_loss_warning_in_tokens_and_percent(tmp_path: Path, small_corpus: Path) 
         "warning: --overflow drop left out 2 documents longer than --max-len 4: 11 of 20 input tokens lost (55.00%)"
         in dropped.stderr
     )
-    assert dropped.stdout.startswith("packed 3 of 5 documents (2 dropped, 9 tokens) into 3 sequences of max_len 4")
+    # the tokens are the kept ones: said apart from the documents dropped, by pack and by stats alike
+    assert dropped.stdout.startswith("packed 3 of 5 documents (2 dropped), 9 tokens, into 3 sequences of max_len 4")
+    headline = "3 of 5 documents (2 dropped), 9 tokens, 3 sequences"
+    assert headline in runner.invoke(app, ["stats", str(tmp_path / "d")]).stdout
+    raw_dropped = runner.invoke(app, ["stats", str(small_corpus), "--max-len", "4", "--overflow", "drop", "-q"])
+    assert headline in raw_dropped.stdout, raw_dropped.stdout
     # what to run next names the pack's own options: a fine-tuning corpus has no 'text' field for a bare stats
     assert "`packcli stats CORPUS` with this run's other options shows what other --max-len" in dropped.stderr
     truncated = runner.invoke(
@@ -350,8 +368,8 @@ def test_stats_with_no_path_and_no_packed_output_here_says_what_to_do(
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["stats"])
     assert result.exit_code == 1
-    assert result.stderr == (
-        "error: packed: no packcli output here (run packcli pack first, or name an output or a corpus)\n"
+    assert error_line(result.stderr) == (
+        "error: packed: no packcli output here (run packcli pack first, or name an output or a corpus)"
     )
 
 
@@ -382,6 +400,6 @@ def test_two_outputs_are_refused_as_stats_reads_one_at_a_time(tmp_path: Path, sm
     for paths in (outs, [outs[0], str(small_corpus)]):
         result = runner.invoke(app, ["stats", *paths])
         assert result.exit_code == 2, result.stderr
-        assert result.stderr.strip() == (
+        assert error_line(result.stderr) == (
             f"error: {outs[0]}: stats reads one packed output at a time, or raw corpus files: run it once per output"
         )

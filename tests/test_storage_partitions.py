@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sample_lines
+from conftest import error_line, sample_lines
 from s3_server import S3Server, object_keys
 from test_processes import command_line, descendants, small_files
 from typer.testing import CliRunner
@@ -243,7 +243,9 @@ def test_a_full_scratch_disk_in_a_partitioned_run_to_a_store_is_one_line(
         env={**os.environ, "PACKCLI_SCRATCH": str(tmp_path)},
     )
     assert result.returncode == 1, result.stderr
-    assert result.stderr.count("\n") == 1 and "Errno" not in result.stderr, result.stderr
-    assert result.stderr.startswith(f"error: cannot write {out}: File too large; nothing was published"), result.stderr
+    assert error_line(result.stderr) and "Errno" not in result.stderr, result.stderr
+    assert error_line(result.stderr).startswith(f"error: cannot write {out}: File too large; nothing was published"), (
+        result.stderr
+    )
     assert f"kept in {out}/packcli-resume" in result.stderr
     assert "manifest.json" not in object_keys(fs, out) and ".packcli-lock" not in object_keys(fs, out)

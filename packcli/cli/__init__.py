@@ -71,7 +71,9 @@ class OneLineErrors(TyperGroup):
             with ending_by_signal():  # SIGTERM/SIGHUP unwind every cleanup first
                 code = super().main(arguments, *rest, **kwargs)
         except click_exceptions.NoArgsIsHelpError as exc:
-            print(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            shown = exc.format_message()  # the help, made as the error was: empty where typer's rich printed it then
+            if shown:
+                print(shown)
             sys.exit(0)
         except click_exceptions.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "packcli"

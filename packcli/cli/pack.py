@@ -170,9 +170,12 @@ def pack(
 def _report(result: PackResult, out: str, json_output: bool, summary: Path | None, warnings: Warnings) -> None:
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
     from packcli.report.markdown import pack_markdown
-    from packcli.report.terminal import loss_warning, pack_summary
+    from packcli.report.terminal import loss_warning, pack_summary, special_text_warning
 
     figures = result.summary()
+    special_text = special_text_warning(figures)
+    if special_text is not None:
+        warnings(special_text)
     lost = loss_warning(figures, figures["max_len"])
     warn_loss(lost)
     shown = [*warnings.first, *([lost] if lost else [])]

@@ -8,20 +8,27 @@ content and its ``<|im_end|>\\n`` are supervised, and so is the document's EOS w
 turn. A Jinja template (``--chat-template`` or a tokenizer directory's ``tokenizer_config.json``) is rendered
 prefix by prefix: an assistant message's segment is what rendering it adds
 after the generation prompt, so exactly the assistant's words and end marker are supervised.
+
+A chat whose rendering ends with EOS followed only by whitespace (Qwen2.5-Instruct: EOS ``<|im_end|>``, each turn
+ending ``<|im_end|>\\n``) ends at that EOS: the whitespace after it is dropped, and pack appends no second EOS.
+Under a Jinja template content is tokenized with the markup, so special-token text a message holds becomes special
+tokens (as with ``apply_chat_template``); such messages are counted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import BadRecordError, PackcliError, UsageError
+from packcli.read.fields import ReadCounts
 
-__all__ = ["ChatML", "JinjaTemplate", "Segment", "load_template"]
+__all__ = ["ChatML", "ChatReader", "JinjaTemplate", "RenderedChat", "Segment", "counted_segments", "load_template"]
 
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
 
@@ -102,6 +109,98 @@ class JinjaTemplate:
             out.append(Segment(rendered[len(done) :], supervised, markup=True))
             done = rendered
         return out
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """One chat record as segments, and how many of its messages hold text the template turns into special tokens."""
+
+    segments: list[Segment]
+    special_text_messages: int
+
+
+class ChatReader:
+    """Turns each chat record, as it is read, into a :class:`RenderedChat` under one template.
+
+    Args:
+        template: the chat template.
+        loss_on_all: supervise every segment (``--loss-on all``).
+        eos_token: the EOS pack appends (None: none): a rendering that ends with it and whitespace ends at it.
+        specials: the tokenizer's special tokens, which content rendered by a Jinja template may turn into.
+    """
+
+    def __init__(
+        self, template: ChatML | JinjaTemplate, loss_on_all: bool, eos_token: str | None, specials: list[str]
+    ) -> None:
+        self.template, self.loss_on_all, self.eos_token = template, loss_on_all, eos_token
+        in_markup = isinstance(template, JinjaTemplate) and specials  # ChatML tokenizes content as text
+        self.specials = re.compile("|".join(map(re.escape, specials))) if in_markup else None
+
+    @classmethod
+    def of(
+        cls,
+        template: ChatML | JinjaTemplate,
+        loss_on_all: bool,
+        tokenizer: LoadedTokenizer,
+        eos_id: int | None,
+        warn: Callable[[str], None],
+    ) -> ChatReader:
+        """The reader for ``tokenizer`` appending ``eos_id`` (None: no EOS); says :meth:`eos_notice` to ``warn``."""
+        eos = tokenizer.tokenizer.id_to_token(eos_id) if eos_id is not None else None
+        specials = [token.content for token in tokenizer.tokenizer.get_added_tokens_decoder().values() if token.special]
+        reader = cls(template, loss_on_all, eos, specials)
+        notice = reader.eos_notice()
+        if notice is not None:
+            warn(notice)
+        return reader
+
+    def __call__(self, values: list[Any]) -> RenderedChat:
+        messages = values[0]
+        segments = self.template.segments(messages, self.loss_on_all)
+        if self.eos_token:
+            segments = ended_at_eos(segments, self.eos_token)
+        found = self.specials
+        holding = 0 if found is None else sum(found.search(message["content"]) is not None for message in messages)
+        return RenderedChat(segments, holding)
+
+    def eos_notice(self) -> str | None:
+        """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
+        does not, or cannot render that chat)."""
+        probe = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+        try:
+            rendered = "".join(segment.text for segment in self.template.segments(probe, self.loss_on_all))
+        except BadRecordError:
+            return None
+        trailing = rendered[len(rendered.rstrip()) :]
+        if not self.eos_token or not trailing or not rendered.rstrip().endswith(self.eos_token):
+            return None
+        return (
+            f"the chat template renders {trailing!r} after its EOS {self.eos_token}: each chat ends at that EOS, the "
+            f"whitespace after it is dropped and no second EOS is appended"
+        )
+
+
+def counted_segments(chats: list[RenderedChat], counts: ReadCounts) -> list[list[Segment]]:
+    """The chats' segments; their messages holding special-token text are added to ``counts``."""
+    counts.special_text_messages += sum(chat.special_text_messages for chat in chats)
+    return [chat.segments for chat in chats]
+
+
+def ended_at_eos(segments: list[Segment], eos_token: str) -> list[Segment]:
+    """``segments`` without the whitespace rendered after their closing ``eos_token``, if they close with one.
+
+    Example: [..., "Hello<|im_end|>\\n"] with EOS ``<|im_end|>`` -> [..., "Hello<|im_end|>"].
+    """
+    end = len(segments)
+    while end and not segments[end - 1].text.strip():
+        end -= 1
+    if not end:
+        return segments
+    last = segments[end - 1]
+    closed = last.text.rstrip()
+    if (end == len(segments) and closed == last.text) or not closed.endswith(eos_token):
+        return segments
+    return [*segments[: end - 1], replace(last, text=closed)]
 
 
 def _check_prefix(done: str, rendered: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from packcli.encode.backends import Backend, Backends, HFBackend, open_backends
-from packcli.encode.chat import ChatML, JinjaTemplate, Segment, load_template
+from packcli.encode.chat import ChatML, ChatReader, JinjaTemplate, Segment, counted_segments, load_template
 from packcli.encode.crosscheck import CrossCheck, TokenizerMismatch
 from packcli.encode.tokenizer import LoadedTokenizer, special_ids
 from packcli.errors import BadRecordError, UsageError
@@ -143,9 +143,9 @@ class SegmentEncoder:
         self.template_sha256: str | None = None
         if options.messages_field is not None:
             self.fields = [Field(options.messages_field, "messages", "--messages-field")]
-            self.template = template = load_template(options.chat_template, tokenizer, warn, template_source)
-            self.template_sha256 = template.sha256
-            self.convert = lambda values: template.segments(values[0], self.loss_on_all)
+            self.template = load_template(options.chat_template, tokenizer, warn, template_source)
+            self.template_sha256 = self.template.sha256
+            self.convert = ChatReader.of(self.template, self.loss_on_all, tokenizer, self.eos_id, warn)
         else:
             assert options.prompt_field is not None and options.response_field is not None
             self.fields = [
@@ -155,7 +155,7 @@ class SegmentEncoder:
 
     def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> list[list[Segment]]:
         if self.template is not None:
-            records = columns[0]  # already segments: converted while reading
+            records = counted_segments(columns[0], counts)  # converted while reading
         else:
             records = [
                 [Segment(prompt, self.loss_on_all), Segment(response, True)]

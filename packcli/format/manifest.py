@@ -85,6 +85,7 @@ TOTALS: dict[str, tuple[Kind, bool]] = {
     **{key: (COUNT, False) for key in ("input_documents", "input_tokens", "truncated_documents", "dropped_tokens")},
     **{key: (COUNT, False) for key in ("empty_documents", "supervised_tokens", "unsupervised_sequences")},
     "unread_files": (COUNT, False),
+    "special_text_messages": (COUNT, False),
 }
 SHARD: dict[str, tuple[Kind, bool]] = {
     "file": (TEXT, True),

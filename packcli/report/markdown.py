@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError
-from packcli.report.terminal import count, documents_and_pieces, token_loss
+from packcli.report.terminal import count, documents_phrase, token_loss
 from packcli.util.files import unwritable
 
 __all__ = [
@@ -110,7 +110,6 @@ def pack_markdown(summary: dict[str, Any], out: object, warnings: Sequence[str],
 def stats_markdown(figures: dict[str, Any], title: str, gates: Sequence[dict[str, Any]]) -> str:
     """``stats``: efficiency against the padded baseline, the lower bound, losses, and each gate's verdict."""
     random = figures["pad_to_longest"]
-    documents, split = documents_and_pieces(figures)
     rows = [
         ("packing efficiency", f"**{figures['packing']['efficiency']:.2%}** ({figures['strategy']})"),
         (
@@ -122,7 +121,7 @@ def stats_markdown(figures: dict[str, Any], title: str, gates: Sequence[dict[str
             f"{figures['sequences']:,} (lower bound {figures['lower_bound_sequences']:,}, gap "
             f"{figures['gap_to_lower_bound']:,})",
         ),
-        ("documents / tokens", f"{documents:,}{split} / {figures['tokens']:,}"),
+        ("documents / tokens", f"{documents_phrase(figures)} / {figures['tokens']:,}"),
         ("lost (dropped or truncated)", _lost(figures)),
     ]
     lines = [f"### packcli stats: `{title}`", "", *_table(rows)]

@@ -16,6 +16,7 @@ import numpy as np
 
 from packcli.errors import PackcliError, UsageError, requires_extra
 from packcli.report.stats import Measured, histogram
+from packcli.report.terminal import documents_phrase
 from packcli.util.files import unwritable
 
 __all__ = ["check_plot_path", "plot_stats"]
@@ -64,10 +65,8 @@ def plot_stats(measured: Measured, path: Path, title: str, raw: bool) -> None:
     if model:
         _draw_model_flops(panels[2][0], figures)
         _draw_row_costs(panels[2][1], figures)
-    documents = figures.get("input_documents", figures["documents"])
-    pieces = f" ({figures['documents']:,} pieces)" if documents != figures["documents"] else ""
     figure.suptitle(
-        f"{title}: {documents:,} documents{pieces}, {figures['tokens']:,} tokens, "
+        f"{title}: {documents_phrase(figures)}, {figures['tokens']:,} tokens, "
         f"{figures['sequences']:,} sequences of max_len {figures['max_len']:,} ({figures['strategy']})",
         fontsize=12,
     )
@@ -114,7 +113,7 @@ def _draw_lengths(axes: Any, measured: Measured, raw: bool) -> None:
     )
     axes.set_xlabel("tokens per document" + (" (log scale)" if logarithmic else ""), fontsize=9)
     axes.set_ylabel("documents", fontsize=9)
-    _style(axes, "document lengths" + (" before overflow" if raw else " in the output"))
+    _style(axes, "input document lengths, before overflow" if raw else "packed document lengths (split pieces apart)")
 
 
 def _draw_fill(axes: Any, measured: Measured) -> None:
@@ -201,7 +200,8 @@ def _draw_mask(axes: Any, measured: Measured) -> None:
     axes.tick_params(axis="x", labelrotation=90)
     axes.set_xlabel("key position (attended to)", fontsize=9)
     axes.set_ylabel("query position", fontsize=9)
-    _style(axes, f"block-causal mask of row {row}: {len(cu) - 1} documents")
+    fill = cu[-1] / max_len
+    _style(axes, f"block-causal mask of row {row}: {len(cu) - 1} documents\na typical row: the median fill, {fill:.1%}")
 
 
 def _draw_model_flops(axes: Any, figures: dict[str, Any]) -> None:

@@ -97,17 +97,20 @@ class Measured:
     input_lengths: np.ndarray  # the documents before overflow (a packed output knows only its pieces)
 
     def example_row(self) -> int:
-        """A row worth drawing: the first with the most documents of at least 1/32 of ``max_len`` (up to 6, so
-        that each block is visible), then with the most distinct lengths among them."""
+        """A typical row to draw: of the median fill (the lower median of the rows' token counts), the first with the
+        most documents of at least 1/32 of ``max_len`` (up to 6, so that each block is visible), then with the most
+        distinct lengths among them."""
         count = len(self.documents_per_row)
         if count == 0:
             return 0
         rows = np.repeat(np.arange(count), self.documents_per_row)
+        fill = np.bincount(rows, weights=self.lengths, minlength=count)
+        median = fill == np.sort(fill)[(count - 1) // 2]
         visible = self.lengths >= self.figures["max_len"] / 32
         large = np.minimum(np.bincount(rows[visible], minlength=count), 6)
         pairs = np.unique(np.stack([rows[visible], self.lengths[visible]]), axis=1)  # distinct (row, length)
         distinct = np.bincount(pairs[0], minlength=count)
-        return int(np.lexsort((np.arange(count), -distinct, -large))[0])
+        return int(np.lexsort((np.arange(count), -distinct, -large, ~median))[0])
 
     def row_lengths(self, row: int) -> np.ndarray:
         """The document lengths of sequence ``row``."""

@@ -19,12 +19,14 @@ __all__ = [
     "console",
     "count",
     "documents_and_pieces",
+    "documents_phrase",
     "loss_warning",
     "pack_summary",
     "print_corpus_choices",
     "print_model_cost",
     "print_model_cost_candidates",
     "print_stats",
+    "special_text_warning",
     "token_loss",
 ]
 
@@ -61,6 +63,17 @@ def documents_and_pieces(figures: dict[str, Any]) -> tuple[int, str]:
     return documents, f" in {pieces:,} pieces" if pieces != documents and figures.get("split_documents") else ""
 
 
+def documents_phrase(figures: dict[str, Any]) -> str:
+    """Input documents and what overflow made of them, for a headline: "194 of 200 documents (6 dropped)",
+    "200 documents (6 truncated)", "198 documents in 1,559 pieces", "200 documents"."""
+    documents, pieces = int(figures.get("input_documents", figures["documents"])), int(figures["documents"])
+    if figures.get("dropped_documents"):
+        return f"{pieces:,} of {count(documents, 'document')} ({figures['dropped_documents']:,} dropped)"
+    if figures.get("truncated_documents"):
+        return f"{count(documents, 'document')} ({figures['truncated_documents']:,} truncated)"
+    return count(documents, "document") + documents_and_pieces(figures)[1]
+
+
 def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     """The warning for ``--overflow drop``/``truncate`` throwing away more than 1% of the input tokens, or None."""
     lost, total = token_loss(totals)
@@ -79,15 +92,25 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     )
 
 
+def special_text_warning(totals: dict[str, Any]) -> str | None:
+    """The warning for chat messages whose special-token text the template made special tokens, or None."""
+    held = int(totals.get("special_text_messages", 0))
+    if not held:
+        return None
+    return (
+        f"{count(held, 'message')} {'holds' if held == 1 else 'hold'} special-token text that the chat template "
+        "renders as special tokens, as apply_chat_template does, so it can end or open a turn (manifest total "
+        "special_text_messages)"
+    )
+
+
 def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
     """The lines ``pack`` prints: input documents and output pieces counted apart, then every other non-zero
     total by its manifest name, then each mixed source."""
     documents, pieces = int(summary.get("input_documents", summary["documents"])), int(summary["documents"])
     tokens = count(summary["tokens"], "token")
-    if summary.get("dropped_documents"):
-        what = f"{pieces:,} of {count(documents, 'document')} ({summary['dropped_documents']:,} dropped, {tokens})"
-    elif summary.get("truncated_documents"):
-        what = f"{count(documents, 'document')} ({summary['truncated_documents']:,} truncated, {tokens})"
+    if summary.get("dropped_documents") or summary.get("truncated_documents"):
+        what = f"{documents_phrase(summary)}, {tokens},"  # the tokens kept, not those lost
     elif summary.get("split_documents"):
         what = f"{count(documents, 'document')}, split into {pieces:,} pieces ({tokens}),"
     else:
@@ -173,9 +196,8 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         f"longest[/bold] ({stats['packing']['efficiency']:.2%} of the computed slots hold real tokens, against "
         f"{random['efficiency']:.2%})"
     )
-    documents, split = documents_and_pieces(stats)
     out.print(
-        f"  {count(documents, 'document')}{split}, {count(stats['tokens'], 'token')}, "
+        f"  {documents_phrase(stats)}, {count(stats['tokens'], 'token')}, "
         f"{count(stats['sequences'], 'sequence')} "
         f"(lower bound {stats['lower_bound_sequences']:,}, gap {stats['gap_to_lower_bound']:,})"
     )
@@ -215,7 +237,8 @@ def print_stats(stats: dict[str, Any], title: str) -> None:
         )
     if "sources" in stats:
         _print_sources(out, stats["sources"])
-    _print_bars(out, "document lengths (tokens)", stats["histograms"]["document_length"], percent=False)
+    lengths = stats["histograms"]["document_length"]
+    _print_bars(out, "packed document lengths (tokens; a split document's pieces counted apart)", lengths, False)
     _print_bars(out, "sequence fill", stats["histograms"]["sequence_fill"], percent=True)
 
 

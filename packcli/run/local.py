@@ -298,4 +298,6 @@ def pack_tokens(
     }
     if supervision is not None:
         totals.update(asdict(supervision))
+    if options.messages_field is not None:
+        totals["special_text_messages"] = tokenized.counts.special_text_messages
     return Packed(totals, shards, pieces, split_pieces(pieces, packing, shards))
