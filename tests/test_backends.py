@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.encode import backends as backends_module
 from packcli.encode.backends import (
+    NATIVE_SPLIT_REGEXES,
     Backends,
     FastBackend,
     HFBackend,
@@ -446,3 +448,80 @@ def test_a_runs_driver_builds_no_fast_backend_and_its_job_builds_one(tmp_path: P
     assert isinstance(encoder, TextEncoder) and encoder.backend["backend"] == "fastokens"
     assert encoder.text.tokenizer is backends_module._built[source]  # built once, kept for the process
     assert make_encoder(options, setup.tokenizer).text.tokenizer is encoder.text.tokenizer
+
+
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"  # its ByteLevel's own
+MONGOLIAN = (
+    "Mongolian, a vowel separator (U+180E) after a space: \u1828\u1822 \u180e\u1821; Bengali \u0995\u09be\u09b2."
+)
+
+
+def split_pre_tokenizer(regex: str) -> dict[str, Any]:
+    """``Sequence[Split(regex), ByteLevel]``, as a tiktoken-style tokenizer.json writes it."""
+    split = {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    return {"type": "Sequence", "pretokenizers": [split, byte_level]}
+
+
+def qwen_regex() -> str:
+    spec = json.loads(shared_path("tokenizers/qwen/tokenizer.json").read_text(encoding="utf-8"))
+    return str(spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"])
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("variant", ["qwen-wrapped", "gpt2-split"])
+def test_auto_falls_back_from_a_split_regex_fastokens_runs_on_its_regex_engine(variant: str, tmp_path: Path) -> None:
+    """Qwen's regex wrapped in (?:...), and GPT-2's written as a Split (what transformers' TikTokenConverter
+    writes): fastokens runs either on PCRE2, which reads U+180E as whitespace, and encodes MONGOLIAN otherwise than
+    Hugging Face; auto takes Hugging Face, says why, and writes --tokenizer-backend hf's shards."""
+    base, regex = ("qwen", f"(?:{qwen_regex()})") if variant == "qwen-wrapped" else ("gpt2", GPT2_REGEX)
+    spec = json.loads(shared_path(f"tokenizers/{base}/tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(json.dumps({**spec, "pre_tokenizer": split_pre_tokenizer(regex)}), encoding="utf-8")
+    loaded = load_tokenizer(str(tokenizer))
+    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    assert fast.ids(fast.encode([MONGOLIAN]))[0].tolist() != HFBackend(loaded.tokenizer).id_lists([MONGOLIAN])[0]
+    texts = [record["text"][:300] for record in read_jsonl(SAMPLE)[:60]]
+    for k in (40, 47, 55):  # past the cross-check's free minimum, as in a real corpus
+        texts[k] += " " + MONGOLIAN
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": text} for text in texts])
+    options = ["--tokenizer", str(tokenizer), "--max-len", "512", "--json"]
+    results = {
+        backend: runner.invoke(
+            app, ["pack", str(corpus), *options, "--out", str(tmp_path / backend), "--tokenizer-backend", backend]
+        )
+        for backend in ("auto", "hf")
+    }
+    assert [result.exit_code for result in results.values()] == [0, 0], results["auto"].output
+    manifests = [json.loads((tmp_path / backend / "manifest.json").read_text()) for backend in results]
+    assert [manifest["tokenizer"]["backend"] for manifest in manifests] == ["hf", "hf"]
+    assert (
+        results["auto"].stderr.count(
+            "tokenizer backend: hf, not fastokens: its Split regex is none of those fastokens runs natively"
+        )
+        == 1
+    ), results["auto"].stderr
+    shards = [shard["file"] for shard in manifests[0]["shards"]]
+    assert shards and all((tmp_path / "auto" / f).read_bytes() == (tmp_path / "hf" / f).read_bytes() for f in shards)
+
+
+@pytest.mark.parametrize("name", list(NATIVE_SPLIT_REGEXES))
+def test_every_split_regex_fastokens_runs_natively_gives_hugging_faces_ids_and_no_other_is_allowed(name: str) -> None:
+    """Each allowed regex, as a Split before GPT-2's vocabulary, on seeded strings of the characters that regex
+    engines classify otherwise (U+180E, marks, Indic vowel signs, Unicode spaces, Han, letter numbers): Hugging
+    Face's ids; the same regex wrapped in (?:...) is refused, saying why."""
+    regex = NATIVE_SPLIT_REGEXES[name]
+    loaded = edited({"pre_tokenizer": split_pre_tokenizer(regex)})
+    assert fast_refusal(loaded.tokenizer) is None
+    alphabet = [*"ab Z1.\n'\t/s", *"\u180e\u093e\u09be\u4e2d\u00a0\u3000\u0301\u2028\u200b\u0c3e\u1680\u0085"]
+    alphabet += [*"\u3005\u30fc\u02b0\u01c5\u0663\u2163"]
+    generator = random.Random(0)
+    texts = ["".join(generator.choices(alphabet, k=generator.randrange(1, 12))) for _ in range(5_000)]
+    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    tokens, lengths = fast.ids(fast.encode(texts))
+    got = [ids.tolist() for ids in np.split(tokens, np.cumsum(lengths)[:-1])]
+    assert got == HFBackend(loaded.tokenizer).id_lists(texts)
+    wrapped = edited({"pre_tokenizer": split_pre_tokenizer(f"(?:{regex})")})
+    assert (fast_refusal(wrapped.tokenizer) or "").startswith(
+        "its Split regex is none of those fastokens runs natively"
+    )

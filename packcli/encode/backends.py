@@ -187,10 +187,11 @@ def fast_refusal(tokenizer: Tokenizer) -> str | None:
     """Why fastokens is not used for ``tokenizer``, or None when it is of a kind fastokens reproduces exactly.
 
     Allowed, conservatively (what was checked against Hugging Face on real corpora): a BPE model without dropout,
-    byte fallback, unknown token or subword affixes; no normalizer; a ``ByteLevel`` pre-tokenizer, or a
-    ``Sequence`` of one isolating regex ``Split`` and ``ByteLevel`` (the tiktoken-style tokenizers), neither adding
-    a prefix space; added tokens without ``lstrip``, ``rstrip``, ``normalized`` or ``single_word``; no
-    post-processor other than ``ByteLevel`` or ``TemplateProcessing`` (packcli adds no special tokens on encode).
+    byte fallback, unknown token or subword affixes; no normalizer; a ``ByteLevel`` pre-tokenizer (GPT-2's), or a
+    ``Sequence`` of one isolating ``Split`` whose regex is one of :data:`NATIVE_SPLIT_REGEXES` and ``ByteLevel``
+    (the tiktoken-style tokenizers), neither adding a prefix space; added tokens without ``lstrip``, ``rstrip``,
+    ``normalized`` or ``single_word``; no post-processor other than ``ByteLevel`` or ``TemplateProcessing``
+    (packcli adds no special tokens on encode).
     """
     model = tokenizer.model
     kind = type(model).__name__
@@ -227,6 +228,33 @@ def _added_ids_refusal(tokenizer: Tokenizer, fast: Any) -> str | None:
     return None
 
 
+# The Split regexes fastokens runs on its own scanner, whose character classes are Hugging Face's (Oniguruma's), as
+# fastokens recognizes them: by exact string. Any other regex runs on its generic PCRE2 engine, which classifies
+# characters otherwise (U+180E as whitespace, 1,520 code points under \w, \p{Han} as Script_Extensions), so it
+# is not allowed, however close to one of these: Qwen's wrapped in (?:...), or GPT-2's written as a Split.
+NATIVE_SPLIT_REGEXES = {
+    "Llama 3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Qwen": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Qwen 3.5": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Tekken": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "o200k": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Kimi": r"[\p{Han}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+
+
 def _pre_tokenizer_refusal(pre: dict[str, Any]) -> str | None:
     steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
     kinds = [str(step.get("type")) for step in steps]
@@ -234,8 +262,16 @@ def _pre_tokenizer_refusal(pre: dict[str, Any]) -> str | None:
         byte_level = steps[-1]
         if byte_level.get("add_prefix_space"):
             return "its ByteLevel pre-tokenizer adds a prefix space"
-        if kinds == ["Split", "ByteLevel"] and byte_level.get("use_regex"):
+        if kinds == ["ByteLevel"]:
+            return None
+        if byte_level.get("use_regex"):
             return "its ByteLevel pre-tokenizer runs its own regex after a Split"
+        if steps[0]["pattern"]["Regex"] not in NATIVE_SPLIT_REGEXES.values():
+            return (
+                "its Split regex is none of those fastokens runs natively (GPT-2's ByteLevel, "
+                f"{', '.join(NATIVE_SPLIT_REGEXES)}, character for character); its regex engine classifies some "
+                "characters otherwise than Hugging Face's"
+            )
         return None
     return f"its pre-tokenizer is {'+'.join(kinds) if pre else 'missing'}, not byte-level"
 
