@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
 from packcli.util.memory import release_free_memory
 
-__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends"]
+__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends", "takes_tokens"]
 
 
 class Backend(Protocol):
@@ -100,6 +100,14 @@ class Backends:
     def describe(self) -> dict[str, str]:
         """The manifest's record of the backend that ran (outside the fingerprint)."""
         return {"backend": self.name, "backend_version": self.version}
+
+
+def takes_tokens(requested: str, encoded_by: str | None) -> bool:
+    """Whether a run of ``--tokenizer-backend requested`` takes tokens that ``encoded_by`` encoded (an output of its
+    fingerprint, a tokenization cache entry, a committed partition): ``auto`` takes any backend's, an explicit
+    ``hf`` (the remedy where a fast backend is doubted) only Hugging Face's. ``encoded_by`` None: no tokenizer ran
+    (pre-tokenized records) or the record predates the fast backend, so Hugging Face's."""
+    return requested != "hf" or encoded_by in (None, "hf")
 
 
 FastLoader = Callable[[LoadedTokenizer], Any]

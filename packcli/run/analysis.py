@@ -41,7 +41,7 @@ def measure_corpus(
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn, stdin)
     key = setup.cache_key()
-    tokenized = cache.load(key)
+    tokenized = cache.load(key, options.tokenizer_backend)
     if tokenized is None:
         fresh = tokenize_corpus(
             setup.files, setup.encoder, options.skip_bad_records, cache.new_store_path(key), reporter, warn
