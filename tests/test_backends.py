@@ -18,6 +18,7 @@ import pytest
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from s3_server import S3Server
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -133,8 +134,10 @@ def run_pack(*args: str) -> Any:
     return runner.invoke(app, ["pack", *args, "--max-len", "512", "--quiet"])
 
 
-def test_auto_and_hf_write_the_same_bytes_and_the_other_is_up_to_date(tmp_path: Path) -> None:
-    """The repo's own sample (no ../shared needed), bundled GPT-2: fastokens under auto, Hugging Face when forced."""
+def test_auto_and_hf_write_the_same_bytes_and_an_explicit_hf_repacks_what_fastokens_encoded(tmp_path: Path) -> None:
+    """The repo's own sample (no ../shared needed), bundled GPT-2: fastokens under auto, Hugging Face when forced.
+    The backend is outside the fingerprint: auto takes Hugging Face's output as up to date, but an explicit hf, the
+    remedy where fastokens is doubted, repacks fastokens' (with or without --overwrite), then takes its own."""
     auto, hf = tmp_path / "auto", tmp_path / "hf"
     corpus = write_jsonl(tmp_path / "sample.jsonl", read_jsonl(SAMPLE)[:80])
     assert run_pack(str(corpus), "--out", str(auto)).exit_code == 0
@@ -146,10 +149,38 @@ def test_auto_and_hf_write_the_same_bytes_and_the_other_is_up_to_date(tmp_path: 
     assert "tokenizer_backend" not in manifests[0]["options"]
     shards = [shard["file"] for shard in manifests[0]["shards"]]
     assert shards and all((auto / file).read_bytes() == (hf / file).read_bytes() for file in shards)
-    again = run_pack(str(corpus), "--out", str(auto), "--tokenizer-backend", "hf", "--json")
-    assert json.loads(again.stdout)["status"] == "up-to-date"
+    assert json.loads(run_pack(str(corpus), "--out", str(hf), "--json").stdout)["status"] == "up-to-date"
+    for extra in ([], ["--overwrite"]):
+        out = tmp_path / f"fast{len(extra)}"
+        assert json.loads(run_pack(str(corpus), "--out", str(out), "--json").stdout)["status"] == "packed"
+        again = run_pack(str(corpus), "--out", str(out), "--tokenizer-backend", "hf", "--json", *extra)
+        assert json.loads(again.stdout)["status"] == "packed", again.output
+        assert json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"] == "hf"
+        assert sorted(path.name for path in out.iterdir()) == sorted(["manifest.json", *shards])
+        assert all((out / file).read_bytes() == (hf / file).read_bytes() for file in shards)
+        repeated = run_pack(str(corpus), "--out", str(out), "--tokenizer-backend", "hf", "--json")
+        assert json.loads(repeated.stdout)["status"] == "up-to-date"
     refused = run_pack(str(corpus), "--out", str(tmp_path / "x"), "--tokenizer-backend", "fast")
     assert refused.exit_code == 2 and "unknown --tokenizer-backend 'fast'; choose one of auto, hf" in refused.output
+
+
+def test_an_explicit_hf_repacks_a_partitioned_output_url_that_fastokens_encoded(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The same rule for a partitioned run (which finds an up-to-date output before starting its engine) and an
+    output URL (whose publication judges the objects there): hf repacks fastokens' output, then takes its own."""
+    out = f"{s3_server.bucket()}/packed"
+    corpus = write_jsonl(tmp_path / "sample.jsonl", read_jsonl(SAMPLE)[:40])
+    parts = ["--partitions", "2", "--workers", "1", "--json"]
+    statuses = []
+    for backend in ("auto", "hf", "hf", "auto"):
+        result = run_pack(str(corpus), "--out", out, "--tokenizer-backend", backend, *parts)
+        assert result.exit_code == 0, result.output
+        statuses.append(json.loads(result.stdout)["status"])
+        assert json.loads(s3_server.filesystem().cat(f"{out}/manifest.json"))["tokenizer"]["backend"] == (
+            "fastokens" if len(statuses) == 1 else "hf"
+        )
+    assert statuses == ["packed", "packed", "up-to-date", "up-to-date"]
 
 
 class OneWrongId(FastBackend):

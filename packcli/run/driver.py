@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode import cache
+from packcli.encode.backends import takes_tokens
 from packcli.encode.chat import JinjaTemplate
 from packcli.engines import Engine
 from packcli.errors import PackcliError
@@ -80,7 +81,8 @@ def pack_corpus(
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
-    if plan is not None and output_state(out, fingerprint) == "same":
+    current = _takes_output(options.tokenizer_backend)
+    if plan is not None and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
@@ -92,7 +94,7 @@ def pack_corpus(
     part_manifest = {key: value for key, value in manifest.items() if key != "inputs"}  # what the parts share
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
-        _publication(out, fingerprint, overwrite, read, plan is not None) as publication,
+        _publication(out, fingerprint, overwrite, read, plan is not None, current) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
@@ -180,14 +182,24 @@ def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
             )
 
 
+def _takes_output(requested: str) -> Callable[[Path], bool]:
+    """Whether an output of the run's fingerprint holds tokens a run of ``--tokenizer-backend requested`` takes
+    (:func:`~packcli.encode.backends.takes_tokens`): the backend is outside the fingerprint, so an explicit ``hf``
+    reads the manifest, and repacks an output another backend encoded."""
+    if requested != "hf":
+        return lambda out: True  # any backend's tokens: no manifest to read
+    return lambda out: takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
+
+
 def _publication(
-    out: Path, fingerprint: str, overwrite: bool, read: list[Path], resumable: bool
+    out: Path, fingerprint: str, overwrite: bool, read: list[Path], resumable: bool, current: Callable[[Path], bool]
 ) -> Publication | RemotePublication:
     """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
-    store) is staged locally, uploaded under a run prefix and committed by writing its manifest last."""
+    store) is staged locally, uploaded under a run prefix and committed by writing its manifest last. ``current``:
+    whether an output of the run's fingerprint there is current (else the run replaces it)."""
     if isinstance(out, UrlPath):
-        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
-    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
+        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
+    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
 
 
 def _sources(setup: Setup) -> tuple[Any, ...] | None:
