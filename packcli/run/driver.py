@@ -100,7 +100,7 @@ def pack_corpus(
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
         remote_parts = plan is not None and isinstance(out, UrlPath)
         area = PartsArea(out / RESUME_PREFIX if remote_parts else publication.staging)
-        reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn)
+        reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn, options.tokenizer_backend)
         try:
             if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
                 job = Job(
