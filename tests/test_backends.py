@@ -153,6 +153,8 @@ def test_auto_and_hf_write_the_same_bytes_and_an_explicit_hf_repacks_what_fastok
     for extra in ([], ["--overwrite"]):
         out = tmp_path / f"fast{len(extra)}"
         assert json.loads(run_pack(str(corpus), "--out", str(out), "--json").stdout)["status"] == "packed"
+        dry = run_pack(str(corpus), "--out", str(out), "--tokenizer-backend", "hf", "--dry-run", "--json", *extra)
+        assert json.loads(dry.stdout)["status"] == "would-pack", dry.output
         again = run_pack(str(corpus), "--out", str(out), "--tokenizer-backend", "hf", "--json", *extra)
         assert json.loads(again.stdout)["status"] == "packed", again.output
         assert json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"] == "hf"

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode import cache
-from packcli.encode.backends import takes_tokens
 from packcli.encode.chat import JinjaTemplate
 from packcli.engines import Engine
 from packcli.errors import PackcliError
@@ -38,7 +37,15 @@ from packcli.run.merge import (
 )
 from packcli.run.parts import PartsArea, part_prefix
 from packcli.run.plan import Plan, partition_count, plan_partitions
-from packcli.run.setup import PackResult, Setup, base_manifest, check_documents, set_up, tokenizer_entry
+from packcli.run.setup import (
+    PackResult,
+    Setup,
+    base_manifest,
+    check_documents,
+    set_up,
+    takes_output,
+    tokenizer_entry,
+)
 from packcli.storage import UrlPath, location
 from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
@@ -81,7 +88,7 @@ def pack_corpus(
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
-    current = _takes_output(options.tokenizer_backend)
+    current = takes_output(options.tokenizer_backend)
     if plan is not None and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
@@ -180,15 +187,6 @@ def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
             raise PackcliError(
                 f"{change} while this run read it; nothing was published: rerun to pack it as it is now", item.name
             )
-
-
-def _takes_output(requested: str) -> Callable[[Path], bool]:
-    """Whether an output of the run's fingerprint holds tokens a run of ``--tokenizer-backend requested`` takes
-    (:func:`~packcli.encode.backends.takes_tokens`): the backend is outside the fingerprint, so an explicit ``hf``
-    reads the manifest, and repacks an output another backend encoded."""
-    if requested != "hf":
-        return lambda out: True  # any backend's tokens: no manifest to read
-    return lambda out: takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
 
 
 def _publication(

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packcli.encode.backends import takes_tokens
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
+from packcli.format.manifest import read_manifest
 from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
@@ -26,6 +28,7 @@ __all__ = [
     "base_manifest",
     "check_documents",
     "set_up",
+    "takes_output",
     "tokenizer_entry",
 ]
 
@@ -157,3 +160,12 @@ def tokenizer_entry(setup: Setup) -> dict[str, Any]:
     if not ran:
         entry.update(eos_id=setup.encoder.eos_id, bos_id=setup.encoder.bos_id)
     return {**entry, "ran": ran}
+
+
+def takes_output(requested: str) -> Callable[[Path], bool]:
+    """Whether an output of the run's fingerprint holds tokens a run of ``--tokenizer-backend requested`` takes
+    (:func:`~packcli.encode.backends.takes_tokens`): the backend is outside the fingerprint, so an explicit ``hf``
+    reads the manifest, and repacks an output another backend encoded (``pack``, and what ``--dry-run`` says)."""
+    if requested != "hf":
+        return lambda out: True  # any backend's tokens: no manifest to read
+    return lambda out: takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
