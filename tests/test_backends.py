@@ -114,14 +114,11 @@ def test_both_backends_give_identical_tokens_for_text_sft_and_chats(
     name: str, corpora: dict[str, Path], tmp_path: Path
 ) -> None:
     loaded = load_tokenizer(str(shared_path(f"tokenizers/{name}")))
-    notices: list[str] = []
-    auto = open_backends(loaded, "auto", True, notices.append)
-    if name == "minilm":  # WordPiece with a BertNormalizer: Hugging Face, and the notice says why
-        assert auto.name == "hf" and notices == [
-            f"tokenizer backend: hf, not fastokens: its model is WordPiece, not byte-level BPE (tokenizer {loaded.name})"
-        ]
+    auto = open_backends(loaded, "auto", True)
+    if name == "minilm":  # WordPiece with a BertNormalizer: Hugging Face, and the manifest says why
+        assert (auto.name, auto.fallback) == ("hf", "its model is WordPiece, not byte-level BPE")
         return
-    assert (auto.name, notices) == ("fastokens", [])
+    assert (auto.name, auto.fallback) == ("fastokens", None)
     assert auto.reference_text is not None and auto.reference_markup is not None
     hf = Backends("hf", "", auto.reference_text, auto.reference_markup, None, None)  # what --tokenizer-backend hf opens
     for kind in KINDS:
@@ -385,45 +382,36 @@ def edited(change: dict[str, Any]) -> LoadedTokenizer:
 def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> None:
     loaded = edited(change)
     assert fast_refusal(loaded.tokenizer) == reason
-    notices: list[str] = []
-    assert open_backends(loaded, "auto", False, notices.append).name == "hf"
-    assert notices == [f"tokenizer backend: hf, not fastokens: {reason} (tokenizer edited)"]
+    backends = open_backends(loaded, "auto", False)
+    assert backends.describe() == {"backend": "hf", "backend_version": backends.version, "backend_fallback": reason}
 
 
 def test_an_added_token_that_fastokens_numbers_otherwise_falls_back() -> None:
     """A tokenizer.json whose added token has the content of a vocabulary entry under another id: Hugging Face
-    encodes the entry's id, fastokens the added one, so auto takes Hugging Face and says why."""
+    encodes the entry's id, fastokens the added one, so auto takes Hugging Face and records why."""
     added = {"id": 50257, "content": "ab", "single_word": False, "lstrip": False, "rstrip": False}
     loaded = edited({"added_tokens": [added | {"normalized": False, "special": False}]})
     fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
     assert fast.ids(fast.encode(["abab"]))[0].tolist() == [50257, 50257]
     assert HFBackend(loaded.tokenizer).id_lists(["abab"]) == [[397, 397]]
-    notices: list[str] = []
-    assert open_backends(loaded, "auto", False, notices.append).name == "hf"
-    assert notices == [
-        "tokenizer backend: hf, not fastokens: added token 'ab' is id 50257 to fastokens, 397 to Hugging Face "
-        "(tokenizer edited)"
-    ]
-
-
-def test_without_fastokens_hf_runs_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "fastokens", None)  # what Python does for a module that cannot be imported
-    notices: list[str] = []
-    assert open_backends(load_tokenizer(), "auto", False, notices.append).name == "hf"
-    assert len(notices) == 1 and notices[0].startswith(
-        "tokenizer backend: hf, not fastokens: fastokens cannot be imported"
+    backends = open_backends(loaded, "auto", False)
+    assert (backends.name, backends.fallback) == (
+        "hf",
+        "added token 'ab' is id 50257 to fastokens, 397 to Hugging Face",
     )
+
+
+def test_without_fastokens_hf_runs_and_records_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # what Python does for a module that cannot be imported
+    backends = open_backends(load_tokenizer(), "auto", False)
+    assert backends.name == "hf" and (backends.fallback or "").startswith("fastokens cannot be imported")
 
     def unloadable(loaded: LoadedTokenizer) -> None:
         raise ValueError("unsupported model field\nsecond line")
 
     monkeypatch.setattr(backends_module, "FAST_LOADER", unloadable)
-    notices.clear()
-    assert open_backends(load_tokenizer(), "auto", False, notices.append).name == "hf"
-    assert notices == [
-        f"tokenizer backend: hf, not fastokens: fastokens cannot load it (unsupported model field) "
-        f"(tokenizer {load_tokenizer().name})"
-    ]
+    backends = open_backends(load_tokenizer(), "auto", False)
+    assert (backends.name, backends.fallback) == ("hf", "fastokens cannot load it (unsupported model field)")
 
 
 def test_a_template_post_processor_is_allowed_and_encodes_alike() -> None:
@@ -453,18 +441,24 @@ def test_workers_rebuild_the_drivers_tokenizer_and_choose_the_same_backend() -> 
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
-def test_a_fallback_is_said_once_whether_the_driver_or_its_workers_encode(tmp_path: Path, partitioned: bool) -> None:
-    """A partitioned run's driver builds no fast backend (its workers do): the notice still comes, once."""
-    minilm = shared_path("tokenizers/minilm/tokenizer.json")
+def test_a_fallback_the_user_did_not_ask_about_is_quiet_and_in_the_manifest(tmp_path: Path, partitioned: bool) -> None:
+    """auto is the default, so a WordPiece user never asked for fastokens: the run says nothing of the backend on
+    stderr (a warning on every run asked nothing of them), and the manifest records that Hugging Face encoded and
+    why, whether the driver or its workers encode, or the tokens come from the cache a `stats` left."""
+    minilm = str(shared_path("tokenizers/minilm/tokenizer.json"))
     corpus = write_jsonl(tmp_path / "c.jsonl", read_jsonl(SAMPLE)[:40])
     parts = ["--partitions", "2", "--workers", "1"] if partitioned else []
-    result = runner.invoke(
-        app, ["pack", str(corpus), "--tokenizer", str(minilm), "--out", str(tmp_path / "out"), "--json", *parts]
-    )
-    assert result.exit_code == 0, result.stderr
-    assert result.stderr.count("tokenizer backend: hf, not fastokens: its model is WordPiece") == 1, result.stderr
+    if not partitioned:
+        assert runner.invoke(app, ["stats", str(corpus), "--tokenizer", minilm]).stderr == ""
+    command = ["pack", str(corpus), "--tokenizer", minilm, "--out", str(tmp_path / "out"), "--json", *parts]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0 and "backend" not in result.stderr, result.stderr
+    assert json.loads(result.stdout)["tokenized_from_cache"] != partitioned
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["tokenizer"]["backend"] == "hf"
+    assert (manifest["tokenizer"]["backend"], manifest["tokenizer"]["backend_fallback"]) == (
+        "hf",
+        "its model is WordPiece, not byte-level BPE",
+    )
 
 
 def test_a_runs_driver_builds_no_fast_backend_and_its_job_builds_one(tmp_path: Path) -> None:
@@ -506,7 +500,7 @@ def qwen_regex() -> str:
 def test_auto_falls_back_from_a_split_regex_fastokens_runs_on_its_regex_engine(variant: str, tmp_path: Path) -> None:
     """Qwen's regex wrapped in (?:...), and GPT-2's written as a Split (what transformers' TikTokenConverter
     writes): fastokens runs either on PCRE2, which reads U+180E as whitespace, and encodes MONGOLIAN otherwise than
-    Hugging Face; auto takes Hugging Face, says why, and writes --tokenizer-backend hf's shards."""
+    Hugging Face; auto takes Hugging Face, records why, and writes --tokenizer-backend hf's shards."""
     base, regex = ("qwen", f"(?:{qwen_regex()})") if variant == "qwen-wrapped" else ("gpt2", GPT2_REGEX)
     spec = json.loads(shared_path(f"tokenizers/{base}/tokenizer.json").read_text(encoding="utf-8"))
     tokenizer = tmp_path / "tokenizer.json"
@@ -528,12 +522,9 @@ def test_auto_falls_back_from_a_split_regex_fastokens_runs_on_its_regex_engine(v
     assert [result.exit_code for result in results.values()] == [0, 0], results["auto"].output
     manifests = [json.loads((tmp_path / backend / "manifest.json").read_text()) for backend in results]
     assert [manifest["tokenizer"]["backend"] for manifest in manifests] == ["hf", "hf"]
-    assert (
-        results["auto"].stderr.count(
-            "tokenizer backend: hf, not fastokens: its Split regex is none of those fastokens runs natively"
-        )
-        == 1
-    ), results["auto"].stderr
+    assert manifests[0]["tokenizer"]["backend_fallback"].startswith(
+        "its Split regex is none of those fastokens runs natively"
+    ), manifests[0]["tokenizer"]
     shards = [shard["file"] for shard in manifests[0]["shards"]]
     assert shards and all((tmp_path / "auto" / f).read_bytes() == (tmp_path / "hf" / f).read_bytes() for f in shards)
 

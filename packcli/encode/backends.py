@@ -2,11 +2,10 @@
 byte-level BPE that reproduces it exactly for the tokenizer kinds it is allowed here).
 
 ``--tokenizer-backend auto`` takes fastokens when the tokenizer is of a kind listed in :func:`fast_refusal`,
-fastokens imports and loads it, and it gives every added token Hugging Face's id; else Hugging Face, with a
-one-line notice saying why. ``hf`` always takes Hugging
-Face. Invariant: a backend never changes a token (the run cross-checks a sample of its documents against Hugging
-Face, :mod:`packcli.encode.crosscheck`), so the output bytes do not depend on the backend, and neither does the
-fingerprint; the manifest records which one ran.
+fastokens imports and loads it, and it gives every added token Hugging Face's id; else Hugging Face, the manifest
+saying why (``backend_fallback``). ``hf`` always takes Hugging Face. Invariant: a backend never changes a token
+(the run cross-checks a sample of its documents against Hugging Face, :mod:`packcli.encode.crosscheck`), so the
+output bytes do not depend on the backend, and neither does the fingerprint; the manifest records which one ran.
 
 A backend encodes in two steps, so a helper thread does the encoding and the main thread the conversion:
 ``encode`` (releases the GIL) and ``ids`` (every text's ids as one flat int32 array, and their int64 lengths).
@@ -17,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any, Protocol
 
@@ -96,10 +95,12 @@ class Backends:
     markup: Backend | None
     reference_text: HFBackend | None
     reference_markup: HFBackend | None
+    fallback: str | None = None  # why Hugging Face encodes where auto was asked (None: fastokens does, or hf asked)
 
     def describe(self) -> dict[str, str]:
-        """The manifest's record of the backend that ran (outside the fingerprint)."""
-        return {"backend": self.name, "backend_version": self.version}
+        """The manifest's record of the backend that ran (outside the fingerprint), and why auto fell back."""
+        record = {"backend": self.name, "backend_version": self.version}
+        return record if self.fallback is None else {**record, "backend_fallback": self.fallback}
 
 
 def takes_tokens(requested: str, encoded_by: str | None) -> bool:
@@ -140,11 +141,10 @@ FAST_LOADER: FastLoader = _load_fastokens
 FAST_WRAPPER: Callable[[Any, bool], Backend] = FastBackend
 
 
-def open_backends(
-    loaded: LoadedTokenizer, requested: str, markup: bool, warn: Callable[[str], None] = lambda message: None
-) -> Backends:
+def open_backends(loaded: LoadedTokenizer, requested: str, markup: bool) -> Backends:
     """The backends for ``--tokenizer-backend requested`` ("auto" or "hf"); ``markup``: also one that recognizes
-    special tokens. Falling back from auto to Hugging Face is said through ``warn``, once, with the reason."""
+    special tokens. Where auto falls back to Hugging Face, the reason is recorded (``fallback``, in the manifest),
+    not said on stderr: the user asked for no backend in particular, and there is nothing for them to do."""
     reference_text = HFBackend(loaded.tokenizer)
     reference_markup = HFBackend(_with_specials(loaded)) if markup else None
     hf = Backends("hf", metadata.version("tokenizers"), reference_text, reference_markup, None, None)
@@ -163,8 +163,7 @@ def open_backends(
             refusal = _added_ids_refusal(loaded.tokenizer, fast)
             fast = None if refusal else fast
     if fast is None:
-        warn(f"tokenizer backend: hf, not fastokens: {refusal} (tokenizer {loaded.name})")
-        return hf
+        return replace(hf, fallback=refusal)
     return Backends(
         "fastokens",
         metadata.version("fastokens"),
