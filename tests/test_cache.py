@@ -166,3 +166,18 @@ def test_an_explicit_hf_takes_only_hugging_faces_tokens_from_the_cache(
     result = runner.invoke(app, [*again, "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["tokenized_from_cache"] is True
     assert backend_of(tmp_path / "again") == "hf"
+
+
+def test_a_stats_served_from_the_cache_builds_no_fast_backend(
+    tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second `stats` of a corpus (another --max-len, the documented workflow) takes its tokens from the cache:
+    it waits for no build of the fast backend's tokenizer (Tekken: about 2 CPU s), as `pack` from the cache does."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:40])
+    built: list[str] = []
+    real = backends_module.FAST_LOADER
+    monkeypatch.setattr(backends_module, "FAST_LOADER", lambda loaded: built.append(loaded.name) or real(loaded))
+    for max_len in ("512", "1024"):
+        result = runner.invoke(app, ["stats", str(corpus), "--max-len", max_len, "--json"])
+        assert result.exit_code == 0, result.stderr
+    assert len(built) == 1 and len(entries()) == 1

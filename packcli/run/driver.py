@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode import cache
-from packcli.encode.chat import JinjaTemplate
 from packcli.engines import Engine
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
@@ -120,7 +119,7 @@ def pack_corpus(
                     "shard",
                     _sources(setup),
                     setup.cache_key(),
-                    _template_source(setup),
+                    setup.template_source(),
                 )
                 task = partial(
                     run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers
@@ -129,7 +128,7 @@ def pack_corpus(
             else:
                 progress = _Progress(plan, reporter, warn)
                 progress.start(reused, area)
-                template = _template_source(setup)
+                template = setup.template_source()
                 jobs = [
                     _partition_job(plan, k, options, area.root, facts, part_manifest, template) for k in range(count)
                 ]
@@ -202,13 +201,6 @@ def _publication(
 
 def _sources(setup: Setup) -> tuple[Any, ...] | None:
     return tuple(setup.sources) if setup.sources is not None else None
-
-
-def _template_source(setup: Setup) -> str | None:
-    """The ``--chat-template`` file's text as set-up read it (its sha256 is in the fingerprint): it travels in each
-    job, so a worker on a node without the driver's disk never needs the driver's path."""
-    template = getattr(setup.encoder, "template", None)
-    return template.source if isinstance(template, JinjaTemplate) and setup.options.chat_template else None
 
 
 def _partition_job(

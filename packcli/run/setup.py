@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode.backends import takes_tokens
+from packcli.encode.chat import JinjaTemplate
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
@@ -58,6 +59,17 @@ class Setup:
     def cache_key(self) -> str:
         """The tokenization cache's key: the identity over what decides the tokens."""
         return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "tokens")[:32]
+
+    def template_source(self) -> str | None:
+        """The ``--chat-template`` file's text as set-up read it (its sha256 is in the fingerprint): an encoder built
+        later (a job's, a worker's on a node without the driver's disk) takes it rather than the path."""
+        template = getattr(self.encoder, "template", None)
+        return template.source if isinstance(template, JinjaTemplate) and self.options.chat_template else None
+
+    def encoder_that_encodes(self) -> Encoder:
+        """The encoder a set-up made with ``encodes=False`` would have made: with the backend the options ask for
+        (its fast backend built now). Set-up gave the warnings already."""
+        return make_encoder(self.options, self.tokenizer, template_source=self.template_source())
 
 
 def set_up(
