@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,13 @@ import pytest
 from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from s3_server import S3Server
 from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.encode import backends as backends_module
 from packcli.encode.backends import (
+    NATIVE_SPLIT_REGEXES,
     Backends,
     FastBackend,
     HFBackend,
@@ -111,14 +114,11 @@ def test_both_backends_give_identical_tokens_for_text_sft_and_chats(
     name: str, corpora: dict[str, Path], tmp_path: Path
 ) -> None:
     loaded = load_tokenizer(str(shared_path(f"tokenizers/{name}")))
-    notices: list[str] = []
-    auto = open_backends(loaded, "auto", True, notices.append)
-    if name == "minilm":  # WordPiece with a BertNormalizer: Hugging Face, and the notice says why
-        assert auto.name == "hf" and notices == [
-            f"tokenizer backend: hf, not fastokens: its model is WordPiece, not byte-level BPE (tokenizer {loaded.name})"
-        ]
+    auto = open_backends(loaded, "auto", True)
+    if name == "minilm":  # WordPiece with a BertNormalizer: Hugging Face, and the manifest says why
+        assert (auto.name, auto.fallback) == ("hf", "its model is WordPiece, not byte-level BPE")
         return
-    assert (auto.name, notices) == ("fastokens", [])
+    assert (auto.name, auto.fallback) == ("fastokens", None)
     assert auto.reference_text is not None and auto.reference_markup is not None
     hf = Backends("hf", "", auto.reference_text, auto.reference_markup, None, None)  # what --tokenizer-backend hf opens
     for kind in KINDS:
@@ -131,8 +131,10 @@ def run_pack(*args: str) -> Any:
     return runner.invoke(app, ["pack", *args, "--max-len", "512", "--quiet"])
 
 
-def test_auto_and_hf_write_the_same_bytes_and_the_other_is_up_to_date(tmp_path: Path) -> None:
-    """The repo's own sample (no ../shared needed), bundled GPT-2: fastokens under auto, Hugging Face when forced."""
+def test_auto_and_hf_write_the_same_bytes_and_an_explicit_hf_repacks_what_fastokens_encoded(tmp_path: Path) -> None:
+    """The repo's own sample (no ../shared needed), bundled GPT-2: fastokens under auto, Hugging Face when forced.
+    The backend is outside the fingerprint: auto takes Hugging Face's output as up to date, but an explicit hf, the
+    remedy where fastokens is doubted, repacks fastokens' (with or without --overwrite), then takes its own."""
     auto, hf = tmp_path / "auto", tmp_path / "hf"
     corpus = write_jsonl(tmp_path / "sample.jsonl", read_jsonl(SAMPLE)[:80])
     assert run_pack(str(corpus), "--out", str(auto)).exit_code == 0
@@ -144,10 +146,40 @@ def test_auto_and_hf_write_the_same_bytes_and_the_other_is_up_to_date(tmp_path: 
     assert "tokenizer_backend" not in manifests[0]["options"]
     shards = [shard["file"] for shard in manifests[0]["shards"]]
     assert shards and all((auto / file).read_bytes() == (hf / file).read_bytes() for file in shards)
-    again = run_pack(str(corpus), "--out", str(auto), "--tokenizer-backend", "hf", "--json")
-    assert json.loads(again.stdout)["status"] == "up-to-date"
+    assert json.loads(run_pack(str(corpus), "--out", str(hf), "--json").stdout)["status"] == "up-to-date"
+    for extra in ([], ["--overwrite"]):
+        out = tmp_path / f"fast{len(extra)}"
+        assert json.loads(run_pack(str(corpus), "--out", str(out), "--json").stdout)["status"] == "packed"
+        dry = run_pack(str(corpus), "--out", str(out), "--tokenizer-backend", "hf", "--dry-run", "--json", *extra)
+        assert json.loads(dry.stdout)["status"] == "would-pack", dry.output
+        again = run_pack(str(corpus), "--out", str(out), "--tokenizer-backend", "hf", "--json", *extra)
+        assert json.loads(again.stdout)["status"] == "packed", again.output
+        assert json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"] == "hf"
+        assert sorted(path.name for path in out.iterdir()) == sorted(["manifest.json", *shards])
+        assert all((out / file).read_bytes() == (hf / file).read_bytes() for file in shards)
+        repeated = run_pack(str(corpus), "--out", str(out), "--tokenizer-backend", "hf", "--json")
+        assert json.loads(repeated.stdout)["status"] == "up-to-date"
     refused = run_pack(str(corpus), "--out", str(tmp_path / "x"), "--tokenizer-backend", "fast")
     assert refused.exit_code == 2 and "unknown --tokenizer-backend 'fast'; choose one of auto, hf" in refused.output
+
+
+def test_an_explicit_hf_repacks_a_partitioned_output_url_that_fastokens_encoded(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The same rule for a partitioned run (which finds an up-to-date output before starting its engine) and an
+    output URL (whose publication judges the objects there): hf repacks fastokens' output, then takes its own."""
+    out = f"{s3_server.bucket()}/packed"
+    corpus = write_jsonl(tmp_path / "sample.jsonl", read_jsonl(SAMPLE)[:40])
+    parts = ["--partitions", "2", "--workers", "1", "--json"]
+    statuses = []
+    for backend in ("auto", "hf", "hf", "auto"):
+        result = run_pack(str(corpus), "--out", out, "--tokenizer-backend", backend, *parts)
+        assert result.exit_code == 0, result.output
+        statuses.append(json.loads(result.stdout)["status"])
+        assert json.loads(s3_server.filesystem().cat(f"{out}/manifest.json"))["tokenizer"]["backend"] == (
+            "fastokens" if len(statuses) == 1 else "hf"
+        )
+    assert statuses == ["packed", "packed", "up-to-date", "up-to-date"]
 
 
 class OneWrongId(FastBackend):
@@ -350,45 +382,36 @@ def edited(change: dict[str, Any]) -> LoadedTokenizer:
 def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> None:
     loaded = edited(change)
     assert fast_refusal(loaded.tokenizer) == reason
-    notices: list[str] = []
-    assert open_backends(loaded, "auto", False, notices.append).name == "hf"
-    assert notices == [f"tokenizer backend: hf, not fastokens: {reason} (tokenizer edited)"]
+    backends = open_backends(loaded, "auto", False)
+    assert backends.describe() == {"backend": "hf", "backend_version": backends.version, "backend_fallback": reason}
 
 
 def test_an_added_token_that_fastokens_numbers_otherwise_falls_back() -> None:
     """A tokenizer.json whose added token has the content of a vocabulary entry under another id: Hugging Face
-    encodes the entry's id, fastokens the added one, so auto takes Hugging Face and says why."""
+    encodes the entry's id, fastokens the added one, so auto takes Hugging Face and records why."""
     added = {"id": 50257, "content": "ab", "single_word": False, "lstrip": False, "rstrip": False}
     loaded = edited({"added_tokens": [added | {"normalized": False, "special": False}]})
     fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
     assert fast.ids(fast.encode(["abab"]))[0].tolist() == [50257, 50257]
     assert HFBackend(loaded.tokenizer).id_lists(["abab"]) == [[397, 397]]
-    notices: list[str] = []
-    assert open_backends(loaded, "auto", False, notices.append).name == "hf"
-    assert notices == [
-        "tokenizer backend: hf, not fastokens: added token 'ab' is id 50257 to fastokens, 397 to Hugging Face "
-        "(tokenizer edited)"
-    ]
-
-
-def test_without_fastokens_hf_runs_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "fastokens", None)  # what Python does for a module that cannot be imported
-    notices: list[str] = []
-    assert open_backends(load_tokenizer(), "auto", False, notices.append).name == "hf"
-    assert len(notices) == 1 and notices[0].startswith(
-        "tokenizer backend: hf, not fastokens: fastokens cannot be imported"
+    backends = open_backends(loaded, "auto", False)
+    assert (backends.name, backends.fallback) == (
+        "hf",
+        "added token 'ab' is id 50257 to fastokens, 397 to Hugging Face",
     )
+
+
+def test_without_fastokens_hf_runs_and_records_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # what Python does for a module that cannot be imported
+    backends = open_backends(load_tokenizer(), "auto", False)
+    assert backends.name == "hf" and (backends.fallback or "").startswith("fastokens cannot be imported")
 
     def unloadable(loaded: LoadedTokenizer) -> None:
         raise ValueError("unsupported model field\nsecond line")
 
     monkeypatch.setattr(backends_module, "FAST_LOADER", unloadable)
-    notices.clear()
-    assert open_backends(load_tokenizer(), "auto", False, notices.append).name == "hf"
-    assert notices == [
-        f"tokenizer backend: hf, not fastokens: fastokens cannot load it (unsupported model field) "
-        f"(tokenizer {load_tokenizer().name})"
-    ]
+    backends = open_backends(load_tokenizer(), "auto", False)
+    assert (backends.name, backends.fallback) == ("hf", "fastokens cannot load it (unsupported model field)")
 
 
 def test_a_template_post_processor_is_allowed_and_encodes_alike() -> None:
@@ -418,18 +441,24 @@ def test_workers_rebuild_the_drivers_tokenizer_and_choose_the_same_backend() -> 
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
-def test_a_fallback_is_said_once_whether_the_driver_or_its_workers_encode(tmp_path: Path, partitioned: bool) -> None:
-    """A partitioned run's driver builds no fast backend (its workers do): the notice still comes, once."""
-    minilm = shared_path("tokenizers/minilm/tokenizer.json")
+def test_a_fallback_the_user_did_not_ask_about_is_quiet_and_in_the_manifest(tmp_path: Path, partitioned: bool) -> None:
+    """auto is the default, so a WordPiece user never asked for fastokens: the run says nothing of the backend on
+    stderr (a warning on every run asked nothing of them), and the manifest records that Hugging Face encoded and
+    why, whether the driver or its workers encode, or the tokens come from the cache a `stats` left."""
+    minilm = str(shared_path("tokenizers/minilm/tokenizer.json"))
     corpus = write_jsonl(tmp_path / "c.jsonl", read_jsonl(SAMPLE)[:40])
     parts = ["--partitions", "2", "--workers", "1"] if partitioned else []
-    result = runner.invoke(
-        app, ["pack", str(corpus), "--tokenizer", str(minilm), "--out", str(tmp_path / "out"), "--json", *parts]
-    )
-    assert result.exit_code == 0, result.stderr
-    assert result.stderr.count("tokenizer backend: hf, not fastokens: its model is WordPiece") == 1, result.stderr
+    if not partitioned:
+        assert runner.invoke(app, ["stats", str(corpus), "--tokenizer", minilm]).stderr == ""
+    command = ["pack", str(corpus), "--tokenizer", minilm, "--out", str(tmp_path / "out"), "--json", *parts]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0 and "backend" not in result.stderr, result.stderr
+    assert json.loads(result.stdout)["tokenized_from_cache"] != partitioned
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["tokenizer"]["backend"] == "hf"
+    assert (manifest["tokenizer"]["backend"], manifest["tokenizer"]["backend_fallback"]) == (
+        "hf",
+        "its model is WordPiece, not byte-level BPE",
+    )
 
 
 def test_a_runs_driver_builds_no_fast_backend_and_its_job_builds_one(tmp_path: Path) -> None:
@@ -446,3 +475,77 @@ def test_a_runs_driver_builds_no_fast_backend_and_its_job_builds_one(tmp_path: P
     assert isinstance(encoder, TextEncoder) and encoder.backend["backend"] == "fastokens"
     assert encoder.text.tokenizer is backends_module._built[source]  # built once, kept for the process
     assert make_encoder(options, setup.tokenizer).text.tokenizer is encoder.text.tokenizer
+
+
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"  # its ByteLevel's own
+MONGOLIAN = (
+    "Mongolian, a vowel separator (U+180E) after a space: \u1828\u1822 \u180e\u1821; Bengali \u0995\u09be\u09b2."
+)
+
+
+def split_pre_tokenizer(regex: str) -> dict[str, Any]:
+    """``Sequence[Split(regex), ByteLevel]``, as a tiktoken-style tokenizer.json writes it."""
+    split = {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    return {"type": "Sequence", "pretokenizers": [split, byte_level]}
+
+
+def qwen_regex() -> str:
+    spec = json.loads(shared_path("tokenizers/qwen/tokenizer.json").read_text(encoding="utf-8"))
+    return str(spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"])
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("variant", ["qwen-wrapped", "gpt2-split"])
+def test_auto_falls_back_from_a_split_regex_fastokens_runs_on_its_regex_engine(variant: str, tmp_path: Path) -> None:
+    """Qwen's regex wrapped in (?:...), and GPT-2's written as a Split (what transformers' TikTokenConverter
+    writes): fastokens runs either on PCRE2, which reads U+180E as whitespace, and encodes MONGOLIAN otherwise than
+    Hugging Face; auto takes Hugging Face, records why, and writes --tokenizer-backend hf's shards."""
+    base, regex = ("qwen", f"(?:{qwen_regex()})") if variant == "qwen-wrapped" else ("gpt2", GPT2_REGEX)
+    spec = json.loads(shared_path(f"tokenizers/{base}/tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(json.dumps({**spec, "pre_tokenizer": split_pre_tokenizer(regex)}), encoding="utf-8")
+    loaded = load_tokenizer(str(tokenizer))
+    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    assert fast.ids(fast.encode([MONGOLIAN]))[0].tolist() != HFBackend(loaded.tokenizer).id_lists([MONGOLIAN])[0]
+    texts = [record["text"][:300] for record in read_jsonl(SAMPLE)[:60]]
+    for k in (40, 47, 55):  # past the cross-check's free minimum, as in a real corpus
+        texts[k] += " " + MONGOLIAN
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": text} for text in texts])
+    options = ["--tokenizer", str(tokenizer), "--max-len", "512", "--json"]
+    results = {
+        backend: runner.invoke(
+            app, ["pack", str(corpus), *options, "--out", str(tmp_path / backend), "--tokenizer-backend", backend]
+        )
+        for backend in ("auto", "hf")
+    }
+    assert [result.exit_code for result in results.values()] == [0, 0], results["auto"].output
+    manifests = [json.loads((tmp_path / backend / "manifest.json").read_text()) for backend in results]
+    assert [manifest["tokenizer"]["backend"] for manifest in manifests] == ["hf", "hf"]
+    assert manifests[0]["tokenizer"]["backend_fallback"].startswith(
+        "its Split regex is none of those fastokens runs natively"
+    ), manifests[0]["tokenizer"]
+    shards = [shard["file"] for shard in manifests[0]["shards"]]
+    assert shards and all((tmp_path / "auto" / f).read_bytes() == (tmp_path / "hf" / f).read_bytes() for f in shards)
+
+
+@pytest.mark.parametrize("name", list(NATIVE_SPLIT_REGEXES))
+def test_every_split_regex_fastokens_runs_natively_gives_hugging_faces_ids_and_no_other_is_allowed(name: str) -> None:
+    """Each allowed regex, as a Split before GPT-2's vocabulary, on seeded strings of the characters that regex
+    engines classify otherwise (U+180E, marks, Indic vowel signs, Unicode spaces, Han, letter numbers): Hugging
+    Face's ids; the same regex wrapped in (?:...) is refused, saying why."""
+    regex = NATIVE_SPLIT_REGEXES[name]
+    loaded = edited({"pre_tokenizer": split_pre_tokenizer(regex)})
+    assert fast_refusal(loaded.tokenizer) is None
+    alphabet = [*"ab Z1.\n'\t/s", *"\u180e\u093e\u09be\u4e2d\u00a0\u3000\u0301\u2028\u200b\u0c3e\u1680\u0085"]
+    alphabet += [*"\u3005\u30fc\u02b0\u01c5\u0663\u2163"]
+    generator = random.Random(0)
+    texts = ["".join(generator.choices(alphabet, k=generator.randrange(1, 12))) for _ in range(5_000)]
+    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    tokens, lengths = fast.ids(fast.encode(texts))
+    got = [ids.tolist() for ids in np.split(tokens, np.cumsum(lengths)[:-1])]
+    assert got == HFBackend(loaded.tokenizer).id_lists(texts)
+    wrapped = edited({"pre_tokenizer": split_pre_tokenizer(f"(?:{regex})")})
+    assert (fast_refusal(wrapped.tokenizer) or "").startswith(
+        "its Split regex is none of those fastokens runs natively"
+    )

@@ -133,3 +133,51 @@ def test_an_unusable_cache_is_one_line_naming_the_variable(
     monkeypatch.setenv("PACKCLI_CACHE_MAX", "lots")
     result = runner.invoke(app, ["stats", str(corpus)])
     assert result.exit_code == 2 and "PACKCLI_CACHE_MAX" in result.stderr
+
+
+def backend_of(out: Path) -> str:
+    return str(json.loads((out / "manifest.json").read_text())["tokenizer"]["backend"])
+
+
+def test_an_explicit_hf_takes_only_hugging_faces_tokens_from_the_cache(
+    tmp_path: Path, records: list[dict[str, str]]
+) -> None:
+    """`stats` with the default backend leaves fastokens' tokens: `pack --tokenizer-backend hf` tokenizes again with
+    Hugging Face (the manifest says so, and the shards are the same). `stats --tokenizer-backend hf` puts Hugging
+    Face's tokens in place of fastokens', which both backends then take."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:60])
+    assert runner.invoke(app, ["stats", str(corpus), "--max-len", "512", "--json"]).exit_code == 0
+    packed = {}
+    for backend in ("hf", "auto"):
+        out = tmp_path / backend
+        args = ["pack", str(corpus), "--max-len", "512", "--out", str(out), "--tokenizer-backend", backend, "--json"]
+        packed[backend] = runner.invoke(app, args)
+        assert packed[backend].exit_code == 0, packed[backend].stderr
+    assert [json.loads(packed[b].stdout)["tokenized_from_cache"] for b in ("hf", "auto")] == [False, True]
+    assert [backend_of(tmp_path / b) for b in ("hf", "auto")] == ["hf", "fastokens"]
+    shards = sorted(path.name for path in (tmp_path / "hf").glob("shard-*.arrow"))
+    assert shards and all((tmp_path / "hf" / f).read_bytes() == (tmp_path / "auto" / f).read_bytes() for f in shards)
+    assert entries() == []  # the auto pack consumed fastokens' entry
+    for backend in ("auto", "hf"):  # Hugging Face's tokens replace fastokens'
+        stats = runner.invoke(app, ["stats", str(corpus), "--max-len", "512", "--tokenizer-backend", backend])
+        assert stats.exit_code == 0, stats.stderr
+    assert len(entries()) == 1
+    again = ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "again"), "--tokenizer-backend", "hf"]
+    result = runner.invoke(app, [*again, "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["tokenized_from_cache"] is True
+    assert backend_of(tmp_path / "again") == "hf"
+
+
+def test_a_stats_served_from_the_cache_builds_no_fast_backend(
+    tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second `stats` of a corpus (another --max-len, the documented workflow) takes its tokens from the cache:
+    it waits for no build of the fast backend's tokenizer (Tekken: about 2 CPU s), as `pack` from the cache does."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:40])
+    built: list[str] = []
+    real = backends_module.FAST_LOADER
+    monkeypatch.setattr(backends_module, "FAST_LOADER", lambda loaded: built.append(loaded.name) or real(loaded))
+    for max_len in ("512", "1024"):
+        result = runner.invoke(app, ["stats", str(corpus), "--max-len", max_len, "--json"])
+        assert result.exit_code == 0, result.stderr
+    assert len(built) == 1 and len(entries()) == 1

@@ -338,6 +338,21 @@ def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_
     assert warnings == [] and all(path.is_file() for path in moved)
 
 
+def test_an_explicit_hf_run_packs_again_the_partitions_another_backend_encoded(tmp_path: Path) -> None:
+    """The committed parts of a default run were encoded by fastokens: a rerun with --tokenizer-backend hf, which
+    takes only Hugging Face's tokens, packs them again, saying why; a default rerun reuses them."""
+    area, run = failed_partitioned_run(tmp_path)
+    assert {str((area.read(k) or {})["tokenizer"]["backend"]) for k in range(3)} == {"fastokens"}
+    warnings: list[str] = []
+    assert PartsArea(area.root).resume(run, 4, warnings.append, "hf") == []
+    assert warnings[0] == (
+        "partition 0 is packed again: fastokens encoded it, and this run takes only --tokenizer-backend hf's tokens"
+    )
+    (tmp_path / "again").mkdir()
+    area, run = failed_partitioned_run(tmp_path / "again")
+    assert PartsArea(area.root).resume(run, 4, warnings.append, "auto") == [0, 1, 2]
+
+
 def test_an_up_to_date_rerun_removes_the_output_a_killed_run_retired_but_not_another_runs_parts(
     plain: Path, reference: Path, tmp_path: Path
 ) -> None:

@@ -2,11 +2,10 @@
 byte-level BPE that reproduces it exactly for the tokenizer kinds it is allowed here).
 
 ``--tokenizer-backend auto`` takes fastokens when the tokenizer is of a kind listed in :func:`fast_refusal`,
-fastokens imports and loads it, and it gives every added token Hugging Face's id; else Hugging Face, with a
-one-line notice saying why. ``hf`` always takes Hugging
-Face. Invariant: a backend never changes a token (the run cross-checks a sample of its documents against Hugging
-Face, :mod:`packcli.encode.crosscheck`), so the output bytes do not depend on the backend, and neither does the
-fingerprint; the manifest records which one ran.
+fastokens imports and loads it, and it gives every added token Hugging Face's id; else Hugging Face, the manifest
+saying why (``backend_fallback``). ``hf`` always takes Hugging Face. Invariant: a backend never changes a token
+(the run cross-checks a sample of its documents against Hugging Face, :mod:`packcli.encode.crosscheck`), so the
+output bytes do not depend on the backend, and neither does the fingerprint; the manifest records which one ran.
 
 A backend encodes in two steps, so a helper thread does the encoding and the main thread the conversion:
 ``encode`` (releases the GIL) and ``ids`` (every text's ids as one flat int32 array, and their int64 lengths).
@@ -17,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any, Protocol
 
@@ -27,7 +26,7 @@ from tokenizers import Tokenizer
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
 from packcli.util.memory import release_free_memory
 
-__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends"]
+__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends", "takes_tokens"]
 
 
 class Backend(Protocol):
@@ -96,10 +95,20 @@ class Backends:
     markup: Backend | None
     reference_text: HFBackend | None
     reference_markup: HFBackend | None
+    fallback: str | None = None  # why Hugging Face encodes where auto was asked (None: fastokens does, or hf asked)
 
     def describe(self) -> dict[str, str]:
-        """The manifest's record of the backend that ran (outside the fingerprint)."""
-        return {"backend": self.name, "backend_version": self.version}
+        """The manifest's record of the backend that ran (outside the fingerprint), and why auto fell back."""
+        record = {"backend": self.name, "backend_version": self.version}
+        return record if self.fallback is None else {**record, "backend_fallback": self.fallback}
+
+
+def takes_tokens(requested: str, encoded_by: str | None) -> bool:
+    """Whether a run of ``--tokenizer-backend requested`` takes tokens that ``encoded_by`` encoded (an output of its
+    fingerprint, a tokenization cache entry, a committed partition): ``auto`` takes any backend's, an explicit
+    ``hf`` (the remedy where a fast backend is doubted) only Hugging Face's. ``encoded_by`` None: no tokenizer ran
+    (pre-tokenized records) or the record predates the fast backend, so Hugging Face's."""
+    return requested != "hf" or encoded_by in (None, "hf")
 
 
 FastLoader = Callable[[LoadedTokenizer], Any]
@@ -132,11 +141,10 @@ FAST_LOADER: FastLoader = _load_fastokens
 FAST_WRAPPER: Callable[[Any, bool], Backend] = FastBackend
 
 
-def open_backends(
-    loaded: LoadedTokenizer, requested: str, markup: bool, warn: Callable[[str], None] = lambda message: None
-) -> Backends:
+def open_backends(loaded: LoadedTokenizer, requested: str, markup: bool) -> Backends:
     """The backends for ``--tokenizer-backend requested`` ("auto" or "hf"); ``markup``: also one that recognizes
-    special tokens. Falling back from auto to Hugging Face is said through ``warn``, once, with the reason."""
+    special tokens. Where auto falls back to Hugging Face, the reason is recorded (``fallback``, in the manifest),
+    not said on stderr: the user asked for no backend in particular, and there is nothing for them to do."""
     reference_text = HFBackend(loaded.tokenizer)
     reference_markup = HFBackend(_with_specials(loaded)) if markup else None
     hf = Backends("hf", metadata.version("tokenizers"), reference_text, reference_markup, None, None)
@@ -155,8 +163,7 @@ def open_backends(
             refusal = _added_ids_refusal(loaded.tokenizer, fast)
             fast = None if refusal else fast
     if fast is None:
-        warn(f"tokenizer backend: hf, not fastokens: {refusal} (tokenizer {loaded.name})")
-        return hf
+        return replace(hf, fallback=refusal)
     return Backends(
         "fastokens",
         metadata.version("fastokens"),
@@ -187,10 +194,11 @@ def fast_refusal(tokenizer: Tokenizer) -> str | None:
     """Why fastokens is not used for ``tokenizer``, or None when it is of a kind fastokens reproduces exactly.
 
     Allowed, conservatively (what was checked against Hugging Face on real corpora): a BPE model without dropout,
-    byte fallback, unknown token or subword affixes; no normalizer; a ``ByteLevel`` pre-tokenizer, or a
-    ``Sequence`` of one isolating regex ``Split`` and ``ByteLevel`` (the tiktoken-style tokenizers), neither adding
-    a prefix space; added tokens without ``lstrip``, ``rstrip``, ``normalized`` or ``single_word``; no
-    post-processor other than ``ByteLevel`` or ``TemplateProcessing`` (packcli adds no special tokens on encode).
+    byte fallback, unknown token or subword affixes; no normalizer; a ``ByteLevel`` pre-tokenizer (GPT-2's), or a
+    ``Sequence`` of one isolating ``Split`` whose regex is one of :data:`NATIVE_SPLIT_REGEXES` and ``ByteLevel``
+    (the tiktoken-style tokenizers), neither adding a prefix space; added tokens without ``lstrip``, ``rstrip``,
+    ``normalized`` or ``single_word``; no post-processor other than ``ByteLevel`` or ``TemplateProcessing``
+    (packcli adds no special tokens on encode).
     """
     model = tokenizer.model
     kind = type(model).__name__
@@ -227,6 +235,33 @@ def _added_ids_refusal(tokenizer: Tokenizer, fast: Any) -> str | None:
     return None
 
 
+# The Split regexes fastokens runs on its own scanner, whose character classes are Hugging Face's (Oniguruma's), as
+# fastokens recognizes them: by exact string. Any other regex runs on its generic PCRE2 engine, which classifies
+# characters otherwise (U+180E as whitespace, 1,520 code points under \w, \p{Han} as Script_Extensions), so it
+# is not allowed, however close to one of these: Qwen's wrapped in (?:...), or GPT-2's written as a Split.
+NATIVE_SPLIT_REGEXES = {
+    "Llama 3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Qwen": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Qwen 3.5": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Tekken": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "o200k": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "Kimi": r"[\p{Han}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+
+
 def _pre_tokenizer_refusal(pre: dict[str, Any]) -> str | None:
     steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
     kinds = [str(step.get("type")) for step in steps]
@@ -234,8 +269,16 @@ def _pre_tokenizer_refusal(pre: dict[str, Any]) -> str | None:
         byte_level = steps[-1]
         if byte_level.get("add_prefix_space"):
             return "its ByteLevel pre-tokenizer adds a prefix space"
-        if kinds == ["Split", "ByteLevel"] and byte_level.get("use_regex"):
+        if kinds == ["ByteLevel"]:
+            return None
+        if byte_level.get("use_regex"):
             return "its ByteLevel pre-tokenizer runs its own regex after a Split"
+        if steps[0]["pattern"]["Regex"] not in NATIVE_SPLIT_REGEXES.values():
+            return (
+                "its Split regex is none of those fastokens runs natively (GPT-2's ByteLevel, "
+                f"{', '.join(NATIVE_SPLIT_REGEXES)}, character for character); its regex engine classifies some "
+                "characters otherwise than Hugging Face's"
+            )
         return None
     return f"its pre-tokenizer is {'+'.join(kinds) if pre else 'missing'}, not byte-level"
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from packcli.encode.backends import takes_tokens
 from packcli.encode.corpus import Tokenized
 from packcli.encode.store import TokenStore
 from packcli.errors import PackcliError, UsageError
@@ -78,7 +79,8 @@ def new_store_path(key: str) -> Path:
 
 def save(tokenized: Tokenized, key: str) -> Tokenized:
     """Make a fresh tokenization (its store made at :func:`new_store_path`) the entry for ``key``; returns it,
-    read from the cache. When another run saved the same key first, that entry is kept and this one dropped."""
+    read from the cache. When another run saved the same key first, that entry is kept and this one dropped, unless
+    this one is Hugging Face's tokens and that one another backend's (which an explicit ``hf`` would not take)."""
     temporary = tokenized.store.path.parent
     tokenized.store.finish()
     tokenized.store.close()
@@ -89,7 +91,8 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
     entry = cache_root() / key
     with _cache_lock(shared=False, create=True):
         claim = _claims.pop(temporary)
-        if (entry / _COMPLETE).is_file():
+        replaces = tokenized.backend.get("backend") == "hf" and _backend_of(entry) != "hf"
+        if (entry / _COMPLETE).is_file() and not replaces:
             _remove(temporary)
         else:
             _remove(entry)
@@ -103,13 +106,15 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
     return cached
 
 
-def load(key: str) -> Tokenized | None:
-    """The cached tokenization for ``key``, or None (also when the cache cannot be read)."""
-    if not (cache_root() / key / _COMPLETE).is_file():
+def load(key: str, requested: str = "auto") -> Tokenized | None:
+    """The cached tokenization for ``key``, or None (also when the cache cannot be read, or when another backend
+    encoded it than ``--tokenizer-backend requested`` takes: see :func:`~packcli.encode.backends.takes_tokens`)."""
+    entry = cache_root() / key
+    if not (entry / _COMPLETE).is_file():
         return None
     try:
         with _cache_lock(shared=True, create=False):
-            return _open(cache_root() / key)
+            return _open(entry) if takes_tokens(requested, _backend_of(entry)) else None
     except (OSError, PackcliError):
         return None
 
@@ -133,6 +138,15 @@ def _open(entry: Path) -> Tokenized | None:
     counts = ReadCounts(**json.loads((entry / _COMPLETE).read_text()))
     backend = json.loads((entry / _BACKEND).read_text())
     return Tokenized(store, np.load(entry / "lengths.npy"), counts, np.load(entry / "file_documents.npy"), backend)
+
+
+def _backend_of(entry: Path) -> str | None:
+    """The tokenizer backend that encoded a complete entry (None: no record of it)."""
+    try:
+        backend = json.loads((entry / _BACKEND).read_text())
+    except (OSError, ValueError):
+        return None
+    return backend.get("backend") if isinstance(backend, dict) else None
 
 
 @contextmanager

@@ -385,16 +385,14 @@ def make_encoder(
     tokenizer: LoadedTokenizer | None,
     warn: Callable[[str], None] = lambda message: None,
     template_source: str | None = None,
-    backend_warn: Callable[[str], None] | None = None,
 ) -> TextEncoder | SegmentEncoder | IdsEncoder:
     """The encoder for the options' record kind: text, prompt/response, chat messages, or token ids (the only
-    kind that needs no tokenizer). ``template_source``: the ``--chat-template`` file's text, read by the driver.
-    ``backend_warn``: where a fall back from the fast backend is said, if not to ``warn``."""
+    kind that needs no tokenizer). ``template_source``: the ``--chat-template`` file's text, read by the driver."""
     if options.ids_field is not None:
         return IdsEncoder(options, tokenizer)
     assert tokenizer is not None
     markup = options.messages_field is not None
-    backends = open_backends(tokenizer, options.tokenizer_backend, markup, backend_warn or warn)
+    backends = open_backends(tokenizer, options.tokenizer_backend, markup)
     if options.fine_tuning:
         return SegmentEncoder(options, tokenizer, backends, warn, template_source)
     return TextEncoder(options, tokenizer, backends)

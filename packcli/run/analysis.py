@@ -41,13 +41,12 @@ def measure_corpus(
     ``row_figures``, also its figures of each candidate's split packing, as ``split.model_cost``).
     """
     reporter = reporter or SilentReporter()
-    setup = set_up(inputs, options, warn, stdin)
+    setup = set_up(inputs, options, warn, stdin, encodes=False)  # tokens from the cache need no fast backend built
     key = setup.cache_key()
-    tokenized = cache.load(key)
+    tokenized = cache.load(key, options.tokenizer_backend)
     if tokenized is None:
-        fresh = tokenize_corpus(
-            setup.files, setup.encoder, options.skip_bad_records, cache.new_store_path(key), reporter, warn
-        )
+        encoder, store = setup.encoder_that_encodes(), cache.new_store_path(key)
+        fresh = tokenize_corpus(setup.files, encoder, options.skip_bad_records, store, reporter, warn)
         tokenized = cache.save(fresh, key)
     tokenized.store.close()
     counts = tokenized.counts

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode import cache
-from packcli.encode.chat import JinjaTemplate
 from packcli.engines import Engine
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
@@ -37,7 +36,15 @@ from packcli.run.merge import (
 )
 from packcli.run.parts import PartsArea, part_prefix
 from packcli.run.plan import Plan, partition_count, plan_partitions
-from packcli.run.setup import PackResult, Setup, base_manifest, check_documents, set_up, tokenizer_entry
+from packcli.run.setup import (
+    PackResult,
+    Setup,
+    base_manifest,
+    check_documents,
+    set_up,
+    takes_output,
+    tokenizer_entry,
+)
 from packcli.storage import UrlPath, location
 from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
@@ -80,7 +87,8 @@ def pack_corpus(
     files = setup.files
     plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
-    if plan is not None and output_state(out, fingerprint) == "same":
+    current = takes_output(options.tokenizer_backend)
+    if plan is not None and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
@@ -92,13 +100,13 @@ def pack_corpus(
     part_manifest = {key: value for key, value in manifest.items() if key != "inputs"}  # what the parts share
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
-        _publication(out, fingerprint, overwrite, read, plan is not None) as publication,
+        _publication(out, fingerprint, overwrite, read, plan is not None, current) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
         remote_parts = plan is not None and isinstance(out, UrlPath)
         area = PartsArea(out / RESUME_PREFIX if remote_parts else publication.staging)
-        reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn)
+        reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn, options.tokenizer_backend)
         try:
             if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
                 job = Job(
@@ -111,7 +119,7 @@ def pack_corpus(
                     "shard",
                     _sources(setup),
                     setup.cache_key(),
-                    _template_source(setup),
+                    setup.template_source(),
                 )
                 task = partial(
                     run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers
@@ -120,7 +128,7 @@ def pack_corpus(
             else:
                 progress = _Progress(plan, reporter, warn)
                 progress.start(reused, area)
-                template = _template_source(setup)
+                template = setup.template_source()
                 jobs = [
                     _partition_job(plan, k, options, area.root, facts, part_manifest, template) for k in range(count)
                 ]
@@ -181,24 +189,18 @@ def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
 
 
 def _publication(
-    out: Path, fingerprint: str, overwrite: bool, read: list[Path], resumable: bool
+    out: Path, fingerprint: str, overwrite: bool, read: list[Path], resumable: bool, current: Callable[[Path], bool]
 ) -> Publication | RemotePublication:
     """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
-    store) is staged locally, uploaded under a run prefix and committed by writing its manifest last."""
+    store) is staged locally, uploaded under a run prefix and committed by writing its manifest last. ``current``:
+    whether an output of the run's fingerprint there is current (else the run replaces it)."""
     if isinstance(out, UrlPath):
-        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
-    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable)
+        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
+    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
 
 
 def _sources(setup: Setup) -> tuple[Any, ...] | None:
     return tuple(setup.sources) if setup.sources is not None else None
-
-
-def _template_source(setup: Setup) -> str | None:
-    """The ``--chat-template`` file's text as set-up read it (its sha256 is in the fingerprint): it travels in each
-    job, so a worker on a node without the driver's disk never needs the driver's path."""
-    template = getattr(setup.encoder, "template", None)
-    return template.source if isinstance(template, JinjaTemplate) and setup.options.chat_template else None
 
 
 def _partition_job(

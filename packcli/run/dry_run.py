@@ -19,7 +19,7 @@ from typing import Any
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
-from packcli.run.setup import set_up, tokenizer_entry
+from packcli.run.setup import set_up, takes_output, tokenizer_entry
 from packcli.run.sources import manifest_weights
 from packcli.storage.sources import parquet_source
 from packcli.write.remote import output_state
@@ -121,7 +121,7 @@ def dry_run(
             "missing or not its listed size): the run would refuse it without --overwrite",
             out,
         )
-    status = "up-to-date" if output == "same" else "would-pack"
+    status = "up-to-date" if output == "same" and takes_output(options.tokenizer_backend)(out) else "would-pack"
     return DryRun(status, fingerprint, out, output, [_file_entry(item.path, item.name) for item in setup.inputs], facts)
 
 

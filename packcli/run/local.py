@@ -204,12 +204,11 @@ def _build_part(
     _check_room_for_target(options, built)
     area.work_path(k).parent.mkdir(parents=True, exist_ok=True)
     use_threads(threads)
-    cached = cache.load(job.cache_key) if job.cache_key is not None else None
-    # its set-up warnings were the driver's to give, once; but the driver builds no fast backend (the job encodes),
-    # so the job says whether the backend fell back (a partitioned run's driver passes it on once). Tokens from the
-    # cache need no tokenizer run: the encoder then wraps Hugging Face's, already built, and waits for no build.
+    cached = cache.load(job.cache_key, options.tokenizer_backend) if job.cache_key is not None else None
+    # its set-up warnings were the driver's to give, once. Tokens from the cache need no tokenizer run: the encoder
+    # then wraps Hugging Face's, already built, and waits for no build.
     encoding = options if cached is None else replace(options, tokenizer_backend="hf")
-    encoder = make_encoder(encoding, tokenizer, template_source=job.chat_template, backend_warn=warn)
+    encoder = make_encoder(encoding, tokenizer, template_source=job.chat_template)
     tokenized = cached or tokenize_corpus(
         job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, threads
     )

@@ -99,16 +99,19 @@ def merge_parts(
 
 def merged_backend(manifests: list[dict[str, Any]]) -> dict[str, str]:
     """The tokenizer backend of a run from its parts' manifests: the one they all used, else every one used, joined
-    by "+" (a part reused from an earlier run, or a worker where the fast backend does not import)."""
+    by "+" (a part reused from an earlier run, or a worker where the fast backend does not import), with every
+    reason a part fell back for."""
     used = sorted({json.dumps(_backend(manifest["tokenizer"]), sort_keys=True) for manifest in manifests})
     backends = [json.loads(entry) for entry in used]
     if len(backends) == 1:
         return dict(backends[0])
-    return {key: "+".join(str(backend.get(key)) for backend in backends) for key in ("backend", "backend_version")}
+    merged = {key: "+".join(str(backend.get(key)) for backend in backends) for key in ("backend", "backend_version")}
+    reasons = sorted({backend["backend_fallback"] for backend in backends if "backend_fallback" in backend})
+    return {**merged, "backend_fallback": "; ".join(reasons)} if reasons else merged
 
 
 def _backend(tokenizer: dict[str, Any]) -> dict[str, Any]:
-    return {key: tokenizer[key] for key in ("backend", "backend_version") if key in tokenizer}
+    return {key: tokenizer[key] for key in ("backend", "backend_version", "backend_fallback") if key in tokenizer}
 
 
 def packing_gap(totals: dict[str, int], max_len: int) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
 from packcli.report.verify import verify_output
@@ -114,11 +115,14 @@ class PartsArea:
         self._read[partition] = manifest
         return manifest
 
-    def resume(self, run: dict[str, Any], partitions: int, warn: Callable[[str], None]) -> list[int]:
+    def resume(
+        self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
+    ) -> list[int]:
         """Claim the area for ``run`` (its facts and inputs); returns the committed partitions reused.
 
         The parts of another run are removed (with a warning naming what differs); a committed part whose manifest
-        or shards do not check out is packed again (with a warning saying why).
+        or shards do not check out, or whose tokens ``--tokenizer-backend requested`` does not take (another
+        backend encoded them, and the run asks for ``hf``), is packed again (with a warning saying why).
         """
         earlier = _read_json(self.root / RUN_RECORD)
         if earlier != run:
@@ -141,7 +145,13 @@ class PartsArea:
         self._remove_unlisted(committed, warn)
         reused = []
         for partition in committed:
-            problem = self._check(partition, self.read(partition) or {}, run)
+            manifest = self.read(partition) or {}
+            encoded_by = manifest.get("tokenizer", {}).get("backend")
+            problem = self._check(partition, manifest, run) or (
+                None
+                if takes_tokens(requested, encoded_by)
+                else f"{encoded_by} encoded it, and this run takes only --tokenizer-backend {requested}'s tokens"
+            )
             if problem is None:
                 reused.append(partition)
                 shutil.rmtree(self._scratch(partition), ignore_errors=True)  # its run died before removing it

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packcli.encode.backends import takes_tokens
+from packcli.encode.chat import JinjaTemplate
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
+from packcli.format.manifest import read_manifest
 from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
@@ -26,6 +29,7 @@ __all__ = [
     "base_manifest",
     "check_documents",
     "set_up",
+    "takes_output",
     "tokenizer_entry",
 ]
 
@@ -55,6 +59,17 @@ class Setup:
     def cache_key(self) -> str:
         """The tokenization cache's key: the identity over what decides the tokens."""
         return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "tokens")[:32]
+
+    def template_source(self) -> str | None:
+        """The ``--chat-template`` file's text as set-up read it (its sha256 is in the fingerprint): an encoder built
+        later (a job's, a worker's on a node without the driver's disk) takes it rather than the path."""
+        template = getattr(self.encoder, "template", None)
+        return template.source if isinstance(template, JinjaTemplate) and self.options.chat_template else None
+
+    def encoder_that_encodes(self) -> Encoder:
+        """The encoder a set-up made with ``encodes=False`` would have made: with the backend the options ask for
+        (its fast backend built now). Set-up gave the warnings already."""
+        return make_encoder(self.options, self.tokenizer, template_source=self.template_source())
 
 
 def set_up(
@@ -157,3 +172,12 @@ def tokenizer_entry(setup: Setup) -> dict[str, Any]:
     if not ran:
         entry.update(eos_id=setup.encoder.eos_id, bos_id=setup.encoder.bos_id)
     return {**entry, "ran": ran}
+
+
+def takes_output(requested: str) -> Callable[[Path], bool]:
+    """Whether an output of the run's fingerprint holds tokens a run of ``--tokenizer-backend requested`` takes
+    (:func:`~packcli.encode.backends.takes_tokens`): the backend is outside the fingerprint, so an explicit ``hf``
+    reads the manifest, and repacks an output another backend encoded (``pack``, and what ``--dry-run`` says)."""
+    if requested != "hf":
+        return lambda out: True  # any backend's tokens: no manifest to read
+    return lambda out: takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))

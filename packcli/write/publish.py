@@ -94,6 +94,9 @@ class Publication:
         resumable: stage in ``.NAME.packcli-resume``, kept (not emptied) when the run starts and when it fails.
         existing: what ``out`` holds (default :func:`existing_output`; an export passes its own, which knows its
             files and refuses another export itself, saying what differs).
+        current: whether the output of this fingerprint at a path is current (default: it is); one that is not is
+            replaced without ``overwrite``, being this run's own (``pack --tokenizer-backend hf`` on an output
+            another backend encoded).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class Publication:
         inputs: Sequence[Path] = (),
         resumable: bool = False,
         existing: Callable[[Path, str, Path], Existing] | None = None,
+        current: Callable[[Path], bool] = lambda out: True,
     ) -> None:
         self.out = out
         self.target = out.resolve()  # where the output lives: through any link
@@ -112,6 +116,7 @@ class Publication:
         self.inputs = list(inputs)
         self.resumable = resumable
         self.existing = existing or existing_output
+        self.current = current
         self.staging = self._sibling("resume" if resumable else f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}")
         self.up_to_date = False
         self._lock = FileLock(self._sibling("lock"))
@@ -157,7 +162,7 @@ class Publication:
             with signals_held():
                 _remove_debris(self.target)
             existing = self.existing(self.target, self.fingerprint, self.out)
-            self.up_to_date = up_to_date(existing, self.overwrite, self.out)
+            self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.target)
             if self.up_to_date:
                 return self
             self.staging.mkdir(exist_ok=self.resumable)

@@ -30,7 +30,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -107,12 +107,21 @@ class RemotePublication:
         overwrite: replace an existing packcli output of another fingerprint.
         inputs: the run's inputs; none may lie under ``out``.
         resumable: a partitioned run, whose committed parts (under ``packcli-resume/``) outlive a failure.
+        current: as :class:`~packcli.write.publish.Publication`'s: an output of this fingerprint that is not
+            current is replaced without ``overwrite``.
     """
 
     def __init__(
-        self, out: Path, fingerprint: str, overwrite: bool, inputs: Sequence[Path] = (), resumable: bool = False
+        self,
+        out: Path,
+        fingerprint: str,
+        overwrite: bool,
+        inputs: Sequence[Path] = (),
+        resumable: bool = False,
+        current: Callable[[Path], bool] = lambda out: True,
     ) -> None:
         self.out = out
+        self.current = current
         self.resumable = resumable
         self._earlier = False  # an output was there when the run began
         self.fingerprint = fingerprint
@@ -144,7 +153,7 @@ class RemotePublication:
         try:
             for dead in scratch_directory().glob(f"{self._staged}*"):  # the lock is ours: their runs are over
                 shutil.rmtree(dead, ignore_errors=True)
-            self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out)
+            self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out) and self.current(self.out)
             if not self.up_to_date:
                 self.staging.mkdir(parents=True)
         except BaseException:
