@@ -101,7 +101,9 @@ class RowCost:
         squares = np.concatenate([[0.0], np.cumsum(lengths * lengths)])
         offsets = np.asarray(offsets, dtype=np.int64)
         starts, ends = offsets[:-1], offsets[1:]
-        return self.per_token * (tokens[ends] - tokens[starts]) + self.per_square * (squares[ends] - squares[starts])
+        costs: np.ndarray = self.per_token * (tokens[ends] - tokens[starts])
+        costs += self.per_square * (squares[ends] - squares[starts])
+        return costs
 
 
 def _positive(config: Mapping[str, Any], name: str, source: str, default: int | None = None) -> int:
@@ -133,14 +135,16 @@ def row_document_lengths(cu_values: np.ndarray, cu_offsets: np.ndarray) -> tuple
 def global_batches(rank_major: np.ndarray, world_size: int, batch_size: int, grad_accum: int) -> np.ndarray:
     """The epoch's whole global batches, in slots: ``rank_major`` is every rank's rows of the epoch back to back
     (rank 0's, then rank 1's, ...: the plain order), and rank ``r``'s rows of micro-step ``a`` of step ``g`` are
-    its rows ``(g * grad_accum + a) * batch_size`` onward. Rows past the last whole global batch are left out.
+    its rows ``(g * grad_accum + a) * batch_size`` onward. Rows past the last whole global batch are left out, and
+    so are the last ``len(rank_major) % world_size`` rows (no rank holds them).
 
     Returns:
         int64 [steps, world_size * batch_size * grad_accum]: the rows of each global batch, by slot.
     """
     per_rank = len(rank_major) // world_size
     steps = per_rank // (batch_size * grad_accum)
-    taken = np.asarray(rank_major, dtype=np.int64).reshape(world_size, per_rank)[:, : steps * batch_size * grad_accum]
+    ranks = np.asarray(rank_major, dtype=np.int64)[: world_size * per_rank].reshape(world_size, per_rank)
+    taken = ranks[:, : steps * batch_size * grad_accum]
     slots = taken.reshape(world_size, steps, grad_accum, batch_size).transpose(1, 2, 0, 3)
     return slots.reshape(steps, grad_accum * world_size * batch_size)
 
@@ -184,7 +188,8 @@ def rank_rows(slots: np.ndarray, rank: int, world_size: int, batch_size: int) ->
 
 def slot_costs(costs: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """The cost of the row in each slot: ``costs`` by row index, ``slots`` as :func:`global_batches` gives them."""
-    return np.asarray(costs, dtype=np.float64)[np.asarray(slots)]
+    by_slot: np.ndarray = np.asarray(costs, dtype=np.float64)[np.asarray(slots)]
+    return by_slot
 
 
 def step_imbalance(costs: np.ndarray, world_size: int, batch_size: int) -> float:
