@@ -21,6 +21,7 @@ from packcli.loader.balance import (
     slot_costs,
     step_imbalance,
 )
+from packcli.loader.order import rank_order
 
 TINY = {  # head_dim 4; per token and layer: 8*4*(2*2 + 2*1) + 3*8*16 = 576 multiply-adds
     "hidden_size": 8,
@@ -152,3 +153,14 @@ def test_row_document_lengths_on_the_docstring_example() -> None:
     assert (lengths.tolist(), offsets.tolist()) == ([3, 2, 2], [0, 2, 3])
     lengths, offsets = row_document_lengths(np.array([0, 4, 0, 1, 3, 0, 2]), np.array([0, 2, 5, 7]))
     assert (lengths.tolist(), offsets.tolist()) == ([4, 1, 2, 2], [0, 1, 3, 4])
+
+
+def test_rank_order_on_the_docstring_example() -> None:
+    costs = np.array([1.0, 9.0, 2.0, 8.0, 5.0, 6.0, 3.0])
+    supervised = np.arange(1, 8) * 10  # row k: 10 * (k + 1) tokens
+    orders = [rank_order(np.arange(7), rank, 2, 3, (1, 2), costs, supervised) for rank in (0, 1)]
+    assert [order.rows.tolist() for order in orders] == [[1, 4, 2], [3, 0, 5]]
+    # the global batch holds rows 0, 1, 3, 4 (10 + 20 + 40 + 50); the tail rows 2 and 5 (30 + 60)
+    assert [order.items.tolist() for order in orders if order.items is not None] == [[120, 120, 90]] * 2
+    plain = rank_order(np.arange(7), 0, 2, 3, (1, 2), None, supervised)
+    assert plain.rows.tolist() == [0, 1, 2] and rank_order(np.arange(7), 1, 2, 3, (1, 2)).items is None

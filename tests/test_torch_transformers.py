@@ -23,11 +23,13 @@ from packcli.options import PackOptions  # noqa: E402
 from packcli.run.driver import pack_corpus  # noqa: E402
 from packcli.torch import (  # noqa: E402
     PackedDataset,
+    RowCost,
     block_causal_mask,
     collate_padded,
     collate_varlen,
     flash_attention_kwargs,
     flex_block_mask,
+    loader,
 )
 
 MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
@@ -142,6 +144,28 @@ def test_model_takes_a_batch_whole(model: Any, rows: Any, alone: Any, implementa
     # The model's own loss is the mean of those per-token losses.
     want = torch.cat([losses for _, losses in alone]).mean()
     torch.testing.assert_close(output.loss, want, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["varlen", "padded"])
+def test_num_items_in_batch_makes_the_losses_of_a_global_batch_its_token_mean(
+    model: Any, packed: Path, layout: str
+) -> None:
+    """Two simulated ranks, two micro-steps, balanced: the model's losses with the batches' ``num_items_in_batch``
+    (each a sum over its tokens divided by the global batch's count) add up to the mean over every token of the
+    global batch, as one big batch would give, though the micro-batches hold different numbers of tokens."""
+    options = {"batch_size": 2, "grad_accum": 2, "world_size": 2, "layout": layout, "seed": 4}
+    cost = RowCost.from_config(CONFIG)
+    ranks = [list(loader(packed, rank=rank, balance=cost, **options)) for rank in (0, 1)]
+    steps = ([batch for rank in ranks for batch in rank[k : k + 2]] for k in range(0, len(ranks[0]) - 1, 2))
+    # the first global batch whose micro-batches hold different numbers of supervised tokens
+    batches = next(step for step in steps if len({int((batch["labels"] != -100).sum()) for batch in step}) > 1)
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        outputs = [model(**batch, use_cache=False) for batch in batches]
+    every_token = torch.cat([token_losses(out.logits, batch["labels"]) for out, batch in zip(outputs, batches)])
+    assert len({int(batch["num_items_in_batch"]) for batch in batches}) == 1
+    assert int(batches[0]["num_items_in_batch"]) == len(every_token)
+    torch.testing.assert_close(sum(out.loss for out in outputs), every_token.mean(), atol=TOLERANCE, rtol=0)
 
 
 MASKS: dict[str, Callable[[torch.Tensor], Any]] = {
