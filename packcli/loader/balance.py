@@ -165,17 +165,21 @@ def balance_batches(costs: np.ndarray, world_size: int, batch_size: int) -> np.n
     per_step = world_size * batch_size
     ranked = np.argsort(-costs, axis=1, kind="stable")  # [steps, size]: slots, dearest first
     groups = ranked.reshape(steps * (size // per_step), per_step)  # one micro-step a line
-    group_costs = np.take_along_axis(costs, ranked, axis=1).reshape(groups.shape)
-    placed = np.empty_like(groups)
-    loads = np.zeros((len(groups), world_size))
-    filled = np.zeros((len(groups), world_size), dtype=np.int64)
-    lines = np.arange(len(groups))
+    if batch_size == 1:  # each rank takes one row: the k-th dearest goes to rank k
+        return ranked
+    # Columns made contiguous, and (line, rank) as one flat index: each round is a few passes over whole arrays.
+    columns = np.ascontiguousarray(groups.T)
+    column_costs = np.ascontiguousarray(np.take_along_axis(costs, ranked, axis=1).reshape(groups.shape).T)
+    placed = np.empty(groups.size, dtype=np.int64)
+    loads = np.zeros(len(groups) * world_size)  # +inf once a rank's micro-batch is full: argmin skips it
+    filled = np.zeros(len(groups) * world_size, dtype=np.int64)
+    line_starts = np.arange(len(groups)) * world_size
     for column in range(per_step):  # per_step rounds, each over every micro-step of the epoch at once
-        open_loads = np.where(filled < batch_size, loads, np.inf)
-        rank = np.argmin(open_loads, axis=1)
-        placed[lines, rank * batch_size + filled[lines, rank]] = groups[:, column]
-        loads[lines, rank] += group_costs[:, column]
-        filled[lines, rank] += 1
+        flat = line_starts + np.argmin(loads.reshape(len(groups), world_size), axis=1)
+        placed[flat * batch_size + filled[flat]] = columns[column]  # rank r's rows at r * batch_size of its line
+        loads[flat] += column_costs[column]
+        filled[flat] += 1
+        loads[flat[filled[flat] == batch_size]] = np.inf
     return placed.reshape(steps, size)
 
 
