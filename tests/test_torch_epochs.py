@@ -364,12 +364,16 @@ def test_without_balance_the_state_keeps_its_keys_and_grad_accum_alone_changes_n
     PackedDataset(packed, seed=3).load_state_dict(counted.state_dict())  # grad_accum alone moves no row
 
 
-@pytest.mark.parametrize("balance", [COST, None])
+@pytest.mark.parametrize(
+    ("output", "balance", "layout"),
+    [("packed", COST, "varlen"), ("packed", None, "varlen"), ("packed_sft", COST, "padded")],
+)
 def test_num_items_in_batch_is_the_supervised_count_of_the_whole_global_batch(
-    packed: Path, balance: RowCost | None
+    request: pytest.FixtureRequest, output: str, balance: RowCost | None, layout: str
 ) -> None:
-    world_size, grad_accum = 2, 3
-    per_rank = [list(balanced_loader(packed, rank=rank, balance=balance)) for rank in range(world_size)]
+    """Text rows (labels from input_ids) and prompt/response rows (a labels column with -100 on prompts)."""
+    world_size, grad_accum, packed = 2, 3, request.getfixturevalue(output)
+    per_rank = [list(balanced_loader(packed, rank=rank, balance=balance, layout=layout)) for rank in range(world_size)]
     assert len(per_rank[0]) == len(per_rank[1])
     for step in range(0, len(per_rank[0]), grad_accum):  # the tail: one short step of the leftover batches
         batches = [batch for rank in per_rank for batch in rank[step : step + grad_accum]]
