@@ -351,7 +351,7 @@ def test_a_state_of_another_balance_is_refused(
     with pytest.raises(PackcliError, match=r"^cannot resume: ") as refused:
         other.load_state_dict(state)
     assert phrase in str(refused.value) and (other.epoch, other.consumed) == (0, 0)
-    old = {key: value for key, value in state.items() if key not in ("balance", "grad_accum")}
+    old = {key: value for key, value in state.items() if key not in ("balance", "grad_accum", "balance_ranks")}
     if not taken:  # a state taken before balance existed means no balance
         PackedDataset(packed, batch_size=2).load_state_dict(old)
 
@@ -379,3 +379,27 @@ def test_num_items_in_batch_is_the_supervised_count_of_the_whole_global_batch(
         batches = [batch for rank in per_rank for batch in rank[step : step + grad_accum]]
         supervised = sum(int((batch["labels"] != -100).sum()) for batch in batches)
         assert {int(batch["num_items_in_batch"]) for batch in batches} == {supervised}
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_balance_ranks_deliver_whole_balanced_steps_in_the_order_accelerate_hands_them_out(
+    packed: Path, batch_size: int
+) -> None:
+    """Under the Trainer (rank=0, world_size=1) accelerate gives process r the batches r, r + W, r + 2W, ... of the
+    dataset: with balance_ranks=W each global batch is W * B * A consecutive rows of the seeded order, balanced for
+    W ranks, delivered micro-step by micro-step, rank by rank."""
+    ranks, grad_accum = 3, 2
+    dataset = PackedDataset(packed, seed=2, batch_size=batch_size, grad_accum=grad_accum, balance=COST,
+                            balance_ranks=ranks)  # fmt: skip
+    costs, order = costs_by_a_plain_loop(dataset, COST), PackedDataset(packed, seed=2).rank_rows()
+    slots = global_batches(order, 1, ranks * batch_size, grad_accum)  # consecutive rows, in the slots of W ranks
+    placed = np.take_along_axis(slots, balance_batches(slot_costs(costs, slots), ranks, batch_size), 1)
+    delivered = list(dataset)
+    rows = [row["row_index"] for row in delivered]
+    assert rows[: placed.size] == placed.reshape(-1).tolist() and rows[placed.size :] == order[placed.size :].tolist()
+    step = placed.shape[1]  # num_items_in_batch: the supervised tokens of the W processes' global batch
+    for start in range(0, len(delivered), step):
+        batch = collate_varlen(delivered[start : start + step])
+        assert int(batch["num_items_in_batch"]) == int((batch["labels"] != -100).sum())
+    with pytest.raises(ValueError, match=r"balance_ranks=3 is for a dataset that accelerate hands out"):
+        PackedDataset(packed, rank=0, world_size=2, balance=COST, balance_ranks=3)

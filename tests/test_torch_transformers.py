@@ -241,6 +241,33 @@ def test_trainer_runs_on_packed_shards(packed: Path, tmp_path: Path) -> None:
     assert 3 * 4 <= dataset.consumed <= 4 * 4
 
 
+def test_a_trainer_with_gradient_accumulation_on_a_balanced_dataset(packed: Path, tmp_path: Path) -> None:
+    """The balanced-steps recipe of docs/loader.md: the dataset's batch_size and grad_accum those of the Trainer,
+    balance_ranks its processes; the batches' num_items_in_batch is the one the Trainer counts itself."""
+    from transformers import Trainer, TrainingArguments
+
+    counted = []
+
+    class Recording(Trainer):  # type: ignore[misc]
+        def compute_loss(self, model: Any, inputs: Any, num_items_in_batch: Any = None, **kwargs: Any) -> Any:
+            counted.append((int(inputs["num_items_in_batch"]), int(num_items_in_batch)))
+            return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch, **kwargs)
+
+    cost = RowCost.from_config(CONFIG)
+    dataset = PackedDataset(packed, seed=0, batch_size=2, grad_accum=3, balance=cost, rank=0, world_size=1,
+                            balance_ranks=1)  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG))
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=2,
+        learning_rate=1e-3, remove_unused_columns=False, use_cpu=True, report_to="none", save_strategy="no",
+    )  # fmt: skip
+    collator = partial(collate_varlen, pad_id=dataset.pad_id)
+    result = Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
+    assert np.isfinite(result.training_loss) and len(counted) == 6
+    assert all(ours == theirs for ours, theirs in counted)
+
+
 @pytest.mark.parametrize("collator", [collate_padded, collate_varlen])
 def test_a_trainer_that_drops_cu_seqlens_gets_one_line_naming_remove_unused_columns(
     collator: Callable[..., Any], packed: Path, model: Any, tmp_path: Path

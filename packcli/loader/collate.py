@@ -82,9 +82,10 @@ def _row_index(rows: Sequence[Row]) -> dict[str, torch.Tensor]:
     return {"row_index": torch.tensor([row["row_index"] for row in rows], dtype=torch.int64)}
 
 
-def _num_items(rows: Sequence[Row]) -> dict[str, torch.Tensor]:
-    """``{"num_items_in_batch": ...}`` (a 0-d int64 tensor) where the rows carry it: the supervised tokens of the
-    global batch they belong to (the loader's, with ``grad_accum`` or ``balance``).
+def _num_items(rows: Sequence[Row]) -> dict[str, int]:
+    """``{"num_items_in_batch": n}`` where the rows carry it: the supervised tokens of the global batch they belong to
+    (the loader's, with ``grad_accum`` or ``balance``). A Python int, as ``max_seqlen``: transformers' losses take
+    one, and accelerate's batch dispatch on one process passes it through (a 0-d tensor fails its concatenation).
 
     Raises:
         ValueError: the rows belong to different global batches (the DataLoader's batch size is not the dataset's).
@@ -97,7 +98,7 @@ def _num_items(rows: Sequence[Row]) -> dict[str, torch.Tensor]:
             "these rows belong to different global batches (num_items_in_batch "
             f"{sorted(counts)}): give the DataLoader the dataset's batch_size, as packcli.torch.loader() does"
         )
-    return {"num_items_in_batch": torch.tensor(counts.pop(), dtype=torch.int64)}
+    return {"num_items_in_batch": int(counts.pop())}
 
 
 def _boundary_count(lengths: np.ndarray, cu_seqlens_length: int | None) -> int:

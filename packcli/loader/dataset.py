@@ -79,6 +79,9 @@ class PackedDataset(IterableDataset[Row]):
         cache_dir, cache_limit: for an output URL (``s3://...``), the local directory its shards are fetched into
             (each checked against the manifest's sha256) and the bytes that directory may hold.
         grad_accum: micro-batches per optimizer step; given, every row carries ``num_items_in_batch``.
+        balance_ranks: under the Hugging Face Trainer or accelerate (``rank=0, world_size=1``), the processes that
+            accelerate hands this dataset's batches out among in turn: each global batch is then that many
+            processes' (``balance_ranks * batch_size * grad_accum`` rows), balanced for them.
         balance: a :class:`RowCost`: place each global batch's rows on (micro-step, rank) so that the slowest rank
             of each micro-step costs as little as it can (the rows past the last whole global batch come plain).
 
@@ -101,6 +104,7 @@ class PackedDataset(IterableDataset[Row]):
         drop_last: bool = False,
         grad_accum: int | None = None,
         balance: RowCost | None = None,
+        balance_ranks: int | None = None,
     ) -> None:
         super().__init__()
         if (rank is None) != (world_size is None):
@@ -121,6 +125,13 @@ class PackedDataset(IterableDataset[Row]):
         accumulate = 1 if grad_accum is None else at_least("grad_accum", grad_accum, 1, "micro-batches per step")
         if balance is not None and not isinstance(balance, RowCost):
             raise ValueError(f"balance must be a packcli.torch.RowCost (RowCost.from_config(path)), not {balance!r}")
+        ranks_after = "the processes accelerate hands batches to"
+        handed_out = 1 if balance_ranks is None else at_least("balance_ranks", balance_ranks, 1, ranks_after)
+        if handed_out > 1 and world_size > 1:
+            raise ValueError(
+                f"balance_ranks={handed_out} is for a dataset that accelerate hands out (rank=0, world_size=1), not "
+                f"one split by rank (world_size={world_size}): pass one or the other"
+            )
         self.path, in_use = readable_output(path, cache_dir, cache_limit)
         if in_use is not None:  # the cached copy stays in the cache while this dataset may read it
             self._in_use = weakref.finalize(self, in_use.release)
@@ -134,7 +145,7 @@ class PackedDataset(IterableDataset[Row]):
         self.shuffle, self.seed, self.batch_size, self.drop_last = bool(shuffle), seed, batch_size, bool(drop_last)
         self.rows_per_rank = self._rows_per_rank()
         self.dropped_rows = self.num_rows - self.rows_per_rank * world_size
-        self.grad_accum, self.balance = accumulate, balance
+        self.grad_accum, self.balance, self.balance_ranks = accumulate, balance, handed_out
         self.balance_state = None if balance is None else dataclasses.asdict(balance)
         wanted = grad_accum is not None or balance is not None  # num_items_in_batch: only where asked for
         self._figures = (  # every row's cost and supervised tokens, computed once
@@ -242,7 +253,9 @@ class PackedDataset(IterableDataset[Row]):
         if known != epoch or mine is None:
             order = seeded_order(self.num_rows, self.shuffle, self.seed, epoch)
             per_step = (self.batch_size, self.grad_accum)
-            mine = rank_order(order, self.rank, self.world_size, self.rows_per_rank, per_step, *self._figures)
+            mine = rank_order(
+                order, self.rank, self.world_size, self.rows_per_rank, per_step, *self._figures, self.balance_ranks
+            )
             self._rank_order = (epoch, mine)
         return mine
 

@@ -47,6 +47,7 @@ def rank_order(
     per_step: tuple[int, int],
     costs: np.ndarray | None = None,
     supervised: np.ndarray | None = None,
+    handed_out: int = 1,
 ) -> RankOrder:
     """Rank ``rank``'s rows of an epoch whose seeded order is ``order``.
 
@@ -55,22 +56,27 @@ def rank_order(
         per_step: ``(batch_size, grad_accum)``: one micro-batch's rows and the micro-batches of an optimizer step.
         costs: every row's cost, by row index: balance each global batch by it (None: the plain order).
         supervised: every row's supervised tokens, by row index: fill ``items`` from it (None: no ``items``).
+        handed_out: the processes that each micro-batch of ``world_size=1`` is handed out among after this, one
+            ``batch_size`` of rows each in turn (accelerate under the Trainer): this rank delivers whole micro-steps
+            of that many ranks, each global batch ``handed_out * batch_size * grad_accum`` rows balanced for them.
     """
     batch_size, grad_accum = per_step
     rank_major = order[: world_size * rows_per_rank]
     mine = rank_major[rank * rows_per_rank : (rank + 1) * rows_per_rank]
     if costs is None and supervised is None:  # the plain order needs no global batch
         return RankOrder(mine, None)
-    slots = global_batches(rank_major, world_size, batch_size, grad_accum)
+    micro_step = batch_size * handed_out  # this rank's rows of one micro-step
+    slots = global_batches(rank_major, world_size, micro_step, grad_accum)
     if costs is not None:
-        slots = np.take_along_axis(slots, balance_batches(slot_costs(costs, slots), world_size, batch_size), 1)
-    whole = rank_rows(slots, rank, world_size, batch_size)
+        placement = balance_batches(slot_costs(costs, slots), world_size * handed_out, batch_size)
+        slots = np.take_along_axis(slots, placement, 1)
+    whole = rank_rows(slots, rank, world_size, micro_step)
     rows = np.concatenate([whole, mine[len(whole) :]])
     if supervised is None:
         return RankOrder(rows, None)
     tails = rank_major.reshape(world_size, rows_per_rank)[:, len(whole) :]
     items = np.empty(rows_per_rank, dtype=np.int64)
-    items[: len(whole)] = np.repeat(supervised[slots].sum(axis=1), batch_size * grad_accum)
+    items[: len(whole)] = np.repeat(supervised[slots].sum(axis=1), micro_step * grad_accum)
     items[len(whole) :] = supervised[tails].sum()
     return RankOrder(rows, items)
 

@@ -2,7 +2,8 @@
 dataset it is loaded into, so a resume serves every row of an epoch exactly once or is refused in one line.
 
 A state names the output (its fingerprint), the options that decide which rows a rank delivers and in what order
-(seed, shuffle, world size, rows, ``drop_last``, the balance cost model and, with balance, ``grad_accum``), the
+(seed, shuffle, world size, rows, ``drop_last``, the balance cost model and, with balance, ``grad_accum`` and
+``balance_ranks``), the
 position (epoch and rows delivered) and a digest of the epoch's seeded order. A state without ``balance`` (taken
 before balanced steps existed) means no balance.
 """
@@ -36,6 +37,7 @@ class Resumable(Protocol):
     batch_size: int
     drop_last: bool
     grad_accum: int
+    balance_ranks: int
     balance_state: dict[str, float] | None
     rows_per_rank: int
 
@@ -56,6 +58,7 @@ def dataset_state(dataset: Resumable) -> dict[str, Any]:
         "batch_size": dataset.batch_size,
         "drop_last": dataset.drop_last,
         "grad_accum": dataset.grad_accum,
+        "balance_ranks": dataset.balance_ranks,
         "balance": dataset.balance_state,
         "order": dataset.order_digest(dataset.epoch),
     }
@@ -83,7 +86,7 @@ def check_state(dataset: Resumable, state: dict[str, Any], info: Any) -> dict[st
     if state.get("worker") or dataset.drop_last or dataset.balance_state is not None:
         keys.append("batch_size")
     if dataset.balance_state is not None:
-        keys.append("grad_accum")
+        keys += ["grad_accum", "balance_ranks"]
     for key in keys:
         if known.get(key) != current[key]:
             raise PackcliError(f"cannot resume: the state has {key}={known.get(key)!r}, this dataset {current[key]!r}")
