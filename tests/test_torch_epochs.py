@@ -403,3 +403,12 @@ def test_balance_ranks_deliver_whole_balanced_steps_in_the_order_accelerate_hand
         assert int(batch["num_items_in_batch"]) == int((batch["labels"] != -100).sum())
     with pytest.raises(ValueError, match=r"balance_ranks=3 is for a dataset that accelerate hands out"):
         PackedDataset(packed, rank=0, world_size=2, balance=COST, balance_ranks=3)
+
+
+def test_a_batch_across_two_global_batches_is_refused_by_the_collator(packed_rows: Path) -> None:
+    """num_items_in_batch is one global batch's count: a DataLoader whose batch size is not the dataset's mixes two
+    global batches in a batch, and the collator says so rather than pick one of their counts."""
+    dataset = PackedDataset(packed_rows, seed=0, batch_size=2, grad_accum=1)  # rows of one or several documents
+    mixed = DataLoader(dataset, batch_size=3, collate_fn=collate_varlen)
+    with pytest.raises(ValueError, match=r"^these rows belong to different global batches .*batch_size"):
+        list(mixed)

@@ -19,6 +19,7 @@ A state names its output (the manifest's fingerprint) and is refused by any othe
 Balanced steps (``grad_accum=A, balance=RowCost``): each global batch of ``world_size * batch_size * A`` rows is the
 one of the plain order, its rows placed on (micro-step, rank) by cost (:mod:`packcli.loader.order`); rows then
 carry ``num_items_in_batch``, the supervised tokens of their whole global batch (with ``grad_accum`` alone too).
+Under accelerate (``rank=0, world_size=1``), ``balance_ranks=W`` balances for the W processes it hands batches to.
 
 Labels are ``input_ids`` (or the shard's ``labels`` column) with -100 at the first token of every document and on
 padding: with the usual shift inside the model, no token learns to predict across a document boundary.
@@ -79,15 +80,16 @@ class PackedDataset(IterableDataset[Row]):
         cache_dir, cache_limit: for an output URL (``s3://...``), the local directory its shards are fetched into
             (each checked against the manifest's sha256) and the bytes that directory may hold.
         grad_accum: micro-batches per optimizer step; given, every row carries ``num_items_in_batch``.
+        balance: a :class:`RowCost`: place each global batch's rows on (micro-step, rank) so that the slowest rank
+            of each micro-step costs as little as it can (the rows past the last whole global batch come plain).
         balance_ranks: under the Hugging Face Trainer or accelerate (``rank=0, world_size=1``), the processes that
             accelerate hands this dataset's batches out among in turn: each global batch is then that many
             processes' (``balance_ranks * batch_size * grad_accum`` rows), balanced for them.
-        balance: a :class:`RowCost`: place each global batch's rows on (micro-step, rank) so that the slowest rank
-            of each micro-step costs as little as it can (the rows past the last whole global batch come plain).
 
     Raises:
-        ValueError: a rank, world size, seed, batch size or grad_accum out of its range (the message gives the
-            range), a balance that is not a RowCost, or options that leave a rank no row in an epoch.
+        ValueError: a rank, world size, seed, batch size, grad_accum or balance_ranks out of its range (the message
+            gives the range), a balance that is not a RowCost, balance_ranks with world_size > 1, or options that
+            leave a rank no row in an epoch.
         PackcliError: a damaged output, or a manifest that does not match its shards (naming the key or file).
     """
 
