@@ -46,8 +46,8 @@ class RowCost:
     output head once per token; per document and layer, causal attention's two matrix products (QK^T and the
     weighted sum of V, each over half of the l x l scores): ``2 * l**2 * heads * head_dim``. Both times 3 for the
     forward and backward passes. Left out: embeddings (a lookup), norms, rotary embeddings, softmax, activations,
-    the loss, mixture-of-experts routing, and the kernels' own efficiency (a FLOP of attention and one of a
-    projection are taken to cost the same time).
+    the loss, mixture-of-experts routing, FlashAttention's recomputation in the backward pass, communication, and
+    the kernels' own efficiency (a FLOP of attention and one of a projection are taken to cost the same time).
 
     Args:
         per_token: FLOPs per token.
