@@ -14,6 +14,7 @@ BENCHES = [
     "bench_encode.py",
     "bench_builds.py",
     "bench_loader.py",
+    "bench_balance.py",
     "bench_help.py",
     "bench_mixing.py",
     "bench_partitions.py",

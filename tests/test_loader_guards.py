@@ -164,8 +164,9 @@ def test_an_option_the_collate_function_does_not_take_is_refused_when_the_loader
 
 def test_the_loader_checks_its_arguments_before_it_opens_or_fetches_the_output(tmp_path: Path) -> None:
     nowhere = tmp_path / "not-yet-packed"  # opening it would fail too, but the argument is the first fault
-    with pytest.raises(PackcliError, match=r"unknown layout 'bogus'"):
-        loader(nowhere, batch_size=4, layout="bogus")
+    with pytest.raises(ValueError, match=r"unknown layout 'bogus'; use 'varlen' or 'padded'") as refused:
+        loader(nowhere, batch_size=4, layout="bogus")  # a ValueError, as every other argument (issue 37)
+    assert not isinstance(refused.value, PackcliError)
     with pytest.raises(ValueError, match=r"needs layout='varlen'"):
         loader(nowhere, batch_size=4, layout="padded", cp_size=2, cp_rank=0, rank=0, world_size=1)
     with pytest.raises(RuntimeError, match=r"device"):

@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -25,9 +26,10 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from packcli.errors import PackcliError  # noqa: E402
 from packcli.format.manifest import read_manifest  # noqa: E402
+from packcli.loader.balance import balance_batches, global_batches, rank_rows, slot_costs, step_imbalance  # noqa: E402
 from packcli.options import PackOptions  # noqa: E402
 from packcli.run.driver import pack_corpus  # noqa: E402
-from packcli.torch import PackedDataset, PackedLoader, collate_varlen, loader  # noqa: E402
+from packcli.torch import PackedDataset, PackedLoader, RowCost, collate_varlen, loader  # noqa: E402
 
 BATCH = 30
 
@@ -246,3 +248,167 @@ def test_reading_rows_copies_nothing_and_imports_no_pandas(tmp_path: Path) -> No
     assert growth < shard_bytes / 8, (
         f"reading every row grew anonymous memory by {growth} bytes ({shard_bytes} in shards)"
     )
+
+
+COST = RowCost(per_token=100.0, per_square=1.0)  # attention a large share at max_len 96: the placement has work
+
+
+def costs_by_a_plain_loop(dataset: PackedDataset, cost: RowCost) -> np.ndarray:
+    """The oracle: every row's cost from its documents, one row at a time."""
+    return np.array(
+        [
+            sum(cost.per_token * n + cost.per_square * n * n for n in np.diff(dataset.row(i)["cu_seqlens"]).tolist())
+            for i in range(dataset.num_rows)
+        ]
+    )
+
+
+@pytest.mark.parametrize(("world_size", "batch_size", "grad_accum"), [(3, 2, 2), (2, 1, 4), (4, 3, 1)])
+def test_balanced_order_places_each_global_batch_and_keeps_the_plain_tail(
+    packed: Path, world_size: int, batch_size: int, grad_accum: int
+) -> None:
+    options = {"world_size": world_size, "batch_size": batch_size, "seed": 5}
+    plain = [PackedDataset(packed, rank=rank, **options) for rank in range(world_size)]
+    balanced = [PackedDataset(packed, rank=rank, grad_accum=grad_accum, balance=COST, **options)
+                for rank in range(world_size)]  # fmt: skip
+    for dataset in (*plain, *balanced):
+        dataset.set_epoch(1)
+    costs = costs_by_a_plain_loop(plain[0], COST)
+    rank_major = np.concatenate([dataset.rank_rows() for dataset in plain])
+    slots = global_batches(rank_major, world_size, batch_size, grad_accum)
+    placed = np.take_along_axis(slots, balance_batches(slot_costs(costs, slots), world_size, batch_size), 1)
+    whole, served = slots.size // world_size, []
+    for rank, dataset in enumerate(balanced):
+        rows = dataset.rank_rows()
+        assert rows[:whole].tolist() == rank_rows(placed, rank, world_size, batch_size).tolist()
+        assert rows[whole:].tolist() == plain[rank].rank_rows()[whole:].tolist()  # the tail, as without balance
+        served += [row["row_index"] for row in dataset]  # what the dataset delivers (and the epoch moves on)
+        assert served[-len(rows) :] == rows.tolist()
+    assert sorted(served) == sorted(rank_major.tolist())  # every row once in the epoch
+    again = np.concatenate([rank_rows(placed, rank, world_size, batch_size) for rank in range(world_size)])
+    assert sorted(again.tolist()) == sorted(slots.reshape(-1).tolist())
+    assert step_imbalance(slot_costs(costs, placed), world_size, batch_size) <= step_imbalance(
+        slot_costs(costs, slots), world_size, batch_size
+    )
+
+
+def balanced_loader(packed: Path, workers: int = 0, **options: Any) -> PackedLoader:
+    defaults = {"seed": 1, "rank": 1, "world_size": 2, "grad_accum": 3, "balance": COST}
+    return loader(packed, batch_size=4, num_workers=workers, **{**defaults, **options})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_documented_loop_resumes_exactly_with_balance(packed: Path, workers: int) -> None:
+    full, _ = documented_loop(balanced_loader(packed, workers), epochs=2)
+    per_epoch = len(balanced_loader(packed))
+    first, state = documented_loop(balanced_loader(packed, workers), epochs=2, stop_after=per_epoch + 5)
+    resumed = balanced_loader(packed, workers)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    rest, _ = documented_loop(resumed, epochs=2)
+    assert first + rest == full and len(full) == 2 * per_epoch
+    plain, _ = documented_loop(balanced_loader(packed, workers, balance=None), epochs=2)
+    assert full != plain  # rows move between ranks inside a global batch: checked in the test above
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stateful_dataloader_resumes_exactly_with_balance(packed: Path, workers: int) -> None:
+    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="needs torchdata (the dev extra)")
+
+    def make() -> Any:
+        dataset = PackedDataset(packed, seed=2, batch_size=3, grad_accum=2, balance=COST, rank=0, world_size=2)
+        with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function in its constructor
+            warnings.simplefilter("ignore", UserWarning)
+            return stateful.StatefulDataLoader(dataset, batch_size=3, num_workers=workers, collate_fn=collate_varlen)
+
+    full = rows_of(make())
+    interrupted = make()
+    taken = []
+    for batch in interrupted:
+        taken.append(batch["row_index"].tolist())
+        if len(taken) == 5:
+            break
+    resumed = make()
+    resumed.load_state_dict(interrupted.state_dict())
+    assert taken + rows_of(resumed) == full
+
+
+@pytest.mark.parametrize(
+    ("taken", "loaded", "phrase"),
+    [
+        ({}, {"balance": COST}, "the state has balance=None, this dataset {'per_token': 100.0"),
+        ({"balance": COST}, {}, "the state has balance={'per_token': 100.0, 'per_square': 1.0}, this dataset None"),
+        ({"balance": COST}, {"balance": RowCost(per_token=100.0, per_square=2.0)}, "the state has balance="),
+        ({"balance": COST, "grad_accum": 2}, {"balance": COST, "grad_accum": 4}, "the state has grad_accum=2, this"),
+    ],
+)
+def test_a_state_of_another_balance_is_refused(
+    packed: Path, taken: dict[str, Any], loaded: dict[str, Any], phrase: str
+) -> None:
+    first = PackedDataset(packed, batch_size=2, **taken)
+    next(iter(first))
+    state = json.loads(json.dumps(first.state_dict()))
+    other = PackedDataset(packed, batch_size=2, **loaded)
+    with pytest.raises(PackcliError, match=r"^cannot resume: ") as refused:
+        other.load_state_dict(state)
+    assert phrase in str(refused.value) and (other.epoch, other.consumed) == (0, 0)
+    old = {key: value for key, value in state.items() if key not in ("balance", "grad_accum", "balance_ranks")}
+    if not taken:  # a state taken before balance existed means no balance
+        PackedDataset(packed, batch_size=2).load_state_dict(old)
+
+
+def test_without_balance_the_state_keeps_its_keys_and_grad_accum_alone_changes_no_row(packed: Path) -> None:
+    plain, counted = PackedDataset(packed, seed=3), PackedDataset(packed, seed=3, grad_accum=4)
+    assert plain.rank_rows().tolist() == counted.rank_rows().tolist()
+    assert {**plain.state_dict(), "grad_accum": 4} == counted.state_dict()
+    assert "num_items_in_batch" not in next(iter(plain)) and "num_items_in_batch" in next(iter(counted))
+    PackedDataset(packed, seed=3).load_state_dict(counted.state_dict())  # grad_accum alone moves no row
+
+
+@pytest.mark.parametrize(
+    ("output", "balance", "layout"),
+    [("packed", COST, "varlen"), ("packed", None, "varlen"), ("packed_sft", COST, "padded")],
+)
+def test_num_items_in_batch_is_the_supervised_count_of_the_whole_global_batch(
+    request: pytest.FixtureRequest, output: str, balance: RowCost | None, layout: str
+) -> None:
+    """Text rows (labels from input_ids) and prompt/response rows (a labels column with -100 on prompts)."""
+    world_size, grad_accum, packed = 2, 3, request.getfixturevalue(output)
+    per_rank = [list(balanced_loader(packed, rank=rank, balance=balance, layout=layout)) for rank in range(world_size)]
+    assert len(per_rank[0]) == len(per_rank[1])
+    for step in range(0, len(per_rank[0]), grad_accum):  # the tail: one short step of the leftover batches
+        batches = [batch for rank in per_rank for batch in rank[step : step + grad_accum]]
+        supervised = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+        assert {int(batch["num_items_in_batch"]) for batch in batches} == {supervised}
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_balance_ranks_deliver_whole_balanced_steps_in_the_order_accelerate_hands_them_out(
+    packed: Path, batch_size: int
+) -> None:
+    """Under the Trainer (rank=0, world_size=1) accelerate gives process r the batches r, r + W, r + 2W, ... of the
+    dataset: with balance_ranks=W each global batch is W * B * A consecutive rows of the seeded order, balanced for
+    W ranks, delivered micro-step by micro-step, rank by rank."""
+    ranks, grad_accum = 3, 2
+    dataset = PackedDataset(packed, seed=2, batch_size=batch_size, grad_accum=grad_accum, balance=COST,
+                            balance_ranks=ranks)  # fmt: skip
+    costs, order = costs_by_a_plain_loop(dataset, COST), PackedDataset(packed, seed=2).rank_rows()
+    slots = global_batches(order, 1, ranks * batch_size, grad_accum)  # consecutive rows, in the slots of W ranks
+    placed = np.take_along_axis(slots, balance_batches(slot_costs(costs, slots), ranks, batch_size), 1)
+    delivered = list(dataset)
+    rows = [row["row_index"] for row in delivered]
+    assert rows[: placed.size] == placed.reshape(-1).tolist() and rows[placed.size :] == order[placed.size :].tolist()
+    step = placed.shape[1]  # num_items_in_batch: the supervised tokens of the W processes' global batch
+    for start in range(0, len(delivered), step):
+        batch = collate_varlen(delivered[start : start + step])
+        assert int(batch["num_items_in_batch"]) == int((batch["labels"] != -100).sum())
+    with pytest.raises(ValueError, match=r"balance_ranks=3 is for a dataset that accelerate hands out"):
+        PackedDataset(packed, rank=0, world_size=2, balance=COST, balance_ranks=3)
+
+
+def test_a_batch_across_two_global_batches_is_refused_by_the_collator(packed_rows: Path) -> None:
+    """num_items_in_batch is one global batch's count: a DataLoader whose batch size is not the dataset's mixes two
+    global batches in a batch, and the collator says so rather than pick one of their counts."""
+    dataset = PackedDataset(packed_rows, seed=0, batch_size=2, grad_accum=1)  # rows of one or several documents
+    mixed = DataLoader(dataset, batch_size=3, collate_fn=collate_varlen)
+    with pytest.raises(ValueError, match=r"^these rows belong to different global batches .*batch_size"):
+        list(mixed)

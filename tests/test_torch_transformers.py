@@ -23,11 +23,13 @@ from packcli.options import PackOptions  # noqa: E402
 from packcli.run.driver import pack_corpus  # noqa: E402
 from packcli.torch import (  # noqa: E402
     PackedDataset,
+    RowCost,
     block_causal_mask,
     collate_padded,
     collate_varlen,
     flash_attention_kwargs,
     flex_block_mask,
+    loader,
 )
 
 MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
@@ -144,6 +146,28 @@ def test_model_takes_a_batch_whole(model: Any, rows: Any, alone: Any, implementa
     torch.testing.assert_close(output.loss, want, atol=TOLERANCE, rtol=0)
 
 
+@pytest.mark.parametrize("layout", ["varlen", "padded"])
+def test_num_items_in_batch_makes_the_losses_of_a_global_batch_its_token_mean(
+    model: Any, packed: Path, layout: str
+) -> None:
+    """Two simulated ranks, two micro-steps, balanced: the model's losses with the batches' ``num_items_in_batch``
+    (each a sum over its tokens divided by the global batch's count) add up to the mean over every token of the
+    global batch, as one big batch would give, though the micro-batches hold different numbers of tokens."""
+    options = {"batch_size": 2, "grad_accum": 2, "world_size": 2, "layout": layout, "seed": 4}
+    cost = RowCost.from_config(CONFIG)
+    ranks = [list(loader(packed, rank=rank, balance=cost, **options)) for rank in (0, 1)]
+    steps = ([batch for rank in ranks for batch in rank[k : k + 2]] for k in range(0, len(ranks[0]) - 1, 2))
+    # the first global batch whose micro-batches hold different numbers of supervised tokens
+    batches = next(step for step in steps if len({int((batch["labels"] != -100).sum()) for batch in step}) > 1)
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        outputs = [model(**batch, use_cache=False) for batch in batches]
+    every_token = torch.cat([token_losses(out.logits, batch["labels"]) for out, batch in zip(outputs, batches)])
+    assert len({int(batch["num_items_in_batch"]) for batch in batches}) == 1
+    assert int(batches[0]["num_items_in_batch"]) == len(every_token)
+    torch.testing.assert_close(sum(out.loss for out in outputs), every_token.mean(), atol=TOLERANCE, rtol=0)
+
+
 MASKS: dict[str, Callable[[torch.Tensor], Any]] = {
     "sdpa": block_causal_mask,
     "eager": partial(block_causal_mask, dtype=torch.float32),
@@ -215,6 +239,33 @@ def test_trainer_runs_on_packed_shards(packed: Path, tmp_path: Path) -> None:
     assert not torch.equal(before, model.model.embed_tokens.weight.detach())
     # Rows counted by the dataset: the 12 trained on, and up to one batch that accelerate's loader reads ahead.
     assert 3 * 4 <= dataset.consumed <= 4 * 4
+
+
+def test_a_trainer_with_gradient_accumulation_on_a_balanced_dataset(packed: Path, tmp_path: Path) -> None:
+    """The balanced-steps recipe of docs/loader.md: the dataset's batch_size and grad_accum those of the Trainer,
+    balance_ranks its processes; the batches' num_items_in_batch is the one the Trainer counts itself."""
+    from transformers import Trainer, TrainingArguments
+
+    counted = []
+
+    class Recording(Trainer):  # type: ignore[misc]
+        def compute_loss(self, model: Any, inputs: Any, num_items_in_batch: Any = None, **kwargs: Any) -> Any:
+            counted.append((int(inputs["num_items_in_batch"]), int(num_items_in_batch)))
+            return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch, **kwargs)
+
+    cost = RowCost.from_config(CONFIG)
+    dataset = PackedDataset(packed, seed=0, batch_size=2, grad_accum=3, balance=cost, rank=0, world_size=1,
+                            balance_ranks=1)  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG))
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=2,
+        learning_rate=1e-3, remove_unused_columns=False, use_cpu=True, report_to="none", save_strategy="no",
+    )  # fmt: skip
+    collator = partial(collate_varlen, pad_id=dataset.pad_id)
+    result = Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
+    assert np.isfinite(result.training_loss) and len(counted) == 6
+    assert all(ours == theirs for ours, theirs in counted)
 
 
 @pytest.mark.parametrize("collator", [collate_padded, collate_varlen])
@@ -356,3 +407,62 @@ def test_a_trainer_on_two_processes_trains_every_row_once_an_epoch_with_the_docu
     assert done["dataset"].returncode != 0 and not list(tmp_path.glob("seen-dataset-*"))
     assert "keeps rank 0's rows of 2 ranks, and accelerate" in done["dataset"].stderr
     assert "build it with rank=0, world_size=1 there" in done["dataset"].stderr
+
+
+BALANCED_TRAINER_SCRIPT = """
+import json, sys
+from functools import partial
+from pathlib import Path
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from packcli.torch import PackedDataset, RowCost, collate_padded
+
+packed, steps, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+arguments = TrainingArguments(output_dir=str(out / "run"), per_device_train_batch_size=2, gradient_accumulation_steps=2,
+    max_steps=steps, remove_unused_columns=False, use_cpu=True, report_to="none", save_strategy="no",
+    disable_tqdm=True, accelerator_config={"dispatch_batches": False})
+dataset = PackedDataset(packed, seed=0, rank=0, world_size=1, batch_size=2, grad_accum=2,
+    balance=RowCost(per_token=1.0, per_square=1.0), balance_ranks=arguments.world_size)
+seen = []
+
+class Recording(Trainer):
+    def compute_loss(self, model, inputs, num_items_in_batch=None, **kwargs):
+        seen.append([inputs["row_index"].tolist(), inputs["num_items_in_batch"], int(num_items_in_batch)])
+        return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch, **kwargs)
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(use_cache=False, vocab_size=50257, hidden_size=16, intermediate_size=32,
+    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
+Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
+(out / f"seen-{arguments.process_index}.json").write_text(json.dumps(seen))
+torch.distributed.destroy_process_group()
+"""
+
+
+def test_a_trainer_on_two_processes_trains_the_balanced_placement_with_the_documented_recipe(tmp_path: Path) -> None:
+    """torchrun, two CPU processes, the Trainer with the balanced recipe of docs/loader.md (balance_ranks=2,
+    dispatch_batches=False): process r trains micro-batch r of each micro-step of the placement, and the Trainer's
+    own num_items_in_batch equals the batches'."""
+    import subprocess
+    import sys
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", read_jsonl(SAMPLE)[:5])
+    pack_corpus([str(corpus)], PackOptions(max_len=64, overflow="split"), tmp_path / "packed")
+    dataset = PackedDataset(tmp_path / "packed", seed=0, batch_size=2, grad_accum=2,
+                            balance=RowCost(per_token=1.0, per_square=1.0), balance_ranks=2)  # fmt: skip
+    rows = [row["row_index"] for row in dataset]
+    steps = len(rows) // 8  # whole global batches: 2 processes x 2 rows x 2 micro-steps
+    script = tmp_path / "train.py"
+    script.write_text(BALANCED_TRAINER_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+         str(tmp_path / "packed"), str(steps), str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = [json.loads((tmp_path / f"seen-{k}.json").read_text()) for k in (0, 1)]
+    for process in (0, 1):
+        trained = [batch for batch, _, _ in seen[process]]
+        assert trained == [rows[(2 * k + process) * 2 : (2 * k + process + 1) * 2] for k in range(2 * steps)]
+        assert all(ours == theirs for _, ours, theirs in seen[process])

@@ -46,8 +46,8 @@ class RowCost:
     output head once per token; per document and layer, causal attention's two matrix products (QK^T and the
     weighted sum of V, each over half of the l x l scores): ``2 * l**2 * heads * head_dim``. Both times 3 for the
     forward and backward passes. Left out: embeddings (a lookup), norms, rotary embeddings, softmax, activations,
-    the loss, mixture-of-experts routing, and the kernels' own efficiency (a FLOP of attention and one of a
-    projection are taken to cost the same time).
+    the loss, mixture-of-experts routing, FlashAttention's recomputation in the backward pass, communication, and
+    the kernels' own efficiency (a FLOP of attention and one of a projection are taken to cost the same time).
 
     Args:
         per_token: FLOPs per token.
@@ -101,7 +101,9 @@ class RowCost:
         squares = np.concatenate([[0.0], np.cumsum(lengths * lengths)])
         offsets = np.asarray(offsets, dtype=np.int64)
         starts, ends = offsets[:-1], offsets[1:]
-        return self.per_token * (tokens[ends] - tokens[starts]) + self.per_square * (squares[ends] - squares[starts])
+        costs: np.ndarray = self.per_token * (tokens[ends] - tokens[starts])
+        costs += self.per_square * (squares[ends] - squares[starts])
+        return costs
 
 
 def _positive(config: Mapping[str, Any], name: str, source: str, default: int | None = None) -> int:
@@ -133,14 +135,16 @@ def row_document_lengths(cu_values: np.ndarray, cu_offsets: np.ndarray) -> tuple
 def global_batches(rank_major: np.ndarray, world_size: int, batch_size: int, grad_accum: int) -> np.ndarray:
     """The epoch's whole global batches, in slots: ``rank_major`` is every rank's rows of the epoch back to back
     (rank 0's, then rank 1's, ...: the plain order), and rank ``r``'s rows of micro-step ``a`` of step ``g`` are
-    its rows ``(g * grad_accum + a) * batch_size`` onward. Rows past the last whole global batch are left out.
+    its rows ``(g * grad_accum + a) * batch_size`` onward. Rows past the last whole global batch are left out, and
+    so are the last ``len(rank_major) % world_size`` rows (no rank holds them).
 
     Returns:
         int64 [steps, world_size * batch_size * grad_accum]: the rows of each global batch, by slot.
     """
     per_rank = len(rank_major) // world_size
     steps = per_rank // (batch_size * grad_accum)
-    taken = np.asarray(rank_major, dtype=np.int64).reshape(world_size, per_rank)[:, : steps * batch_size * grad_accum]
+    ranks = np.asarray(rank_major, dtype=np.int64)[: world_size * per_rank].reshape(world_size, per_rank)
+    taken = ranks[:, : steps * batch_size * grad_accum]
     slots = taken.reshape(world_size, steps, grad_accum, batch_size).transpose(1, 2, 0, 3)
     return slots.reshape(steps, grad_accum * world_size * batch_size)
 
@@ -161,17 +165,21 @@ def balance_batches(costs: np.ndarray, world_size: int, batch_size: int) -> np.n
     per_step = world_size * batch_size
     ranked = np.argsort(-costs, axis=1, kind="stable")  # [steps, size]: slots, dearest first
     groups = ranked.reshape(steps * (size // per_step), per_step)  # one micro-step a line
-    group_costs = np.take_along_axis(costs, ranked, axis=1).reshape(groups.shape)
-    placed = np.empty_like(groups)
-    loads = np.zeros((len(groups), world_size))
-    filled = np.zeros((len(groups), world_size), dtype=np.int64)
-    lines = np.arange(len(groups))
+    if batch_size == 1:  # each rank takes one row: the k-th dearest goes to rank k
+        return ranked
+    # Columns made contiguous, and (line, rank) as one flat index: each round is a few passes over whole arrays.
+    columns = np.ascontiguousarray(groups.T)
+    column_costs = np.ascontiguousarray(np.take_along_axis(costs, ranked, axis=1).reshape(groups.shape).T)
+    placed = np.empty(groups.size, dtype=np.int64)
+    loads = np.zeros(len(groups) * world_size)  # +inf once a rank's micro-batch is full: argmin skips it
+    filled = np.zeros(len(groups) * world_size, dtype=np.int64)
+    line_starts = np.arange(len(groups)) * world_size
     for column in range(per_step):  # per_step rounds, each over every micro-step of the epoch at once
-        open_loads = np.where(filled < batch_size, loads, np.inf)
-        rank = np.argmin(open_loads, axis=1)
-        placed[lines, rank * batch_size + filled[lines, rank]] = groups[:, column]
-        loads[lines, rank] += group_costs[:, column]
-        filled[lines, rank] += 1
+        flat = line_starts + np.argmin(loads.reshape(len(groups), world_size), axis=1)
+        placed[flat * batch_size + filled[flat]] = columns[column]  # rank r's rows at r * batch_size of its line
+        loads[flat] += column_costs[column]
+        filled[flat] += 1
+        loads[flat[filled[flat] == batch_size]] = np.inf
     return placed.reshape(steps, size)
 
 
@@ -184,7 +192,8 @@ def rank_rows(slots: np.ndarray, rank: int, world_size: int, batch_size: int) ->
 
 def slot_costs(costs: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """The cost of the row in each slot: ``costs`` by row index, ``slots`` as :func:`global_batches` gives them."""
-    return np.asarray(costs, dtype=np.float64)[np.asarray(slots)]
+    by_slot: np.ndarray = np.asarray(costs, dtype=np.float64)[np.asarray(slots)]
+    return by_slot
 
 
 def step_imbalance(costs: np.ndarray, world_size: int, batch_size: int) -> float:

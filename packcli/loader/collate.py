@@ -82,6 +82,25 @@ def _row_index(rows: Sequence[Row]) -> dict[str, torch.Tensor]:
     return {"row_index": torch.tensor([row["row_index"] for row in rows], dtype=torch.int64)}
 
 
+def _num_items(rows: Sequence[Row]) -> dict[str, int]:
+    """``{"num_items_in_batch": n}`` where the rows carry it: the supervised tokens of the global batch they belong to
+    (the loader's, with ``grad_accum`` or ``balance``). A Python int, as ``max_seqlen``: transformers' losses take
+    one, and accelerate's batch dispatch on one process passes it through (a 0-d tensor fails its concatenation).
+
+    Raises:
+        ValueError: the rows belong to different global batches (the DataLoader's batch size is not the dataset's).
+    """
+    counts = {row["num_items_in_batch"] for row in rows if "num_items_in_batch" in row}
+    if not counts:
+        return {}
+    if len(counts) > 1 or len(rows) != sum("num_items_in_batch" in row for row in rows):
+        raise ValueError(
+            "these rows belong to different global batches (num_items_in_batch "
+            f"{sorted(counts)}): give the DataLoader the dataset's batch_size, as packcli.torch.loader() does"
+        )
+    return {"num_items_in_batch": int(counts.pop())}
+
+
 def _boundary_count(lengths: np.ndarray, cu_seqlens_length: int | None) -> int:
     """Entries of ``cu_seqlens``: documents + 1, or ``cu_seqlens_length`` (the last offset repeated)."""
     if cu_seqlens_length is not None and cu_seqlens_length < len(lengths) + 1:
@@ -144,6 +163,7 @@ def collate_varlen(
         "document_ids": document_tensor,
         "seq_idx": document_tensor,
         **_row_index(rows),
+        **_num_items(rows),
     }
 
 
@@ -202,6 +222,7 @@ def collate_cp_share(
         "cu_seqlens_padded": offsets[1],
         "max_seqlen": int(padded.max(initial=0)),
         **_row_index(rows),
+        **_num_items(rows),
     }
 
 
@@ -237,6 +258,7 @@ def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int 
         "labels": token_tensors[2],
         "document_ids": torch.from_numpy(document_ids),
         **_row_index(rows),
+        **_num_items(rows),
     }
 
 
