@@ -16,6 +16,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,23 @@ def error_line(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if not line.startswith(PROGRESS_PREFIX)]
     assert len(lines) == 1 and lines[0].startswith("error: ") and stderr.endswith(lines[0] + "\n"), stderr
     return lines[0]
+
+
+def run_writing_no_file_over(limit: int, tmpdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m packcli ARGS`` in a process whose ``$TMPDIR`` is ``tmpdir`` (created) and which can write no file
+    past ``limit`` bytes (``RLIMIT_FSIZE``: a larger write fails with "File too large"), so a local copy of an output
+    bigger than that fails it."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    environment = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [sys.executable, "-m", "packcli", *args]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=environment, preexec_fn=limited, timeout=300, check=False
+    )
 
 
 def sample_lines(count: int) -> bytes:

@@ -2,11 +2,14 @@
 
 The processes under test reach it as any S3-compatible store: ``AWS_ENDPOINT_URL`` and dummy credentials are set
 in the environment for the session (subprocesses inherit them) and restored after; the server is stopped at the end
-and waited for, so no process outlives the session. ``bucket()`` makes a fresh, empty bucket for one test.
+and waited for, so no process outlives the session. ``bucket()`` makes a fresh, empty bucket for one test;
+``recorded()`` gives the requests the server answered meanwhile (moto's own request recorder, to a file of the
+session's temporary directory).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -15,8 +18,11 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -46,11 +52,37 @@ class S3Server:
         self.filesystem().mkdir(name)
         return f"s3://{name}"
 
+    @contextmanager
+    def recorded(self) -> Iterator[list[tuple[str, str]]]:
+        """The requests the server answers inside the block, filled in at its end: (method, ``bucket/key``) in
+        order. Tests run one at a time against the server, so none of another test's requests is among them."""
+        found: list[tuple[str, str]] = []
+        self._recorder("reset-recording")
+        self._recorder("start-recording")
+        try:
+            yield found
+        finally:
+            self._recorder("stop-recording")
+            for line in self._recorder("download-recording").splitlines():
+                entry = json.loads(line)
+                found.append((entry["method"], unquote(urlsplit(entry["url"]).path).lstrip("/")))
+
+    def _recorder(self, action: str) -> str:
+        with urllib.request.urlopen(f"{self.endpoint}/moto-api/recorder/{action}", data=b"", timeout=30) as answer:
+            return str(answer.read().decode())
+
 
 def object_keys(fs: Any, url: str) -> list[str]:
     """The keys below ``url``, relative to it, sorted."""
     prefix = url.removeprefix("s3://") + "/"
     return sorted(name.removeprefix(prefix) for name in fs.find(url))
+
+
+def put_output(server: S3Server, local: Path) -> str:
+    """A copy of the local output ``local`` in a fresh bucket of ``server``; its URL."""
+    url = f"{server.bucket()}/packed"
+    server.filesystem().put(f"{local}/", url, recursive=True)
+    return url
 
 
 def _free_port() -> int:
@@ -73,13 +105,15 @@ def _wait_until_up(endpoint: str, process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
     pytest.importorskip("s3fs", reason="needs s3fs (the cloud extra)")
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recording = Path(tmp_path_factory.mktemp("moto")) / "requests.jsonl"
+    server_environment = {**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_environment)
     environment = {"AWS_ENDPOINT_URL": endpoint, **CREDENTIALS}
     saved = {name: os.environ.get(name) for name in environment}
     try:

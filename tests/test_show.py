@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import documented_names, error_line, json_keys, write_jsonl
+from s3_server import S3Server, put_output
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -155,3 +156,18 @@ def test_ids_outside_the_given_tokenizer_s_vocabulary_are_refused_not_shown_as_n
         shown = runner.invoke(app, ["show", str(out), "--tokenizer", str(bundled), *extra])
         assert shown.exit_code == 2 and shown.stdout == "" and error_line(shown.stderr), shown.output
         assert "token 2 (id 60000)" in shown.stderr and "50,257 ids" in shown.stderr, shown.stderr
+
+
+def test_show_of_an_output_url_reads_the_one_shard_of_the_row(s3_server: S3Server, packed_text: Path) -> None:
+    """``show --row`` on an output in the store reads the shard holding the row and no other shard object, counted
+    in the server's own log of requests (it fetched every shard into $TMPDIR first)."""
+    url = put_output(s3_server, packed_text)
+    shards = json.loads((packed_text / "manifest.json").read_text())["shards"]
+    assert len(shards) >= 3
+    row = shards[0]["rows"] + shards[1]["rows"]  # the first row of the third shard
+    with s3_server.recorded() as requests:
+        result = runner.invoke(app, ["show", url, "--row", str(row), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["shard"] == shards[2]["file"]
+    read = [key for method, key in requests if method == "GET" and key.endswith(".arrow")]
+    assert read and {key.rsplit("/", 1)[-1] for key in read} == {shards[2]["file"]}, requests

@@ -10,7 +10,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, SAMPLE, documented_names, error_line, json_keys, shared_path, write_jsonl
+from conftest import (
+    REPO,
+    SAMPLE,
+    documented_names,
+    error_line,
+    json_keys,
+    run_writing_no_file_over,
+    shared_path,
+    write_jsonl,
+)
+from s3_server import S3Server, put_output
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -403,3 +413,16 @@ def test_two_outputs_are_refused_as_stats_reads_one_at_a_time(tmp_path: Path, sm
         assert error_line(result.stderr) == (
             f"error: {outs[0]}: stats reads one packed output at a time, or raw corpus files: run it once per output"
         )
+
+
+def test_stats_of_an_output_url_copies_no_shard_to_local_disk(
+    s3_server: S3Server, packed_text: Path, tmp_path: Path
+) -> None:
+    """``stats`` of an output in the store streams its shards: a process that can write no file as large as a
+    shard, its $TMPDIR empty after, gives the figures of the local output (it copied the output to $TMPDIR first)."""
+    url = put_output(s3_server, packed_text)
+    smallest = min(shard["bytes"] for shard in json.loads((packed_text / "manifest.json").read_text())["shards"])
+    result = run_writing_no_file_over(smallest // 2, tmp_path / "tmp", "stats", url, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(runner.invoke(app, ["stats", str(packed_text), "--json"]).stdout)
+    assert not list((tmp_path / "tmp").iterdir())

@@ -13,10 +13,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import as_packed_before_split_pieces, documented_names, error_line, json_keys, shared_path, write_jsonl
+from conftest import (
+    as_packed_before_split_pieces,
+    documented_names,
+    error_line,
+    json_keys,
+    run_writing_no_file_over,
+    shared_path,
+    write_jsonl,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-from s3_server import S3Server
+from s3_server import S3Server, put_output
 from typer.testing import CliRunner, Result
 
 from packcli.cli import app
@@ -766,3 +774,19 @@ def test_every_key_of_verify_json_is_documented(packed_sft: Path) -> None:
     result = CliRunner().invoke(app, ["verify", str(packed_sft), "--json"])
     assert result.exit_code == 0, result.output
     assert json_keys(json.loads(result.stdout)) - documented_names("cli.md", "## verify") == set()
+
+
+def test_verify_of_an_output_url_copies_no_shard_to_local_disk(
+    s3_server: S3Server, packed: Path, tmp_path: Path
+) -> None:
+    """``verify`` of an output in the store hashes and checks each shard as it streams it: a process that can write no
+    file as large as a shard, its $TMPDIR empty after, checks every shard and row (it copied the output first)."""
+    url = put_output(s3_server, packed)
+    manifest = json.loads((packed / "manifest.json").read_text())
+    smallest = min(shard["bytes"] for shard in manifest["shards"])
+    result = run_writing_no_file_over(smallest // 2, tmp_path / "tmp", "verify", url, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["shards"] == len(manifest["shards"])
+    assert report["rows"] == manifest["totals"]["sequences"] and report["tokens"] == manifest["totals"]["tokens"]
+    assert not list((tmp_path / "tmp").iterdir())

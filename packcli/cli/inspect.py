@@ -145,7 +145,6 @@ def stats(
     )
     from packcli.run.analysis import measure_corpus
     from packcli.storage import location
-    from packcli.storage.mirror import local_output
 
     gates = parse_gates(min_efficiency, max_loss, max_gap)  # an impossible threshold fails before any work
     model = _model_cost(ctx, model_config, world_size, batch_size, grad_accum, seed)  # a bad config.json too
@@ -186,8 +185,7 @@ def stats(
     else:
         _refuse_corpus_options(ctx, targets[0])
         measure = measure_checked if gates else measure_output  # a gate first needs a sound output
-        with local_output(location(targets[0])) as out:
-            measured = measure(out, batch_size, seed)
+        measured = measure(location(targets[0]), batch_size, seed)  # an output URL: its shards streamed
     figures = measured.figures
     if model is not None:
         figures["model_cost"] = model.figures(measured.lengths, measured.documents_per_row, figures["max_len"])
@@ -273,11 +271,9 @@ def verify(
     from packcli.report.terminal import count
     from packcli.report.verify import MAX_LISTED, verify_output
     from packcli.storage import location
-    from packcli.storage.mirror import local_output
 
     summary = resolve_summary(summary_file)
-    with local_output(location(path), check=False) as out:  # damage in the store is verify's to report
-        report = verify_output(out)
+    report = verify_output(location(path))  # an output URL: each shard streamed, hashed as it is read
     write_summary(verify_markdown(report.to_json(), path), summary)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
@@ -321,10 +317,8 @@ def show(
     """
     from packcli.report.show import decode_row, output_tokenizer, print_row, read_row
     from packcli.storage import location
-    from packcli.storage.mirror import local_output
 
-    with local_output(location(path)) as out:
-        manifest, shown = read_row(out, row)
+    manifest, shown = read_row(location(path), row)  # an output URL: only the row's shard is read
     decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
     if json_output:
         print(json.dumps(decoded, sort_keys=True, ensure_ascii=False))

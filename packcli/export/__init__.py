@@ -135,55 +135,53 @@ def export_output(
         write_record,
     )
     from packcli.format.manifest import SPLIT_PIECES
-    from packcli.storage.mirror import local_output
     from packcli.write.publish import Publication
 
     if fmt not in FORMATS:
         raise UsageError(f"--to must be one of {', '.join(FORMATS)}, not {fmt!r}")
     options = {key: value for key, value in (options or {}).items() if value is not None}
-    with local_output(source, check=False) as local:  # an output in the store: a temporary local copy
-        packed = open_packed(local)
-        fingerprint = export_fingerprint(packed.manifest["fingerprint"], fmt, options)
-        module, name = FORMATS[fmt]
-        make: Callable[[Path, Any, dict[str, Any]], Exporter] = getattr(importlib.import_module(module), name)
-        identity = export_identity(source, packed.manifest["fingerprint"], fmt, options)
-        existing = partial(existing_export, asked=identity, overwrite=overwrite)
-        with Publication(out, fingerprint, overwrite, inputs=[local], existing=existing) as publication:
-            if publication.up_to_date:
-                return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
-            exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
-            try:
-                feed = _export_verified(packed, exporter)
-                split = int(packed.manifest["totals"].get("split_documents", 0))
-                if exporter.view == "rows" and split:
-                    warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
-                elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
-                    warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
-                if feed.documents is not None and feed.documents.unsure:
-                    warn(UNSURE_JOINS.format(count=feed.documents.unsure, fmt=fmt))
-                if fmt in READER_TOKEN_TYPE and packed.vocab_size is None:
-                    warn(UNKNOWN_VOCABULARY.format(fmt=fmt, reader=READER_TOKEN_TYPE[fmt]))
-                if fmt in FOUND_BY_EOS:
-                    truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
-                    if packed.eos_id is None:
-                        warn(NO_EOS.format(fmt=fmt))
-                    elif truncated:
-                        warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
-                    if feed.inner_eos:
-                        warn(INNER_EOS.format(count=feed.inner_eos, fmt=fmt))
-                totals: ExportTotals = exporter.finish()
-            finally:
-                exporter.close()
-            files = sorted(path for path in publication.staging.iterdir() if path.is_file())
-            record = {
-                **identity,
-                "fingerprint": fingerprint,
-                "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
-                "totals": totals.to_json(),
-            }
-            written = write_record(publication.staging, record)
-            publication.commit()
-        return ExportResult("exported", written)
+    packed = open_packed(source)  # an output URL: its shards streamed as they are verified and exported
+    fingerprint = export_fingerprint(packed.manifest["fingerprint"], fmt, options)
+    module, name = FORMATS[fmt]
+    make: Callable[[Path, Any, dict[str, Any]], Exporter] = getattr(importlib.import_module(module), name)
+    identity = export_identity(source, packed.manifest["fingerprint"], fmt, options)
+    existing = partial(existing_export, asked=identity, overwrite=overwrite)
+    with Publication(out, fingerprint, overwrite, inputs=[source], existing=existing) as publication:
+        if publication.up_to_date:
+            return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
+        exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
+        try:
+            feed = _export_verified(packed, exporter)
+            split = int(packed.manifest["totals"].get("split_documents", 0))
+            if exporter.view == "rows" and split:
+                warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
+            elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
+                warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
+            if feed.documents is not None and feed.documents.unsure:
+                warn(UNSURE_JOINS.format(count=feed.documents.unsure, fmt=fmt))
+            if fmt in READER_TOKEN_TYPE and packed.vocab_size is None:
+                warn(UNKNOWN_VOCABULARY.format(fmt=fmt, reader=READER_TOKEN_TYPE[fmt]))
+            if fmt in FOUND_BY_EOS:
+                truncated = int(packed.manifest["totals"].get("truncated_documents", 0))
+                if packed.eos_id is None:
+                    warn(NO_EOS.format(fmt=fmt))
+                elif truncated:
+                    warn(TRUNCATED_WITHOUT_EOS.format(count=truncated, fmt=fmt))
+                if feed.inner_eos:
+                    warn(INNER_EOS.format(count=feed.inner_eos, fmt=fmt))
+            totals: ExportTotals = exporter.finish()
+        finally:
+            exporter.close()
+        files = sorted(path for path in publication.staging.iterdir() if path.is_file())
+        record = {
+            **identity,
+            "fingerprint": fingerprint,
+            "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
+            "totals": totals.to_json(),
+        }
+        written = write_record(publication.staging, record)
+        publication.commit()
+    return ExportResult("exported", written)
 
 
 def _export_verified(packed: PackedOutput, exporter: Exporter) -> _Feed:

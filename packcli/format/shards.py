@@ -1,5 +1,6 @@
 """Shard files, the reader beside the writer: Arrow IPC stream format, uncompressed (memory-mappable), written
-atomically and hashed as written; the schema is :mod:`packcli.format.schema`'s.
+atomically and hashed as written; the schema is :mod:`packcli.format.schema`'s. A shard on disk is read
+memory-mapped; one in an output on object storage is streamed from its object (no local copy).
 
 Each shard is written as ``shard-NNNNN.arrow.tmp``, fsynced, then renamed; on any error the writer removes what it
 wrote and the error propagates. A shard rolls over before a batch would take it past ``shard_size`` bytes.
@@ -20,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.format.schema import SHARD_COLUMN_TYPE
+from packcli.storage.sources import arrow_source
 
 __all__ = [
     "ShardInfo",
@@ -28,6 +30,7 @@ __all__ = [
     "int32_array",
     "list_array",
     "list_views",
+    "open_shard",
     "read_shard",
     "shard_name",
 ]
@@ -206,9 +209,15 @@ class ShardWriter:
         self._writer, self._sink = None, None
 
 
+def open_shard(path: Path) -> pa.ipc.RecordBatchStreamReader:
+    """The record batches of one shard, local (memory-mapped) or at a URL (streamed: a batch is fetched when read)."""
+    return pa.ipc.open_stream(arrow_source(path))
+
+
 def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:
-    """Memory-map one shard as a table (zero-copy); only the listed columns' pages are ever read."""
-    table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+    """One shard as a table: memory-mapped on disk (zero-copy: only the listed columns' pages are ever read), or
+    read whole into memory from a URL."""
+    table = open_shard(path).read_all()
     return table.select(columns) if columns is not None else table
 
 

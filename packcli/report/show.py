@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from rich.table import Table
 from rich.text import Text
 
@@ -25,7 +26,7 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, UsageError
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
-from packcli.format.shards import read_shard
+from packcli.format.shards import open_shard
 from packcli.report.terminal import console, count
 
 __all__ = ["decode_row", "output_tokenizer", "print_row", "read_row"]
@@ -60,7 +61,7 @@ def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
     shard = int(np.searchsorted(np.cumsum(counts), index, side="right"))
     shard_row = index - int(counts[:shard].sum())
     name = manifest["shards"][shard]["file"]
-    table = read_shard(shard_path(out, name)).slice(shard_row, 1)
+    table = _shard_row(shard_path(out, name), shard_row)
 
     def column(column_name: str) -> np.ndarray:
         return np.asarray(table.column(column_name)[0].values.to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -78,6 +79,21 @@ def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
         labels,
     )
     return manifest, row
+
+
+def _shard_row(path: Path, row: int) -> pa.Table:
+    """Row ``row`` of the shard at ``path``, reading its record batches only up to the one holding it (from a URL,
+    nothing of the shard past that batch is fetched).
+
+    Raises:
+        PackcliError: the shard holds fewer rows than its manifest entry says.
+    """
+    first = 0
+    for batch in open_shard(path):
+        if row < first + batch.num_rows:
+            return pa.Table.from_batches([batch.slice(row - first, 1)])
+        first += batch.num_rows
+    raise PackcliError(f"holds {first} rows, fewer than its manifest entry says: run packcli verify", path)
 
 
 def output_tokenizer(manifest: dict[str, Any], spec: str | None) -> LoadedTokenizer:

@@ -16,13 +16,15 @@ whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was ap
 tokenizer ran or one was given, or ``--eos-id``) is refused, and each shard's own ``packcli.eos_id`` metadata
 (written since this check exists; older shards lack it) must name the same id. Only a forger who rewrites every
 shard as well gets past this: nothing inside an output can tell its own bytes from a consistent rewrite of them.
-Speed (verify reads every byte, and every export runs it): each shard is memory-mapped once; a helper thread hashes
-the mapped bytes (hashlib releases the GIL) while the rows are checked, batch by batch, vectorised over the batch.
+Speed (verify reads every byte, and every export runs it): each shard is memory-mapped once (in an output on
+object storage, streamed once into memory: nothing is copied to disk); a helper thread hashes the bytes (hashlib
+releases the GIL) while the rows are checked, batch by batch, vectorised over the batch.
 The checks over every token prove an intact batch in a few passes (ids' minimum and maximum; position_ids rising by
 one except exactly at the document starts; labels equal to -100 or the id); only a batch that fails one of them is
 searched row by row for what to name. An export passes a consumer that receives each batch once it is checked, as
 long as nothing is wrong so far, so the export reads the shards once; nothing it writes is published unless the
-whole output verifies. Shards are read one record batch at a time: memory stays bounded whatever the shard size.
+whole output verifies. Shards are read one record batch at a time: memory stays bounded whatever the shard size
+(but for a shard at a URL, held whole while it is checked: one shard, never the output).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from packcli.format.shards import flat_list_column
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.specials import SpecialsRule, misplaced_specials
 from packcli.report.splits import UNRECORDED, WHOLE, Places, SplitPieceCheck
+from packcli.storage.sources import arrow_buffer
 from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
@@ -207,8 +210,8 @@ def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed 
     if size != entry["bytes"]:
         report.add(f"{name}: {size} bytes, the manifest says {entry['bytes']}")
     later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
-    with pa.memory_map(str(path)) as mapped, ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
-        data = mapped.read_buffer()
+    data = arrow_buffer(path)  # memory-mapped; from a URL streamed into memory, never to disk
+    with ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
         digest = hasher.submit(_sha256, data)
         rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None)
         if digest.result() != entry["sha256"]:
