@@ -31,7 +31,7 @@ import numpy as np
 from packcli.errors import PackcliError, UsageError
 from packcli.export.base import ExportTotals
 from packcli.export.reading import PackedOutput, RowBatch
-from packcli.format.shards import list_views, read_shard
+from packcli.format.shards import list_views, open_shard
 from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["MdsExporter", "RowLengths", "sample_header", "sample_sizes"]
@@ -141,8 +141,8 @@ class RowLengths:
     @staticmethod
     def _lengths(packed: PackedOutput) -> Iterator[np.ndarray]:
         for path in packed.shard_paths():
-            for batch in read_shard(path, ["input_ids"]).to_batches():
-                yield np.diff(list_views(batch.column(0))[1]).astype(np.int64)
+            for batch in open_shard(path):  # from a URL, streamed: one record batch in memory
+                yield np.diff(list_views(batch.column("input_ids"))[1]).astype(np.int64)
 
     def next_shard(self) -> np.ndarray:
         """The lengths of the rows of the next shard: as many as fit in SIZE_LIMIT (one at least), counting each

@@ -21,15 +21,16 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.format.schema import SHARD_COLUMN_TYPE
-from packcli.storage.sources import arrow_source
 
 __all__ = [
     "ShardInfo",
     "ShardWriter",
+    "file_buffer",
     "flat_list_column",
     "int32_array",
     "list_array",
     "list_views",
+    "open_file",
     "open_shard",
     "read_shard",
     "shard_name",
@@ -209,9 +210,25 @@ class ShardWriter:
         self._writer, self._sink = None, None
 
 
+def open_file(path: Path) -> pa.NativeFile:
+    """A file of an output (a shard, or a file beside it) as pyarrow reads it: memory-mapped on disk; at a URL (a
+    :class:`~packcli.storage.urls.UrlPath`, which ``os.fspath`` refuses) a seekable stream of its object, each
+    read fetched then and retried, nothing copied to disk."""
+    try:
+        local = os.fspath(path)
+    except TypeError:
+        return pa.PythonFile(path.open("rb"), mode="r")
+    return pa.memory_map(local)
+
+
+def file_buffer(path: Path) -> pa.Buffer:
+    """The whole of a file of an output as one buffer: memory-mapped on disk, read into memory from a URL."""
+    return open_file(path).read_buffer()
+
+
 def open_shard(path: Path) -> pa.ipc.RecordBatchStreamReader:
     """The record batches of one shard, local (memory-mapped) or at a URL (streamed: a batch is fetched when read)."""
-    return pa.ipc.open_stream(arrow_source(path))
+    return pa.ipc.open_stream(open_file(path))
 
 
 def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:

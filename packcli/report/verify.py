@@ -43,11 +43,10 @@ import pyarrow as pa
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
-from packcli.format.shards import flat_list_column
+from packcli.format.shards import file_buffer, flat_list_column
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.specials import SpecialsRule, misplaced_specials
 from packcli.report.splits import UNRECORDED, WHOLE, Places, SplitPieceCheck
-from packcli.storage.sources import arrow_buffer
 from packcli.util.arrays import exclusive_cumsum
 
 __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
@@ -210,7 +209,7 @@ def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed 
     if size != entry["bytes"]:
         report.add(f"{name}: {size} bytes, the manifest says {entry['bytes']}")
     later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
-    data = arrow_buffer(path)  # memory-mapped; from a URL streamed into memory, never to disk
+    data = file_buffer(path)  # memory-mapped; from a URL streamed into memory, never to disk
     with ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
         digest = hasher.submit(_sha256, data)
         rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None)

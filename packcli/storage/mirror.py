@@ -1,5 +1,6 @@
-"""A local copy of an output on object storage, for what reads shards as local files (stats, verify, show, the
-loader): ``manifest.json`` and the shards at their manifest paths, in a directory of a cache.
+"""A local copy of an output on object storage, for the loader, which memory-maps shards (``stats``, ``verify``,
+``show`` and ``export`` stream them instead): ``manifest.json`` and the shards at their manifest paths, in a
+directory of a cache.
 
 Invariants: the copy is held to the output's manifest, read from the store on every open: each shard it lists is in
 the copy at its listed size, and with the listed sha256, hashed when it is fetched (before it takes its name) and
@@ -10,9 +11,7 @@ without one is incomplete. A cache directory holds one copy per output URL and f
 limit by removing the least recently used copies. A copy in use is never removed: whoever fills or reads it holds a
 shared lock on its ``.in-use.lock`` (every process and loader its own, till it lets go), and only a copy whose lock
 can be taken exclusively goes; a limit that copies in use leave no room under is refused. Every fetch writes its own
-temporary name, so loaders, ranks and threads may fill one copy together. Unchecked (``verify``, ``export``: a new
-temporary copy each time), the objects are copied as the store holds them, a missing one left out for the checks to
-name; errors about such a copy name the URL, never the local directory.
+temporary name, so loaders, ranks and threads may fill one copy together.
 """
 
 from __future__ import annotations
@@ -21,36 +20,34 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
-from packcli.storage.objects import is_file, open_object
+from packcli.storage.objects import open_object
 from packcli.storage.urls import UrlPath, location
 from packcli.util.files import canonical_json, file_sha256, temporary_beside, write_atomically
 from packcli.util.locks import FileLock
 
-__all__ = ["cached_output", "held_copy", "local_output", "readable_output"]
+__all__ = ["cached_output", "held_copy", "readable_output"]
 
 _COPY_BLOCK = 8 << 20
 IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by whoever removes the copy
 INTACT = ".intact.json"  # in a copy: per shard file, the [size, mtime_ns, sha256] it had when last found intact
 
 
-def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> Path:
+def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None) -> Path:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks; nothing holds it after."""
-    local, in_use = held_copy(url, cache_dir, limit_bytes, check)
+    local, in_use = held_copy(url, cache_dir, limit_bytes)
     in_use.release()
     return local
 
 
-def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> tuple[Path, FileLock]:
+def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None) -> tuple[Path, FileLock]:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks, and the shared lock that
     keeps it in the cache until released.
 
@@ -58,8 +55,6 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
         url: an output on object storage.
         cache_dir: where copies are kept (created if absent).
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
-        check: hold the copy to the manifest's sha256 (refusing a shard damaged in the store); unchecked, copy the
-            objects as the store holds them and leave a missing one out (``verify`` reports both instead).
 
     Raises:
         PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
@@ -75,7 +70,7 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
     try:
         if limit_bytes is not None:
             _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
-        _fill(url, local, manifest, check)
+        _fill(url, local, manifest)
         os.utime(local / MANIFEST_NAME)  # most recently used
     except BaseException:
         in_use.release()
@@ -83,25 +78,25 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
     return local, in_use
 
 
-def _fill(url: Path, local: Path, manifest: dict[str, Any], check: bool) -> None:
+def _fill(url: Path, local: Path, manifest: dict[str, Any]) -> None:
     """Bring the copy ``local`` to ``manifest``: fetch each shard it lacks or holds otherwise than listed, say so
     where the copy held another, remove the shards only its earlier manifest listed, then write the manifest."""
     earlier = _read_json(local / MANIFEST_NAME)
-    intact = (_read_json(local / INTACT) if check else None) or {}
+    intact = _read_json(local / INTACT) or {}
     found: dict[str, list[Any]] = {}
     refetched = 0
     for shard in manifest["shards"]:
         name, path = str(shard["file"]), shard_path(local, shard["file"])
         state = _state(path)
         if state is not None and state[0] == shard["bytes"]:
-            if not check or intact.get(name) == [*state, shard["sha256"]]:
-                continue  # unchecked, or as it was when last found intact
+            if intact.get(name) == [*state, shard["sha256"]]:
+                continue  # as it was when last found intact
             if file_sha256(path) == shard["sha256"]:
                 found[name] = [*state, shard["sha256"]]
                 continue
         refetched += state is not None or earlier is not None  # a complete copy lacked it, or held another
-        if _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None) and check:
-            found[name] = [*_state_of(path), shard["sha256"]]
+        _fetch(shard_path(url, shard["file"]), path, shard["sha256"])
+        found[name] = [*_state_of(path), shard["sha256"]]
     text = canonical_json(manifest)
     rewritten = earlier is not None and earlier != json.loads(text)
     if refetched or rewritten:
@@ -164,12 +159,11 @@ def _hold(local: Path) -> FileLock:
         return in_use
 
 
-def _fetch(source: Path, path: Path, sha256: str | None) -> bool:
-    """Copy the object ``source`` to ``path``, checked against ``sha256`` where given; False where there is no such
-    object and nothing is checked (left out for ``verify`` to name).
+def _fetch(source: Path, path: Path, sha256: str) -> None:
+    """Copy the object ``source`` to ``path``, checked against ``sha256``.
 
     Raises:
-        PackcliError: the copy differs from ``sha256``, or the object cannot be read (absent, where it is checked).
+        PackcliError: the copy differs from ``sha256``, or the object cannot be read.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, partial = temporary_beside(path, ".part")  # fillers of one copy never share one
@@ -181,14 +175,11 @@ def _fetch(source: Path, path: Path, sha256: str | None) -> bool:
                 copy.write(block)
     except PackcliError:
         partial.unlink(missing_ok=True)
-        if sha256 is None and not is_file(str(source)):
-            return False
         raise
-    if sha256 is not None and digest.hexdigest() != sha256:
+    if digest.hexdigest() != sha256:
         partial.unlink()
         raise PackcliError("sha256 differs from the manifest (the object was changed or damaged)", source)
     os.replace(partial, path)
-    return True
 
 
 def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
@@ -240,22 +231,6 @@ def _last_use(copy: Path) -> int:
         return (copy / MANIFEST_NAME).stat().st_mtime_ns
     except FileNotFoundError:
         return 0
-
-
-@contextmanager
-def local_output(path: Path, check: bool = True) -> Iterator[Path]:
-    """``path`` itself when local; for a URL, a temporary local copy of the output, removed after."""
-    if not isinstance(path, UrlPath):
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="packcli-remote-") as directory:
-        local = cached_output(path, Path(directory), check=check)
-        try:
-            yield local
-        except PackcliError as exc:  # named by the URL, never by the temporary copy
-            if exc.path is not None and (exc.path == str(local) or exc.path.startswith(f"{local}{os.sep}")):
-                exc.path = f"{path}{exc.path[len(str(local)) :]}"
-            raise
 
 
 def readable_output(
