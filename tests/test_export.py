@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from s3_server import S3Server, put_output
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -29,6 +30,7 @@ from tests.conftest import (
     error_line,
     json_keys,
     read_jsonl,
+    run_writing_no_file_over,
     shared_path,
     write_jsonl,
 )
@@ -1099,3 +1101,25 @@ def test_ids_without_a_tokenizer_say_the_token_type_where_the_reader_assumes_one
     notice = f"warning: this output was packed from token ids without a tokenizer, so {fmt}'s tokens are uint32"
     assert result.stderr.count(notice) == int(said), result.stderr
     assert result.stderr.count("\n") == int(said)
+
+
+def test_an_output_url_exports_without_a_local_copy_of_its_shards(
+    s3_server: S3Server, packed_rows: Path, tmp_path: Path
+) -> None:
+    """An output in the store is verified and exported as its shards stream in: a process that can write no file as
+    large as its largest shard (but each export file), its $TMPDIR empty after, writes the export of the output on
+    disk (it copied the output to $TMPDIR first)."""
+    here = RUNNER.invoke(app, ["export", str(packed_rows), "--to", "megatron", "--out", str(tmp_path / "from-disk")])
+    assert here.exit_code == 0, here.output
+    largest = max(shard["bytes"] for shard in json.loads((packed_rows / "manifest.json").read_text())["shards"])
+    written = {path.name: path.read_bytes() for path in (tmp_path / "from-disk").iterdir()}
+    assert max(len(data) for data in written.values()) < largest // 2
+    url = put_output(s3_server, packed_rows)
+    there = run_writing_no_file_over(
+        largest // 2, tmp_path / "tmp", "export", url, "--to", "megatron", "--out", str(tmp_path / "from-store")
+    )
+    assert there.returncode == 0, there.stderr
+    assert {name: (tmp_path / "from-store" / name).read_bytes() for name in ("tokens.bin", "tokens.idx")} == {
+        name: written[name] for name in ("tokens.bin", "tokens.idx")
+    }
+    assert not list((tmp_path / "tmp").iterdir())
