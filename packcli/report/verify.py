@@ -205,11 +205,10 @@ def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed 
     if not path.is_file():
         report.add(f"{name}: missing")
         return
-    size = path.stat().st_size
-    if size != entry["bytes"]:
-        report.add(f"{name}: {size} bytes, the manifest says {entry['bytes']}")
-    later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
     data = file_buffer(path)  # memory-mapped; from a URL streamed into memory, never to disk
+    if data.size != entry["bytes"]:
+        report.add(f"{name}: {data.size} bytes, the manifest says {entry['bytes']}")
+    later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
     with ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
         digest = hasher.submit(_sha256, data)
         rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None)
