@@ -814,8 +814,8 @@ def test_an_output_failing_verify_is_refused_before_anything_is_written(small_pa
 
 
 def test_an_output_url_failing_verify_is_named_by_its_url(s3_server: Any, small_packed: Path, tmp_path: Path) -> None:
-    """An output in the store that fails verify is named as given, never by the temporary local copy export read it
-    through (``/tmp/packcli-remote-.../<key>: fails verify``)."""
+    """An output in the store that fails verify is named as given, never by a local path (export once read it through
+    a temporary local copy and named that: ``/tmp/packcli-remote-.../<key>: fails verify``)."""
     fs, url = s3_server.filesystem(), f"{s3_server.bucket()}/packed"
     fs.put(f"{small_packed}/", url, recursive=True)
     shard = json.loads((small_packed / "manifest.json").read_text())["shards"][0]["file"]
