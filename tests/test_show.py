@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,21 @@ def test_show_of_an_output_url_reads_the_one_shard_of_the_row(s3_server: S3Serve
     assert json.loads(result.stdout)["shard"] == shards[2]["file"]
     read = [key for method, key in requests if method == "GET" and key.endswith(".arrow")]
     assert read and {key.rsplit("/", 1)[-1] for key in read} == {shards[2]["file"]}, requests
+
+
+def test_a_row_its_shard_lacks_is_one_line_naming_the_shard(packed_text: Path, tmp_path: Path) -> None:
+    """A manifest entry that claims more rows than its shard holds: ``show`` of a claimed row is one error naming the
+    shard (it was an IndexError's traceback)."""
+    out = tmp_path / "packed"
+    shutil.copytree(packed_text, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    held = manifest["shards"][0]["rows"]
+    manifest["shards"][0]["rows"] += 1
+    manifest["totals"]["sequences"] += 1
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["show", str(out), "--row", str(held)])
+    assert result.exit_code == 1, result.output
+    shard = out / manifest["shards"][0]["file"]
+    assert error_line(result.stderr) == (
+        f"error: {shard}: holds {held} rows, fewer than its manifest entry says: run packcli verify"
+    )
