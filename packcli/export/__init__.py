@@ -234,6 +234,8 @@ class _Feed:
         """Wait for the batches in flight: after this, nothing writes into the staging directory."""
         self.worker.shutdown(wait=True)
         self.pending.clear()
+        if self.documents is not None:
+            self.documents.close()
 
     def _write(self, shard: int, first_row: int, batch: pa.RecordBatch) -> None:
         if self.error is not None:

@@ -21,11 +21,16 @@ labels were given as such (``--labels-field``: spans of any length), it stays un
 stores ``P P R | R R EOS`` with the masks ``0 0 1 | 0 1 1``; joined, the fourth token's neighbours (R, R) are both
 supervised, so ``0 0 1 1 1 1``, the whole document's.
 Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document).
+From an output URL the rows stream in; a shard holding a piece read out of order is fetched once into a temporary
+directory (removed at ``close``) and memory-mapped there: from the store, each miss of the cache of a few shards
+would fetch a whole shard again.
 """
 
 from __future__ import annotations
 
 import bisect
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +42,8 @@ import pyarrow as pa
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.manifest import SPLIT_PIECES, read_manifest, shard_path
 from packcli.format.shards import flat_list_column, read_shard
+from packcli.storage.mirror import fetch_checked
+from packcli.storage.urls import UrlPath
 
 __all__ = ["DocumentBatch", "DocumentView", "PackedOutput", "RowBatch", "open_packed", "row_batch"]
 
@@ -137,6 +144,7 @@ class _Splits:
             self.groups.append([(shard, row, index) for _, shard, row, index in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
         self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
+        self._fetched: Path | None = None  # an output URL's shards the pieces are read from, each fetched once
         self.given_labels = packed.manifest["options"].get("labels_field") is not None
         self.unsure = 0  # joins whose token's supervision the neighbours do not tell (left unsupervised)
 
@@ -162,7 +170,7 @@ class _Splits:
         if shard not in self._batches:
             if len(self._batches) >= 4:
                 self._batches.pop(next(iter(self._batches)))
-            self._batches[shard] = list(_shard_batches(shard, self.packed.shard_paths()[shard]))
+            self._batches[shard] = list(_shard_batches(shard, self._local_shard(shard)))
         batches = self._batches[shard]
         batch = batches[bisect.bisect_right([batch.first_row for batch in batches], row) - 1]
         local = row - batch.first_row
@@ -170,6 +178,25 @@ class _Splits:
         start = int(batch.row_offsets[local] + batch.lengths[first_document : first_document + index].sum())
         span = slice(start, start + int(batch.lengths[first_document + index]))
         return batch.tokens[span], None if batch.mask is None else batch.mask[span]
+
+    def _local_shard(self, shard: int) -> Path:
+        """The shard's file: itself, or for an output URL a copy fetched once into a temporary directory (read out
+        of order, a piece from the store would fetch its whole shard again on each miss of the cache above)."""
+        path = self.packed.shard_paths()[shard]
+        if not isinstance(path, UrlPath):
+            return path
+        if self._fetched is None:
+            self._fetched = Path(tempfile.mkdtemp(prefix="packcli-pieces-"))
+        local = self._fetched / f"{shard}.arrow"
+        if not local.exists():
+            fetch_checked(path, local, self.packed.manifest["shards"][shard]["sha256"])
+        return local
+
+    def close(self) -> None:
+        """Remove the shards fetched for their pieces."""
+        self._batches.clear()
+        if self._fetched is not None:
+            shutil.rmtree(self._fetched, ignore_errors=True)
 
 
 def _shard_batches(shard: int, path: Path) -> Iterator[RowBatch]:
@@ -190,6 +217,10 @@ class DocumentView:
     def unsure(self) -> int:
         """The joins of split documents whose first token was left unsupervised, its supervision not told."""
         return self.splits.unsure
+
+    def close(self) -> None:
+        """Let go of what the pieces were read from (an output URL's shards fetched for them)."""
+        self.splits.close()
 
     def documents(self, batch: RowBatch) -> DocumentBatch:
         entries = self.splits.by_shard[batch.shard]

@@ -33,7 +33,7 @@ from packcli.storage.urls import UrlPath, location
 from packcli.util.files import canonical_json, file_sha256, temporary_beside, write_atomically
 from packcli.util.locks import FileLock
 
-__all__ = ["cached_output", "held_copy", "readable_output"]
+__all__ = ["cached_output", "fetch_checked", "held_copy", "readable_output"]
 
 _COPY_BLOCK = 8 << 20
 IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by whoever removes the copy
@@ -95,7 +95,7 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any]) -> None:
                 found[name] = [*state, shard["sha256"]]
                 continue
         refetched += state is not None or earlier is not None  # a complete copy lacked it, or held another
-        _fetch(shard_path(url, shard["file"]), path, shard["sha256"])
+        fetch_checked(shard_path(url, shard["file"]), path, shard["sha256"])
         found[name] = [*_state_of(path), shard["sha256"]]
     text = canonical_json(manifest)
     rewritten = earlier is not None and earlier != json.loads(text)
@@ -159,8 +159,8 @@ def _hold(local: Path) -> FileLock:
         return in_use
 
 
-def _fetch(source: Path, path: Path, sha256: str) -> None:
-    """Copy the object ``source`` to ``path``, checked against ``sha256``.
+def fetch_checked(source: Path, path: Path, sha256: str) -> None:
+    """Copy the object ``source`` to ``path``, checked against ``sha256`` (it takes its name only once checked).
 
     Raises:
         PackcliError: the copy differs from ``sha256``, or the object cannot be read.
