@@ -167,10 +167,12 @@ def test_resume_names_what_changed_in_the_inputs(tmp_path: Path) -> None:
     args = [str(inputs), "--max-len", "2048", "--partitions", "6", "--out", str(out)]
     assert kill_after_first_commit([*PACK, *args, "--workers", "1", "--quiet"], staging) >= 1
     write_jsonl(inputs / "3.jsonl", [{"text": text} for text in TEXTS[:5]])
+    size = sum(path.stat().st_size for path in staging.rglob("*") if path.is_file())
     resumed = invoke("pack", *args)
     assert resumed.exit_code == 0, resumed.output
     assert "partitions then" not in resumed.stderr
     assert "the inputs changed" in resumed.stderr and "3.jsonl" in resumed.stderr
+    assert f"in {staging} ({size:,} bytes, removed): they belong to another run" in resumed.stderr
 
 
 def small_files() -> None:

@@ -599,3 +599,17 @@ def test_a_packcli_scratch_that_cannot_be_a_directory_is_one_line_naming_it(
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert result.stderr.startswith(f"error: PACKCLI_SCRATCH={scratch} cannot be made a directory ("), result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file", "link"][: 1 + (kind == "a dangling link")]
+
+
+def test_an_output_url_on_a_store_without_conditional_writes_is_refused_before_any_work(corpus: Path) -> None:
+    """The lock keeps two runs apart only through conditional writes (S3's): a store packcli makes none on is
+    refused in one line naming the --out URL, before a lock object or a shard is written."""
+    fsspec = pytest.importorskip("fsspec")
+    out = "memory://packcli-no-conditions/packed"
+    result = pack(str(corpus), "--max-len", "64", "--out", out)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith(
+        f"error: {out}: packcli makes the conditional writes that keep two runs apart on s3:// stores only, not "
+        "memory://"
+    ), result.stderr
+    assert not fsspec.filesystem("memory").exists("/packcli-no-conditions")

@@ -37,6 +37,7 @@ from packcli.storage.objects import (
     read_object,
     remove_object_if,
     replace_object,
+    require_conditional_writes,
 )
 
 __all__ = ["STALE_S", "STALE_VARIABLE", "ObjectLock", "stale_seconds"]
@@ -107,7 +108,12 @@ class ObjectLock:
 
     def acquire(self) -> bool:
         """Take the lock; False when a live run holds it (``seen`` says who). A stale lock is taken over by a
-        conditional write on the version read stale: of the runs that read it so, one gets it."""
+        conditional write on the version read stale: of the runs that read it so, one gets it.
+
+        Raises:
+            PackcliError: the store takes no conditional write packcli makes, or refused a request.
+        """
+        require_conditional_writes(self.url)
         for _ in range(_ATTEMPTS):
             tag = create_object(self.url, self._body())
             if tag is None:

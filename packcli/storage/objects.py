@@ -41,6 +41,7 @@ __all__ = [
     "remove_object_if",
     "remove_objects",
     "replace_object",
+    "require_conditional_writes",
     "upload_file",
     "write_object",
 ]
@@ -347,6 +348,11 @@ def _unless_changed() -> Iterator[list[bool]]:
         if not (isinstance(exc, FileNotFoundError) or code in _CONDITION_FAILED):
             raise
         changed.append(True)
+
+
+def require_conditional_writes(url: str) -> None:
+    """Refuse (PackcliError naming ``url``) a store packcli makes no conditional write on."""
+    _if_match(filesystem(url)[0], url)
 
 
 def _if_match(fs: Any, url: str) -> str:

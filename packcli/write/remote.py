@@ -305,7 +305,8 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     """What the output URL ``out`` holds ("absent", "same" or "other", as
     :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs there: run
     prefixes no manifest lists, and the parts (``packcli-resume/``) of the run that committed the output, left when
-    its driver died while removing them. Another run's parts are neither: its rerun resumes from them.
+    its driver died while removing them. Another run's parts are not named: a run that will not resume them
+    removes them itself, saying so (:func:`_remove_parts`).
 
     Raises:
         PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
