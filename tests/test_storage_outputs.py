@@ -613,3 +613,17 @@ def test_an_output_url_on_a_store_without_conditional_writes_is_refused_before_a
         "memory://"
     ), result.stderr
     assert not fsspec.filesystem("memory").exists("/packcli-no-conditions")
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
+def test_a_lock_stale_time_that_is_no_positive_number_is_one_line(
+    s3_server: S3Server, corpus: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("PACKCLI_LOCK_STALE_S", value)
+    out = s3_server.bucket() + "/packed"
+    result = pack(str(corpus), "--max-len", "64", "--out", out)
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"error: PACKCLI_LOCK_STALE_S={value} is not a positive number of seconds; unset it for 600\n"
+    ), result.stderr
+    assert object_keys(s3_server.filesystem(), out) == []

@@ -172,7 +172,7 @@ class ObjectLock:
             except PackcliError as exc:
                 unrenewed = time.monotonic() - renewed
                 if unrenewed + interval < self._stale:
-                    self._warn(f"cannot renew the lock {self.url} ({exc.message}); retrying in {interval:.0f} s")
+                    self._warn(f"cannot renew the lock {self.url} ({exc.message}); retrying in {interval:g} s")
                     continue
                 self._lose(f"not renewed for {unrenewed:.0f} s ({exc.message}): another run may take it now")
                 return

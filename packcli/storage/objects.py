@@ -60,7 +60,8 @@ _SECRET_VARIABLES = (
 )
 # failures that another attempt cannot mend
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
-# the keyword a store's library takes for "only if the object is still at this version tag" (S3's If-Match)
+# the keyword a store's library takes for "only if the object is still at this version tag" (S3's If-Match, which
+# takes the ETag quoted, as HTTP does)
 _IF_MATCH = {"s3": "IfMatch", "s3a": "IfMatch"}
 # the store's answers to a conditional request whose condition failed (another writer came first)
 _CONDITION_FAILED = ("PreconditionFailed", "ConditionalRequestConflict")
@@ -321,7 +322,7 @@ def replace_object(url: str, data: bytes, tag: str) -> str | None:
     writers that read one version, one succeeds); the new version tag, or None when the object changed or went."""
     fs, path = filesystem(url)
     with _named(url, "cannot write", writing=True), _unless_changed() as changed:
-        response = fs.pipe_file(path, data, **{_if_match(fs, url): tag})
+        response = fs.pipe_file(path, data, **{_if_match(fs, url): f'"{tag}"'})
     return None if changed else _written_tag(fs, path, response)
 
 
@@ -330,7 +331,7 @@ def remove_object_if(url: str, tag: str) -> bool:
     fs, path = filesystem(url)
     bucket, key, _ = fs.split_path(path)
     with _named(url, "cannot remove"), _unless_changed() as changed:
-        fs.call_s3("delete_object", Bucket=bucket, Key=key, **{_if_match(fs, url): tag})
+        fs.call_s3("delete_object", Bucket=bucket, Key=key, **{_if_match(fs, url): f'"{tag}"'})
     fs.invalidate_cache(path)
     return not changed
 
