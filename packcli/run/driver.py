@@ -89,7 +89,7 @@ def pack_corpus(
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
     current = takes_output(options.tokenizer_backend)
     if plan is not None and output_state(out, fingerprint) == "same" and current(out):
-        remove_leftovers(out, fingerprint)
+        remove_leftovers(out, fingerprint, warn)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
     facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)
@@ -100,7 +100,7 @@ def pack_corpus(
     part_manifest = {key: value for key, value in manifest.items() if key != "inputs"}  # what the parts share
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
-        _publication(out, fingerprint, overwrite, read, plan is not None, current) as publication,
+        _publication(out, fingerprint, overwrite, read, plan is not None, current, warn) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
@@ -189,14 +189,22 @@ def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
 
 
 def _publication(
-    out: Path, fingerprint: str, overwrite: bool, read: list[Path], resumable: bool, current: Callable[[Path], bool]
+    out: Path,
+    fingerprint: str,
+    overwrite: bool,
+    read: list[Path],
+    resumable: bool,
+    current: Callable[[Path], bool],
+    warn: Callable[[str], None],
 ) -> Publication | RemotePublication:
     """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
     store) is staged locally, uploaded under a run prefix and committed by writing its manifest last. ``current``:
     whether an output of the run's fingerprint there is current (else the run replaces it)."""
     if isinstance(out, UrlPath):
-        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
-    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
+        return RemotePublication(
+            out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current, warn=warn
+        )
+    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current, warn=warn)
 
 
 def _sources(setup: Setup) -> tuple[Any, ...] | None:

@@ -33,7 +33,7 @@ from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
-from packcli.storage.objects import find_objects, remove_objects, upload_file, write_object
+from packcli.storage.objects import find_objects, object_sizes, remove_objects, upload_file, write_object
 from packcli.util.files import canonical_json, file_sha256, write_json
 from packcli.write.publish import staging_family
 from packcli.write.remote import RUN_RECORD, scratch_directory, scratch_key
@@ -129,8 +129,9 @@ class PartsArea:
             committed = [k for k in range(partitions) if self.read(k) is not None] if earlier is not None else []
             if committed:
                 warn(
-                    f"not reusing the {len(committed)} committed partition(s) in {self.root}: they belong to "
-                    f"another run ({_difference(earlier or {}, run)}); packing every partition"
+                    f"not reusing the {len(committed)} committed partition(s) in {self.root} "
+                    f"({_size(self.root):,} bytes, removed): they belong to another run "
+                    f"({_difference(earlier or {}, run)}); packing every partition"
                 )
             _remove_files(self.root, _files(self.root))
             self._read.clear()
@@ -251,6 +252,13 @@ def _files(root: Path) -> list[str]:
         if path.is_symlink() or not path.is_dir() or not any(path.iterdir())  # a link is an entry, never followed
     )
     return sorted(str(path.relative_to(root)) for path in found)
+
+
+def _size(root: Path) -> int:
+    """The bytes of the files under ``root`` (a directory, or a prefix in a store)."""
+    if isinstance(root, UrlPath):
+        return sum(object_sizes(str(root)).values())
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
 
 
 def _remove_files(root: Path, names: list[str]) -> None:
