@@ -128,7 +128,7 @@ def export_output(
         export_identity,
         write_record,
     )
-    from packcli.format.manifest import SPLIT_PIECES
+    from packcli.format.sidecars import lists_split_pieces
     from packcli.storage.mirror import local_output
     from packcli.write.publish import Publication
 
@@ -151,7 +151,7 @@ def export_output(
                 split = int(packed.manifest["totals"].get("split_documents", 0))
                 if exporter.view == "rows" and split:
                     warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
-                elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
+                elif split and not any(lists_split_pieces(shard) for shard in packed.manifest["shards"]):
                     warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
                 if fmt in READER_TOKEN_TYPE and packed.vocab_size is None:
                     warn(UNKNOWN_VOCABULARY.format(fmt=fmt, reader=READER_TOKEN_TYPE[fmt]))

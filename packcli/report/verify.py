@@ -43,6 +43,7 @@ from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, 
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.shards import flat_list_column
 from packcli.report.accounting import Observed, check_totals
+from packcli.report.sidecars import sidecar_problems
 from packcli.report.specials import SpecialsRule, misplaced_specials
 from packcli.report.splits import UNRECORDED, WHOLE, Places, SplitPieceCheck
 from packcli.util.arrays import exclusive_cumsum
@@ -153,7 +154,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     for problem in eos_problems(manifest):
         report.add(problem)
     observed = Observed()
-    pieces = SplitPieceCheck(manifest)
+    pieces = SplitPieceCheck(out, manifest)
     seen: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
         try:
@@ -167,6 +168,8 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
         seen.add(path.name)
         shard = ShardUnderCheck(number, entry, expected, observed, pieces)
         _check_shard(path, shard, report, None if consumer is None else lambda *batch, n=number: consumer(n, *batch))
+    for problem in sidecar_problems(out, manifest):
+        report.add(problem)
     for path in sorted(out.iterdir()):
         if path.name.endswith(TEMPORARY_SUFFIX):
             report.add(f"{path.name}: a temporary file left by an interrupted write (not part of the output)")
@@ -337,7 +340,9 @@ class RowChecks:
         self.flag(~same_length, "with position_ids and input_ids of different lengths")
         if not (same_length.all() and not bad_cu.any() and _restart_at(positions, doc_start)):
             self._locate_positions(positions, position_offsets, offsets, same_length, doc_row, doc_start, doc_length)
-        places = self.shard.pieces.observe(self.shard.number, self.first_row, bad_cu, doc_row, doc_length)
+        places = self.shard.pieces.observe(
+            self.shard.number, self.first_row, bad_cu, ids, doc_row, doc_start, doc_length
+        )
         self._check_specials(ids, doc_row, doc_start, doc_length, places)
         if LABELS_COLUMN in batch.schema.names:
             self._check_labels(batch, ids, offsets, doc_row, doc_start)

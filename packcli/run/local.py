@@ -27,7 +27,6 @@ from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, document_tokenizer, use_threads
 from packcli.errors import PackcliError
 from packcli.format.schema import shard_metadata, shard_schema
-from packcli.format.shards import ShardInfo
 from packcli.options import PackOptions
 from packcli.packing.order import shuffle_rows
 from packcli.packing.overflow import Pieces, apply_overflow
@@ -228,7 +227,7 @@ def _build_part(
     # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
     tokenizer_entry = {**job.manifest["tokenizer"], **tokenized.backend}
     manifest = {**job.manifest, "tokenizer": tokenizer_entry, "totals": packed.totals, "part": part}
-    manifest["shards"] = packed.shard_entries()
+    manifest["shards"] = packed.entries
     if job.sources is not None and stream is not None:
         manifest["sources"] = source_entries(
             list(job.sources), stream, tokenized.file_documents, tokenized.lengths, packed.pieces
@@ -239,17 +238,12 @@ def _build_part(
 
 @dataclass(frozen=True)
 class Packed:
-    """What one local run wrote: its manifest totals, its shards, the pieces it packed, and where the pieces of
-    split documents landed (:mod:`packcli.write.splits`)."""
+    """What one local run wrote: its manifest totals, its shards' manifest entries (with their sidecars, where the
+    pieces of split documents landed: :mod:`packcli.write.splits`), and the pieces it packed."""
 
     totals: dict[str, int]
-    shards: list[ShardInfo]
+    entries: list[dict[str, Any]]
     pieces: Pieces
-    split: list[list[list[int]]]
-
-    def shard_entries(self) -> list[dict[str, Any]]:
-        """The manifest's ``shards`` entries of this run."""
-        return shard_entries(self.shards, self.split)
 
 
 def pack_tokens(
@@ -298,4 +292,5 @@ def pack_tokens(
     }
     if supervision is not None:
         totals.update(asdict(supervision))
-    return Packed(totals, shards, pieces, split_pieces(pieces, packing, shards))
+    entries = shard_entries(directory, shards, split_pieces(pieces, packing, shards), tokenized.store, pieces)
+    return Packed(totals, entries, pieces)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
+from packcli.format.sidecars import entry_files
 from packcli.storage.objects import open_object
 from packcli.storage.urls import UrlPath, location
 from packcli.util.files import canonical_json, temporary_beside, write_atomically
@@ -68,10 +69,10 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
         if (local / MANIFEST_NAME).is_file():
             os.utime(local / MANIFEST_NAME)  # most recently used
             return local, in_use
-        for shard in manifest["shards"]:
-            path = shard_path(local, shard["file"])
-            if not (path.is_file() and path.stat().st_size == shard["bytes"]):
-                _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None)
+        for item in (item for shard in manifest["shards"] for item in entry_files(shard)):  # shards and sidecars
+            path = shard_path(local, item["file"])
+            if not (path.is_file() and path.stat().st_size == item["bytes"]):
+                _fetch(shard_path(url, item["file"]), path, item["sha256"] if check else None)
         write_atomically(local / MANIFEST_NAME, canonical_json(manifest), own_name=True)  # the commit, last
     except BaseException:
         in_use.release()

@@ -37,6 +37,7 @@ from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest
+from packcli.format.sidecars import entry_files
 from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
 from packcli.storage.lock import STALE_S, ObjectLock
 from packcli.storage.objects import (
@@ -164,14 +165,14 @@ class RemotePublication:
         ``stored`` says the store holds them), then write the manifest (the commit), then remove the previous
         output's shards."""
         manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
-        for shard in manifest["shards"]:
-            target = f"{self.out}/{self.run}/{shard['file']}"
-            source = (stored or {}).get(shard["file"])
+        for item in (item for shard in manifest["shards"] for item in entry_files(shard)):  # shards and sidecars
+            target = f"{self.out}/{self.run}/{item['file']}"
+            source = (stored or {}).get(item["file"])
             if source is not None:
                 copy_object(str(source), target)
             else:
-                upload_file(str(self.staging / shard["file"]), target)
-            shard["file"] = f"{self.run}/{shard['file']}"
+                upload_file(str(self.staging / item["file"]), target)
+            item["file"] = f"{self.run}/{item['file']}"
         previous = [url for url in find_objects(str(self.out)) if url.startswith(f"{self.out}/{RUN_PREFIX}")]
         write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
         self._committed = True
@@ -276,7 +277,7 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
             "or an empty prefix; choose another --out, or remove it yourself",
             out,
         )
-    listed = {shard["file"] for shard in manifest["shards"]} if manifest else set()
+    listed = {item["file"] for shard in manifest["shards"] for item in entry_files(shard)} if manifest else set()
     debris = [prefix + name for name in names if name.startswith(RUN_PREFIX) and name not in listed]
     if manifest is None:
         return "absent", debris
