@@ -248,6 +248,25 @@ def flipped_middle_byte(data: bytes) -> bytes:
     return data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1 :]
 
 
+def edit_sources(change: Callable[[list[dict]], None]) -> Callable[[Path], None]:  # type: ignore[type-arg]
+    """Edit the first shard's source index (its entries as dicts), its size and sha256 fixed in the manifest."""
+
+    def apply(out: Path) -> None:
+        manifest = json.loads((out / "manifest.json").read_text())
+        sidecar = manifest["shards"][0]["sidecars"]["sources"]
+        table = pa.ipc.open_stream((out / sidecar["file"]).read_bytes()).read_all()
+        entries = table.to_pylist()
+        change(entries)
+        edited = pa.Table.from_pylist(entries, schema=table.schema)
+        with pa.ipc.new_stream(str(out / sidecar["file"]), table.schema) as writer:
+            writer.write_table(edited)
+        data = (out / sidecar["file"]).read_bytes()
+        sidecar.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (out / "manifest.json").write_text(json.dumps(manifest))
+
+    return apply
+
+
 def swap_two_piece_numbers(pieces: list[list[int]]) -> None:
     """Swap the numbers of the first two pieces of the first document with three pieces or more (the lengths of
     both are max_len: only what the pieces hold tells them apart)."""
@@ -310,22 +329,44 @@ SUBTLE_DAMAGE = {
     "split piece malformed": (
         "split",
         damage_sidecar(lambda data: data[: len(data) // 2], fix_checksum=True),
-        "split_pieces of 1 shard(s) cannot be read (first: shard-00000.split_pieces.arrow: unreadable",
+        "split_pieces of 1 shard(s) cannot be read (first: shard-00000.arrow.split_pieces: unreadable",
     ),
     "split_pieces sidecar flipped": (
         "split",
         damage_sidecar(flipped_middle_byte, fix_checksum=False),
-        "shard-00000.split_pieces.arrow: sha256 differs from the manifest",
+        "shard-00000.arrow.split_pieces: sha256 differs from the manifest",
     ),
     "split_pieces sidecar gone": (
         "split",
-        lambda out: (out / "shard-00000.split_pieces.arrow").unlink(),
-        "shard-00000.split_pieces.arrow: missing (a sidecar of shard-00000.arrow)",
+        lambda out: (out / "shard-00000.arrow.split_pieces").unlink(),
+        "shard-00000.arrow.split_pieces: missing (a sidecar of shard-00000.arrow)",
     ),
     "split_pieces sidecar unlisted": (
         "split",
-        edit_manifest(lambda m: m["shards"][0].pop("sidecars")),
-        "shard-00000.split_pieces.arrow: sidecar file not listed in the manifest",
+        edit_manifest(lambda m: m["shards"][0]["sidecars"].pop("split_pieces")),
+        "shard-00000.arrow.split_pieces: sidecar file not listed in the manifest",
+    ),
+    "source entry removed": (
+        "split",
+        edit_sources(lambda entries: entries.pop()),
+        "entries, the shard holds ",
+    ),
+    "source piece beyond its pieces": (
+        "split",
+        edit_sources(lambda entries: entries[0].update(piece=entries[0]["pieces"])),
+        "sources of shard-00000.arrow: 1 entries not piece k of n (k < n) of a record numbered from 1 (first: entry 0",
+    ),
+    "split piece a whole document in the sources": (
+        "split",
+        edit_sources(lambda entries: next(e for e in entries if e["pieces"] > 1).update(piece=0, pieces=1)),
+        "pieces of split documents, its split_pieces list ",
+    ),
+    "sources sidecar flipped": (
+        "split",
+        lambda out: (out / "shard-00000.arrow.sources").write_bytes(
+            flipped_middle_byte((out / "shard-00000.arrow.sources").read_bytes())
+        ),
+        "shard-00000.arrow.sources: sha256 differs from the manifest",
     ),
     "two split pieces' numbers swapped": (
         "split",
@@ -351,7 +392,7 @@ SUBTLE_DAMAGE = {
     ),
     "split_pieces deleted": (
         "split",
-        edit_manifest(lambda m: [shard.pop("sidecars", None) for shard in m["shards"]]),
+        edit_manifest(lambda m: [shard.get("sidecars", {}).pop("split_pieces", None) for shard in m["shards"]]),
         "manifest: split_pieces: none listed, yet totals.split_documents is ",
     ),
 }

@@ -84,6 +84,7 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
     tokenized.store.close()
     np.save(temporary / "lengths.npy", tokenized.lengths)
     np.save(temporary / "file_documents.npy", tokenized.file_documents)
+    np.save(temporary / "records.npy", tokenized.records)
     (temporary / _BACKEND).write_text(json.dumps(tokenized.backend, sort_keys=True))
     (temporary / _COMPLETE).write_text(json.dumps(asdict(tokenized.counts), sort_keys=True))
     entry = cache_root() / key
@@ -125,14 +126,15 @@ def discard(key: str) -> None:
 
 def _open(entry: Path) -> Tokenized | None:
     """Open a complete entry and mark it used now (eviction goes by last use)."""
-    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", _BACKEND)):
+    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", "records.npy", _BACKEND)):
         return None  # incomplete, or written by a packcli that did not count documents per file or name its backend
     store = TokenStore.reopen(entry / "tokens")
     with suppress(OSError):  # a read-only cache still serves; its entries just age by creation
         os.utime(entry)
     counts = ReadCounts(**json.loads((entry / _COMPLETE).read_text()))
     backend = json.loads((entry / _BACKEND).read_text())
-    return Tokenized(store, np.load(entry / "lengths.npy"), counts, np.load(entry / "file_documents.npy"), backend)
+    lengths, records = np.load(entry / "lengths.npy"), np.load(entry / "records.npy")
+    return Tokenized(store, lengths, counts, np.load(entry / "file_documents.npy"), records, backend)
 
 
 @contextmanager

@@ -3,7 +3,7 @@
 
 A shard entry names its sidecars under ``sidecars``, each with its size and sha256 like the shard itself::
 
-    {"file": "shard-00003.arrow", ..., "sidecars": {"split_pieces": {"file": "shard-00003.split_pieces.arrow",
+    {"file": "shard-00003.arrow", ..., "sidecars": {"split_pieces": {"file": "shard-00003.arrow.split_pieces",
                                                                      "bytes": 1234, "sha256": "..."}}}
 
 Each sidecar is an Arrow IPC stream (uncompressed) of integer columns, one row per entry. ``split_pieces``: one row
@@ -18,6 +18,7 @@ Outputs packed before sidecars existed list the pieces inline, ``split_pieces: [
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -35,25 +36,35 @@ __all__ = [
     "PIECE_COLUMNS",
     "SIDECARS",
     "SIDECAR_FILE",
+    "SOURCES",
+    "SOURCES_INPUTS",
+    "SOURCE_COLUMNS",
+    "Sources",
     "SplitPieces",
     "entry_files",
     "integer_array",
     "lists_split_pieces",
     "piece_digest",
+    "read_sources",
     "read_split_pieces",
     "sidecar_name",
     "write_sidecar",
 ]
 
 SIDECARS = "sidecars"  # a shard entry's key: {kind: {"file", "bytes", "sha256"}}
-SIDECAR_FILE = re.compile(r"(part-\d+-)?shard-\d+\.[a-z_]+\.arrow")  # the names packcli gives sidecars
+# the names packcli gives sidecars: never ``*.arrow``, so a glob for an output's shards never takes one
+SIDECAR_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow\.(split_pieces|sources)")
 PIECE_COLUMNS = {"row": pa.int32(), "index": pa.int32(), "document": pa.int64(), "piece": pa.int32()}
 DIGEST_COLUMN = "digest"
+SOURCES = "sources"  # the per-document source index (packcli.write.sources)
+SOURCE_COLUMNS = {"input": pa.int32(), "record": pa.int64(), "piece": pa.int32(), "pieces": pa.int32()}
+SOURCES_INPUTS = "packcli.inputs"  # the sources sidecar's metadata key: its table of input names (JSON list)
 
 
 def sidecar_name(shard_file: str, kind: str) -> str:
-    """``shard-00003.arrow`` -> ``shard-00003.split_pieces.arrow``: a sidecar is named after its shard and kind."""
-    return f"{shard_file.removesuffix('.arrow')}.{kind}.arrow"
+    """``shard-00003.arrow`` -> ``shard-00003.arrow.split_pieces``: a sidecar is named after its shard and kind, and
+    not ``*.arrow`` (``datasets.load_dataset("arrow", data_files="packed/*.arrow")`` takes the shards alone)."""
+    return f"{shard_file}.{kind}"
 
 
 def piece_digest(document: int, piece: int, tokens: np.ndarray) -> int:
@@ -138,6 +149,48 @@ def read_split_pieces(directory: Path, entry: dict[str, Any]) -> SplitPieces | N
     if (entries < 0).any():
         raise PackcliError("split_pieces sidecar holds a negative row, index, document or piece", path)
     return SplitPieces(entries, columns[4])
+
+
+@dataclass(frozen=True)
+class Sources:
+    """One shard's source index, one entry per document (``cu_seqlens`` segment) in row then segment order: the
+    input's name (``inputs[input[k]]``), its record (line or row, 1-based) and piece ``piece[k]`` of ``pieces[k]``."""
+
+    inputs: list[str]
+    input: np.ndarray  # int64
+    record: np.ndarray  # int64
+    piece: np.ndarray  # int64
+    pieces: np.ndarray  # int64
+
+    def describe(self, k: int) -> str:
+        """Document ``k``'s source in words: ``manpages.jsonl:638`` or ``manpages.jsonl:638, piece 2 of 9``."""
+        where = f"{self.inputs[int(self.input[k])]}:{int(self.record[k])}"
+        return where if self.pieces[k] == 1 else f"{where}, piece {int(self.piece[k]) + 1} of {int(self.pieces[k])}"
+
+
+def read_sources(directory: Path, entry: dict[str, Any]) -> Sources | None:
+    """A shard's source index (where each of its documents came from), or None when the shard has none (packed
+    before sources were kept). For readers that ask (``show``, ``export``, a training loop): only they pay for it.
+
+    Raises:
+        PackcliError: the sidecar is missing or unreadable, lacks a column or its table of input names, or names
+            an input outside that table (naming the file).
+    """
+    sidecar = (entry.get(SIDECARS) or {}).get(SOURCES)
+    if not isinstance(sidecar, dict):
+        return None
+    path = shard_path(directory, sidecar.get("file"))
+    try:
+        table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+        inputs = json.loads((table.schema.metadata or {})[SOURCES_INPUTS.encode()])
+        columns = [table.column(name).to_numpy().astype(np.int64) for name in SOURCE_COLUMNS]
+    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PackcliError(f"unreadable sources sidecar ({reason}): run packcli verify, or repack", path) from None
+    sources = Sources([str(name) for name in inputs], *columns)
+    if len(sources.input) and (sources.input.min() < 0 or sources.input.max() >= len(inputs)):
+        raise PackcliError(f"sources sidecar names an input outside its {len(inputs)} input name(s)", path)
+    return sources
 
 
 def _four_counts(value: object) -> bool:

@@ -43,7 +43,7 @@ from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, 
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.shards import flat_list_column
 from packcli.report.accounting import Observed, check_totals
-from packcli.report.sidecars import sidecar_problems
+from packcli.report.sidecars import sidecar_problems, source_problems
 from packcli.report.specials import SpecialsRule, misplaced_specials
 from packcli.report.splits import UNRECORDED, WHOLE, Places, SplitPieceCheck
 from packcli.util.arrays import exclusive_cumsum
@@ -168,7 +168,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
         seen.add(path.name)
         shard = ShardUnderCheck(number, entry, expected, observed, pieces)
         _check_shard(path, shard, report, None if consumer is None else lambda *batch, n=number: consumer(n, *batch))
-    for problem in sidecar_problems(out, manifest):
+    for problem in [*sidecar_problems(out, manifest), *source_problems(out, manifest)]:
         report.add(problem)
     for path in sorted(out.iterdir()):
         if path.name.endswith(TEMPORARY_SUFFIX):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from packcli.run.sources import Source, mixed_stream, source_entries
 from packcli.strategies import empty_packing, run_strategy
 from packcli.util.arrays import exclusive_cumsum
 from packcli.util.progress import Reporter, SilentReporter
+from packcli.write.provenance import write_sources
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.splits import shard_entries, split_pieces
 
@@ -89,6 +90,12 @@ class Job:
     sources: tuple[Source, ...] | None = None  # a mixed run: its sources (one job reads the whole corpus)
     cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
     chat_template: str | None = None  # the --chat-template file's text as the driver read it: no worker opens its path
+    input_names: dict[str, str] = field(default_factory=dict)  # input path -> the name the manifest gives it
+
+    def names(self) -> list[str]:
+        """The name of each of the job's inputs (``<stdin>`` for standard input's spool), for its source index."""
+        paths = [str(item.path if isinstance(item, InputSlice) else item) for item in self.inputs]
+        return [self.input_names.get(path, path) for path in paths]
 
 
 @dataclass(frozen=True)
@@ -218,7 +225,7 @@ def _build_part(
         if job.sources is not None and len(tokenized.lengths):
             stream = mixed_stream(list(job.sources), tokenized.file_documents, tokenized.lengths, options)
         drawn = None if stream is None else stream.documents
-        packed = pack_tokens(tokenized, options, tokenizer, encoder, built, reporter, drawn, job.prefix)
+        packed = pack_tokens(tokenized, options, tokenizer, encoder, built, reporter, drawn, job.prefix, job.names())
     finally:
         if cached is None:
             tokenized.store.remove()
@@ -255,11 +262,12 @@ def pack_tokens(
     reporter: Reporter,
     drawn: np.ndarray | None = None,
     prefix: str = "shard",
+    names: Sequence[str] = (),
 ) -> Packed:
     """Overflow -> pack -> shuffle rows -> write: one local run on a tokenized corpus, its shards written into
     ``directory`` and named ``{prefix}-NNNNN.arrow``. A single-process run calls it on the whole corpus (``drawn``:
-    the documents a mixed run drew, in order), a partition on its slices (with the partition's seed). No
-    documents, no shards."""
+    the documents a mixed run drew, in order), a partition on its slices (with the partition's seed). ``names``:
+    each input file's name, for the shards' source index. No documents, no shards."""
     lengths, starts = tokenized.lengths, None
     if drawn is not None:
         lengths, starts = lengths[drawn], exclusive_cumsum(lengths)[drawn]
@@ -293,4 +301,5 @@ def pack_tokens(
     if supervision is not None:
         totals.update(asdict(supervision))
     entries = shard_entries(directory, shards, split_pieces(pieces, packing, shards), tokenized.store, pieces)
+    write_sources(directory, entries, tokenized, names, pieces, packing, drawn)
     return Packed(totals, entries, pieces)

@@ -35,14 +35,18 @@ _COPY_BLOCK = 8 << 20
 IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by whoever removes the copy
 
 
-def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> Path:
+def cached_output(
+    url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True, sidecars: bool = False
+) -> Path:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks; nothing holds it after."""
-    local, in_use = held_copy(url, cache_dir, limit_bytes, check)
+    local, in_use = held_copy(url, cache_dir, limit_bytes, check, sidecars)
     in_use.release()
     return local
 
 
-def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> tuple[Path, FileLock]:
+def held_copy(
+    url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True, sidecars: bool = False
+) -> tuple[Path, FileLock]:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks, and the shared lock that
     keeps it in the cache until released.
 
@@ -51,6 +55,7 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
         cache_dir: where copies are kept (created if absent).
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
         check: refuse a shard whose sha256 differs from the manifest's (``verify`` reports it instead).
+        sidecars: fetch the shards' sidecars too (``verify``, ``show``, ``export``; the loader reads none).
 
     Raises:
         PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
@@ -69,7 +74,7 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
         if (local / MANIFEST_NAME).is_file():
             os.utime(local / MANIFEST_NAME)  # most recently used
             return local, in_use
-        for item in (item for shard in manifest["shards"] for item in entry_files(shard)):  # shards and sidecars
+        for item in (item for shard in manifest["shards"] for item in entry_files(shard)[: None if sidecars else 1]):
             path = shard_path(local, item["file"])
             if not (path.is_file() and path.stat().st_size == item["bytes"]):
                 _fetch(shard_path(url, item["file"]), path, item["sha256"] if check else None)
@@ -164,7 +169,7 @@ def local_output(path: Path, check: bool = True) -> Iterator[Path]:
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="packcli-remote-") as directory:
-        yield cached_output(path, Path(directory), check=check)
+        yield cached_output(path, Path(directory), check=check, sidecars=True)
 
 
 def readable_output(
