@@ -90,7 +90,7 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
     entry = cache_root() / key
     with _cache_lock(shared=False, create=True):
         claim = _claims.pop(temporary)
-        if (entry / _COMPLETE).is_file():
+        if _complete(entry):
             _remove(temporary)
         else:
             _remove(entry)
@@ -106,7 +106,7 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
 
 def load(key: str) -> Tokenized | None:
     """The cached tokenization for ``key``, or None (also when the cache cannot be read)."""
-    if not (cache_root() / key / _COMPLETE).is_file():
+    if not _complete(cache_root() / key):
         return None
     try:
         with _cache_lock(shared=True, create=False):
@@ -124,10 +124,16 @@ def discard(key: str) -> None:
         pass
 
 
+def _complete(entry: Path) -> bool:
+    """Whether an entry is complete and of this packcli: not one written by a packcli that did not count documents
+    per file, name its backend or number each document's record (replaced when saved again)."""
+    return all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", "records.npy", _BACKEND))
+
+
 def _open(entry: Path) -> Tokenized | None:
     """Open a complete entry and mark it used now (eviction goes by last use)."""
-    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", "records.npy", _BACKEND)):
-        return None  # incomplete, or written by a packcli that did not count documents per file or name its backend
+    if not _complete(entry):
+        return None
     store = TokenStore.reopen(entry / "tokens")
     with suppress(OSError):  # a read-only cache still serves; its entries just age by creation
         os.utime(entry)
