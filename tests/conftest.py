@@ -102,6 +102,15 @@ def listed_split_pieces(out: Path, shard: dict[str, Any]) -> list[list[int]]:
     return [list(entry) for entry in zip(*(table.column(name).to_pylist() for name in ("row", "index", "document", "piece")))]  # fmt: skip
 
 
+def listed_files(manifest: dict[str, Any]) -> list[str]:
+    """Every file a manifest lists: each shard's, then its sidecars' (docs/format.md), as the manifest names them."""
+    return [
+        name
+        for shard in manifest["shards"]
+        for name in [shard["file"], *(sidecar["file"] for sidecar in shard.get("sidecars", {}).values())]
+    ]
+
+
 def rewrite_split_pieces(out: Path, shard: dict[str, Any], entries: list[list[int]], digests: list[int]) -> None:
     """Rewrite a shard's ``split_pieces`` sidecar with ``entries`` (``[row, index, document, piece]``) and
     ``digests``, its size and sha256 fixed in ``shard`` (the manifest entry, written back by the caller): an edit

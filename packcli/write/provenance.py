@@ -22,6 +22,7 @@ from packcli.encode.corpus import Tokenized
 from packcli.format.sidecars import SIDECARS, SOURCE_COLUMNS, SOURCES, SOURCES_INPUTS, integer_array, write_sidecar
 from packcli.packing.overflow import Pieces
 from packcli.strategies import Packing
+from packcli.write.splits import piece_places
 
 __all__ = ["write_sources"]
 
@@ -46,10 +47,7 @@ def write_sources(
     table = sorted(set(names))
     position = {name: k for k, name in enumerate(table)}
     name_of_file = np.array([position[name] for name in names], dtype=np.int64)
-    first = np.concatenate(([True], pieces.document[1:] != pieces.document[:-1]))  # a document's pieces are adjacent
-    start_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
-    count = np.bincount(np.cumsum(first) - 1)[np.cumsum(first) - 1] if len(first) else first.astype(np.int64)
-    columns = (name_of_file[files[document]], tokenized.records[document], np.arange(len(first)) - start_of, count)
+    columns = (name_of_file[files[document]], tokenized.records[document], *piece_places(pieces))
     order = np.asarray(packing.order, dtype=np.int64)
     row_ends = np.cumsum([entry["rows"] for entry in entries], dtype=np.int64)
     bounds = np.asarray(packing.offsets, dtype=np.int64)[np.concatenate(([0], row_ends))]

@@ -26,9 +26,20 @@ from packcli.format.sidecars import DIGEST_COLUMN, PIECE_COLUMNS, SIDECARS, inte
 from packcli.packing.overflow import Pieces
 from packcli.strategies import Packing
 
-__all__ = ["piece_digests", "shard_entries", "split_pieces"]
+__all__ = ["piece_digests", "piece_places", "shard_entries", "split_pieces"]
 
 DIGEST_BATCH_TOKENS = 1 << 22  # tokens gathered from the store at once while digesting pieces
+
+
+def piece_places(pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
+    """Each piece's number in its document (from 0) and its document's number of pieces, int64, in input order
+    (a document's pieces are adjacent there). Example: documents [4, 4, 7] -> numbers [0, 1, 0], counts [2, 2, 1]."""
+    if not len(pieces.document):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    first = np.concatenate(([True], pieces.document[1:] != pieces.document[:-1]))
+    start_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
+    group = np.cumsum(first) - 1
+    return np.arange(len(first)) - start_of, np.bincount(group)[group]
 
 
 def split_pieces(pieces: Pieces, packing: Packing, shards: list[ShardInfo]) -> list[np.ndarray]:
@@ -37,9 +48,7 @@ def split_pieces(pieces: Pieces, packing: Packing, shards: list[ShardInfo]) -> l
     entries = [np.zeros((0, 5), dtype=np.int64) for _ in shards]
     if not len(pieces.document) or not shards:
         return entries
-    first = np.concatenate(([True], pieces.document[1:] != pieces.document[:-1]))  # a document's pieces are adjacent
-    start_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
-    count = np.bincount(np.cumsum(first) - 1)[np.cumsum(first) - 1]
+    number, count = piece_places(pieces)
     split = np.nonzero(count > 1)[0]
     if not len(split):
         return entries
@@ -52,7 +61,7 @@ def split_pieces(pieces: Pieces, packing: Packing, shards: list[ShardInfo]) -> l
     shard_ends = np.cumsum(rows)
     shard = np.searchsorted(shard_ends, row, side="right")
     row_in_shard = row - (shard_ends[shard] - rows[shard])
-    table = np.stack([row_in_shard, index, pieces.document[split], split - start_of[split], split], axis=1)
+    table = np.stack([row_in_shard, index, pieces.document[split], number[split], split], axis=1)
     order = np.lexsort((index, row))
     table, shard = table[order], shard[order]
     bounds = np.searchsorted(shard, np.arange(len(shards) + 1))
