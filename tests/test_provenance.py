@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +155,20 @@ def test_show_source_names_a_record_that_went_nowhere(
     result = runner.invoke(app, ["show", str(outputs["plain"]), "--source", spec])
     assert result.exit_code == code
     assert phrase in result.stderr, result.stderr
+
+
+def test_standard_input_is_named_as_the_manifest_names_it(corpus: list[Path], tmp_path: Path) -> None:
+    """Records piped in are ``<stdin>`` in the source index (never the temporary file they are spooled to), and
+    ``show --source '<stdin>:LINE'`` finds them."""
+    out = tmp_path / "out"
+    piped = subprocess.run(
+        [sys.executable, "-m", "packcli", "pack", "-", "--max-len", "24", "--skip-bad-records", "--out", str(out)],
+        input=corpus[0].read_bytes(),
+        capture_output=True,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert {Path(source["input"]).name for _, source in documents_with_sources(out)} == {"<stdin>"}
+    found = runner.invoke(app, ["show", str(out), "--source", "<stdin>:3", "--json"])
+    assert found.exit_code == 0, found.output
+    assert {place["source"]["text"].split(",")[0] for place in json.loads(found.stdout)} == {"<stdin>:3"}
