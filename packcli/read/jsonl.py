@@ -105,9 +105,10 @@ def _read_jsonl(
 ) -> Iterator[FieldBatch]:
     fast = convert is None and all(field.kind == "string" for field in fields)
     parse = _parse_options(fields)
-    if span is not None and span[0] > 0:
-        reject = _shifted(reject, path, span[0])
-    lines_before = _count_lines(path, span[0]) if span is not None and span[0] > 0 else 0  # the span's records
+    # a span that starts inside the file numbers its lines (its records', its errors') after the lines before it
+    lines_before = _count_lines(path, span[0]) if span is not None and span[0] > 0 else 0
+    if lines_before:
+        reject = _shifted(reject, lines_before)
     for piece, first_line, position in _pieces(path, span):
         parsed = _parse_fast(piece, fields, parse) if fast else None
         if parsed is None:
@@ -118,14 +119,11 @@ def _read_jsonl(
             yield FieldBatch(columns, position, numbers + lines_before)
 
 
-def _shifted(reject: Reject, path: Path, start: int) -> Reject:
-    """``reject`` for lines numbered from byte ``start``: it adds the lines before it, counted at the first error."""
-    before: list[int] = []
+def _shifted(reject: Reject, lines_before: int) -> Reject:
+    """``reject`` for lines numbered from a span's start: it adds the lines before it."""
 
     def shifted(exc: BadRecordError) -> None:
-        if not before:
-            before.append(_count_lines(path, start))
-        exc.line = (exc.line or 0) + before[0]
+        exc.line = (exc.line or 0) + lines_before
         reject(exc)
 
     return shifted
