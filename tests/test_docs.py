@@ -44,7 +44,11 @@ TEST_NAMES = {
     for name in re.findall(r"^def (test_\w+)", path.read_text("utf-8"), re.M)
 }
 # the shards' schema metadata keys read like module names: ``packcli.eos_id``
-METADATA_KEYS = set(re.findall(r'"(packcli\.\w+)"', (REPO / "packcli" / "format" / "schema.py").read_text("utf-8")))
+METADATA_KEYS = {  # the schema metadata keys of shards and sidecars, which docs name as `packcli.KEY`
+    key
+    for module in ("schema.py", "sidecars.py")
+    for key in re.findall(r'"(packcli\.\w+)"', (REPO / "packcli" / "format" / module).read_text("utf-8"))
+}
 
 
 def anchors(markdown: str) -> set[str]:

@@ -220,7 +220,9 @@ def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
     assert [manifest["tokenizer"].pop("backend") for manifest in manifests] == ["hf", "fastokens"]  # workers ran it
     assert [manifest["tokenizer"].pop("backend_version") for manifest in manifests][1] == version("fastokens")
     assert ones == references and manifests[0] == manifests[1] and not list((tmp_path / "scratch").iterdir())
-    assert sorted(files_of(reference)) == ["manifest.json", *(f"part-0000{k}-shard-00000.arrow" for k in range(4))]
+    shards = [f"part-0000{k}-shard-00000.arrow" for k in range(4)]
+    assert sorted(name for name in files_of(reference) if ".arrow." not in name) == ["manifest.json", *shards]
+    assert {f"{shard}.sources" for shard in shards} <= set(files_of(reference))  # each shard's source index
     report = verify_output(reference)
     assert report.ok, report.problems
     single = pack_corpus([str(plain)], PackOptions(max_len=512), tmp_path / "single").manifest["totals"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import error_line, sample_lines
+from conftest import error_line, listed_files, sample_lines
 from s3_server import S3Server, object_keys
 from typer.testing import CliRunner
 
@@ -60,7 +60,7 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
     names = object_keys(fs, out)
     run = names[-1].split("/")[0]
     assert run.startswith("packcli-run-") and names == sorted(
-        ["manifest.json", *(f"{run}/{shard['file']}" for shard in mine["shards"])]
+        ["manifest.json", *(f"{run}/{name}" for name in listed_files(mine))]  # shards and sidecars
     )
     assert [shard["file"] for shard in theirs["shards"]] == [f"{run}/{shard['file']}" for shard in mine["shards"]]
     for shard in mine["shards"]:
@@ -79,6 +79,10 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
         remote_figures, local_figures = json.loads(there.stdout), json.loads(here.stdout)
         if "shard" in local_figures:  # show names the row's shard: under the run prefix in the store
             assert remote_figures.pop("shard") == f"{run}/{local_figures.pop('shard')}"
+            for figures, name in ((remote_figures, source), (local_figures, str(corpus))):
+                for document in figures["documents"]:  # each from its input as the run named it: URL, path
+                    assert document["source"].pop("input") == name
+                    assert document["source"].pop("text").startswith(f"{name}:")
         assert remote_figures == local_figures
     for source, directory in ((out, "from-store"), (str(tmp_path / "local"), "from-disk")):
         exported = runner.invoke(app, ["export", source, "--to", "megatron", "--out", str(tmp_path / directory)])
@@ -361,7 +365,7 @@ def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(
     rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out)
     assert rerun.exit_code == 0, rerun.stderr
     manifest = read_manifest(location(out))
-    assert object_keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
+    assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])
     assert not list(scratch.iterdir()), "the dead run's staged shards outlived the rerun"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import error_line, sample_lines
+from conftest import error_line, listed_files, sample_lines
 from s3_server import S3Server, object_keys
 from test_processes import command_line, descendants, small_files
 from test_storage_outputs import wait_until_stale
@@ -76,9 +76,7 @@ def assert_same_shards(fs: Any, out: str, reference: Path) -> dict[str, Any]:
     differ = ("shards", "inputs", "fingerprint", "partitions")
     assert theirs["partitions"]["count"] == mine["partitions"]["count"]
     assert {**theirs, **{key: mine[key] for key in differ}} == mine
-    assert object_keys(fs, out) == sorted(
-        ["manifest.json", *(shard["file"] for shard in theirs["shards"])]
-    )  # parts gone
+    assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(theirs)])  # parts gone
     return dict(theirs)
 
 

@@ -120,6 +120,7 @@ def pack_corpus(
                     _sources(setup),
                     setup.cache_key(),
                     setup.template_source(),
+                    _input_names(setup),
                 )
                 task = partial(
                     run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers
@@ -129,8 +130,10 @@ def pack_corpus(
                 progress = _Progress(plan, reporter, warn)
                 progress.start(reused, area)
                 template = setup.template_source()
+                names = _input_names(setup)
                 jobs = [
-                    _partition_job(plan, k, options, area.root, facts, part_manifest, template) for k in range(count)
+                    _partition_job(plan, k, options, area.root, facts, part_manifest, template, names)
+                    for k in range(count)
                 ]
                 jobs = [job for job in jobs if job.partition not in reused]
                 if jobs:
@@ -219,10 +222,27 @@ def _partition_job(
     facts: dict[str, Any],
     manifest: dict[str, Any],
     template: str | None,
+    names: dict[str, str],
 ) -> Job:
-    """Partition ``k``'s job: its slices, its own seed, its shard names, the chat template's text."""
+    """Partition ``k``'s job: its slices, its own seed, its shard names, the chat template's text, the inputs'
+    names."""
     partition_options = replace(options, seed=partition_seed(options.seed, k))
-    return Job(k, plan.partitions[k], partition_options, parts, facts, manifest, part_prefix(k), chat_template=template)
+    return Job(
+        k,
+        plan.partitions[k],
+        partition_options,
+        parts,
+        facts,
+        manifest,
+        part_prefix(k),
+        chat_template=template,
+        input_names=names,
+    )
+
+
+def _input_names(setup: Setup) -> dict[str, str]:
+    """Each input's path and the name the manifest gives it (``<stdin>`` for the spool of standard input)."""
+    return {str(item.path): item.name for item in setup.inputs}
 
 
 def _engine(options: PackOptions) -> Engine:

@@ -31,6 +31,7 @@ from typing import Any
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
 from packcli.storage.objects import find_objects, object_sizes, remove_objects, upload_file, write_object
@@ -94,8 +95,8 @@ class PartsArea:
         atomically. The part is done once its manifest exists."""
         part = self.part(partition)
         if self.remote:
-            for shard in manifest["shards"]:
-                upload_file(str(self.build_path(partition) / shard["file"]), f"{part}/{shard['file']}")
+            for item in _listed_files(manifest):
+                upload_file(str(self.build_path(partition) / item["file"]), f"{part}/{item['file']}")
             write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         else:
             write_manifest(part, manifest)
@@ -178,11 +179,11 @@ class PartsArea:
         if not self.remote:  # on a disk, the whole check: a manifest edited to other totals is not reused
             report = verify_output(self.part(partition))
             return None if report.ok else f"it fails verify ({report.problems[0]})"
-        for shard in manifest["shards"]:
-            path = self.part(partition) / str(shard["file"])
-            if not path.is_file() or path.stat().st_size != shard["bytes"]:
-                return f"{path.name} is missing or not {shard['bytes']} bytes as listed"
-            if file_sha256(path) != shard["sha256"]:
+        for item in _listed_files(manifest):
+            path = self.part(partition) / str(item["file"])
+            if not path.is_file() or path.stat().st_size != item["bytes"]:
+                return f"{path.name} is missing or not {item['bytes']} bytes as listed"
+            if file_sha256(path) != item["sha256"]:
                 return f"{path.name} does not have the sha256 listed"
         return None
 
@@ -191,7 +192,7 @@ class PartsArea:
         listed = {RUN_RECORD}
         for partition in committed:
             manifest = self.read(partition) or {"shards": []}
-            names = [MANIFEST_NAME, *(str(shard["file"]) for shard in manifest["shards"])]
+            names = [MANIFEST_NAME, *(str(item["file"]) for item in _listed_files(manifest))]
             listed.update(f"{part_name(partition)}/{name}" for name in names)
         stray = [name for name in _files(self.root) if name not in listed]
         if stray:
@@ -204,9 +205,9 @@ class PartsArea:
         there is no move, returns where each shard lies, for the commit to copy (and :meth:`discard` to remove
         after it)."""
         placed = {
-            str(shard["file"]): self.part(int(manifest["part"]["partition"])) / str(shard["file"])
+            str(item["file"]): self.part(int(manifest["part"]["partition"])) / str(item["file"])
             for manifest in manifests
-            for shard in manifest["shards"]
+            for item in _listed_files(manifest)
         }
         if self.remote:
             return placed
@@ -227,8 +228,8 @@ class PartsArea:
         """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
         for partition in range(partitions):
             manifest = self.read(partition)
-            for shard in manifest["shards"] if manifest is not None else []:
-                name = str(shard["file"])
+            for item in _listed_files(manifest) if manifest is not None else []:
+                name = str(item["file"])
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
                     os.replace(moved, home)
@@ -237,6 +238,11 @@ class PartsArea:
         """Remove a store's parts area (once the output that copied its shards is committed)."""
         if self.remote:
             _remove_files(self.root, _files(self.root))
+
+
+def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every file a part's manifest lists: its shards and their sidecars."""
+    return [item for shard in manifest["shards"] for item in entry_files(shard)]
 
 
 def _files(root: Path) -> list[str]:

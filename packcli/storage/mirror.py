@@ -31,6 +31,7 @@ from typing import Any
 
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
+from packcli.format.sidecars import entry_files
 from packcli.storage.objects import is_file, open_object
 from packcli.storage.urls import UrlPath, location
 from packcli.util.files import canonical_json, file_sha256, temporary_beside, write_atomically
@@ -43,14 +44,18 @@ IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by w
 INTACT = ".intact.json"  # in a copy: per shard file, the [size, mtime_ns, sha256] it had when last found intact
 
 
-def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> Path:
+def cached_output(
+    url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True, sidecars: bool = False
+) -> Path:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks; nothing holds it after."""
-    local, in_use = held_copy(url, cache_dir, limit_bytes, check)
+    local, in_use = held_copy(url, cache_dir, limit_bytes, check, sidecars)
     in_use.release()
     return local
 
 
-def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True) -> tuple[Path, FileLock]:
+def held_copy(
+    url: Path, cache_dir: Path, limit_bytes: int | None = None, check: bool = True, sidecars: bool = False
+) -> tuple[Path, FileLock]:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks, and the shared lock that
     keeps it in the cache until released.
 
@@ -60,6 +65,7 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
         check: hold the copy to the manifest's sha256 (refusing a shard damaged in the store); unchecked, copy the
             objects as the store holds them and leave a missing one out (``verify`` reports both instead).
+        sidecars: fetch the shards' sidecars too (``verify``, ``show``, ``export``; the loader reads none).
 
     Raises:
         PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
@@ -75,7 +81,7 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
     try:
         if limit_bytes is not None:
             _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
-        _fill(url, local, manifest, check)
+        _fill(url, local, manifest, check, sidecars)
         os.utime(local / MANIFEST_NAME)  # most recently used
     except BaseException:
         in_use.release()
@@ -83,25 +89,28 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None, check:
     return local, in_use
 
 
-def _fill(url: Path, local: Path, manifest: dict[str, Any], check: bool) -> None:
-    """Bring the copy ``local`` to ``manifest``: fetch each shard it lacks or holds otherwise than listed, say so
-    where the copy held another, remove the shards only its earlier manifest listed, then write the manifest."""
+def _fill(url: Path, local: Path, manifest: dict[str, Any], check: bool, sidecars: bool) -> None:
+    """Bring the copy ``local`` to ``manifest``: fetch each shard (and with ``sidecars``, each sidecar) it lacks or
+    holds otherwise than listed, say so where the copy held another, remove the files only its earlier manifest
+    listed, then write the manifest."""
     earlier = _read_json(local / MANIFEST_NAME)
     intact = (_read_json(local / INTACT) if check else None) or {}
     found: dict[str, list[Any]] = {}
     refetched = 0
     for shard in manifest["shards"]:
-        name, path = str(shard["file"]), shard_path(local, shard["file"])
-        state = _state(path)
-        if state is not None and state[0] == shard["bytes"]:
-            if not check or intact.get(name) == [*state, shard["sha256"]]:
-                continue  # unchecked, or as it was when last found intact
-            if file_sha256(path) == shard["sha256"]:
-                found[name] = [*state, shard["sha256"]]
-                continue
-        refetched += state is not None or earlier is not None  # a complete copy lacked it, or held another
-        if _fetch(shard_path(url, shard["file"]), path, shard["sha256"] if check else None) and check:
-            found[name] = [*_state_of(path), shard["sha256"]]
+        for item in entry_files(shard)[: None if sidecars else 1]:
+            name, path = str(item["file"]), shard_path(local, item["file"])
+            state = _state(path)
+            if state is not None and state[0] == item["bytes"]:
+                if not check or intact.get(name) == [*state, item["sha256"]]:
+                    continue  # unchecked, or as it was when last found intact
+                if file_sha256(path) == item["sha256"]:
+                    found[name] = [*state, item["sha256"]]
+                    continue
+            # a complete copy lacked the shard (a sidecar: the copy was made without them), or held another
+            refetched += state is not None or (earlier is not None and item is shard)
+            if _fetch(shard_path(url, item["file"]), path, item["sha256"] if check else None) and check:
+                found[name] = [*_state_of(path), item["sha256"]]
     text = canonical_json(manifest)
     rewritten = earlier is not None and earlier != json.loads(text)
     if refetched or rewritten:
@@ -127,7 +136,12 @@ def _names(manifest: dict[str, Any]) -> set[str]:
     shards = manifest.get("shards")
     if not isinstance(shards, list):
         return set()
-    return {str(shard["file"]) for shard in shards if isinstance(shard, dict) and "file" in shard}
+    return {
+        str(item["file"])
+        for shard in shards
+        if isinstance(shard, dict) and "file" in shard
+        for item in entry_files(shard)
+    }
 
 
 def _state(path: Path) -> tuple[int, int] | None:
@@ -249,7 +263,7 @@ def local_output(path: Path, check: bool = True) -> Iterator[Path]:
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="packcli-remote-") as directory:
-        local = cached_output(path, Path(directory), check=check)
+        local = cached_output(path, Path(directory), check=check, sidecars=True)
         try:
             yield local
         except PackcliError as exc:  # named by the URL, never by the temporary copy

@@ -49,6 +49,7 @@ from typing import Literal
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
+from packcli.format.sidecars import SIDECAR_FILE, entry_files
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 
@@ -72,7 +73,10 @@ __all__ = [
 ]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
-OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
+OWN_FILE = re.compile(
+    rf"(manifest\.json|tokens|{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}"
+    rf"|{SIDECAR_FILE.pattern}"
+)
 # What ``datasets`` writes beside the files of a Dataset it maps or filters (``cache-FINGERPRINT[_RANK_of_N].arrow``,
 # FINGERPRINT being the 16 hex digits of its hashes): results derived from the shards that ``packcli.pack()`` returns
 # memory-mapped. Stale once the output is replaced, so they go with it when they are plain files; no other file,
@@ -212,7 +216,8 @@ class Publication:
         its own record, is not a pack output and is not checked here."""
         if not (self.staging / MANIFEST_NAME).is_file():
             return
-        listed = {MANIFEST_NAME, *(str(shard["file"]) for shard in read_manifest(self.staging)["shards"])}
+        shards = read_manifest(self.staging)["shards"]
+        listed = {MANIFEST_NAME, *(str(item["file"]) for shard in shards for item in entry_files(shard))}
         foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
         if foreign:
             raise PackcliError(
@@ -377,9 +382,10 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             "empty directory: choose another --out, or remove it yourself",
             shown,
         ) from None
-    listed = {MANIFEST_NAME, *(shard["file"] for shard in manifest["shards"])}
+    files = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
+    listed = {MANIFEST_NAME, *(item["file"] for item in files)}
     intact = manifest["fingerprint"] == fingerprint and all(
-        has_size(shard_path(target, shard["file"]), shard["bytes"]) for shard in manifest["shards"]
+        has_size(shard_path(target, item["file"]), item["bytes"]) for item in files
     )
     if intact:
         return "same"

@@ -43,6 +43,7 @@ from typing import Any
 from packcli.errors import PackcliError
 from packcli.format.manifest import RUN_PREFIX as RUN_DIRECTORY
 from packcli.format.manifest import SHARD_FILE, read_manifest
+from packcli.format.sidecars import SIDECAR_FILE, entry_files
 from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
 from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import (
@@ -83,8 +84,8 @@ __all__ = [
 ]
 
 LOCK_NAME = ".packcli-lock"
-# what a run writes under its run prefix: its shards, and nothing else (another tool's objects there are not its own)
-_RUN_SHARD = re.compile(rf"{RUN_DIRECTORY.pattern}/{SHARD_FILE.pattern}")
+# what a run writes under its run prefix: its shards and their sidecars (another tool's objects there are not its own)
+_RUN_SHARD = re.compile(rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern})")
 
 
 def scratch_directory() -> Path:
@@ -199,14 +200,14 @@ class RemotePublication:
         ``stored`` says the store holds them), then write the manifest (the commit), then remove the previous
         output's shards."""
         manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
-        for shard in manifest["shards"]:
-            target = f"{self.out}/{self.run}/{shard['file']}"
-            source = (stored or {}).get(shard["file"])
+        for item in (item for shard in manifest["shards"] for item in entry_files(shard)):  # shards and sidecars
+            target = f"{self.out}/{self.run}/{item['file']}"
+            source = (stored or {}).get(item["file"])
             if source is not None:
                 copy_object(str(source), target)
             else:
-                upload_file(str(self.staging / shard["file"]), target)
-            shard["file"] = f"{self.run}/{shard['file']}"
+                upload_file(str(self.staging / item["file"]), target)
+            item["file"] = f"{self.run}/{item['file']}"
         previous = [url for url in find_objects(str(self.out)) if _RUN_SHARD.fullmatch(url[len(f"{self.out}/") :])]
         self._lock.check()
         write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
@@ -339,7 +340,7 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
             ) from None
     if foreign:
         raise _not_packcli(foreign[0], out)
-    listed = {shard["file"] for shard in manifest["shards"]} if manifest else set()
+    listed = {item["file"] for shard in manifest["shards"] for item in entry_files(shard)} if manifest else set()
     debris = [prefix + name for name in runs if name not in listed and name not in strangers]
     parts = [name for name in names if name.startswith(f"{RESUME_PREFIX}/")]
     if manifest is not None and parts and committed_runs_area(out / RESUME_PREFIX, manifest["fingerprint"]):
