@@ -69,7 +69,9 @@ def pack(
 
     Warns:
         PackcliDataLossWarning: for each loss ``packcli pack`` warns of: overflow drop or truncate losing more than
-            1% of the tokens, bad records skipped (``skip_bad_records=True``); also when the output is up to date.
+            1% of the tokens, chat messages whose special-token text the template made special tokens, files in
+            the inputs that are not read, bad records skipped (``skip_bad_records=True``); also when the output is
+            up to date.
 
     Raises:
         UsageError: an unknown option or one of the wrong type (numpy's integers and booleans are taken as plain
@@ -90,12 +92,19 @@ def pack(
 
 
 def data_losses(manifest: dict[str, Any]) -> list[str]:
-    """What ``packcli pack`` warns of as lost in this output: tokens dropped or truncated (over 1% of them), and
-    bad records skipped."""
-    from packcli.report.terminal import count, loss_warning
+    """What ``packcli pack`` warns of as lost or changed in this output: tokens dropped or truncated (over 1% of
+    them), chat messages whose special-token text became special tokens, files found but not read, and bad records
+    skipped."""
+    from packcli.read.inputs import FORMATS_READ
+    from packcli.report.terminal import count, loss_warning, special_text_warning
 
     totals = manifest["totals"]
-    losses = [loss_warning(totals, manifest["max_len"])]
+    losses = [loss_warning(totals, manifest["max_len"]), special_text_warning(totals)]
+    if totals.get("unread_files"):
+        losses.append(
+            f"{count(totals['unread_files'], 'file')} found in the inputs not read (packcli reads {FORMATS_READ}): "
+            "counted in its totals.unread_files"
+        )
     if totals["bad_records"]:
         losses.append(
             f"{count(totals['bad_records'], 'bad record')} skipped (--skip-bad-records): not in the output, counted "

@@ -82,6 +82,8 @@ def as_packed_before_split_pieces(out: Path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     for shard in manifest["shards"]:
         shard.pop("split_pieces", None)
+        for sidecar in shard.pop("sidecars", {}).values():
+            (out / sidecar["file"]).unlink()
         path = out / shard["file"]
         table = pa.ipc.open_stream(path.read_bytes()).read_all()  # in memory: the file is rewritten below
         metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"packcli.eos_id"}
@@ -89,6 +91,43 @@ def as_packed_before_split_pieces(out: Path) -> None:
             writer.write_table(table.replace_schema_metadata(metadata))
         shard.update(bytes=path.stat().st_size, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
     (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+def listed_split_pieces(out: Path, shard: dict[str, Any]) -> list[list[int]]:
+    """A shard entry's pieces of split documents as ``[row, index, document, piece]`` lists, read with pyarrow alone
+    from its ``split_pieces`` sidecar (docs/format.md); none when it has no sidecar."""
+    import pyarrow as pa
+
+    sidecar = shard.get("sidecars", {}).get("split_pieces")
+    if sidecar is None:
+        return []
+    table = pa.ipc.open_stream((out / sidecar["file"]).read_bytes()).read_all()
+    return [list(entry) for entry in zip(*(table.column(name).to_pylist() for name in ("row", "index", "document", "piece")))]  # fmt: skip
+
+
+def listed_files(manifest: dict[str, Any]) -> list[str]:
+    """Every file a manifest lists: each shard's, then its sidecars' (docs/format.md), as the manifest names them."""
+    return [
+        name
+        for shard in manifest["shards"]
+        for name in [shard["file"], *(sidecar["file"] for sidecar in shard.get("sidecars", {}).values())]
+    ]
+
+
+def rewrite_split_pieces(out: Path, shard: dict[str, Any], entries: list[list[int]], digests: list[int]) -> None:
+    """Rewrite a shard's ``split_pieces`` sidecar with ``entries`` (``[row, index, document, piece]``) and
+    ``digests``, its size and sha256 fixed in ``shard`` (the manifest entry, written back by the caller): an edit
+    that checksums alone cannot tell."""
+    import pyarrow as pa
+
+    sidecar = shard["sidecars"]["split_pieces"]
+    kinds = {"row": pa.int32(), "index": pa.int32(), "document": pa.int64(), "piece": pa.int32()}
+    columns = {name: pa.array([entry[k] for entry in entries], kind) for k, (name, kind) in enumerate(kinds.items())}
+    table = pa.table({**columns, "digest": pa.array(digests, pa.int64())})
+    with pa.ipc.new_stream(str(out / sidecar["file"]), table.schema) as writer:
+        writer.write_table(table)
+    data = (out / sidecar["file"]).read_bytes()
+    sidecar.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 def write_jsonl(path: Path, records: list[Any], compress: bool = False) -> Path:

@@ -164,3 +164,25 @@ def test_rank_order_on_the_docstring_example() -> None:
     assert [order.items.tolist() for order in orders if order.items is not None] == [[120, 120, 90]] * 2
     plain = rank_order(np.arange(7), 0, 2, 3, (1, 2), None, supervised)
     assert plain.rows.tolist() == [0, 1, 2] and rank_order(np.arange(7), 1, 2, 3, (1, 2)).items is None
+
+
+def test_coefficients_past_float64_are_one_value_error_and_huge_finite_costs_still_place_every_row() -> None:
+    """Costs near float64's limit once overflowed in the sums of a micro-step, so every rank looked full and the
+    placement read uninitialised slots (an IndexError at 9e18); an int past float64's range was a TypeError."""
+    with pytest.raises(ValueError, match="per_token=10000"):
+        RowCost(per_token=10**400, per_square=1.0)
+    with pytest.raises(ValueError, match="float64"):
+        RowCost(per_token=1e306, per_square=0.0).row_costs(np.array([1000, 1000]), np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="float64"):
+        RowCost.from_config({**TINY, "hidden_size": 10**320, "head_dim": 4})
+    costs = np.full((3, 8), 1e308)
+    costs[:, ::3] = 1.7e308
+    placed = balance_batches(costs, world_size=2, batch_size=2)
+    assert (np.sort(placed, axis=1) == np.arange(8)).all()
+
+
+def test_fewer_rows_than_one_global_batch_make_no_global_batch_whatever_the_world_size() -> None:
+    """A world size far past the rows (a typo, or stats --world-size 1e22) gives no global batch, not a numpy error
+    about array dimensions."""
+    assert global_batches(np.arange(10), 10**22, 2, 2).shape[0] == 0
+    assert global_batches(np.arange(10), 3, 2, 2).shape[0] == 0

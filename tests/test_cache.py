@@ -181,3 +181,23 @@ def test_a_stats_served_from_the_cache_builds_no_fast_backend(
         result = runner.invoke(app, ["stats", str(corpus), "--max-len", max_len, "--json"])
         assert result.exit_code == 0, result.stderr
     assert len(built) == 1 and len(entries()) == 1
+
+
+def test_an_entry_written_before_records_were_numbered_is_replaced_not_served(
+    tmp_path: Path, records: list[dict[str, str]]
+) -> None:
+    """An entry of a packcli that kept no record numbers (no ``records.npy``) cannot give a source index: the next
+    stats replaces it (it used to stay, and saving over it failed), and the pack after it uses the new one."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:40])
+    first = stats(str(corpus), "--max-len", "512")
+    first.communicate()
+    assert first.returncode == 0
+    (entry,) = entries()
+    (cache_dir() / entry / "records.npy").unlink()
+    again = stats(str(corpus), "--max-len", "512")
+    _, stderr = again.communicate()
+    assert again.returncode == 0, stderr
+    assert (cache_dir() / entry / "records.npy").is_file()
+    packed = runner.invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "o"), "--json"])
+    assert packed.exit_code == 0 and json.loads(packed.stdout)["tokenized_from_cache"] is True
+    assert runner.invoke(app, ["show", str(tmp_path / "o"), "--source", "corpus.jsonl:40"]).exit_code == 0

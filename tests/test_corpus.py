@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import SAMPLE, read_jsonl, write_jsonl
 
-from packcli.encode.corpus import balanced
+from packcli.encode.corpus import Batch, balanced
 from packcli.encode.tokenizer import load_tokenizer
 from packcli.format.shards import read_shard
 from packcli.read.fields import Field, ReadCounts
@@ -66,36 +67,49 @@ def test_the_skewed_corpus_makes_joined_batches_for_two_threads(skewed: tuple[Pa
     """The corpus above exercises the joining: read as pack reads it, some batches are joined for two threads."""
     corpus, texts = skewed
     read = [
-        (batch.columns[0], batch.position, 0)
+        (batch.columns[0], batch.position, 0, batch.records)
         for batch in read_records(corpus, [Field("text")], ReadCounts(), False, print)
     ]
     sizes = lambda texts: [len(text) for text in texts]  # noqa: E731
     for threads in (1, 2):
         joined = list(balanced(read, sizes, threads))
-        assert [text for batch, _, _ in joined for text in batch] == texts
+        assert [text for batch, _, _, _ in joined for text in batch] == texts
+        assert [line for *_, lines in joined for line in lines.tolist()] == list(range(1, len(texts) + 1))
         assert joined[-1][1] == read[-1][1] == corpus.stat().st_size
         if threads == 1:
             assert len(joined) == len(read)
         else:
             assert len(joined) < len(read)
-            for batch, _, _ in joined[:-1]:
+            for batch, _, _, _ in joined[:-1]:
                 assert max(sizes(batch)) * threads <= sum(sizes(batch))
 
 
+def numbered(batches: list[tuple[list[str], int, int]]) -> list[Batch]:
+    """Batches with their records numbered from 1, one after another."""
+    sizes = np.cumsum([0, *(len(texts) for texts, _, _ in batches)])
+    return [(*batch, np.arange(start, end) + 1) for batch, start, end in zip(batches, sizes[:-1], sizes[1:])]
+
+
+def plain(batches: Iterable[Batch]) -> list[tuple[list[str], int, int, list[int]]]:
+    return [(texts, position, file, records.tolist()) for texts, position, file, records in batches]
+
+
 def test_balanced_joins_only_until_the_largest_is_a_fair_share() -> None:
-    batches = [(["a", "b"], 10, 0), (["x" * 6, "c"], 20, 0), (["dd"], 30, 0), (["eee"], 40, 0), (["f", "g"], 50, 0)]
-    joined = list(balanced(batches, lambda texts: [len(t) for t in texts], threads=2))
-    assert joined == [(["a", "b"], 10, 0), (["x" * 6, "c", "dd", "eee"], 40, 0), (["f", "g"], 50, 0)]
-    capped = list(balanced(batches, lambda texts: [len(t) for t in texts], threads=2, limit=8))
-    assert capped == [(["a", "b"], 10, 0), (["x" * 6, "c", "dd"], 30, 0), (["eee", "f", "g"], 50, 0)]
-    assert list(balanced(batches[1:2], lambda texts: [len(t) for t in texts], threads=4)) == batches[1:2]
+    batches = numbered(
+        [(["a", "b"], 10, 0), (["x" * 6, "c"], 20, 0), (["dd"], 30, 0), (["eee"], 40, 0), (["f", "g"], 50, 0)]
+    )
+    joined = plain(balanced(batches, lambda texts: [len(t) for t in texts], threads=2))
+    assert joined == [(["a", "b"], 10, 0, [1, 2]), (["x" * 6, "c", "dd", "eee"], 40, 0, [3, 4, 5, 6]), (["f", "g"], 50, 0, [7, 8])]  # fmt: skip
+    capped = plain(balanced(batches, lambda texts: [len(t) for t in texts], threads=2, limit=8))
+    assert capped == [(["a", "b"], 10, 0, [1, 2]), (["x" * 6, "c", "dd"], 30, 0, [3, 4, 5]), (["eee", "f", "g"], 50, 0, [6, 7, 8])]  # fmt: skip
+    assert plain(balanced(batches[1:2], lambda texts: [len(t) for t in texts], threads=4)) == plain(batches[1:2])
 
 
 def test_balanced_never_joins_two_files() -> None:
     """Each file's documents are counted per batch (mixing and partitions need them), so a file ends a batch."""
-    batches = [(["x" * 6], 10, 0), (["a"], 20, 1), (["b"], 30, 1), (["y" * 9], 40, 2)]
-    joined = list(balanced(batches, lambda texts: [len(t) for t in texts], threads=2))
-    assert joined == [(["x" * 6], 10, 0), (["a", "b"], 30, 1), (["y" * 9], 40, 2)]
+    batches = numbered([(["x" * 6], 10, 0), (["a"], 20, 1), (["b"], 30, 1), (["y" * 9], 40, 2)])
+    joined = plain(balanced(batches, lambda texts: [len(t) for t in texts], threads=2))
+    assert joined == [(["x" * 6], 10, 0, [1]), (["a", "b"], 30, 1, [2, 3]), (["y" * 9], 40, 2, [4])]
 
 
 def test_a_huge_document_among_short_ones_keeps_its_exact_tokens_on_one_thread_or_two(

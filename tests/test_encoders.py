@@ -23,18 +23,20 @@ WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
 def test_without_empty_drops_documents_of_no_tokens_and_counts_them() -> None:
     counts = ReadCounts()
     tokens = np.array([5, 6, 7], dtype=np.int32)
-    kept = without_empty((tokens, np.array([0, 2, 0, 1, 0]), None), counts)
+    kept, which = without_empty((tokens, np.array([0, 2, 0, 1, 0]), None), counts)
     assert kept[0].tolist() == [5, 6, 7] and kept[1].tolist() == [2, 1] and kept[2] is None
+    assert which.tolist() == [False, True, False, True, False]
     assert counts.empty_documents == 3
     flat = (tokens, np.array([2, 1]), None)
-    assert without_empty(flat, counts) is flat and counts.empty_documents == 3
+    assert without_empty(flat, counts)[0] is flat and counts.empty_documents == 3
 
 
 def test_without_empty_drops_documents_with_nothing_supervised() -> None:
     counts = ReadCounts()
     tokens = np.array([1, 2, 3, 4, 5, 6], dtype=np.int32)
     mask = np.array([False, True, False, False, False, True])
-    kept = without_empty((tokens, np.array([2, 0, 3, 1]), mask), counts)
+    kept, which = without_empty((tokens, np.array([2, 0, 3, 1]), mask), counts)
+    assert which.tolist() == [True, False, False, True]
     assert kept[0].tolist() == [1, 2, 6] and kept[1].tolist() == [2, 1]
     assert kept[2] is not None and kept[2].tolist() == [False, True, True]
     assert counts.empty_documents == 2

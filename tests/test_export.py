@@ -30,7 +30,9 @@ from tests.conftest import (
     documented_names,
     error_line,
     json_keys,
+    listed_split_pieces,
     read_jsonl,
+    rewrite_split_pieces,
     run_writing_no_file_over,
     shared_path,
     write_jsonl,
@@ -96,7 +98,7 @@ def stored_pieces(packed: Path) -> list[dict[str, Any]]:
     manifest = json.loads((packed / "manifest.json").read_text())
     pieces = []
     for shard in manifest["shards"]:
-        where = {(row, index): (shard["file"].rsplit("shard-", 1)[0], doc, piece) for row, index, doc, piece in shard.get("split_pieces", [])}  # fmt: skip
+        where = {(row, index): (shard["file"].rsplit("shard-", 1)[0], doc, piece) for row, index, doc, piece in listed_split_pieces(packed, shard)}  # fmt: skip
         table = pa.ipc.open_stream(pa.memory_map(str(packed / shard["file"]))).read_all().to_pylist()
         for row_number, row in enumerate(table):
             cu = row["cu_seqlens"]
@@ -862,14 +864,54 @@ def test_an_edited_split_pieces_entry_is_refused_before_the_exporter_meets_it(
     packed = tmp_path / "packed"
     shutil.copytree(packed_text, packed)
     manifest = json.loads((packed / "manifest.json").read_text())
-    entries = manifest["shards"][0]["split_pieces"]
+    shard = manifest["shards"][0]
+    entries, digests = listed_split_pieces(packed, shard), sidecar_digests(packed, shard)
     entries[0][0] = 10**6
+    rewrite_split_pieces(packed, shard, entries, digests)
     (packed / "manifest.json").write_text(json.dumps(manifest))
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "out")])
     assert result.exit_code == 1 and error_line(result.stderr)
     assert "fails verify (2 problem(s); first: shard-00000.arrow: 1 document(s) that do not end with the EOS" in (
         result.stderr
     )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]
+
+
+def sidecar_digests(packed: Path, shard: dict[str, Any]) -> list[int]:
+    """The ``digest`` column of a shard's split_pieces sidecar, read with pyarrow alone."""
+    path = packed / shard["sidecars"]["split_pieces"]["file"]
+    digests: list[int] = pa.ipc.open_stream(path.read_bytes()).read_all()["digest"].to_pylist()
+    return digests
+
+
+@pytest.mark.parametrize("fmt", ["nanotron", "megatron"])
+def test_two_split_pieces_numbered_the_other_way_round_are_refused_not_exported_scrambled(
+    packed_text: Path, tmp_path: Path, fmt: str
+) -> None:
+    """Two pieces of one document with their numbers swapped in the sidecar (size and sha256 fixed in the
+    manifest): verify knows what pack cut as each piece (its digest), so the export is refused and writes nothing,
+    instead of joining the document in the wrong order with exit 0."""
+    packed = tmp_path / "packed"
+    shutil.copytree(packed_text, packed)
+    manifest = json.loads((packed / "manifest.json").read_text())
+    shard, first, second = next(
+        (shard, place[(document, 0)], place[(document, 1)])
+        for shard in manifest["shards"]
+        if "sidecars" in shard
+        for place in [{(entry[2], entry[3]): k for k, entry in enumerate(listed_split_pieces(packed, shard))}]
+        for document, piece in place
+        if piece == 0 and (document, 1) in place
+    )  # a document's first two pieces in one shard
+    entries, digests = listed_split_pieces(packed, shard), sidecar_digests(packed, shard)
+    entries[first][3], entries[second][3] = 1, 0
+    rewrite_split_pieces(packed, shard, entries, digests)
+    (packed / "manifest.json").write_text(json.dumps(manifest))
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", fmt, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "fails verify" in result.stderr and "nothing was exported" in result.stderr
+    verified = RUNNER.invoke(app, ["verify", str(packed)])
+    assert verified.exit_code == 1
+    assert "whose tokens are not what pack cut as that piece of that document (its digest differs)" in verified.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["packed"]
 
 

@@ -56,13 +56,14 @@ def test_values_of_a_json_record() -> None:
 
 def test_columns_collect_checked_records_and_leave_a_bad_one_out() -> None:
     columns = Columns([Field("prompt"), Field("response")])
-    columns.add(["p1", "r1"])
+    columns.add(["p1", "r1"], 1)
     with pytest.raises(BadRecordError, match="field 'response' is null"):
-        columns.add(["p2", None])
-    columns.add(["p3", "r3"])
+        columns.add(["p2", None], 2)
+    columns.add(["p3", "r3"], 3)
     assert len(columns) == 2
     batch = columns.take(position=42)
     assert batch.columns == [["p1", "p3"], ["r1", "r3"]] and batch.position == 42 and len(batch) == 2
+    assert batch.records.tolist() == [1, 3]  # where each came from: the bad record's line is not among them
     assert len(columns) == 0 and columns.take(0).columns == [[], []]
 
 
@@ -76,10 +77,10 @@ def test_columns_convert_each_checked_record_into_one_column() -> None:
         return "|".join(values)
 
     columns = Columns([Field("a"), Field("b")], convert)
-    columns.add(["x", "y"])
+    columns.add(["x", "y"], 1)
     with pytest.raises(BadRecordError, match="the template refuses it"):
-        columns.add(["refuse", "y"])
+        columns.add(["refuse", "y"], 2)
     with pytest.raises(BadRecordError, match="field 'b' is int"):
-        columns.add(["x", 5])  # checked before conversion: convert never sees it
+        columns.add(["x", 5], 3)  # checked before conversion: convert never sees it
     assert columns.take(0).columns == [["x|y"]]
     assert seen == [["x", "y"], ["refuse", "y"]]

@@ -307,3 +307,17 @@ def test_pack_warns_of_every_loss_the_command_line_warns_of(tmp_path: Path) -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         packcli.pack(dataset, max_len=64, out=tmp_path / "kept")  # split keeps every token
+
+
+def test_pack_of_a_directory_warns_of_the_files_it_does_not_read(tmp_path: Path) -> None:
+    """A directory holding files packcli does not read: the command line names them in a warning; pack() said
+    nothing (the manifest alone counted them in unread_files)."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    write_jsonl(inputs / "a.jsonl", [{"text": f"document {n} " + "word " * 20} for n in range(8)])
+    (inputs / "notes.txt").write_text("not a corpus\n")
+    (inputs / "table.csv").write_text("a,b\n1,2\n")
+    with pytest.warns(packcli.PackcliDataLossWarning) as caught:
+        packcli.pack(inputs, max_len=64, out=tmp_path / "api")
+    [message] = [str(w.message) for w in caught]
+    assert message.startswith("2 files found in the inputs not read (packcli reads .jsonl")

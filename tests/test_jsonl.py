@@ -78,6 +78,10 @@ def test_cat_of_two_files_is_read_the_same_by_both_parsers(tmp_path: Path) -> No
         assert "more than one JSON value on the line" in info.value.message
         texts, counts, warnings = read(corpus, line_parser, skip=True)
         assert texts == [*a[:-1], *b[1:4000], "dup kept", *b[4000:]]
+        convert = (lambda values: values[0]) if line_parser else None
+        batches = read_records(corpus, TEXT, ReadCounts(), True, print, convert)
+        lines = [n for batch in batches for n in batch.records.tolist()]
+        assert lines == [n for n in range(1, 12002) if n not in (joined, inf)]  # each record's physical line
         assert counts.bad_records == 2
         assert [re.search(r"cat\.jsonl:(\d+): ", w).group(1) for w in warnings] == [str(joined), str(inf)]  # type: ignore[union-attr]
 
@@ -118,15 +122,18 @@ TRICKY = [
 ]
 
 
-def parsed(piece: bytes, fast: bool) -> list[list[Any]] | str | None:
+def parsed(piece: bytes, fast: bool) -> tuple[list[list[Any]], list[int]] | str | None:
+    """The piece's columns and each record's line (from 1), by the fast parser (None: it declines) or by lines."""
     if fast:
-        return jsonl._parse_fast(piece, TEXT, jsonl._parse_options(TEXT))
+        found = jsonl._parse_fast(piece, TEXT, jsonl._parse_options(TEXT))
+        return None if found is None else (found[0], (found[1] + 1).tolist())
 
     def refuse(exc: BadRecordError) -> None:
         raise exc
 
     try:
-        return jsonl._parse_lines(piece, 1, Path("x.jsonl"), TEXT, refuse, None)
+        columns, lines = jsonl._parse_lines(piece, 1, Path("x.jsonl"), TEXT, refuse, None)
+        return columns, lines.tolist()
     except BadRecordError as exc:
         return f"bad line {exc.line}"
 

@@ -220,7 +220,9 @@ def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
     assert [manifest["tokenizer"].pop("backend") for manifest in manifests] == ["hf", "fastokens"]  # workers ran it
     assert [manifest["tokenizer"].pop("backend_version") for manifest in manifests][1] == version("fastokens")
     assert ones == references and manifests[0] == manifests[1] and not list((tmp_path / "scratch").iterdir())
-    assert sorted(files_of(reference)) == ["manifest.json", *(f"part-0000{k}-shard-00000.arrow" for k in range(4))]
+    shards = [f"part-0000{k}-shard-00000.arrow" for k in range(4)]
+    assert sorted(name for name in files_of(reference) if ".arrow." not in name) == ["manifest.json", *shards]
+    assert {f"{shard}.sources" for shard in shards} <= set(files_of(reference))  # each shard's source index
     report = verify_output(reference)
     assert report.ok, report.problems
     single = pack_corpus([str(plain)], PackOptions(max_len=512), tmp_path / "single").manifest["totals"]
@@ -353,12 +355,13 @@ def test_an_explicit_hf_run_packs_again_the_partitions_another_backend_encoded(t
     assert PartsArea(area.root).resume(run, 4, warnings.append, "auto") == [0, 1, 2]
 
 
-def test_an_up_to_date_rerun_removes_the_output_a_killed_run_retired_but_not_another_runs_parts(
+def test_an_up_to_date_rerun_removes_the_output_a_killed_run_retired_and_another_runs_parts(
     plain: Path, reference: Path, tmp_path: Path
 ) -> None:
     """kill -9 between the swap and the removal of what it replaced leaves the previous output (with the cache files
     ``datasets`` wrote beside it) in ``.out.packcli-resume``: a whole output's bytes, hidden. The rerun finds the
-    output up to date and must remove it, under the lock; a live run's area, or another run's parts, it leaves."""
+    output up to date and must remove it, under the lock; a live run's area it leaves. Another run's parts it
+    removes too, saying so with their size: no resume area outlives a later run on the output."""
     out, area, lock = tmp_path / "out", tmp_path / ".out.packcli-resume", tmp_path / ".out.packcli-lock"
     shutil.copytree(reference, out)
     shutil.copytree(reference, area)  # the retired output, as the exchange left it
@@ -380,11 +383,14 @@ def test_an_up_to_date_rerun_removes_the_output_a_killed_run_retired_but_not_ano
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
     assert files_of(out) == files_of(reference)
 
-    other = {"fingerprint": "another run's", "partitions": 4}  # a killed run of other options: its rerun resumes
+    other = json.dumps({"fingerprint": "another run's", "partitions": 4})  # a killed run of other options
     (area / "part-00000").mkdir(parents=True)
-    (area / "run.json").write_text(json.dumps(other))
-    assert json.loads(invoke(*args).stdout)["status"] == "up-to-date"
-    assert json.loads((area / "run.json").read_text()) == other and (area / "part-00000").is_dir()
+    (area / "run.json").write_text(other)
+    again = invoke(*args)
+    assert again.exit_code == 0 and json.loads(again.stdout)["status"] == "up-to-date", again.output
+    said = f"warning: removing {area} (1 file(s), {len(other):,} bytes): the parts of an unfinished run of other"
+    assert said in again.stderr, again.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
 
 
 def test_a_part_whose_manifest_was_edited_is_packed_again(tmp_path: Path) -> None:

@@ -167,10 +167,12 @@ def test_resume_names_what_changed_in_the_inputs(tmp_path: Path) -> None:
     args = [str(inputs), "--max-len", "2048", "--partitions", "6", "--out", str(out)]
     assert kill_after_first_commit([*PACK, *args, "--workers", "1", "--quiet"], staging) >= 1
     write_jsonl(inputs / "3.jsonl", [{"text": text} for text in TEXTS[:5]])
+    size = sum(path.stat().st_size for path in staging.rglob("*") if path.is_file())
     resumed = invoke("pack", *args)
     assert resumed.exit_code == 0, resumed.output
     assert "partitions then" not in resumed.stderr
     assert "the inputs changed" in resumed.stderr and "3.jsonl" in resumed.stderr
+    assert f"in {staging} ({size:,} bytes, removed): they belong to another run" in resumed.stderr
 
 
 def small_files() -> None:
@@ -465,3 +467,19 @@ def test_a_killed_ray_actor_is_one_line_and_the_rerun_on_another_engine_resumes(
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["partitions_reused"] >= 1
     assert files_of(out) == uninterrupted
+
+
+def test_no_resume_area_outlives_a_later_run_on_the_output(plain_sample: Path, tmp_path: Path) -> None:
+    """The parts a killed partitioned run left beside the output are removed by the next plain run on it, packing
+    or up to date, which says so with their size; nothing is left beside the output."""
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    plain = ["pack", str(plain_sample), "--max-len", "1024", "--out", str(out), "--json"]
+    for later, extra in (("packed", []), ("up-to-date", ["--overwrite"])):
+        partitioned = [*PACK, *four_partitions(plain_sample), "--out", str(out), "--quiet", *extra]
+        assert kill_after_first_commit(partitioned, staging) >= 1
+        left = [path.stat().st_size for path in staging.rglob("*") if path.is_file()]
+        result = invoke(*plain)
+        assert result.exit_code == 0 and json.loads(result.stdout)["status"] == later, result.output
+        said = f"warning: removing {staging} ({len(left):,} file(s), {sum(left):,} bytes): the parts of an"
+        assert said in result.stderr, result.stderr
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import error_line, sample_lines
+from conftest import error_line, listed_files, sample_lines
 from s3_server import S3Server, object_keys
 from typer.testing import CliRunner
 
@@ -60,7 +60,7 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
     names = object_keys(fs, out)
     run = names[-1].split("/")[0]
     assert run.startswith("packcli-run-") and names == sorted(
-        ["manifest.json", *(f"{run}/{shard['file']}" for shard in mine["shards"])]
+        ["manifest.json", *(f"{run}/{name}" for name in listed_files(mine))]  # shards and sidecars
     )
     assert [shard["file"] for shard in theirs["shards"]] == [f"{run}/{shard['file']}" for shard in mine["shards"]]
     for shard in mine["shards"]:
@@ -79,6 +79,10 @@ def test_remote_output_is_the_local_output_under_a_run_prefix(
         remote_figures, local_figures = json.loads(there.stdout), json.loads(here.stdout)
         if "shard" in local_figures:  # show names the row's shard: under the run prefix in the store
             assert remote_figures.pop("shard") == f"{run}/{local_figures.pop('shard')}"
+            for figures, name in ((remote_figures, source), (local_figures, str(corpus))):
+                for document in figures["documents"]:  # each from its input as the run named it: URL, path
+                    assert document["source"].pop("input") == name
+                    assert document["source"].pop("text").startswith(f"{name}:")
         assert remote_figures == local_figures
     for source, directory in ((out, "from-store"), (str(tmp_path / "local"), "from-disk")):
         exported = runner.invoke(app, ["export", source, "--to", "megatron", "--out", str(tmp_path / directory)])
@@ -129,13 +133,180 @@ def test_the_lock_object_keeps_a_second_run_out_and_a_dead_holder_does_not(s3_se
     finally:
         held.release()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    s3_server.filesystem().pipe_file(
-        f"{out}/.packcli-lock",
-        json.dumps({"host": os.uname().nodename, "pid": int(dead.stdout), "heartbeat": time.time()}).encode(),
-    )
+    holder = {"host": os.uname().nodename, "pid": int(dead.stdout), "run": "packcli-run-gone", "token": "0" * 32}
+    fs = s3_server.filesystem()
+    # a pid gone from this host name says nothing (a run in another container has the host's name): the lock lives
+    # by its heartbeat
+    fs.pipe_file(f"{out}/.packcli-lock", json.dumps({**holder, "heartbeat": time.time()}).encode())
+    refused = pack(str(corpus), "--max-len", "256", "--out", out)
+    assert refused.exit_code == 1 and f"in use by pid {dead.stdout.strip()}" in refused.stderr, refused.stderr
+    fs.pipe_file(f"{out}/.packcli-lock", json.dumps({**holder, "heartbeat": time.time() - 601}).encode())
     taken_over = pack(str(corpus), "--max-len", "256", "--out", out)
     assert taken_over.exit_code == 0, taken_over.stderr
-    assert ".packcli-lock" not in object_keys(s3_server.filesystem(), out)
+    assert ".packcli-lock" not in object_keys(fs, out)
+
+
+def stale_lock(fs: Any, url: str) -> None:
+    """Put at ``url`` the lock of a run whose heartbeat stopped an hour ago."""
+    holder = {"host": "gone", "pid": 1, "run": "packcli-run-gone", "token": "0" * 32, "heartbeat": time.time() - 3600}
+    fs.pipe_file(url, json.dumps(holder).encode())
+
+
+def acquire_together(lock: ObjectLock, start: Any) -> bool:
+    """Try to take ``lock`` once every other thread at the barrier ``start`` is ready to."""
+    start.wait()
+    return lock.acquire()
+
+
+def test_of_the_runs_that_take_over_one_stale_lock_exactly_one_gets_it(s3_server: S3Server) -> None:
+    """Four acquirers read the same stale lock together, round after round: one takes it over (a conditional write
+    on the stale version), the others see it held; none removes the lock another has just taken."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    fs, url = s3_server.filesystem(), s3_server.bucket() + "/packed/.packcli-lock"
+    for _ in range(5):
+        stale_lock(fs, url)
+        locks = [ObjectLock(url, f"packcli-run-{k}") for k in range(4)]
+        together = Barrier(len(locks))
+        with ThreadPoolExecutor(len(locks)) as pool:
+            won = list(pool.map(acquire_together, locks, [together] * len(locks)))
+        assert won.count(True) == 1, won
+        winner = locks[won.index(True)]
+        assert json.loads(fs.cat(url))["token"] == winner.token
+        assert all(
+            lock.seen is not None and lock.seen.get("token") == winner.token for lock in locks if lock is not winner
+        ), [lock.seen for lock in locks]
+        winner.check()
+        winner.release()
+        assert not fs.exists(url)
+
+
+def test_a_lock_is_released_and_committed_under_only_while_it_names_this_run(s3_server: S3Server) -> None:
+    """A run whose lock another run took (after a stall past the stale time) removes nothing on release, and its
+    check before the commit fails in one line."""
+    fs, url = s3_server.filesystem(), s3_server.bucket() + "/packed/.packcli-lock"
+    held = ObjectLock(url, "packcli-run-first")
+    assert held.acquire()
+    other = {"host": "h", "pid": 1, "run": "packcli-run-second", "token": "f" * 32, "heartbeat": time.time()}
+    fs.pipe_file(url, json.dumps(other).encode())  # what the run that took it over wrote
+    with pytest.raises(PackcliError) as lost:
+        held.check()
+    assert str(lost.value) == f"lost the output's lock {url}: another run took it over; this run published nothing"
+    held.release()
+    assert json.loads(fs.cat(url)) == other
+
+
+def test_a_heartbeat_that_fails_is_retried_and_one_that_cannot_renew_in_time_loses_the_lock(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "6")  # a heartbeat every 0.6 s
+    fs, url = s3_server.filesystem(), s3_server.bucket() + "/packed/.packcli-lock"
+    warnings: list[str] = []
+    losses: list[bool] = []
+    held = ObjectLock(url, "packcli-run-first", warn=warnings.append, on_lost=lambda: losses.append(True))
+    assert held.acquire()
+    try:
+        with store_refusing_every_key(s3_server):
+            wait_until(lambda: bool(warnings))  # a renewal refused
+        assert warnings[0].startswith(f"cannot renew the lock {url} (") and "retrying" in warnings[0], warnings
+        renewed_after = time.time()
+        wait_until(lambda: json.loads(fs.cat(url))["heartbeat"] > renewed_after)  # the next beat renews it: kept
+        held.check()
+        assert not losses and held.lost is None
+    finally:
+        held.release()
+    assert not fs.exists(url)
+
+    monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "1")
+    held = ObjectLock(url, "packcli-run-second", on_lost=lambda: losses.append(True))
+    assert held.acquire()
+    with store_refusing_every_key(s3_server):
+        wait_until(lambda: bool(losses))  # refused for longer than the stale time
+    assert losses == [True] and held.lost is not None and "\n" not in held.lost
+    assert held.lost.startswith(f"lost the output's lock {url}: not renewed for "), held.lost
+    with pytest.raises(PackcliError, match=r"^lost the output's lock"):
+        held.check()
+    held.release()  # lost: another run may hold it now, so it is left
+
+
+def wait_until(condition: Any, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.02)
+
+
+def wait_until_stale(fs: Any, url: str) -> None:
+    """Wait until the lock at ``url`` (of a run killed with ``PACKCLI_LOCK_STALE_S=1``) is stale."""
+    wait_until(lambda: time.time() - float(json.loads(fs.cat(url))["heartbeat"]) > 1.5)
+
+
+def test_a_run_whose_lock_is_taken_stops_in_one_line_and_publishes_nothing(s3_server: S3Server, corpus: Path) -> None:
+    """The run's lock is taken over while it packs (another run found it stale): the heartbeat finds it taken and
+    stops the run, or the check before the commit does; one line either way, no manifest, the other run's lock
+    left as it is."""
+    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    run = subprocess.Popen(
+        command(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PACKCLI_LOCK_STALE_S": "2"},
+    )
+    wait_until(lambda: fs.exists(f"{out}/.packcli-lock") or run.poll() is not None)
+    assert run.poll() is None, "the run ended before the moment under test"
+    other = {"host": "h", "pid": 1, "run": "packcli-run-second", "token": "f" * 32, "heartbeat": time.time() + 60}
+    fs.pipe_file(f"{out}/.packcli-lock", json.dumps(other).encode())
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 1 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"error: lost the output's lock {out}/.packcli-lock: another run took it over"), stderr
+    assert object_keys(fs, out) == [".packcli-lock"] and json.loads(fs.cat(f"{out}/.packcli-lock")) == other
+
+
+def test_rounds_of_four_overwrites_over_a_stale_lock_leave_one_output_and_nothing_unlisted(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    for _ in range(2):
+        stale_lock(fs, f"{out}/.packcli-lock")
+        runs = [
+            subprocess.Popen(
+                command(str(corpus), "--max-len", size, "--out", out, "--overwrite"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for size in ("64", "128", "256", "512")
+        ]
+        results = [(run.wait(180), *run.communicate()) for run in runs]
+        assert any(code == 0 for code, _, _ in results), results
+        for code, _, stderr in results:
+            assert code == 0 or (code == 1 and "in use by" in stderr and stderr.count("\n") == 1), stderr
+        manifest = read_manifest(location(out))
+        assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])  # shards and sidecars
+        verified = runner.invoke(app, ["verify", out])
+        assert verified.exit_code == 0, verified.stderr
+
+
+def test_an_up_to_date_rerun_removes_nothing_it_did_not_write_under_a_run_prefix(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    """Objects another tool put under ``packcli-run-*/`` prefixes are no run's shards: an up-to-date rerun leaves
+    them, and ``--overwrite`` refuses the output, naming one, as it does any object packcli did not write."""
+    fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
+    assert pack(str(corpus), "--max-len", "256", "--out", out).exit_code == 0
+    run = object_keys(fs, out)[-1].split("/")[0]
+    foreign = [f"{run}/notes.txt", "packcli-run-mine/data.bin"]
+    for name in foreign:
+        fs.pipe_file(f"{out}/{name}", b"not packcli's")
+    before = object_keys(fs, out)
+    again = pack(str(corpus), "--max-len", "256", "--out", out)
+    assert again.exit_code == 0 and json.loads(again.stdout)["status"] == "up-to-date", again.stderr
+    assert object_keys(fs, out) == before
+    replaced = pack(str(corpus), "--max-len", "128", "--out", out, "--overwrite")
+    assert replaced.exit_code == 1 and "which is not part of a packcli output" in replaced.stderr, replaced.stderr
+    assert f"'{foreign[0]}'" in replaced.stderr and object_keys(fs, out) == before
 
 
 def command(*args: str) -> list[str]:
@@ -177,6 +348,7 @@ def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "1")  # the dead run's lock is taken over a second after its last beat
     run = subprocess.Popen(command(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out))
     deadline = time.monotonic() + 120
     while not any("/packcli-run-" in name for name in fs.find(out)) and time.monotonic() < deadline:
@@ -189,10 +361,11 @@ def test_a_run_killed_mid_upload_leaves_no_output_and_the_rerun_cleans_up(
     with pytest.raises(PackcliError, match="not a packcli output"):
         read_manifest(location(out))
     assert [path.name for path in scratch.iterdir()]  # the dead run's staging
+    wait_until_stale(fs, f"{out}/.packcli-lock")
     rerun = pack(str(corpus), "--max-len", "64", "--shard-size", "24KB", "--out", out)
     assert rerun.exit_code == 0, rerun.stderr
     manifest = read_manifest(location(out))
-    assert object_keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
+    assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])
     assert not list(scratch.iterdir()), "the dead run's staged shards outlived the rerun"
 
 
@@ -493,3 +666,31 @@ def test_a_packcli_scratch_that_cannot_be_a_directory_is_one_line_naming_it(
         result.stderr
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file", "link"][: 1 + (kind == "a dangling link")]
+
+
+def test_an_output_url_on_a_store_without_conditional_writes_is_refused_before_any_work(corpus: Path) -> None:
+    """The lock keeps two runs apart only through conditional writes (S3's): a store packcli makes none on is
+    refused in one line naming the --out URL, before a lock object or a shard is written."""
+    fsspec = pytest.importorskip("fsspec")
+    out = "memory://packcli-no-conditions/packed"
+    result = pack(str(corpus), "--max-len", "64", "--out", out)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith(
+        f"error: {out}: packcli makes the conditional writes that keep two runs apart on s3:// stores only, not "
+        "memory://"
+    ), result.stderr
+    assert not fsspec.filesystem("memory").exists("/packcli-no-conditions")
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
+def test_a_lock_stale_time_that_is_no_positive_number_is_one_line(
+    s3_server: S3Server, corpus: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("PACKCLI_LOCK_STALE_S", value)
+    out = s3_server.bucket() + "/packed"
+    result = pack(str(corpus), "--max-len", "64", "--out", out)
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"error: PACKCLI_LOCK_STALE_S={value} is not a positive number of seconds; unset it for 600\n"
+    ), result.stderr
+    assert object_keys(s3_server.filesystem(), out) == []

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import error_line, sample_lines
+from conftest import error_line, listed_files, sample_lines
 from s3_server import S3Server, object_keys
 from test_processes import command_line, descendants, small_files
+from test_storage_outputs import wait_until_stale
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -75,9 +76,7 @@ def assert_same_shards(fs: Any, out: str, reference: Path) -> dict[str, Any]:
     differ = ("shards", "inputs", "fingerprint", "partitions")
     assert theirs["partitions"]["count"] == mine["partitions"]["count"]
     assert {**theirs, **{key: mine[key] for key in differ}} == mine
-    assert object_keys(fs, out) == sorted(
-        ["manifest.json", *(shard["file"] for shard in theirs["shards"])]
-    )  # parts gone
+    assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(theirs)])  # parts gone
     return dict(theirs)
 
 
@@ -102,16 +101,10 @@ def test_a_partitioned_run_from_and_to_a_store_is_the_partitioned_run_on_disk(
     assert json.loads(again.stdout)["status"] == "up-to-date" and json.loads(fs.cat(f"{out}/manifest.json")) == manifest
 
 
-def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
-    s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The resumed run reuses the committed parts and leaves nothing of the dead run in this node's scratch."""
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
-    fs, bucket = uploaded(s3_server, corpus)
-    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
-    args = [f"{bucket}/corpus/", *PARTITIONS, "--out", out]
+def killed_once_a_part_is_committed(fs: Any, out: str, args: list[str]) -> list[str]:
+    """Run ``pack ARGS`` on one worker; kill -9 the driver and its worker once a part is committed under ``out``;
+    the committed parts' manifests."""
+    parts = f"{out}/packcli-resume"
     command = [sys.executable, "-m", "packcli", "pack", *args, "--workers", "1", "--quiet"]
     process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
 
@@ -124,7 +117,21 @@ def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     assert process.poll() is None, "the run ended before the moment under test"
     os.killpg(process.pid, signal.SIGKILL)  # the driver and its worker
     process.wait()
-    done = committed()
+    return committed()
+
+
+def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
+    s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resumed run reuses the committed parts and leaves nothing of the dead run in this node's scratch."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
+    monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "1")  # the dead run's lock is taken over a second after its last beat
+    fs, bucket = uploaded(s3_server, corpus)
+    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    args = [f"{bucket}/corpus/", *PARTITIONS, "--out", out]
+    done = killed_once_a_part_is_committed(fs, out, args)
     assert 1 <= len(done) < 4 and "manifest.json" not in object_keys(fs, out)
     part = f"{parts}/{done[0].split('/')[0]}"
     verified = invoke("verify", part, "--json")  # a committed part is an output of its own
@@ -135,6 +142,7 @@ def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     left = PartsArea(location(parts)).build_path(int(done[0].split("/")[0].split("-")[1]))
     left.mkdir(parents=True, exist_ok=True)
     (left / "part-00000-shard-00000.arrow").write_bytes(b"staged")
+    wait_until_stale(fs, f"{out}/.packcli-lock")
     resumed = invoke("pack", *args, "--quiet", "--json")  # takes over the dead run's lock, reuses its parts
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["partitions_reused"] == len(done)
@@ -249,3 +257,24 @@ def test_a_full_scratch_disk_in_a_partitioned_run_to_a_store_is_one_line(
     )
     assert f"kept in {out}/packcli-resume" in result.stderr
     assert "manifest.json" not in object_keys(fs, out) and ".packcli-lock" not in object_keys(fs, out)
+
+
+def test_no_resume_area_outlives_a_later_run_on_the_output(
+    s3_server: S3Server, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parts a killed partitioned run left are removed by the next plain run on the output, packing or up to
+    date, which says so with their size; nothing is left that the manifest does not list."""
+    monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "1")  # the dead run's lock is taken over a second after its last beat
+    fs, bucket = uploaded(s3_server, corpus)
+    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    plain = ["pack", f"{bucket}/corpus/", "--max-len", "256", "--out", out, "--json"]
+    for later, extra in (("packed", []), ("up-to-date", ["--overwrite"])):
+        assert killed_once_a_part_is_committed(fs, out, [f"{bucket}/corpus/", *PARTITIONS, "--out", out, *extra])
+        wait_until_stale(fs, f"{out}/.packcli-lock")
+        left = {name: info["size"] for name, info in fs.find(parts, detail=True).items()}
+        result = invoke(*plain)
+        assert result.exit_code == 0 and json.loads(result.stdout)["status"] == later, result.output
+        said = f"warning: removing {parts} ({len(left):,} file(s), {sum(left.values()):,} bytes): the parts of an"
+        assert said in result.stderr, result.stderr
+        manifest = json.loads(fs.cat(f"{out}/manifest.json"))
+        assert object_keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,8 @@ from conftest import (
     documented_names,
     error_line,
     json_keys,
+    listed_split_pieces,
+    rewrite_split_pieces,
     run_writing_no_file_over,
     shared_path,
     write_jsonl,
@@ -142,7 +145,8 @@ def test_a_failed_verify_is_one_error_line_from_the_one_error_mapper(packed: Pat
     result = verify_damaged(packed, copy, flip_byte)
     assert result.exit_code == 1 and "problem: shard-00001.arrow: sha256 differs" in result.stderr
     [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert line == f"error: {tmp_path}/two\\nlines: 1 problem(s) found", result.stderr
+    # the flipped byte may also break a split piece's digest: the count is verify's, the line the mapper's
+    assert re.fullmatch(rf"error: {re.escape(str(tmp_path))}/two\\nlines: [1-9]\d* problem\(s\) found", line), line
 
 
 def test_verify_on_a_url_lists_every_missing_object(s3_server: S3Server, packed: Path) -> None:
@@ -241,8 +245,69 @@ def eos_off(out: Path) -> None:
 
 
 def edit_split_pieces(change: Callable[[list[list[int]]], None]) -> Callable[[Path], None]:
-    """Edit the split_pieces entries of the first shard that lists any."""
-    return edit_manifest(lambda m: change(next(s["split_pieces"] for s in m["shards"] if "split_pieces" in s)))
+    """Edit the ``[row, index, document, piece, digest]`` entries of the first shard that has a split_pieces
+    sidecar, the sidecar's size and sha256 fixed in the manifest (an edit checksums alone cannot tell)."""
+
+    def apply(out: Path) -> None:
+        manifest = json.loads((out / "manifest.json").read_text())
+        shard = next(s for s in manifest["shards"] if "split_pieces" in s.get("sidecars", {}))
+        sidecar = pa.ipc.open_stream((out / shard["sidecars"]["split_pieces"]["file"]).read_bytes()).read_all()
+        entries = [[*entry, digest] for entry, digest in zip(listed_split_pieces(out, shard), sidecar["digest"].to_pylist())]  # fmt: skip
+        change(entries)
+        rewrite_split_pieces(out, shard, [entry[:4] for entry in entries], [entry[4] for entry in entries])
+        (out / "manifest.json").write_text(json.dumps(manifest))
+
+    return apply
+
+
+def damage_sidecar(damage: Callable[[bytes], bytes], fix_checksum: bool) -> Callable[[Path], None]:
+    """Damage the first split_pieces sidecar's bytes; with ``fix_checksum``, its size and sha256 in the manifest
+    follow (a sidecar damaged where it was written)."""
+
+    def apply(out: Path) -> None:
+        manifest = json.loads((out / "manifest.json").read_text())
+        sidecar = next(s["sidecars"]["split_pieces"] for s in manifest["shards"] if "sidecars" in s)
+        data = damage((out / sidecar["file"]).read_bytes())
+        (out / sidecar["file"]).write_bytes(data)
+        if fix_checksum:
+            sidecar.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (out / "manifest.json").write_text(json.dumps(manifest))
+
+    return apply
+
+
+def flipped_middle_byte(data: bytes) -> bytes:
+    return data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1 :]
+
+
+def edit_sources(change: Callable[[list[dict]], None]) -> Callable[[Path], None]:  # type: ignore[type-arg]
+    """Edit the first shard's source index (its entries as dicts), its size and sha256 fixed in the manifest."""
+
+    def apply(out: Path) -> None:
+        manifest = json.loads((out / "manifest.json").read_text())
+        sidecar = manifest["shards"][0]["sidecars"]["sources"]
+        table = pa.ipc.open_stream((out / sidecar["file"]).read_bytes()).read_all()
+        entries = table.to_pylist()
+        change(entries)
+        edited = pa.Table.from_pylist(entries, schema=table.schema)
+        with pa.ipc.new_stream(str(out / sidecar["file"]), table.schema) as writer:
+            writer.write_table(edited)
+        data = (out / sidecar["file"]).read_bytes()
+        sidecar.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (out / "manifest.json").write_text(json.dumps(manifest))
+
+    return apply
+
+
+def swap_two_piece_numbers(pieces: list[list[int]]) -> None:
+    """Swap the numbers of the first two pieces of the first document with three pieces or more (the lengths of
+    both are max_len: only what the pieces hold tells them apart)."""
+    counts: dict[int, int] = {}
+    for entry in pieces:
+        counts[entry[2]] = counts.get(entry[2], 0) + 1
+    document = next(document for document, count in counts.items() if count >= 3)
+    first, second = (next(entry for entry in pieces if entry[2] == document and entry[3] == k) for k in (0, 1))
+    first[3], second[3] = second[3], first[3]
 
 
 def swap_first_and_last_piece(pieces: list[list[int]]) -> None:
@@ -295,8 +360,50 @@ SUBTLE_DAMAGE = {
     "split piece unlisted": ("split", edit_split_pieces(lambda pieces: pieces.pop(0)), "split_pieces"),
     "split piece malformed": (
         "split",
-        edit_split_pieces(lambda pieces: pieces[0].pop()),
-        "manifest: the split_pieces of 1 shard(s) are not lists of [row, index, document, piece], integers >= 0",
+        damage_sidecar(lambda data: data[: len(data) // 2], fix_checksum=True),
+        "split_pieces of 1 shard(s) cannot be read (first: shard-00000.arrow.split_pieces: unreadable",
+    ),
+    "split_pieces sidecar flipped": (
+        "split",
+        damage_sidecar(flipped_middle_byte, fix_checksum=False),
+        "shard-00000.arrow.split_pieces: sha256 differs from the manifest",
+    ),
+    "split_pieces sidecar gone": (
+        "split",
+        lambda out: (out / "shard-00000.arrow.split_pieces").unlink(),
+        "shard-00000.arrow.split_pieces: missing (a sidecar of shard-00000.arrow)",
+    ),
+    "split_pieces sidecar unlisted": (
+        "split",
+        edit_manifest(lambda m: m["shards"][0]["sidecars"].pop("split_pieces")),
+        "shard-00000.arrow.split_pieces: sidecar file not listed in the manifest",
+    ),
+    "source entry removed": (
+        "split",
+        edit_sources(lambda entries: entries.pop()),
+        "entries, the shard holds ",
+    ),
+    "source piece beyond its pieces": (
+        "split",
+        edit_sources(lambda entries: entries[0].update(piece=entries[0]["pieces"])),
+        "sources of shard-00000.arrow: 1 entries not piece k of n (k < n) of a record numbered from 1 (first: entry 0",
+    ),
+    "split piece a whole document in the sources": (
+        "split",
+        edit_sources(lambda entries: next(e for e in entries if e["pieces"] > 1).update(piece=0, pieces=1)),
+        "pieces of split documents, its split_pieces list ",
+    ),
+    "sources sidecar flipped": (
+        "split",
+        lambda out: (out / "shard-00000.arrow.sources").write_bytes(
+            flipped_middle_byte((out / "shard-00000.arrow.sources").read_bytes())
+        ),
+        "shard-00000.arrow.sources: sha256 differs from the manifest",
+    ),
+    "two split pieces' numbers swapped": (
+        "split",
+        edit_split_pieces(swap_two_piece_numbers),
+        "split_pieces: 2 whose tokens are not what pack cut as that piece of that document (its digest differs)",
     ),
     "split pieces out of order": (
         "split",
@@ -317,7 +424,7 @@ SUBTLE_DAMAGE = {
     ),
     "split_pieces deleted": (
         "split",
-        edit_manifest(lambda m: [shard.pop("split_pieces", None) for shard in m["shards"]]),
+        edit_manifest(lambda m: [shard.get("sidecars", {}).pop("split_pieces", None) for shard in m["shards"]]),
         "manifest: split_pieces: none listed, yet totals.split_documents is ",
     ),
 }
@@ -332,6 +439,7 @@ def test_subtle_damage_is_named(small_outputs: dict[str, Path], tmp_path: Path, 
     assert "unexpected" not in result.stderr
 
 
+PIECE_CHANGED = "split_pieces: 1 whose tokens are not what pack cut as that piece of that document (its digest differs)"
 EOS_SPLIT_MAX_LEN = 454  # five of tiny_corpus's documents are exactly 454 GPT-2 tokens with their EOS
 
 
@@ -357,7 +465,7 @@ def segments_of(out: Path, name: str = "shard-00000.arrow") -> dict[tuple[int, i
     """Each segment (row, index in the row) of a shard: -1 for a whole document, else its piece number."""
     manifest = json.loads((out / "manifest.json").read_text())
     entry = next(shard for shard in manifest["shards"] if shard["file"] == name)
-    pieces = {(row, index): piece for row, index, _, piece in entry.get("split_pieces", [])}
+    pieces = {(row, index): piece for row, index, _, piece in listed_split_pieces(out, entry)}
     table = read_shard(out / name)
     return {
         (row, index): pieces.get((row, index), -1)
@@ -424,6 +532,7 @@ def test_a_clean_output_with_bos_and_split_documents_verifies(bos_split: Path) -
                 ", a whole document, ",
                 "shard-00000.arrow: 1 later piece(s) of split documents that start with the BOS id 1, which pack puts "
                 "before a document's first token only (first: row ",
+                PIECE_CHANGED,
             ],
         ),
         (
@@ -435,6 +544,7 @@ def test_a_clean_output_with_bos_and_split_documents_verifies(bos_split: Path) -
                 "shard-00000.arrow: 1 piece(s) before the last of split documents that end with the EOS id 50256, "
                 "which pack appends after a document's last token only (first: row ",
                 "piece 0 of split document ",
+                PIECE_CHANGED,
             ],
         ),
     ],
@@ -443,12 +553,13 @@ def test_a_clean_output_with_bos_and_split_documents_verifies(bos_split: Path) -
 def test_specials_are_checked_per_document(
     request: pytest.FixtureRequest, tmp_path: Path, output: str, damage: Callable[[Path], None], expected: list[str]
 ) -> None:
-    """Damage that keeps the counts of documents without BOS or EOS: each document is held to where pack puts them."""
+    """Damage that keeps the counts of documents without BOS or EOS: each document is held to where pack puts them
+    (and the split piece whose token changed no longer holds what pack cut there)."""
     result = verify_damaged(request.getfixturevalue(f"{output}_split"), tmp_path / "copy", damage)
     assert result.exit_code == 1, result.stdout
     for line in expected:
         assert line in result.stderr, result.stderr
-    assert result.stderr.count("problem: ") == 2, result.stderr  # those two, nothing else
+    assert result.stderr.count("problem: ") == 3, result.stderr  # those three, nothing else
 
 
 def drop_a_short_documents_eos(out: Path) -> None:
@@ -635,7 +746,7 @@ def test_rows_flagged_are_exactly_the_damaged_ones(case: tuple[pa.RecordBatch, s
         "shards": [{"file": "shard-00000.arrow"}],
     }
     expected = Expected.of(manifest)
-    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(manifest))
+    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(Path("."), manifest))
     rows = RowChecks("shard", shard)
     rows.check(batch)
     flagged = {
@@ -690,7 +801,7 @@ def packed_pieces(draw: st.DrawFn) -> tuple[dict, pa.RecordBatch]:  # type: igno
 def specials_checked(manifest: dict, batch: pa.RecordBatch) -> RowChecks:  # type: ignore[type-arg]
     expected = Expected.of(manifest)
     rows = RowChecks(
-        "shard", ShardUnderCheck(0, manifest["shards"][0], expected, Observed(), SplitPieceCheck(manifest))
+        "shard", ShardUnderCheck(0, manifest["shards"][0], expected, Observed(), SplitPieceCheck(Path("."), manifest))
     )
     rows.check(batch)
     return rows

@@ -301,9 +301,16 @@ def show(
         str | None,
         typer.Option(help="The tokenizer to decode with.", show_default="the one the output was packed with"),
     ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source", metavar="FILE:LINE", help="Find the rows where the record at FILE:LINE (or row) went instead."
+        ),
+    ] = None,
     json_output: flags.JsonOption = False,
 ) -> None:
-    """Decode one packed row: its documents separated and numbered, supervised tokens (fine-tuning) marked.
+    """Decode one packed row: its documents separated and numbered, each with its source (FILE:LINE, piece k of
+    n), supervised tokens (fine-tuning) marked; or, with --source, find where a record went.
 
     Supervised tokens are green on a terminal, between ⟦ and ⟧ otherwise. The quickest check that masks are right.
 
@@ -314,11 +321,21 @@ def show(
       packcli show packed/ --row 17 --positions
 
       packcli show sft-packed/ --json
+
+      packcli show packed/ --source corpus.jsonl:638
     """
-    from packcli.report.show import decode_row, output_tokenizer, print_row, read_row
+    from packcli.report.show import decode_row, find_source, output_tokenizer, print_found, print_row, read_row
     from packcli.storage import location
 
-    manifest, shown = read_row(location(path), row)  # an output URL: only the row's shard is read
+    out = location(path)  # an output URL is streamed: find_source reads the source index, read_row one shard
+    if source is not None:
+        found = find_source(out, source)
+        if json_output:
+            print(json.dumps(found, sort_keys=True, ensure_ascii=False))
+        else:
+            print_found(found, path)
+        return
+    manifest, shown = read_row(out, row)
     decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
     if json_output:
         print(json.dumps(decoded, sort_keys=True, ensure_ascii=False))

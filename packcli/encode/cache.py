@@ -86,13 +86,14 @@ def save(tokenized: Tokenized, key: str) -> Tokenized:
     tokenized.store.close()
     np.save(temporary / "lengths.npy", tokenized.lengths)
     np.save(temporary / "file_documents.npy", tokenized.file_documents)
+    np.save(temporary / "records.npy", tokenized.records)
     (temporary / _BACKEND).write_text(json.dumps(tokenized.backend, sort_keys=True))
     (temporary / _COMPLETE).write_text(json.dumps(asdict(tokenized.counts), sort_keys=True))
     entry = cache_root() / key
     with _cache_lock(shared=False, create=True):
         claim = _claims.pop(temporary)
         replaces = tokenized.backend.get("backend") == "hf" and _backend_of(entry) != "hf"
-        if (entry / _COMPLETE).is_file() and not replaces:
+        if _complete(entry) and not replaces:
             _remove(temporary)
         else:
             _remove(entry)
@@ -110,7 +111,7 @@ def load(key: str, requested: str = "auto") -> Tokenized | None:
     """The cached tokenization for ``key``, or None (also when the cache cannot be read, or when another backend
     encoded it than ``--tokenizer-backend requested`` takes: see :func:`~packcli.encode.backends.takes_tokens`)."""
     entry = cache_root() / key
-    if not (entry / _COMPLETE).is_file():
+    if not _complete(entry):
         return None
     try:
         with _cache_lock(shared=True, create=False):
@@ -128,16 +129,23 @@ def discard(key: str) -> None:
         pass
 
 
+def _complete(entry: Path) -> bool:
+    """Whether an entry is complete and of this packcli: not one written by a packcli that did not count documents
+    per file, name its backend or number each document's record (replaced when saved again)."""
+    return all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", "records.npy", _BACKEND))
+
+
 def _open(entry: Path) -> Tokenized | None:
     """Open a complete entry and mark it used now (eviction goes by last use)."""
-    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", _BACKEND)):
-        return None  # incomplete, or written by a packcli that did not count documents per file or name its backend
+    if not _complete(entry):
+        return None
     store = TokenStore.reopen(entry / "tokens")
     with suppress(OSError):  # a read-only cache still serves; its entries just age by creation
         os.utime(entry)
     counts = ReadCounts(**json.loads((entry / _COMPLETE).read_text()))
     backend = json.loads((entry / _BACKEND).read_text())
-    return Tokenized(store, np.load(entry / "lengths.npy"), counts, np.load(entry / "file_documents.npy"), backend)
+    lengths, records = np.load(entry / "lengths.npy"), np.load(entry / "records.npy")
+    return Tokenized(store, lengths, counts, np.load(entry / "file_documents.npy"), records, backend)
 
 
 def _backend_of(entry: Path) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from packcli.encode.crosscheck import TokenizerMismatch
-from packcli.encode.encoders import Encoder
+from packcli.encode.encoders import Encoder, without_empty
 from packcli.encode.locate import locate_document
 from packcli.encode.store import TokenStore
 from packcli.read.fields import ReadCounts
@@ -38,18 +38,20 @@ IN_FLIGHT = 1
 # over MAX_BATCH_CHARS / threads then leaves some threads idle for part of its encoding.
 MAX_BATCH_CHARS = 8 << 20
 
-Batch = tuple[list[Any], int, int]  # prepared documents, how far (bytes on disk) reading has come, their file
+# prepared documents, how far (bytes on disk) reading has come, their file, and each one's record (line or row)
+Batch = tuple[list[Any], int, int, np.ndarray]
 
 
 @dataclass(frozen=True)
 class Tokenized:
-    """Every document's tokens in a store, plus per-document lengths, documents per input file, and the read
-    counts."""
+    """Every document's tokens in a store, plus per-document lengths, documents per input file, the read counts,
+    and each document's record in its file (its line or row, as an error there would name it)."""
 
     store: TokenStore
     lengths: np.ndarray
     counts: ReadCounts
     file_documents: np.ndarray  # int64, one per input file (or slice): the documents it gave, in order
+    records: np.ndarray  # int64, one per document: its line (JSON Lines), record (.json) or row (tables), 1-based
     backend: dict[str, str] = field(default_factory=dict)  # the tokenizer backend that encoded (Backends.describe)
 
 
@@ -70,22 +72,24 @@ def tokenize_corpus(
     """
     store = TokenStore(store_path, with_mask=encoder.supervised)
     lengths: list[np.ndarray] = []
+    records: list[np.ndarray] = []
     counts = ReadCounts()
     slices = [item if isinstance(item, InputSlice) else InputSlice(item) for item in files]
     file_documents = np.zeros(len(slices), dtype=np.int64)
     reporter.start(sum(item.path.stat().st_size for item in slices))
     documents = 0
 
-    def store_batch(encoded: Future[Any], bytes_done: int, file: int) -> None:
+    def store_batch(encoded: Future[Any], bytes_done: int, file: int, numbers: np.ndarray) -> None:
         nonlocal documents
         try:
             result = encoded.result()
         except TokenizerMismatch as exc:  # name the document: its file, and its line found by reading it again
             exc.path, exc.line = slices[file].path, locate_document(slices[file], encoder, exc.document)
             raise
-        tokens, batch_lengths, mask = encoder.flatten(result, counts)
+        (tokens, batch_lengths, mask), kept = without_empty(encoder.flatten(result, counts), counts)
         store.append(tokens, mask)
         lengths.append(batch_lengths)
+        records.append(numbers[kept])
         documents += len(batch_lengths)
         file_documents[file] += len(batch_lengths)
         reporter.advance(bytes_done, documents, store.count)
@@ -95,16 +99,16 @@ def tokenize_corpus(
         for file, item in enumerate(slices):
             path = item.path
             for batch in read_records(path, encoder.fields, counts, skip_bad_records, warn, encoder.convert, item.span):
-                prepared = encoder.prepare(batch.columns, counts)
+                prepared, kept = encoder.prepare(batch.columns, counts)
                 if prepared:
-                    yield prepared, bytes_before + batch.position, file
+                    yield prepared, bytes_before + batch.position, file, batch.records[kept]
             bytes_before += path.stat().st_size
 
     try:
         with ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="packcli-encode") as pool:
-            in_flight: deque[tuple[Future[Any], int, int]] = deque()
-            for prepared, bytes_done, file in balanced(batches(), encoder.sizes, threads or available_cores()):
-                in_flight.append((pool.submit(encoder.encode, prepared), bytes_done, file))
+            in_flight: deque[tuple[Future[Any], int, int, np.ndarray]] = deque()
+            for prepared, bytes_done, file, numbers in balanced(batches(), encoder.sizes, threads or available_cores()):
+                in_flight.append((pool.submit(encoder.encode, prepared), bytes_done, file, numbers))
                 if len(in_flight) > IN_FLIGHT:
                     store_batch(*in_flight.popleft())
             while in_flight:
@@ -113,7 +117,8 @@ def tokenize_corpus(
         store.remove()
         raise
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    return Tokenized(store, all_lengths, counts, file_documents, encoder.backend)
+    all_records = np.concatenate(records) if records else np.zeros(0, dtype=np.int64)
+    return Tokenized(store, all_lengths, counts, file_documents, all_records, encoder.backend)
 
 
 def available_cores() -> int:
@@ -136,24 +141,26 @@ def balanced(
 
     Args:
         batches: prepared documents (never empty), how far reading has come (a joined batch has the last one's),
-            and the index of their file.
+            the index of their file, and each document's record number (joined with them).
         sizes: each prepared document's size in characters.
         threads: the tokenizer's threads.
         limit: characters at which a batch goes whatever its balance.
     """
     held: list[Any] = []
+    numbers: list[np.ndarray] = []
     total = largest = position = held_file = 0
-    for prepared, batch_position, file in batches:
+    for prepared, batch_position, file, records in batches:
         if held and file != held_file:
-            yield held, position, held_file
-            held, total, largest = [], 0, 0
+            yield held, position, held_file, np.concatenate(numbers)
+            held, numbers, total, largest = [], [], 0, 0
         lengths = sizes(prepared)
         held = held + prepared if held else prepared
+        numbers.append(records)
         total += sum(lengths)
         largest = max(largest, max(lengths))
         position, held_file = batch_position, file
         if largest * threads <= total or total >= limit:
-            yield held, position, held_file
-            held, total, largest = [], 0, 0
+            yield held, position, held_file, np.concatenate(numbers)
+            held, numbers, total, largest = [], [], 0, 0
     if held:
-        yield held, position, held_file
+        yield held, position, held_file, np.concatenate(numbers)

@@ -29,7 +29,7 @@ from packcli.options import PackOptions
 from packcli.read.fields import Field, ReadCounts
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["Encoder", "make_encoder", "without_empty"]
+__all__ = ["Encoder", "kept_records", "make_encoder", "without_empty"]
 
 Flat = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # tokens, lengths, supervision mask (or None)
 
@@ -45,8 +45,9 @@ class Encoder(Protocol):
     template_sha256: str | None  # chats: the chat template actually used
     backend: dict[str, str]  # the tokenizer backend that encodes (see Backends.describe); {} when none runs
 
-    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> Any:
-        """This thread: turn a batch of records into what ``encode`` takes; count the records it skips."""
+    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> tuple[Any, np.ndarray]:
+        """This thread: turn a batch of records into what ``encode`` takes, and which records it kept (a bool per
+        record, :func:`kept_records`); count the records it skips."""
         ...
 
     def sizes(self, prepared: Any) -> list[int]:
@@ -58,8 +59,9 @@ class Encoder(Protocol):
         ...
 
     def flatten(self, encoded: Any, counts: ReadCounts) -> Flat:
-        """This thread: flat tokens, per-document lengths (EOS/BOS added) and the supervision mask or None; the
-        documents that come to nothing are left out and counted."""
+        """This thread: flat tokens, per-document lengths (EOS/BOS added) and the supervision mask or None, one
+        document per prepared record (the caller leaves out and counts those that come to nothing:
+        :func:`without_empty`)."""
         ...
 
 
@@ -78,10 +80,8 @@ class TextEncoder:
         self.backend = backends.describe()
         self.check = _checked(backends.text, backends.reference_text, backends.name, options.seed)
 
-    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> list[str]:
-        texts = [text for text in columns[0] if text]
-        counts.empty_documents += len(columns[0]) - len(texts)
-        return texts
+    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> tuple[list[str], np.ndarray]:
+        return kept_records(columns[0], [bool(text) for text in columns[0]], counts)
 
     def sizes(self, texts: list[str]) -> list[int]:
         return [len(text) for text in texts]
@@ -99,7 +99,7 @@ class TextEncoder:
     def flatten(self, encoded: Any, counts: ReadCounts) -> Flat:
         # The ids are taken here, not in encode: the helper thread is then free to encode the next batch at once.
         tokens, lengths = self.text.ids(encoded)
-        return without_empty(add_specials(tokens, lengths, None, None, self.eos_id, self.bos_id), counts)
+        return add_specials(tokens, lengths, None, None, self.eos_id, self.bos_id)
 
 
 Check = Callable[[list[str], Any], None]
@@ -153,7 +153,7 @@ class SegmentEncoder:
                 Field(options.response_field, flag="--response-field"),
             ]
 
-    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> list[list[Segment]]:
+    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> tuple[list[list[Segment]], np.ndarray]:
         if self.template is not None:
             records = counted_segments(columns[0], counts)  # converted while reading
         else:
@@ -161,9 +161,7 @@ class SegmentEncoder:
                 [Segment(prompt, self.loss_on_all), Segment(response, True)]
                 for prompt, response in zip(columns[0], columns[1])
             ]
-        kept = [segments for segments in records if any(s.supervised and s.text for s in segments)]
-        counts.empty_documents += len(records) - len(kept)
-        return kept
+        return kept_records(records, [any(s.supervised and s.text for s in segments) for segments in records], counts)
 
     def sizes(self, records: list[list[Segment]]) -> list[int]:
         return [sum(len(segment.text) for segment in segments) for segments in records]
@@ -213,8 +211,7 @@ class SegmentEncoder:
         last_segment = np.cumsum(per_record) - 1
         lengths = np.add.reduceat(segment_lengths, last_segment - per_record + 1) if len(records) else per_record
         rendered = self.template is not None  # a chat template may render EOS and BOS itself
-        flat = add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id, rendered)
-        return without_empty(flat, counts)
+        return add_specials(tokens, lengths, mask, supervised[last_segment], self.eos_id, self.bos_id, rendered)
 
 
 def _in_segment_order(
@@ -294,11 +291,12 @@ class IdsEncoder:
             )
         return ids, mask
 
-    def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    def prepare(
+        self, columns: list[list[Any]], counts: ReadCounts
+    ) -> tuple[list[tuple[np.ndarray, np.ndarray | None]], np.ndarray]:
         records = columns[0]
-        kept = [record for record in records if len(record[0]) and (record[1] is None or record[1].any())]
-        counts.empty_documents += len(records) - len(kept)
-        return kept
+        keep = [bool(len(ids)) and (mask is None or bool(mask.any())) for ids, mask in records]
+        return kept_records(records, keep, counts)
 
     def sizes(self, records: list[tuple[np.ndarray, np.ndarray | None]]) -> list[int]:
         return [1] * len(records)  # nothing to tokenize: any batch is balanced
@@ -358,8 +356,17 @@ def _has_at(tokens: np.ndarray, lengths: np.ndarray, positions: np.ndarray, toke
     return found
 
 
-def without_empty(flat: Flat, counts: ReadCounts) -> Flat:
-    """``flat`` without its documents of no tokens (with a mask: of no supervised token), which are counted as empty.
+def kept_records(records: list[Any], keep: list[bool], counts: ReadCounts) -> tuple[list[Any], np.ndarray]:
+    """The records ``keep`` marks, and ``keep`` as a bool array (where each document came from); the others are
+    counted as empty documents."""
+    kept = np.array(keep, dtype=bool).reshape(len(records))
+    counts.empty_documents += len(records) - int(np.count_nonzero(kept))
+    return [record for record, keeping in zip(records, keep) if keeping], kept
+
+
+def without_empty(flat: Flat, counts: ReadCounts) -> tuple[Flat, np.ndarray]:
+    """``flat`` without its documents of no tokens (with a mask: of no supervised token), which are counted as empty,
+    and which documents it kept (a bool per document).
 
     Example: lengths [2, 0, 1] -> [2, 1], one empty document; with mask [T, T, F], lengths [2, 1] -> [2], one empty.
     """
@@ -372,12 +379,12 @@ def without_empty(flat: Flat, counts: ReadCounts) -> Flat:
         keep = supervised_before[ends] > supervised_before[ends - lengths]
     empty = len(keep) - int(np.count_nonzero(keep))
     if empty == 0:
-        return flat
+        return flat, keep
     counts.empty_documents += empty
     if mask is None:
-        return tokens, lengths[keep], None  # an empty document holds no tokens
+        return (tokens, lengths[keep], None), keep  # an empty document holds no tokens
     kept_tokens = np.repeat(keep, lengths)
-    return tokens[kept_tokens], lengths[keep], mask[kept_tokens]
+    return (tokens[kept_tokens], lengths[keep], mask[kept_tokens]), keep
 
 
 def make_encoder(

@@ -29,7 +29,7 @@ def locate_document(item: InputSlice, encoder: Encoder, document: Any) -> int | 
     def probe(values: list[Any]) -> None:
         converted = encoder.convert(values) if encoder.convert is not None else None
         columns = [[converted]] if encoder.convert is not None else [[value] for value in values]
-        if encoder.prepare(columns, ReadCounts()) == [document]:
+        if encoder.prepare(columns, ReadCounts())[0] == [document]:
             found.append(_Found("the document"))
             raise found[-1]
 

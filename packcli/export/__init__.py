@@ -134,7 +134,7 @@ def export_output(
         export_identity,
         write_record,
     )
-    from packcli.format.manifest import SPLIT_PIECES
+    from packcli.format.sidecars import lists_split_pieces
     from packcli.write.publish import Publication
 
     if fmt not in FORMATS:
@@ -155,7 +155,7 @@ def export_output(
             split = int(packed.manifest["totals"].get("split_documents", 0))
             if exporter.view == "rows" and split:
                 warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
-            elif split and not any(SPLIT_PIECES in shard for shard in packed.manifest["shards"]):
+            elif split and not any(lists_split_pieces(shard) for shard in packed.manifest["shards"]):
                 warn(UNRECORDED_SPLITS.format(count=split, fmt=fmt))
             if feed.documents is not None and feed.documents.unsure:
                 warn(UNSURE_JOINS.format(count=feed.documents.unsure, fmt=fmt))

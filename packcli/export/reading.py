@@ -7,7 +7,7 @@ the shards once. Two views of them:
 - :func:`row_batch`: the packed rows as written, a record batch (about 8 MiB) at a time.
 - :class:`DocumentView`: the documents, each piece a sequence; the pieces of a document cut by ``--overflow
   split`` come out together and in order, where its first piece (in output order) stood, found through the
-  manifest's ``split_pieces`` entries (:mod:`packcli.write.splits`, checked by verify); its other pieces are not
+  shards' ``split_pieces`` sidecars (:mod:`packcli.write.splits`, checked by verify); its other pieces are not
   repeated.
 
 Invariant: every stored token comes out exactly once in either view, with its supervision (``labels != -100``).
@@ -40,8 +40,9 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
-from packcli.format.manifest import SPLIT_PIECES, read_manifest, shard_path
+from packcli.format.manifest import read_manifest, shard_path
 from packcli.format.shards import flat_list_column, read_shard
+from packcli.format.sidecars import read_split_pieces
 from packcli.storage.mirror import fetch_checked
 from packcli.storage.urls import UrlPath
 
@@ -133,7 +134,8 @@ class _Splits:
         for shard_index, shard in enumerate(packed.manifest["shards"]):
             partition = str(shard["file"]).rsplit("shard-", 1)[0]
             found = []
-            for row, index, document, piece in shard.get(SPLIT_PIECES, []):
+            listed = read_split_pieces(packed.path, shard)
+            for row, index, document, piece in [] if listed is None else listed.entries.tolist():
                 group = keys.setdefault((partition, document), len(keys))
                 if group == len(pieces):
                     pieces.append([])

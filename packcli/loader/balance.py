@@ -61,8 +61,12 @@ class RowCost:
         for name in ("per_token", "per_square"):
             value = getattr(self, name)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or not np.isfinite(value) or value < 0:
-                raise ValueError(f"RowCost {name}={value!r}: pass a finite number >= 0 (FLOPs)")
+            try:
+                finite = number and bool(np.isfinite(float(value)))
+            except OverflowError:  # an int past float64's range
+                finite = False
+            if not finite or value < 0:
+                raise ValueError(f"RowCost {name}={value!r}: pass a finite number >= 0 (FLOPs) within float64's range")
 
     @classmethod
     def from_config(cls, config: str | Path | Mapping[str, Any]) -> RowCost:
@@ -92,7 +96,10 @@ class RowCost:
         projections = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * fields["intermediate_size"]
         per_token = 2 * (layers * projections + hidden * fields["vocab_size"])
         per_square = 2 * layers * heads * head_dim
-        return cls(per_token=float(TRAINING_PASSES * per_token), per_square=float(TRAINING_PASSES * per_square))
+        try:
+            return cls(per_token=float(TRAINING_PASSES * per_token), per_square=float(TRAINING_PASSES * per_square))
+        except (OverflowError, ValueError):
+            raise ValueError(f"{source}: the model's FLOPs per token exceed float64's range; check its sizes") from None
 
     def row_costs(self, lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """Every row's cost (float64): row ``k`` holds documents ``lengths[offsets[k]:offsets[k + 1]]``."""
@@ -101,8 +108,14 @@ class RowCost:
         squares = np.concatenate([[0.0], np.cumsum(lengths * lengths)])
         offsets = np.asarray(offsets, dtype=np.int64)
         starts, ends = offsets[:-1], offsets[1:]
-        costs: np.ndarray = self.per_token * (tokens[ends] - tokens[starts])
-        costs += self.per_square * (squares[ends] - squares[starts])
+        with np.errstate(over="ignore"):  # an overflow is refused below, in one line
+            costs: np.ndarray = self.per_token * (tokens[ends] - tokens[starts])
+            costs += self.per_square * (squares[ends] - squares[starts])
+        if not np.isfinite(costs).all():
+            raise ValueError(
+                f"row costs exceed float64's range with per_token={self.per_token!r}, per_square={self.per_square!r}: "
+                "scale the coefficients down (only their ratio places rows)"
+            )
         return costs
 
 
@@ -143,6 +156,9 @@ def global_batches(rank_major: np.ndarray, world_size: int, batch_size: int, gra
     """
     per_rank = len(rank_major) // world_size
     steps = per_rank // (batch_size * grad_accum)
+    if steps == 0:  # fewer rows than one global batch: none, whatever the sizes (no array of world_size rows)
+        size = world_size * batch_size * grad_accum
+        return np.zeros((0, size if size <= np.iinfo(np.intp).max else 0), dtype=np.int64)
     ranks = np.asarray(rank_major, dtype=np.int64)[: world_size * per_rank].reshape(world_size, per_rank)
     taken = ranks[:, : steps * batch_size * grad_accum]
     slots = taken.reshape(world_size, steps, grad_accum, batch_size).transpose(1, 2, 0, 3)
@@ -161,6 +177,11 @@ def balance_batches(costs: np.ndarray, world_size: int, batch_size: int) -> np.n
         int64 array shaped like ``costs``: balanced slot ``s`` of batch ``g`` holds the row of slot ``[g, s]``.
     """
     costs = np.asarray(costs, dtype=np.float64)
+    if not np.isfinite(costs).all() or (costs < 0).any():
+        raise ValueError("row costs must be finite numbers >= 0")
+    # Each global batch scaled to its dearest row: a sum of rows then stays finite, so a full rank's +inf is its own.
+    top = costs.max(axis=1, keepdims=True) if costs.size else costs[:, :1]
+    costs = costs / np.where(top > 0, top, 1.0)
     steps, size = costs.shape
     per_step = world_size * batch_size
     ranked = np.argsort(-costs, axis=1, kind="stable")  # [steps, size]: slots, dearest first

@@ -53,11 +53,13 @@ class Field:
 
 @dataclass(frozen=True)
 class FieldBatch:
-    """Valid records read from one file, as one list of values per column, and how far into the file (in bytes
-    on disk) reading has come."""
+    """Valid records read from one file, as one list of values per column, how far into the file (in bytes on disk)
+    reading has come, and each record's number as an error there would name it (its JSON Lines line, ``.json``
+    record or table row, 1-based, counted in the whole file): where each document came from."""
 
     columns: list[list[Any]]
     position: int
+    records: np.ndarray  # int64, one per record
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -167,22 +169,25 @@ class Columns:
         self.fields = list(fields)
         self.convert = convert
         self.columns: list[list[Any]] = self._empty()
+        self.numbers: list[int] = []
 
     def _empty(self) -> list[list[Any]]:
         return [[] for _ in range(1 if self.convert is not None else len(self.fields))]
 
-    def add(self, values: Sequence[Any]) -> None:
-        """Check one record's values and append them; BadRecordError leaves the columns as they were."""
+    def add(self, values: Sequence[Any], number: int) -> None:
+        """Check one record's values and append them with the record's ``number`` (its line or row);
+        BadRecordError leaves the columns as they were."""
         checked = [check_value(value, field) for value, field in zip(values, self.fields)]
         if self.convert is not None:
             checked = [self.convert(checked)]
         for column, value in zip(self.columns, checked):
             column.append(value)
+        self.numbers.append(number)
 
     def take(self, position: int) -> FieldBatch:
         """The records so far as a batch; the columns start empty again."""
-        batch = FieldBatch(self.columns, position)
-        self.columns = self._empty()
+        batch = FieldBatch(self.columns, position, np.array(self.numbers, dtype=np.int64))
+        self.columns, self.numbers = self._empty(), []
         return batch
 
     def __len__(self) -> int:

@@ -105,24 +105,25 @@ def _read_jsonl(
 ) -> Iterator[FieldBatch]:
     fast = convert is None and all(field.kind == "string" for field in fields)
     parse = _parse_options(fields)
-    if span is not None and span[0] > 0:
-        reject = _shifted(reject, path, span[0])
+    # a span that starts inside the file numbers its lines (its records', its errors') after the lines before it
+    lines_before = _count_lines(path, span[0]) if span is not None and span[0] > 0 else 0
+    if lines_before:
+        reject = _shifted(reject, lines_before)
     for piece, first_line, position in _pieces(path, span):
-        columns = _parse_fast(piece, fields, parse) if fast else None
-        if columns is None:
-            columns = _parse_lines(piece, first_line, path, fields, reject, convert)
+        parsed = _parse_fast(piece, fields, parse) if fast else None
+        if parsed is None:
+            columns, numbers = _parse_lines(piece, first_line, path, fields, reject, convert)
+        else:
+            columns, numbers = parsed[0], parsed[1] + first_line
         if columns[0]:
-            yield FieldBatch(columns, position)
+            yield FieldBatch(columns, position, numbers + lines_before)
 
 
-def _shifted(reject: Reject, path: Path, start: int) -> Reject:
-    """``reject`` for lines numbered from byte ``start``: it adds the lines before it, counted at the first error."""
-    before: list[int] = []
+def _shifted(reject: Reject, lines_before: int) -> Reject:
+    """``reject`` for lines numbered from a span's start: it adds the lines before it."""
 
     def shifted(exc: BadRecordError) -> None:
-        if not before:
-            before.append(_count_lines(path, start))
-        exc.line = (exc.line or 0) + before[0]
+        exc.line = (exc.line or 0) + lines_before
         reject(exc)
 
     return shifted
@@ -170,24 +171,27 @@ def _parse_options(fields: Sequence[Field]) -> pa_json.ParseOptions:
     return pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
 
 
-def _parse_fast(piece: bytes, fields: Sequence[Field], parse: pa_json.ParseOptions) -> list[list[Any]] | None:
-    """The piece's columns by pyarrow's parser, or None where it might differ from the line parser."""
+def _parse_fast(
+    piece: bytes, fields: Sequence[Field], parse: pa_json.ParseOptions
+) -> tuple[list[list[Any]], np.ndarray] | None:
+    """The piece's columns by pyarrow's parser and each record's line in the piece (from 0), or None where it might
+    differ from the line parser."""
     lines = _object_lines(piece)
     if lines is None:  # checked first: pyarrow 26 crashes (SIGSEGV) on a piece that starts with `null`
         return None
     read = pa_json.ReadOptions(block_size=len(piece) + 1, use_threads=False)  # one block: no record straddles two
     try:
         table = pa_json.read_json(pa.BufferReader(piece), read_options=read, parse_options=parse)
-        if table.num_rows != lines or any(column.null_count for column in table.columns):
+        if table.num_rows != len(lines) or any(column.null_count for column in table.columns):
             return None  # two objects on a line, or a missing field or null: the line parser names the line
-        return [table.column(field.name).to_pylist() for field in fields]
+        return [table.column(field.name).to_pylist() for field in fields], lines
     except (pa.ArrowInvalid, UnicodeDecodeError):  # invalid JSON or UTF-8 somewhere: the line parser finds where
         return None
 
 
-def _object_lines(piece: bytes) -> int | None:
-    """The number of non-blank lines when each starts with ``{`` and ends with ``}`` (before an optional CR) and
-    holds nothing pyarrow reads otherwise than Python's json module; else None.
+def _object_lines(piece: bytes) -> np.ndarray | None:
+    """The non-blank lines (int64 numbers from 0) when each starts with ``{`` and ends with ``}`` (before an
+    optional CR) and holds nothing pyarrow reads otherwise than Python's json module; else None.
 
     pyarrow reads a stream of whitespace-separated values, not lines: ``{..}{..}`` on one line is two records to
     it, and one object may span lines. When every non-blank line starts with ``{`` and ends with ``}``, and pyarrow
@@ -206,7 +210,7 @@ def _object_lines(piece: bytes) -> int | None:
     last = ends - 1
     last -= (last >= starts) & (data[np.maximum(last, 0)] == ord("\r"))
     filled = last >= starts
-    lines = int(np.count_nonzero(filled))
+    lines = len(numbers := np.flatnonzero(filled))
     if not (np.all(data[starts[filled]] == ord("{")) and np.all(data[last[filled]] == ord("}"))):
         return None
     opening = np.flatnonzero((data == ord("{")) | (data == ord("[")))
@@ -216,7 +220,7 @@ def _object_lines(piece: bytes) -> int | None:
             return None
     if _non_json_number(piece):
         return None
-    return lines
+    return numbers.astype(np.int64)
 
 
 def _non_json_number(piece: bytes) -> bool:
@@ -259,18 +263,18 @@ def _parse_lines(
     fields: Sequence[Field],
     reject: Reject,
     convert: Convert | None,
-) -> list[list[Any]]:
-    """The piece's columns, line by line, naming the line of each bad record."""
+) -> tuple[list[list[Any]], np.ndarray]:
+    """The piece's columns and each record's line, line by line, naming the line of each bad record."""
     batch = Columns(fields, convert)
     for number, raw_line in enumerate(piece.split(b"\n"), start=first_line):
         if not raw_line.strip(_JSON_SPACE):
             continue
         try:
-            batch.add(values_of(_parse_line(raw_line), fields))
+            batch.add(values_of(_parse_line(raw_line), fields), number)
         except BadRecordError as exc:
             exc.path, exc.line = str(path), number
             reject(exc)
-    return batch.columns
+    return batch.columns, np.array(batch.numbers, dtype=np.int64)
 
 
 def _parse_line(raw_line: bytes) -> Any:
@@ -318,7 +322,7 @@ def _read_json_array(
     batch = Columns(fields, convert)
     for number, record in enumerate(records, start=1):
         try:
-            batch.add(values_of(record, fields))
+            batch.add(values_of(record, fields), number)
         except BadRecordError as exc:
             exc.path, exc.message = str(path), f"record {number}: {exc.message}"
             reject(exc)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from packcli.errors import BadRecordError, PackcliError
@@ -40,9 +41,9 @@ def table_records(
     first_row: int,
     reject: Reject,
     convert: Convert | None = None,
-) -> list[list[Any]]:
-    """Column values as Python objects (each record converted with ``convert``, if given); a null, mistyped or
-    undecodable value is a bad record named by its 1-based row."""
+) -> tuple[list[list[Any]], np.ndarray]:
+    """Column values as Python objects (each record converted with ``convert``, if given), and each valid record's
+    1-based row; a null, mistyped or undecodable value is a bad record named by its 1-based row."""
     values: list[list[Any]] | None
     try:
         values = [_values(column) for column in columns]
@@ -50,15 +51,15 @@ def table_records(
         values = None
     plain = convert is None and all(field.kind == "string" for field in fields)
     if values is not None and plain and not any(column.null_count for column in columns):
-        return values
+        return values, np.arange(first_row + 1, first_row + 1 + len(values[0]) if values else 0, dtype=np.int64)
     batch = Columns(fields, convert)
     for index in range(len(columns[0]) if columns else 0):
         try:
-            batch.add(_record(columns, values, index))
+            batch.add(_record(columns, values, index), first_row + index + 1)
         except BadRecordError as exc:
             exc.path, exc.line = str(path), first_row + index + 1
             reject(exc)
-    return batch.columns
+    return batch.columns, np.array(batch.numbers, dtype=np.int64)
 
 
 def _record(columns: list[pa.Array], values: list[list[Any]] | None, index: int) -> list[Any]:
@@ -100,8 +101,8 @@ def read_parquet(
     for group in range(first, last):
         table = parquet.read_row_group(group, columns=[field.name for field in fields])
         columns = [table.column(field.name).combine_chunks() for field in fields]
-        records = table_records(path, columns, fields, rows, reject, convert)
-        yield FieldBatch(records, size * (group + 1) // groups)
+        records, numbers = table_records(path, columns, fields, rows, reject, convert)
+        yield FieldBatch(records, size * (group + 1) // groups, numbers)
         rows += table.num_rows
 
 
@@ -138,7 +139,8 @@ def read_arrow(
             rows += batch.num_rows
             continue
         columns = [batch.column(index) for index in indices]
-        yield FieldBatch(table_records(path, columns, fields, rows, reject, convert), min(size, source.tell()))
+        records, numbers = table_records(path, columns, fields, rows, reject, convert)
+        yield FieldBatch(records, min(size, source.tell()), numbers)
         rows += batch.num_rows
 
 

@@ -4,10 +4,14 @@ fine-tuning output marked (``labels`` not -100), positions on request. The quick
 A row of two documents, the second with a supervised answer, prints (outside a terminal) as::
 
     packed/ row 0 of 12 (shard-00000.arrow row 0): 2 documents, 9 of 16 tokens
-    -- document 1: tokens 0-3 (4 tokens)
+    -- document 1: tokens 0-3 (4 tokens), from notes.jsonl:3
     Hello world<|endoftext|>
-    -- document 2: tokens 4-8 (5 tokens)
+    -- document 2: tokens 4-8 (5 tokens), from qa.jsonl:12, piece 2 of 2
     Q: 2+2? A:⟦ 4<|endoftext|>⟧
+
+Each document's source comes from its shard's source index (:func:`~packcli.format.sidecars.read_sources`; none
+for an output packed before it existed), and :func:`find_source` goes the other way: from ``FILE:LINE`` to the
+rows where that record went.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, UsageError
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
-from packcli.format.shards import open_shard
+from packcli.format.shards import flat_list_column, open_shard
+from packcli.format.sidecars import Sources, read_sources
 from packcli.report.terminal import console, count
 
-__all__ = ["decode_row", "output_tokenizer", "print_row", "read_row"]
+__all__ = ["decode_row", "find_source", "output_tokenizer", "print_found", "print_row", "read_row"]
 
 _ACTED_ON = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -49,6 +54,7 @@ class Row:
     position_ids: np.ndarray
     cu_seqlens: np.ndarray
     labels: np.ndarray | None
+    sources: list[dict[str, Any]] | None  # each document's source (None: the output keeps no source index)
 
 
 def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
@@ -61,12 +67,14 @@ def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
     shard = int(np.searchsorted(np.cumsum(counts), index, side="right"))
     shard_row = index - int(counts[:shard].sum())
     name = manifest["shards"][shard]["file"]
-    table = _shard_row(shard_path(out, name), shard_row)
+    table, first = _shard_row(shard_path(out, name), shard_row)  # first: the row's first document in the shard
 
     def column(column_name: str) -> np.ndarray:
         return np.asarray(table.column(column_name)[0].values.to_numpy(zero_copy_only=False), dtype=np.int64)
 
     labels = column(LABELS_COLUMN) if LABELS_COLUMN in table.column_names else None
+    sources = read_sources(out, manifest["shards"][shard])
+    cu_seqlens = column("cu_seqlens")
     row = Row(
         index,
         total,
@@ -75,25 +83,103 @@ def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
         int(manifest["max_len"]),
         column("input_ids"),
         column("position_ids"),
-        column("cu_seqlens"),
+        cu_seqlens,
         labels,
+        None if sources is None else [_source(sources, k) for k in range(first, first + len(cu_seqlens) - 1)],
     )
     return manifest, row
 
 
-def _shard_row(path: Path, row: int) -> pa.Table:
-    """Row ``row`` of the shard at ``path``, reading its record batches only up to the one holding it (from a URL,
-    nothing of the shard past that batch is fetched).
+def _shard_row(path: Path, row: int) -> tuple[pa.Table, int]:
+    """Row ``row`` of the shard at ``path`` and the documents of the rows before it in the shard, reading its record
+    batches only up to the one holding it (from a URL, nothing of the shard past that batch is fetched).
 
     Raises:
         PackcliError: the shard holds fewer rows than its manifest entry says.
     """
-    first = 0
+    first = documents = 0
     for batch in open_shard(path):
         if row < first + batch.num_rows:
-            return pa.Table.from_batches([batch.slice(row - first, 1)])
+            documents += int(_documents_per_row(batch)[: row - first].sum())
+            return pa.Table.from_batches([batch.slice(row - first, 1)]), documents
+        documents += int(_documents_per_row(batch).sum())
         first += batch.num_rows
     raise PackcliError(f"holds {first} rows, fewer than its manifest entry says: run packcli verify", path)
+
+
+def _documents_per_row(batch: pa.RecordBatch) -> np.ndarray:
+    """Each row's documents in a batch of a shard, from the offsets of its ``cu_seqlens`` (no token is read)."""
+    _, offsets = flat_list_column(pa.chunked_array([batch.column("cu_seqlens")]))
+    return np.diff(offsets) - 1
+
+
+def _shard_documents_per_row(path: Path) -> np.ndarray:
+    """Each row's documents in the shard at ``path``, batch by batch (from a URL, one batch in memory at a time)."""
+    counts = [_documents_per_row(batch) for batch in open_shard(path)]
+    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+
+
+def _source(sources: Sources, k: int) -> dict[str, Any]:
+    """Document ``k`` of a shard's source index as JSON: input, record, piece (from 0), pieces, and in words."""
+    return {
+        "input": sources.inputs[int(sources.input[k])],
+        "record": int(sources.record[k]),
+        "piece": int(sources.piece[k]),
+        "pieces": int(sources.pieces[k]),
+        "text": sources.describe(k),
+    }
+
+
+def find_source(out: Path, spec: str) -> list[dict[str, Any]]:
+    """Where the record ``FILE:LINE`` went: each document (piece) of the output that came from it, with its row
+    (over all shards), shard, row in the shard and number in the row (from 1). ``FILE`` is an input's name as the
+    manifest gives it, the path of a local file, or the end of a name after a ``/``.
+
+    Raises:
+        UsageError: ``spec`` is not ``FILE:LINE`` with a line from 1.
+        PackcliError: the output keeps no source index, or no document came from that record.
+    """
+    file, _, line = spec.rpartition(":")
+    if not file or not line.isdigit() or int(line) < 1:
+        raise UsageError(f"--source {spec!r} is not FILE:LINE (an input's name and a line or row from 1)")
+    manifest = read_manifest(out)
+    wanted = {file, str(Path(file).resolve())}
+    found: list[dict[str, Any]] = []
+    rows_before = 0
+    for entry in manifest["shards"]:
+        sources = read_sources(out, entry)
+        if sources is None:
+            raise PackcliError(
+                f"{entry['file']} keeps no source index (packed before packcli kept one): repack it", out
+            )
+        names = [name in wanted or name.endswith(f"/{file}") for name in sources.inputs]
+        match = np.flatnonzero(np.array(names, dtype=bool)[sources.input] & (sources.record == int(line)))
+        if len(match):
+            per_row = _shard_documents_per_row(shard_path(out, entry["file"]))
+            ends = np.cumsum(per_row)
+            for k in match.tolist():
+                row = int(np.searchsorted(ends, k, side="right"))
+                number = k - int(ends[row] - per_row[row]) + 1
+                at = {"row": rows_before + row, "shard": entry["file"], "shard_row": row, "document": number}
+                found.append({**at, "source": _source(sources, k)})
+        rows_before += int(entry["rows"])
+    if not found:
+        raise PackcliError(
+            f"no document comes from {spec}: no such input or record, or it was empty, dropped or a bad record", out
+        )
+    return sorted(found, key=lambda place: (place["source"]["piece"], place["row"], place["document"]))
+
+
+def print_found(found: list[dict[str, Any]], title: str) -> None:
+    """Where a record went, one line per document (piece)."""
+    out = console()
+    for place in found:
+        out.print(
+            Text(
+                f"{place['source']['text']}: {title} row {place['row']:,} ({place['shard']} row "
+                f"{place['shard_row']:,}), document {place['document']}"
+            )
+        )
 
 
 def output_tokenizer(manifest: dict[str, Any], spec: str | None) -> LoadedTokenizer:
@@ -142,6 +228,7 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
         texts = decode([row.input_ids[a:b].tolist() for a, b in spans], skip_special_tokens=False)
         document: dict[str, Any] = {
             "number": number,
+            "source": None if row.sources is None else row.sources[number - 1],
             "start": start,
             "length": end - start,
             "segments": [
@@ -199,8 +286,12 @@ def print_row(decoded: dict[str, Any], title: str) -> None:
         )
     for document in decoded["documents"]:
         end = document["start"] + document["length"] - 1
+        source = "" if document["source"] is None else f", from {document['source']['text']}"
         out.print(
-            Text(f"-- document {document['number']}: tokens {document['start']}-{end} ({document['length']} tokens)"),
+            Text(
+                f"-- document {document['number']}: tokens {document['start']}-{end} ({document['length']} tokens)"
+                + _visible(source)
+            ),
             style="bold cyan",
         )
         if "tokens" in document:

@@ -1,8 +1,11 @@
-"""verify's cross-check of the manifest's ``split_pieces`` entries (:mod:`packcli.write.splits`) against the shards.
+"""verify's cross-check of the ``split_pieces`` sidecars (:mod:`packcli.write.splits`; inline in the manifest for
+outputs packed before sidecars) against the shards.
 
 What must hold, and is checked: every ``[row, index, document, piece]`` names a document (piece) the shard holds,
-and no piece is named twice; the pieces of each split document (its number, within the shards of one partition)
-are numbered 0, 1, ... each once, at least two of them; every piece but a document's last is exactly ``max_len``
+and no piece is named twice; the tokens there are the piece pack cut as that piece of that document (its digest:
+so the pieces are in order and contiguous in the source, and an export joins them back exactly); the pieces of
+each split document (its number, within the shards of one partition) are numbered 0, 1, ... each once, at least
+two of them; every piece but a document's last is exactly ``max_len``
 tokens (splitting cuts there); the documents listed are ``totals.split_documents`` in number, and their pieces
 beyond each document's first are the pieces the totals count beyond one per input document. An output packed
 before ``split_pieces`` existed lists none: then nothing is checked here. A piece in a row whose ``cu_seqlens`` is
@@ -21,11 +24,13 @@ Only an output packed before ``split_pieces`` existed may list none of its split
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from packcli.format.manifest import SPLIT_PIECES
+from packcli.errors import PackcliError
+from packcli.format.sidecars import SplitPieces, lists_split_pieces, piece_digest, read_split_pieces
 
 __all__ = ["UNRECORDED", "WHOLE", "Places", "SplitPieceCheck"]
 
@@ -56,6 +61,7 @@ class _Entries:
     """One shard's entries (rows of ``[row, index, document, piece]``) and what the shard holds there."""
 
     entries: np.ndarray  # int64, (k, 4)
+    digests: np.ndarray | None  # int64, (k,): what pack cut there (None: an output listing its pieces inline)
     state: np.ndarray = field(init=False)  # UNSEEN / RESOLVED / UNRESOLVED / ABSENT per entry
     length: np.ndarray = field(init=False)  # the piece's tokens, where resolved
     last: np.ndarray = field(init=False)  # whether no entry names a later piece of its document
@@ -64,29 +70,35 @@ class _Entries:
         self.state = np.zeros(len(self.entries), dtype=np.int8)
         self.length = np.zeros(len(self.entries), dtype=np.int64)
         self.last = np.zeros(len(self.entries), dtype=bool)
+        self.digest_differs = np.zeros(len(self.entries), dtype=bool)
 
 
 class SplitPieceCheck:
     """Collects, shard by shard and batch by batch, the pieces the entries name; :meth:`problems` says what fails.
 
     Args:
-        manifest: the output's manifest (validated: each entry is four integers >= 0).
+        out: the output directory (its sidecars are read from there).
+        manifest: the output's manifest (validated).
     """
 
-    def __init__(self, manifest: dict[str, Any]) -> None:
+    def __init__(self, out: Path, manifest: dict[str, Any]) -> None:
+        self.out = out
         self.manifest = manifest
-        self.listed = any(SPLIT_PIECES in shard for shard in manifest["shards"])
-        self.malformed = [str(shard["file"]) for shard in manifest["shards"] if not _well_formed(shard)]
-        self.shards = [
-            _Entries(
-                np.array(shard.get(SPLIT_PIECES, []) if _well_formed(shard) else [], dtype=np.int64).reshape(-1, 4)
-            )
-            for shard in manifest["shards"]
-        ]
+        self.listed = any(lists_split_pieces(shard) for shard in manifest["shards"])
+        self.malformed: list[str] = []  # why a shard's pieces cannot be read
+        self.shards = [_Entries(listed.entries, listed.digests) for listed in map(self._read, manifest["shards"])]
         self.recorded = not self.malformed and (self.listed or manifest["totals"]["split_documents"] == 0)
         _mark_last_pieces([_partition(str(shard["file"])) for shard in manifest["shards"]], self.shards)
         self.read: set[int] = set()  # shards whose rows were all read
         self.packed_listing = False  # a shard says its output was packed by a pack that lists split_pieces
+
+    def _read(self, shard: dict[str, Any]) -> SplitPieces:
+        try:
+            listed = read_split_pieces(self.out, shard)
+        except PackcliError as exc:
+            self.malformed.append(f"{Path(exc.path).name + ': ' if exc.path else ''}{exc.message}")
+            listed = None
+        return listed or SplitPieces(np.zeros((0, 4), dtype=np.int64), None)
 
     def shard_metadata(self, metadata: dict[str, str]) -> None:
         """A shard's schema metadata, as read."""
@@ -97,12 +109,14 @@ class SplitPieceCheck:
         shard: int,
         first_row: int,
         bad_rows: np.ndarray,
+        ids: np.ndarray,
         doc_row: np.ndarray,
+        doc_start: np.ndarray,
         doc_length: np.ndarray,
     ) -> Places:
         """Resolve the entries naming rows of one batch: ``bad_rows`` (a bool per row) are the rows whose documents
-        cannot be told; ``doc_row`` (ascending) and ``doc_length`` the documents of the others. Returns the place
-        of each of those documents."""
+        cannot be told; ``doc_row`` (ascending), ``doc_start`` (in ``ids``, the batch's tokens) and ``doc_length``
+        the documents of the others. Returns the place of each of those documents."""
         places = Places(
             np.full(len(doc_row), WHOLE if self.recorded else UNRECORDED, dtype=np.int64),
             np.zeros(len(doc_row), dtype=bool),
@@ -122,6 +136,11 @@ class SplitPieceCheck:
         resolved = here[held.state[here] == RESOLVED]
         document = (first_doc + index)[held.state[here] == RESOLVED]
         held.length[resolved] = doc_length[document]
+        if held.digests is not None:
+            for k, at in zip(resolved.tolist(), document.tolist()):
+                tokens = ids[doc_start[at] : doc_start[at] + doc_length[at]]
+                document_number, piece = (int(value) for value in held.entries[k, 2:4])
+                held.digest_differs[k] = piece_digest(document_number, piece, tokens) != held.digests[k]
         if self.recorded:
             places.piece[document] = held.entries[resolved, 3]
             places.last[document] = held.last[resolved]
@@ -143,10 +162,7 @@ class SplitPieceCheck:
                 ]
             return []
         if self.malformed:
-            return [
-                f"manifest: the split_pieces of {len(self.malformed)} shard(s) are not lists of [row, index, document, "
-                f"piece], integers >= 0 (first: {self.malformed[0]})"
-            ]
+            return [f"split_pieces of {len(self.malformed)} shard(s) cannot be read (first: {self.malformed[0]})"]
         kinds: dict[str, _Kind] = {}
 
         def note(what: str, detail: str) -> None:
@@ -164,6 +180,12 @@ class SplitPieceCheck:
                     note("name a document (piece) that its shard does not hold", where)
                 if (row, index) in named:
                     note("name a piece that an earlier entry names", where)
+                elif held.digest_differs[k]:
+                    note(
+                        "whose tokens are not what pack cut as that piece of that document (its digest differs): "
+                        "pieces out of order, or of another document",
+                        f"{where}, piece {piece} of document {document}",
+                    )
                 named.add((row, index))
                 groups.setdefault((partition, document), []).append((piece, number, k))
         max_len = int(self.manifest["max_len"])
@@ -183,7 +205,7 @@ class SplitPieceCheck:
                 note(
                     f"with a piece before the last that is not max_len {max_len} tokens", f"{about}: {_shown(lengths)}"
                 )
-        lines = [f"manifest: split_pieces: {kind.count} {what} (first: {kind.first})" for what, kind in kinds.items()]
+        lines = [f"split_pieces: {kind.count} {what} (first: {kind.first})" for what, kind in kinds.items()]
         return lines + self._against_totals(len(groups), extra)
 
     def _against_totals(self, documents: int, extra: int) -> list[str]:
@@ -224,15 +246,6 @@ def _mark_last_pieces(partitions: list[str], shards: list[_Entries]) -> None:
     last[order[highest]] = True
     for held, marks in zip(shards, np.split(last, np.cumsum(counts)[:-1])):
         held.last = marks
-
-
-def _well_formed(shard: dict[str, Any]) -> bool:
-    """Whether a shard entry's ``split_pieces`` (an empty list where it has none) are all four integers >= 0."""
-    entries = shard.get(SPLIT_PIECES, [])
-    return isinstance(entries, list) and all(
-        isinstance(entry, list) and len(entry) == 4 and all(type(value) is int and value >= 0 for value in entry)
-        for entry in entries
-    )
 
 
 def _shown(values: list[int]) -> str:

@@ -5,11 +5,12 @@ manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, sel
 and token counts. Per row, each check on its own (so one bad row never hides another): 1..max_len tokens,
 ``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
 rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
-every document's first token. Per document (``cu_seqlens`` segment), placed by the manifest's ``split_pieces``
-as a whole document or a piece of a split one, BOS and EOS exactly where pack puts them
-(:mod:`packcli.report.specials`). Then the manifest's ``split_pieces`` against the pieces the shards hold
-(:mod:`packcli.report.splits`), the manifest's totals against the sums and against each other
-(:mod:`packcli.report.accounting`), and stray temporary or unlisted shard files.
+every document's first token. Per document (``cu_seqlens`` segment), placed by the shards' ``split_pieces``
+sidecars as a whole document or a piece of a split one, BOS and EOS exactly where pack puts them
+(:mod:`packcli.report.specials`). Then the ``split_pieces`` against the pieces the shards hold, digests included
+(:mod:`packcli.report.splits`), the sidecar files and source indexes (:mod:`packcli.report.sidecars`), the
+manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray temporary
+or unlisted shard files.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
 whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
@@ -45,6 +46,7 @@ from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, 
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.shards import file_buffer, flat_list_column
 from packcli.report.accounting import Observed, check_totals
+from packcli.report.sidecars import sidecar_problems, source_problems
 from packcli.report.specials import SpecialsRule, misplaced_specials
 from packcli.report.splits import UNRECORDED, WHOLE, Places, SplitPieceCheck
 from packcli.util.arrays import exclusive_cumsum
@@ -155,7 +157,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     for problem in eos_problems(manifest):
         report.add(problem)
     observed = Observed()
-    pieces = SplitPieceCheck(manifest)
+    pieces = SplitPieceCheck(out, manifest)
     seen: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
         try:
@@ -169,6 +171,8 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
         seen.add(path.name)
         shard = ShardUnderCheck(number, entry, expected, observed, pieces)
         _check_shard(path, shard, report, None if consumer is None else lambda *batch, n=number: consumer(n, *batch))
+    for problem in [*sidecar_problems(out, manifest), *source_problems(out, manifest)]:
+        report.add(problem)
     for path in sorted(out.iterdir()):
         if path.name.endswith(TEMPORARY_SUFFIX):
             report.add(f"{path.name}: a temporary file left by an interrupted write (not part of the output)")
@@ -338,7 +342,9 @@ class RowChecks:
         self.flag(~same_length, "with position_ids and input_ids of different lengths")
         if not (same_length.all() and not bad_cu.any() and _restart_at(positions, doc_start)):
             self._locate_positions(positions, position_offsets, offsets, same_length, doc_row, doc_start, doc_length)
-        places = self.shard.pieces.observe(self.shard.number, self.first_row, bad_cu, doc_row, doc_length)
+        places = self.shard.pieces.observe(
+            self.shard.number, self.first_row, bad_cu, ids, doc_row, doc_start, doc_length
+        )
         self._check_specials(ids, doc_row, doc_start, doc_length, places)
         if LABELS_COLUMN in batch.schema.names:
             self._check_labels(batch, ids, offsets, doc_row, doc_start)

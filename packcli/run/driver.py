@@ -89,7 +89,7 @@ def pack_corpus(
     details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
     current = takes_output(options.tokenizer_backend)
     if plan is not None and output_state(out, fingerprint) == "same" and current(out):
-        remove_leftovers(out, fingerprint)
+        remove_leftovers(out, fingerprint, warn)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     count = len(plan) if plan is not None else 1
     facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)
@@ -100,7 +100,7 @@ def pack_corpus(
     part_manifest = {key: value for key, value in manifest.items() if key != "inputs"}  # what the parts share
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
-        _publication(out, fingerprint, overwrite, read, plan is not None, current) as publication,
+        _publication(out, fingerprint, overwrite, read, plan is not None, current, warn) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
@@ -120,6 +120,7 @@ def pack_corpus(
                     _sources(setup),
                     setup.cache_key(),
                     setup.template_source(),
+                    _input_names(setup),
                 )
                 task = partial(
                     run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers
@@ -129,8 +130,10 @@ def pack_corpus(
                 progress = _Progress(plan, reporter, warn)
                 progress.start(reused, area)
                 template = setup.template_source()
+                names = _input_names(setup)
                 jobs = [
-                    _partition_job(plan, k, options, area.root, facts, part_manifest, template) for k in range(count)
+                    _partition_job(plan, k, options, area.root, facts, part_manifest, template, names)
+                    for k in range(count)
                 ]
                 jobs = [job for job in jobs if job.partition not in reused]
                 if jobs:
@@ -189,14 +192,22 @@ def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
 
 
 def _publication(
-    out: Path, fingerprint: str, overwrite: bool, read: list[Path], resumable: bool, current: Callable[[Path], bool]
+    out: Path,
+    fingerprint: str,
+    overwrite: bool,
+    read: list[Path],
+    resumable: bool,
+    current: Callable[[Path], bool],
+    warn: Callable[[str], None],
 ) -> Publication | RemotePublication:
     """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
     store) is staged locally, uploaded under a run prefix and committed by writing its manifest last. ``current``:
     whether an output of the run's fingerprint there is current (else the run replaces it)."""
     if isinstance(out, UrlPath):
-        return RemotePublication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
-    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current)
+        return RemotePublication(
+            out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current, warn=warn
+        )
+    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current, warn=warn)
 
 
 def _sources(setup: Setup) -> tuple[Any, ...] | None:
@@ -211,10 +222,27 @@ def _partition_job(
     facts: dict[str, Any],
     manifest: dict[str, Any],
     template: str | None,
+    names: dict[str, str],
 ) -> Job:
-    """Partition ``k``'s job: its slices, its own seed, its shard names, the chat template's text."""
+    """Partition ``k``'s job: its slices, its own seed, its shard names, the chat template's text, the inputs'
+    names."""
     partition_options = replace(options, seed=partition_seed(options.seed, k))
-    return Job(k, plan.partitions[k], partition_options, parts, facts, manifest, part_prefix(k), chat_template=template)
+    return Job(
+        k,
+        plan.partitions[k],
+        partition_options,
+        parts,
+        facts,
+        manifest,
+        part_prefix(k),
+        chat_template=template,
+        input_names=names,
+    )
+
+
+def _input_names(setup: Setup) -> dict[str, str]:
+    """Each input's path and the name the manifest gives it (``<stdin>`` for the spool of standard input)."""
+    return {str(item.path): item.name for item in setup.inputs}
 
 
 def _engine(options: PackOptions) -> Engine:

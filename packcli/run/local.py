@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, document_tokenizer, use_threads
 from packcli.errors import PackcliError
 from packcli.format.schema import shard_metadata, shard_schema
-from packcli.format.shards import ShardInfo
 from packcli.options import PackOptions
 from packcli.packing.order import shuffle_rows
 from packcli.packing.overflow import Pieces, apply_overflow
@@ -37,6 +36,7 @@ from packcli.run.sources import Source, mixed_stream, source_entries
 from packcli.strategies import empty_packing, run_strategy
 from packcli.util.arrays import exclusive_cumsum
 from packcli.util.progress import Reporter, SilentReporter
+from packcli.write.provenance import write_sources
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.splits import shard_entries, split_pieces
 
@@ -90,6 +90,12 @@ class Job:
     sources: tuple[Source, ...] | None = None  # a mixed run: its sources (one job reads the whole corpus)
     cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
     chat_template: str | None = None  # the --chat-template file's text as the driver read it: no worker opens its path
+    input_names: dict[str, str] = field(default_factory=dict)  # input path -> the name the manifest gives it
+
+    def names(self) -> list[str]:
+        """The name of each of the job's inputs (``<stdin>`` for standard input's spool), for its source index."""
+        paths = [str(item.path if isinstance(item, InputSlice) else item) for item in self.inputs]
+        return [self.input_names.get(path, path) for path in paths]
 
 
 @dataclass(frozen=True)
@@ -218,7 +224,7 @@ def _build_part(
         if job.sources is not None and len(tokenized.lengths):
             stream = mixed_stream(list(job.sources), tokenized.file_documents, tokenized.lengths, options)
         drawn = None if stream is None else stream.documents
-        packed = pack_tokens(tokenized, options, tokenizer, encoder, built, reporter, drawn, job.prefix)
+        packed = pack_tokens(tokenized, options, tokenizer, encoder, built, reporter, drawn, job.prefix, job.names())
     finally:
         if cached is None:
             tokenized.store.remove()
@@ -227,7 +233,7 @@ def _build_part(
     # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
     tokenizer_entry = {**job.manifest["tokenizer"], **tokenized.backend}
     manifest = {**job.manifest, "tokenizer": tokenizer_entry, "totals": packed.totals, "part": part}
-    manifest["shards"] = packed.shard_entries()
+    manifest["shards"] = packed.entries
     if job.sources is not None and stream is not None:
         manifest["sources"] = source_entries(
             list(job.sources), stream, tokenized.file_documents, tokenized.lengths, packed.pieces
@@ -238,17 +244,12 @@ def _build_part(
 
 @dataclass(frozen=True)
 class Packed:
-    """What one local run wrote: its manifest totals, its shards, the pieces it packed, and where the pieces of
-    split documents landed (:mod:`packcli.write.splits`)."""
+    """What one local run wrote: its manifest totals, its shards' manifest entries (with their sidecars, where the
+    pieces of split documents landed: :mod:`packcli.write.splits`), and the pieces it packed."""
 
     totals: dict[str, int]
-    shards: list[ShardInfo]
+    entries: list[dict[str, Any]]
     pieces: Pieces
-    split: list[list[list[int]]]
-
-    def shard_entries(self) -> list[dict[str, Any]]:
-        """The manifest's ``shards`` entries of this run."""
-        return shard_entries(self.shards, self.split)
 
 
 def pack_tokens(
@@ -260,11 +261,12 @@ def pack_tokens(
     reporter: Reporter,
     drawn: np.ndarray | None = None,
     prefix: str = "shard",
+    names: Sequence[str] = (),
 ) -> Packed:
     """Overflow -> pack -> shuffle rows -> write: one local run on a tokenized corpus, its shards written into
     ``directory`` and named ``{prefix}-NNNNN.arrow``. A single-process run calls it on the whole corpus (``drawn``:
-    the documents a mixed run drew, in order), a partition on its slices (with the partition's seed). No
-    documents, no shards."""
+    the documents a mixed run drew, in order), a partition on its slices (with the partition's seed). ``names``:
+    each input file's name, for the shards' source index. No documents, no shards."""
     lengths, starts = tokenized.lengths, None
     if drawn is not None:
         lengths, starts = lengths[drawn], exclusive_cumsum(lengths)[drawn]
@@ -299,4 +301,6 @@ def pack_tokens(
         totals.update(asdict(supervision))
     if options.messages_field is not None:
         totals["special_text_messages"] = tokenized.counts.special_text_messages
-    return Packed(totals, shards, pieces, split_pieces(pieces, packing, shards))
+    entries = shard_entries(directory, shards, split_pieces(pieces, packing, shards), tokenized.store, pieces)
+    write_sources(directory, entries, tokenized, names, pieces, packing, drawn)
+    return Packed(totals, entries, pieces)

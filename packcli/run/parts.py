@@ -31,9 +31,10 @@ from typing import Any
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
-from packcli.storage.objects import find_objects, remove_objects, upload_file, write_object
+from packcli.storage.objects import find_objects, object_sizes, remove_objects, upload_file, write_object
 from packcli.util.files import canonical_json, file_sha256, write_json
 from packcli.write.publish import staging_family
 from packcli.write.remote import RUN_RECORD, scratch_directory, scratch_key
@@ -94,8 +95,8 @@ class PartsArea:
         atomically. The part is done once its manifest exists."""
         part = self.part(partition)
         if self.remote:
-            for shard in manifest["shards"]:
-                upload_file(str(self.build_path(partition) / shard["file"]), f"{part}/{shard['file']}")
+            for item in _listed_files(manifest):
+                upload_file(str(self.build_path(partition) / item["file"]), f"{part}/{item['file']}")
             write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         else:
             write_manifest(part, manifest)
@@ -129,8 +130,9 @@ class PartsArea:
             committed = [k for k in range(partitions) if self.read(k) is not None] if earlier is not None else []
             if committed:
                 warn(
-                    f"not reusing the {len(committed)} committed partition(s) in {self.root}: they belong to "
-                    f"another run ({_difference(earlier or {}, run)}); packing every partition"
+                    f"not reusing the {len(committed)} committed partition(s) in {self.root} "
+                    f"({_size(self.root):,} bytes, removed): they belong to another run "
+                    f"({_difference(earlier or {}, run)}); packing every partition"
                 )
             _remove_files(self.root, _files(self.root))
             self._read.clear()
@@ -177,11 +179,11 @@ class PartsArea:
         if not self.remote:  # on a disk, the whole check: a manifest edited to other totals is not reused
             report = verify_output(self.part(partition))
             return None if report.ok else f"it fails verify ({report.problems[0]})"
-        for shard in manifest["shards"]:
-            path = self.part(partition) / str(shard["file"])
-            if not path.is_file() or path.stat().st_size != shard["bytes"]:
-                return f"{path.name} is missing or not {shard['bytes']} bytes as listed"
-            if file_sha256(path) != shard["sha256"]:
+        for item in _listed_files(manifest):
+            path = self.part(partition) / str(item["file"])
+            if not path.is_file() or path.stat().st_size != item["bytes"]:
+                return f"{path.name} is missing or not {item['bytes']} bytes as listed"
+            if file_sha256(path) != item["sha256"]:
                 return f"{path.name} does not have the sha256 listed"
         return None
 
@@ -190,7 +192,7 @@ class PartsArea:
         listed = {RUN_RECORD}
         for partition in committed:
             manifest = self.read(partition) or {"shards": []}
-            names = [MANIFEST_NAME, *(str(shard["file"]) for shard in manifest["shards"])]
+            names = [MANIFEST_NAME, *(str(item["file"]) for item in _listed_files(manifest))]
             listed.update(f"{part_name(partition)}/{name}" for name in names)
         stray = [name for name in _files(self.root) if name not in listed]
         if stray:
@@ -203,9 +205,9 @@ class PartsArea:
         there is no move, returns where each shard lies, for the commit to copy (and :meth:`discard` to remove
         after it)."""
         placed = {
-            str(shard["file"]): self.part(int(manifest["part"]["partition"])) / str(shard["file"])
+            str(item["file"]): self.part(int(manifest["part"]["partition"])) / str(item["file"])
             for manifest in manifests
-            for shard in manifest["shards"]
+            for item in _listed_files(manifest)
         }
         if self.remote:
             return placed
@@ -226,8 +228,8 @@ class PartsArea:
         """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
         for partition in range(partitions):
             manifest = self.read(partition)
-            for shard in manifest["shards"] if manifest is not None else []:
-                name = str(shard["file"])
+            for item in _listed_files(manifest) if manifest is not None else []:
+                name = str(item["file"])
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
                     os.replace(moved, home)
@@ -236,6 +238,11 @@ class PartsArea:
         """Remove a store's parts area (once the output that copied its shards is committed)."""
         if self.remote:
             _remove_files(self.root, _files(self.root))
+
+
+def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every file a part's manifest lists: its shards and their sidecars."""
+    return [item for shard in manifest["shards"] for item in entry_files(shard)]
 
 
 def _files(root: Path) -> list[str]:
@@ -251,6 +258,13 @@ def _files(root: Path) -> list[str]:
         if path.is_symlink() or not path.is_dir() or not any(path.iterdir())  # a link is an entry, never followed
     )
     return sorted(str(path.relative_to(root)) for path in found)
+
+
+def _size(root: Path) -> int:
+    """The bytes of the files under ``root`` (a directory, or a prefix in a store)."""
+    if isinstance(root, UrlPath):
+        return sum(object_sizes(str(root)).values())
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
 
 
 def _remove_files(root: Path, names: list[str]) -> None:

@@ -1,6 +1,7 @@
 """A local copy of an output on object storage, for the loader, which memory-maps shards (``stats``, ``verify``,
-``show`` and ``export`` stream them instead): ``manifest.json`` and the shards at their manifest paths, in a
-directory of a cache.
+``show`` and ``export`` stream them and their sidecars instead): ``manifest.json`` and the shards at their manifest
+paths (the loader fetches no sidecar; ``sidecars`` fetches those too, each held to the manifest as a shard is), in
+a directory of a cache.
 
 Invariants: the copy is held to the output's manifest, read from the store on every open: each shard it lists is in
 the copy at its listed size, and with the listed sha256, hashed when it is fetched (before it takes its name) and
@@ -28,6 +29,7 @@ from typing import Any
 
 from packcli.errors import PackcliError, UsageError
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
+from packcli.format.sidecars import entry_files
 from packcli.storage.objects import open_object
 from packcli.storage.urls import UrlPath, location
 from packcli.util.files import canonical_json, file_sha256, temporary_beside, write_atomically
@@ -40,14 +42,16 @@ IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by w
 INTACT = ".intact.json"  # in a copy: per shard file, the [size, mtime_ns, sha256] it had when last found intact
 
 
-def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None) -> Path:
+def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, sidecars: bool = False) -> Path:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks; nothing holds it after."""
-    local, in_use = held_copy(url, cache_dir, limit_bytes)
+    local, in_use = held_copy(url, cache_dir, limit_bytes, sidecars)
     in_use.release()
     return local
 
 
-def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None) -> tuple[Path, FileLock]:
+def held_copy(
+    url: Path, cache_dir: Path, limit_bytes: int | None = None, sidecars: bool = False
+) -> tuple[Path, FileLock]:
     """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks, and the shared lock that
     keeps it in the cache until released.
 
@@ -55,6 +59,8 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None) -> tup
         url: an output on object storage.
         cache_dir: where copies are kept (created if absent).
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
+        sidecars: fetch the shards' sidecars too (the loader reads none; ``verify``, ``show`` and ``export`` stream
+            them from the store instead).
 
     Raises:
         PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
@@ -70,7 +76,7 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None) -> tup
     try:
         if limit_bytes is not None:
             _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
-        _fill(url, local, manifest)
+        _fill(url, local, manifest, sidecars)
         os.utime(local / MANIFEST_NAME)  # most recently used
     except BaseException:
         in_use.release()
@@ -78,25 +84,28 @@ def held_copy(url: Path, cache_dir: Path, limit_bytes: int | None = None) -> tup
     return local, in_use
 
 
-def _fill(url: Path, local: Path, manifest: dict[str, Any]) -> None:
-    """Bring the copy ``local`` to ``manifest``: fetch each shard it lacks or holds otherwise than listed, say so
-    where the copy held another, remove the shards only its earlier manifest listed, then write the manifest."""
+def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> None:
+    """Bring the copy ``local`` to ``manifest``: fetch each shard (and with ``sidecars``, each sidecar) it lacks or
+    holds otherwise than listed, say so where the copy held another, remove the files only its earlier manifest
+    listed, then write the manifest."""
     earlier = _read_json(local / MANIFEST_NAME)
     intact = _read_json(local / INTACT) or {}
     found: dict[str, list[Any]] = {}
     refetched = 0
     for shard in manifest["shards"]:
-        name, path = str(shard["file"]), shard_path(local, shard["file"])
-        state = _state(path)
-        if state is not None and state[0] == shard["bytes"]:
-            if intact.get(name) == [*state, shard["sha256"]]:
-                continue  # as it was when last found intact
-            if file_sha256(path) == shard["sha256"]:
-                found[name] = [*state, shard["sha256"]]
-                continue
-        refetched += state is not None or earlier is not None  # a complete copy lacked it, or held another
-        fetch_checked(shard_path(url, shard["file"]), path, shard["sha256"])
-        found[name] = [*_state_of(path), shard["sha256"]]
+        for item in entry_files(shard)[: None if sidecars else 1]:
+            name, path = str(item["file"]), shard_path(local, item["file"])
+            state = _state(path)
+            if state is not None and state[0] == item["bytes"]:
+                if intact.get(name) == [*state, item["sha256"]]:
+                    continue  # as it was when last found intact
+                if file_sha256(path) == item["sha256"]:
+                    found[name] = [*state, item["sha256"]]
+                    continue
+            # a complete copy lacked the shard (a sidecar: the copy was made without them), or held another
+            refetched += state is not None or (earlier is not None and item is shard)
+            fetch_checked(shard_path(url, item["file"]), path, item["sha256"])
+            found[name] = [*_state_of(path), item["sha256"]]
     text = canonical_json(manifest)
     rewritten = earlier is not None and earlier != json.loads(text)
     if refetched or rewritten:
@@ -122,7 +131,12 @@ def _names(manifest: dict[str, Any]) -> set[str]:
     shards = manifest.get("shards")
     if not isinstance(shards, list):
         return set()
-    return {str(shard["file"]) for shard in shards if isinstance(shard, dict) and "file" in shard}
+    return {
+        str(item["file"])
+        for shard in shards
+        if isinstance(shard, dict) and "file" in shard
+        for item in entry_files(shard)
+    }
 
 
 def _state(path: Path) -> tuple[int, int] | None:

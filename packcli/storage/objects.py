@@ -1,5 +1,6 @@
 """One object store operation at a time, through fsspec: the filesystem of a URL, an object's facts, reading it
-(streamed and retried), listing a prefix, writing and removing objects.
+(streamed and retried), listing a prefix, writing and removing objects (conditionally, on S3: only if absent, or
+only if still at a version).
 
 Invariants: fsspec and the protocol libraries are imported only here, under ``requires_extra("cloud")``; every
 failure is a :class:`PackcliError` naming the URL, with the values of credential variables scrubbed from the
@@ -34,9 +35,13 @@ __all__ = [
     "is_file",
     "list_children",
     "object_info",
+    "object_sizes",
     "open_object",
     "read_object",
+    "remove_object_if",
     "remove_objects",
+    "replace_object",
+    "require_conditional_writes",
     "upload_file",
     "write_object",
 ]
@@ -55,6 +60,11 @@ _SECRET_VARIABLES = (
 )
 # failures that another attempt cannot mend
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
+# the keyword a store's library takes for "only if the object is still at this version tag" (S3's If-Match, which
+# takes the ETag quoted, as HTTP does)
+_IF_MATCH = {"s3": "IfMatch", "s3a": "IfMatch"}
+# the store's answers to a conditional request whose condition failed (another writer came first)
+_CONDITION_FAILED = ("PreconditionFailed", "ConditionalRequestConflict")
 
 
 @dataclass(frozen=True)
@@ -185,15 +195,24 @@ def list_children(url: str) -> list[str]:
 
 
 def find_objects(url: str) -> list[str]:
-    """Every object under the prefix ``url`` (at any depth), as URLs, sorted; none for an absent prefix (so a
-    store that finds nothing to list is missing the bucket, and says so). A folder marker (a zero-byte object whose
-    key ends in ``/``, as a store's console makes a folder) is no object, nor the prefix itself, which s3fs lists as
-    a directory when an object appears under it while it looks."""
+    """Every object under the prefix ``url`` (at any depth), as URLs, sorted (see :func:`object_sizes`)."""
+    return sorted(object_sizes(url))
+
+
+def object_sizes(url: str) -> dict[str, int]:
+    """Every object under the prefix ``url`` (at any depth), by URL, with its size, from one listing; none for an
+    absent prefix (so a store that finds nothing to list is missing the bucket, and says so). A folder marker (a
+    zero-byte object whose key ends in ``/``, as a store's console makes a folder) is no object, nor the prefix
+    itself, which s3fs lists as a directory when an object appears under it while it looks."""
     fs, path = filesystem(url)
     with _named(url, "cannot list", writing=True):
         fs.invalidate_cache()
         found = fs.find(path, detail=True)
-        return _urls(fs, [name for name, info in found.items() if info["type"] == "file" and not name.endswith("/")])
+        return {
+            str(fs.unstrip_protocol(name)): int(info.get("size") or 0)
+            for name, info in found.items()
+            if info["type"] == "file" and not name.endswith("/")
+        }
 
 
 def glob_objects(url: str) -> list[str]:
@@ -286,15 +305,76 @@ def write_object(url: str, data: bytes) -> None:
         fs.pipe_file(path, data)
 
 
-def create_object(url: str, data: bytes) -> bool:
-    """Put ``data`` at ``url`` only if no object is there (a conditional create); False if one is."""
+def create_object(url: str, data: bytes) -> str | None:
+    """Put ``data`` at ``url`` only if no object is there (a conditional create); the new object's version tag
+    ("" where the store names none), or None if an object is there."""
     fs, path = filesystem(url)
     with _named(url, "cannot create", writing=True):
         try:
-            fs.pipe_file(path, data, mode="create")
+            response = fs.pipe_file(path, data, mode="create")
         except FileExistsError:
-            return False
-    return True
+            return None
+        return _written_tag(fs, path, response)
+
+
+def replace_object(url: str, data: bytes, tag: str) -> str | None:
+    """Put ``data`` at ``url`` only if the object there is still at version ``tag`` (a conditional write: of two
+    writers that read one version, one succeeds); the new version tag, or None when the object changed or went."""
+    fs, path = filesystem(url)
+    with _named(url, "cannot write", writing=True), _unless_changed() as changed:
+        response = fs.pipe_file(path, data, **{_if_match(fs, url): f'"{tag}"'})
+    return None if changed else _written_tag(fs, path, response)
+
+
+def remove_object_if(url: str, tag: str) -> bool:
+    """Remove the object at ``url`` only if it is still at version ``tag``; False when it changed or went."""
+    fs, path = filesystem(url)
+    bucket, key, _ = fs.split_path(path)
+    with _named(url, "cannot remove"), _unless_changed() as changed:
+        fs.call_s3("delete_object", Bucket=bucket, Key=key, **{_if_match(fs, url): f'"{tag}"'})
+    fs.invalidate_cache(path)
+    return not changed
+
+
+@contextmanager
+def _unless_changed() -> Iterator[list[bool]]:
+    """Within the block, a conditional request the store refused because the object changed (or went) is no error:
+    the list yielded then holds True."""
+    changed: list[bool] = []
+    try:
+        yield changed
+    except OSError as exc:
+        response = getattr(exc.__cause__, "response", None)
+        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+        if not (isinstance(exc, FileNotFoundError) or code in _CONDITION_FAILED):
+            raise
+        changed.append(True)
+
+
+def require_conditional_writes(url: str) -> None:
+    """Refuse (PackcliError naming ``url``) a store packcli makes no conditional write on."""
+    _if_match(filesystem(url)[0], url)
+
+
+def _if_match(fs: Any, url: str) -> str:
+    """The keyword of a conditional request on ``fs``'s store; refused (PackcliError) for a store without one."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    keyword = next((_IF_MATCH[name] for name in protocols if name in _IF_MATCH), None)
+    if keyword is None:
+        raise PackcliError(
+            f"packcli makes the conditional writes that keep two runs apart on s3:// stores only, not {protocols[0]}://",
+            url,
+        )
+    return keyword
+
+
+def _written_tag(fs: Any, path: str, response: Any) -> str:
+    """The version tag of an object just written: from the store's answer, else from its facts ("" if none)."""
+    tag = _tag(response) if isinstance(response, dict) else None
+    if tag is None:
+        fs.invalidate_cache()
+        tag = _tag(fs.info(path))
+    return tag or ""
 
 
 def upload_file(local: str, url: str) -> None:

@@ -21,7 +21,8 @@ Invariants:
   target and the link stays a link.
 - A resumable publication (partitioned runs) stages in one directory per output, ``.NAME.packcli-resume``, that a
   failed, interrupted or killed run leaves in place: the rerun finds the partitions committed there and decides
-  what to reuse (:mod:`packcli.run.parts`).
+  what to reuse (:mod:`packcli.run.parts`). Any other run that takes the lock removes it, saying so with its size:
+  the parts of a run it will not resume outlive no later run on the output.
 
 Usage::
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import glob
+import json
 import os
 import re
 import secrets
@@ -47,6 +49,7 @@ from typing import Literal
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
+from packcli.format.sidecars import SIDECAR_FILE, entry_files
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 
@@ -54,6 +57,7 @@ __all__ = [
     "DERIVED_CACHE",
     "FULL_DISK",
     "OWN_FILE",
+    "RUN_RECORD",
     "Existing",
     "Publication",
     "directory_names",
@@ -61,18 +65,24 @@ __all__ = [
     "has_size",
     "in_use",
     "out_of_room",
+    "parts_fingerprint",
+    "parts_removed",
     "remove_dead_runs",
     "staging_family",
     "up_to_date",
 ]
 
 # Files a packcli output may hold besides its manifest and listed shards: what an interrupted write leaves.
-OWN_FILE = re.compile(rf"(manifest\.json|tokens|{SHARD_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}")
+OWN_FILE = re.compile(
+    rf"(manifest\.json|tokens|{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern})\.tmp(\.mask)?|{SHARD_FILE.pattern}"
+    rf"|{SIDECAR_FILE.pattern}"
+)
 # What ``datasets`` writes beside the files of a Dataset it maps or filters (``cache-FINGERPRINT[_RANK_of_N].arrow``,
 # FINGERPRINT being the 16 hex digits of its hashes): results derived from the shards that ``packcli.pack()`` returns
 # memory-mapped. Stale once the output is replaced, so they go with it when they are plain files; no other file,
 # and no directory or link of such a name, is ever replaced.
 DERIVED_CACHE = re.compile(r"cache-[0-9a-f]{16}(_\d{5}_of_\d{5})?\.arrow")
+RUN_RECORD = "run.json"  # a parts area's run record (packcli.run.parts)
 STAGING = "staging"  # a one-run staging directory is .NAME.packcli-staging-PID-RANDOM
 _ONE_RUN_STAGING = re.compile(rf"(\..+\.packcli-{STAGING})-\d+-[0-9a-f]+")
 # Hidden siblings of an output that only a run of packcli makes (the lock file aside): removed once dead.
@@ -97,6 +107,7 @@ class Publication:
         current: whether the output of this fingerprint at a path is current (default: it is); one that is not is
             replaced without ``overwrite``, being this run's own (``pack --tokenizer-backend hf`` on an output
             another backend encoded).
+        warn: told of the resume area of another run it removes.
     """
 
     def __init__(
@@ -108,6 +119,7 @@ class Publication:
         resumable: bool = False,
         existing: Callable[[Path, str, Path], Existing] | None = None,
         current: Callable[[Path], bool] = lambda out: True,
+        warn: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.out = out
         self.target = out.resolve()  # where the output lives: through any link
@@ -117,6 +129,7 @@ class Publication:
         self.resumable = resumable
         self.existing = existing or existing_output
         self.current = current
+        self.warn = warn
         self.staging = self._sibling("resume" if resumable else f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}")
         self.up_to_date = False
         self._lock = FileLock(self._sibling("lock"))
@@ -161,6 +174,8 @@ class Publication:
         try:
             with signals_held():
                 _remove_debris(self.target)
+                if not self.resumable:  # a partitioned run's parts area sorts out what it may reuse
+                    _remove_resume_area(self.target, self.warn)
             existing = self.existing(self.target, self.fingerprint, self.out)
             self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.target)
             if self.up_to_date:
@@ -201,7 +216,8 @@ class Publication:
         its own record, is not a pack output and is not checked here."""
         if not (self.staging / MANIFEST_NAME).is_file():
             return
-        listed = {MANIFEST_NAME, *(str(shard["file"]) for shard in read_manifest(self.staging)["shards"])}
+        shards = read_manifest(self.staging)["shards"]
+        listed = {MANIFEST_NAME, *(str(item["file"]) for shard in shards for item in entry_files(shard))}
         foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
         if foreign:
             raise PackcliError(
@@ -228,12 +244,14 @@ class Publication:
             self._lock.release(remove=True)
 
 
-def remove_dead_runs(out: Path, finished: Callable[[Path], bool]) -> None:
+def remove_dead_runs(
+    out: Path, finished: Callable[[Path], bool], warn: Callable[[str], None] = lambda message: None
+) -> None:
     """Remove what killed runs left beside the output directory ``out``, unless a live run holds its lock: their
-    debris, and the resume area where ``finished(area)`` says the run that committed the output left it (a kill
-    between the swap and the removal leaves the replaced output there). For a run that finds its output up to date
-    and so takes no publication; one that cannot take the lock (a live run, a directory it may not write) leaves
-    everything."""
+    debris, and the resume area: silently where ``finished(area)`` says the run that committed the output left it (a
+    kill between the swap and the removal leaves the replaced output there), else saying so with its size. For a run
+    that finds its output up to date and so takes no publication; one that cannot take the lock (a live run, a
+    directory it may not write) leaves everything."""
     target = out.resolve()
     lock = FileLock(_sibling(target, "lock"))
     try:
@@ -247,8 +265,38 @@ def remove_dead_runs(out: Path, finished: Callable[[Path], bool]) -> None:
             resume = _sibling(target, "resume")
             if resume.is_dir() and not resume.is_symlink() and finished(resume):
                 _remove(resume)
+            _remove_resume_area(target, warn)
     finally:
         lock.release(remove=True)
+
+
+def _remove_resume_area(target: Path, warn: Callable[[str], None]) -> None:
+    """Remove the resume area beside the output ``target`` (the caller holds its lock), saying so with its size."""
+    area = _sibling(target, "resume")
+    if not os.path.lexists(area):
+        return
+    files = [path for path in area.rglob("*") if path.is_file() and not path.is_symlink()] if area.is_dir() else []
+    warn(parts_removed(area, len(files), sum(path.stat().st_size for path in files)))
+    _remove(area)
+
+
+def parts_removed(area: Path, files: int, size: int) -> str:
+    """The warning of a run that removes the parts ``area`` (a directory, or a prefix in a store) of another run."""
+    return (
+        f"removing {area} ({files:,} file(s), {size:,} bytes): the parts of an unfinished run of other inputs or "
+        "options, which this run does not resume"
+    )
+
+
+def parts_fingerprint(area: Path) -> str | None:
+    """The fingerprint the run record of the parts ``area`` (a directory, or a prefix in a store) names; None when
+    it has none (gone, or unreadable)."""
+    try:
+        record = json.loads((area / RUN_RECORD).read_text(encoding="utf-8"))
+    except (PackcliError, OSError, ValueError):
+        return None
+    fingerprint = record.get("fingerprint") if isinstance(record, dict) else None
+    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def _sibling(target: Path, kind: str) -> Path:
@@ -334,9 +382,10 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             "empty directory: choose another --out, or remove it yourself",
             shown,
         ) from None
-    listed = {MANIFEST_NAME, *(shard["file"] for shard in manifest["shards"])}
+    files = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
+    listed = {MANIFEST_NAME, *(item["file"] for item in files)}
     intact = manifest["fingerprint"] == fingerprint and all(
-        has_size(shard_path(target, shard["file"]), shard["bytes"]) for shard in manifest["shards"]
+        has_size(shard_path(target, item["file"]), item["bytes"]) for item in files
     )
     if intact:
         return "same"

@@ -3,9 +3,10 @@
 
 The protocol, under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
 
-1. what dead runs left (run prefixes no manifest lists) is removed; an output of the same fingerprint with every
-   shard present is up to date; another packcli output is replaced only with ``--overwrite``; a prefix holding
-   anything else is refused, naming it;
+1. what dead runs left (the shards of run prefixes no manifest lists) is removed, and the parts
+   (``packcli-resume/``) of any other run but a partitioned one's own, saying so with their size; an output of the
+   same fingerprint with every shard present is up to date (what it did not write, it leaves); another packcli
+   output is replaced only with ``--overwrite``; a prefix holding anything else is refused, naming it;
 2. the run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
    temporary directory);
    (a partitioned run stages only its manifest there: its parts are in the store already, under
@@ -14,18 +15,22 @@ The protocol, under the output's lock object (:class:`~packcli.storage.lock.Obje
    in the store is copied there by the store itself), then writes ``manifest.json`` (one PUT: readers see the old
    manifest or the new one, never a part), which names the shards by their paths relative to the output:
    ``packcli-run-.../shard-00000.arrow``. That write is the commit: before it nothing a reader takes for an output
-   has changed. The previous output's shards are removed after it.
+   has changed, and the lock is checked to still name this run just before it. The previous output's shards are
+   removed after it.
 
 A run killed at any point leaves at most its run prefix, its lock object and (a partitioned run) its parts; the
-next run takes the stale lock over, removes the run prefix and resumes from the parts. Local outputs keep
+next run takes the stale lock over, removes the run prefix and resumes from the parts. A run whose lock is lost
+(:class:`~packcli.storage.lock.ObjectLock`) is stopped, and publishes nothing. Local outputs keep
 :class:`~packcli.write.publish.Publication`.
 """
 
 from __future__ import annotations
 
+import _thread
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -36,22 +41,36 @@ from types import TracebackType
 from typing import Any
 
 from packcli.errors import PackcliError
-from packcli.format.manifest import read_manifest
+from packcli.format.manifest import RUN_PREFIX as RUN_DIRECTORY
+from packcli.format.manifest import SHARD_FILE, read_manifest
+from packcli.format.sidecars import SIDECAR_FILE, entry_files
 from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
-from packcli.storage.lock import STALE_S, ObjectLock
+from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import (
     copy_object,
     filesystem,
     find_objects,
     is_file,
     object_info,
+    object_sizes,
     remove_objects,
     upload_file,
     write_object,
 )
 from packcli.storage.urls import UrlPath
 from packcli.util.files import canonical_json
-from packcli.write.publish import Existing, existing_output, in_use, out_of_room, remove_dead_runs, up_to_date
+from packcli.util.signals import Interrupted
+from packcli.write.publish import (
+    RUN_RECORD,
+    Existing,
+    existing_output,
+    in_use,
+    out_of_room,
+    parts_fingerprint,
+    parts_removed,
+    remove_dead_runs,
+    up_to_date,
+)
 
 __all__ = [
     "LOCK_NAME",
@@ -65,7 +84,8 @@ __all__ = [
 ]
 
 LOCK_NAME = ".packcli-lock"
-RUN_RECORD = "run.json"  # a parts area's run record (packcli.run.parts)
+# what a run writes under its run prefix: its shards and their sidecars (another tool's objects there are not its own)
+_RUN_SHARD = re.compile(rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern})")
 
 
 def scratch_directory() -> Path:
@@ -109,6 +129,7 @@ class RemotePublication:
         resumable: a partitioned run, whose committed parts (under ``packcli-resume/``) outlive a failure.
         current: as :class:`~packcli.write.publish.Publication`'s: an output of this fingerprint that is not
             current is replaced without ``overwrite``.
+        warn: told of the parts of another run it removes, and of a lock renewal that failed and is retried.
     """
 
     def __init__(
@@ -119,6 +140,7 @@ class RemotePublication:
         inputs: Sequence[Path] = (),
         resumable: bool = False,
         current: Callable[[Path], bool] = lambda out: True,
+        warn: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.out = out
         self.current = current
@@ -127,11 +149,13 @@ class RemotePublication:
         self.fingerprint = fingerprint
         self.overwrite = overwrite
         self.inputs = list(inputs)
+        self.warn = warn
         self.run = f"{RUN_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
         self._staged = f"packcli-upload-{scratch_key(out)}-"  # this output's staging directories, one a run
         self.staging = scratch_directory() / f"{self._staged}{self.run}"
         self.up_to_date = False
-        self._lock = ObjectLock(f"{out}/{LOCK_NAME}", self.run)
+        # a lost lock stops the run as Ctrl-C would, and __exit__ says why
+        self._lock = ObjectLock(f"{out}/{LOCK_NAME}", self.run, warn, on_lost=_thread.interrupt_main)
         self._committed = False
 
     def __enter__(self) -> RemotePublication:
@@ -156,15 +180,18 @@ class RemotePublication:
             self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out) and self.current(self.out)
             if not self.up_to_date:
                 self.staging.mkdir(parents=True)
-        except BaseException:
-            self._lock.release()
+        except BaseException as error:
+            self._release(error)
             raise
         return self
 
     def _existing(self) -> Existing:
-        """What the output URL holds, once the leftovers of dead runs are removed (the lock is held)."""
+        """What the output URL holds, once the leftovers of dead runs are removed (the lock is held), and the parts
+        of another run unless this one is partitioned (its parts area sorts out what it may reuse)."""
         existing, debris = remote_output(self.out, self.fingerprint)
         remove_objects(debris)
+        if not self.resumable:
+            _remove_parts(self.out, self.warn)
         self._earlier = existing != "absent"
         return existing
 
@@ -173,18 +200,34 @@ class RemotePublication:
         ``stored`` says the store holds them), then write the manifest (the commit), then remove the previous
         output's shards."""
         manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
-        for shard in manifest["shards"]:
-            target = f"{self.out}/{self.run}/{shard['file']}"
-            source = (stored or {}).get(shard["file"])
+        for item in (item for shard in manifest["shards"] for item in entry_files(shard)):  # shards and sidecars
+            target = f"{self.out}/{self.run}/{item['file']}"
+            source = (stored or {}).get(item["file"])
             if source is not None:
                 copy_object(str(source), target)
             else:
-                upload_file(str(self.staging / shard["file"]), target)
-            shard["file"] = f"{self.run}/{shard['file']}"
-        previous = [url for url in find_objects(str(self.out)) if url.startswith(f"{self.out}/{RUN_PREFIX}")]
+                upload_file(str(self.staging / item["file"]), target)
+            item["file"] = f"{self.run}/{item['file']}"
+        previous = [url for url in find_objects(str(self.out)) if _RUN_SHARD.fullmatch(url[len(f"{self.out}/") :])]
+        self._lock.check()
         write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
         self._committed = True
         remove_objects([url for url in previous if not url.startswith(f"{self.out}/{self.run}/")])
+
+    def _release(self, error: BaseException | None) -> None:
+        """Release the lock; a lost one (the run stopped for it, with the interruption it sent arriving here or
+        before) ends the run with why, in one line.
+
+        Raises:
+            PackcliError: the lock was lost before the commit.
+        """
+        try:
+            self._lock.release()
+        except (KeyboardInterrupt, Interrupted):
+            if self._lock.lost is None:
+                raise
+        if self._lock.lost is not None and not (self._committed or self.up_to_date):
+            raise PackcliError(self._lock.lost) from None
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
@@ -194,21 +237,21 @@ class RemotePublication:
             if not self._committed and not self.up_to_date:
                 remove_objects(find_objects(f"{self.out}/{self.run}"))
         finally:
-            self._lock.release()
+            self._release(error)
         parts = self.out / RESUME_PREFIX if self.resumable else None
         full = out_of_room(error, self.out, self._earlier, parts)
         if full is not None:
             raise full from None
 
 
-def remove_leftovers(out: Path, fingerprint: str) -> None:
+def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = lambda message: None) -> None:
     """Remove what dead runs left at an up-to-date output, unless a live run holds its lock: a partitioned run that
     finds the output up to date starts no engine and takes no publication. Under an output URL, the objects
-    :func:`remote_output` names; beside a directory, the debris of killed runs and a resume area the run that
-    committed the output left (:func:`committed_runs_area`: the output it replaced, retired there by the swap, or
-    its own parts). Where no parts are left (one listing says so) it writes nothing, so a reader's credentials do."""
+    :func:`remote_output` names and any other run's parts (said, with their size); beside a directory, the debris
+    of killed runs and the resume area (:func:`~packcli.write.publish.remove_dead_runs`). Where no parts are left
+    (one listing says so) it writes nothing, so a reader's credentials do."""
     if not isinstance(out, UrlPath):
-        remove_dead_runs(out, lambda area: committed_runs_area(area, fingerprint))
+        remove_dead_runs(out, lambda area: committed_runs_area(area, fingerprint), warn)
         return
     if not find_objects(f"{out}/{RESUME_PREFIX}"):
         return
@@ -217,19 +260,26 @@ def remove_leftovers(out: Path, fingerprint: str) -> None:
         return  # a live run's: what is there is its own
     try:
         remove_objects(remote_output(out, fingerprint)[1])
+        _remove_parts(out, warn)
     finally:
         lock.release()
+
+
+def _remove_parts(out: Path, warn: Callable[[str], None]) -> None:
+    """Remove the parts under the output URL ``out`` (its lock held): another run's, which this one will not resume,
+    saying so with their size."""
+    area = out / RESUME_PREFIX
+    sizes = object_sizes(str(area))
+    if sizes:
+        warn(parts_removed(area, len(sizes), sum(sizes.values())))
+        remove_objects(sorted(sizes))
 
 
 def committed_runs_area(area: Path, committed: str) -> bool:
     """Whether the parts area ``area`` (a directory, or a prefix in a store) is what the run that committed the
     output of fingerprint ``committed`` left (its driver died while removing it): its run record names that
-    fingerprint, or is gone (parts without it are never reused). Another run's parts stay for its rerun to resume."""
-    try:
-        record = json.loads((area / RUN_RECORD).read_text(encoding="utf-8"))
-    except (PackcliError, OSError, ValueError):
-        return True
-    return not isinstance(record, dict) or record.get("fingerprint") == committed
+    fingerprint, or is gone (parts without it are never reused)."""
+    return parts_fingerprint(area) in (None, committed)
 
 
 def _holder_words(holder: dict[str, Any], url: str) -> str:
@@ -237,9 +287,15 @@ def _holder_words(holder: dict[str, Any], url: str) -> str:
     if holder.get("unreadable"):
         return (
             f"a run whose lock object {url} cannot be read (written {holder['age']:.0f} s ago; taken over once "
-            f"{STALE_S:.0f} s old)"
+            f"{stale_seconds():.0f} s old)"
         )
-    return f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another run"
+    if not holder:
+        return "another run"
+    beat = max(0.0, time.time() - float(holder["heartbeat"]))
+    return (
+        f"pid {holder.get('pid')} on {holder.get('host')} (its last heartbeat {beat:.0f} s ago; taken over once "
+        f"{stale_seconds():.0f} s old)"
+    )
 
 
 def output_state(out: Path, fingerprint: str) -> Existing:
@@ -254,7 +310,8 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     """What the output URL ``out`` holds ("absent", "same" or "other", as
     :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs there: run
     prefixes no manifest lists, and the parts (``packcli-resume/``) of the run that committed the output, left when
-    its driver died while removing them. Another run's parts are neither: its rerun resumes from them.
+    its driver died while removing them. Another run's parts are not named: a run that will not resume them
+    removes them itself, saying so (:func:`_remove_parts`).
 
     Raises:
         PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
@@ -269,6 +326,8 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     names = [url[len(prefix) :] for url in find_objects(str(out))]
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
     foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(own)]
+    runs = [name for name in names if name.startswith(RUN_PREFIX)]
+    strangers = [name for name in runs if not _RUN_SHARD.fullmatch(name)]  # another tool's, under a run prefix
     manifest = None
     if MANIFEST in names:
         try:
@@ -280,20 +339,31 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
                 out,
             ) from None
     if foreign:
-        raise PackcliError(
-            f"holds {foreign[0]!r}, which is not part of a packcli output: packcli replaces only its own outputs "
-            "or an empty prefix; choose another --out, or remove it yourself",
-            out,
+        raise _not_packcli(foreign[0], out)
+    listed = {item["file"] for shard in manifest["shards"] for item in entry_files(shard)} if manifest else set()
+    debris = [prefix + name for name in runs if name not in listed and name not in strangers]
+    parts = [name for name in names if name.startswith(f"{RESUME_PREFIX}/")]
+    if manifest is not None and parts and committed_runs_area(out / RESUME_PREFIX, manifest["fingerprint"]):
+        debris += [prefix + name for name in parts]
+    intact = (
+        manifest is not None
+        and manifest["fingerprint"] == fingerprint
+        and all(
+            shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
+            for shard in manifest["shards"]
         )
-    listed = {shard["file"] for shard in manifest["shards"]} if manifest else set()
-    debris = [prefix + name for name in names if name.startswith(RUN_PREFIX) and name not in listed]
+    )
+    if strangers and not intact:  # an up-to-date output leaves them; a run that replaces it would remove them
+        raise _not_packcli(strangers[0], out)
     if manifest is None:
         return "absent", debris
-    parts = [name for name in names if name.startswith(f"{RESUME_PREFIX}/")]
-    if parts and committed_runs_area(out / RESUME_PREFIX, manifest["fingerprint"]):
-        debris += [prefix + name for name in parts]
-    intact = manifest["fingerprint"] == fingerprint and all(
-        shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
-        for shard in manifest["shards"]
-    )
     return ("same" if intact else "other"), debris
+
+
+def _not_packcli(name: str, out: Path) -> PackcliError:
+    """The refusal of an output URL holding ``name``, an object packcli did not write."""
+    return PackcliError(
+        f"holds {name!r}, which is not part of a packcli output: packcli replaces only its own outputs or an empty "
+        "prefix; choose another --out, or remove it yourself",
+        out,
+    )

@@ -1,0 +1,61 @@
+"""Where each packed document came from: each shard's ``sources`` sidecar (:mod:`packcli.format.sidecars`).
+
+One sidecar row per document (``cu_seqlens`` segment) of the shard, in row order then segment order: ``input`` (an
+index into the sidecar's own table of input names, its ``packcli.inputs`` metadata), ``record`` (the line of a JSON
+Lines file, the record of a ``.json`` array or the row of a table, 1-based, as an error there names it), ``piece``
+and ``pieces`` (piece k of n, from 0; a whole document is piece 0 of 1). Bounded like the shards: 20 bytes a
+document. Example: a row holding ``a.jsonl`` line 3 whole and the second piece of line 9, cut in three ->
+inputs ``["a.jsonl"]``, rows ``(0, 3, 0, 1), (0, 9, 1, 3)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from packcli.encode.corpus import Tokenized
+from packcli.format.sidecars import SIDECARS, SOURCE_COLUMNS, SOURCES, SOURCES_INPUTS, integer_array, write_sidecar
+from packcli.packing.overflow import Pieces
+from packcli.strategies import Packing
+from packcli.write.splits import piece_places
+
+__all__ = ["write_sources"]
+
+
+def write_sources(
+    directory: Path,
+    entries: list[dict[str, Any]],
+    tokenized: Tokenized,
+    names: Sequence[str],
+    pieces: Pieces,
+    packing: Packing,
+    drawn: np.ndarray | None,
+) -> None:
+    """Write each shard's ``sources`` sidecar into ``directory`` and name it in the shard's ``entries``.
+
+    Args:
+        names: each input file's name (one per entry of ``tokenized.file_documents``).
+        drawn: the documents a mixed run drew, in order (``pieces.document`` indexes it); None: all, in order.
+    """
+    document = pieces.document if drawn is None else np.asarray(drawn, dtype=np.int64)[pieces.document]
+    files = np.repeat(np.arange(len(tokenized.file_documents)), tokenized.file_documents)
+    table = sorted(set(names))
+    position = {name: k for k, name in enumerate(table)}
+    name_of_file = np.array([position[name] for name in names], dtype=np.int64)
+    columns = (name_of_file[files[document]], tokenized.records[document], *piece_places(pieces))
+    order = np.asarray(packing.order, dtype=np.int64)
+    row_ends = np.cumsum([entry["rows"] for entry in entries], dtype=np.int64)
+    bounds = np.asarray(packing.offsets, dtype=np.int64)[np.concatenate(([0], row_ends))]
+    for entry, start, end in zip(entries, bounds[:-1].tolist(), bounds[1:].tolist()):
+        placed = order[start:end]
+        used, local = np.unique(columns[0][placed], return_inverse=True)
+        values = [local, *(column[placed] for column in columns[1:])]
+        arrays = [integer_array(value, kind) for value, kind in zip(values, SOURCE_COLUMNS.values())]
+        metadata = {SOURCES_INPUTS: json.dumps([table[k] for k in used.tolist()])}
+        sidecar = pa.table(arrays, names=list(SOURCE_COLUMNS)).replace_schema_metadata(metadata)
+        entry.setdefault(SIDECARS, {})[SOURCES] = write_sidecar(directory, entry["file"], SOURCES, sidecar)
