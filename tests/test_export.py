@@ -151,10 +151,10 @@ def unsplit_supervision(corpus: Path, tokenizer: Path) -> dict[tuple[int, ...], 
 
 
 def joined_documents(packed: Path, corpus: Path, tokenizer: Path) -> list[dict[str, Any]]:
-    """``expected_documents`` of a prompt/response output, each with the supervision an export must write: its
-    record's whole (``unsplit_supervision``), except at a join whose neighbours in the whole document differ (a span
-    starts or ends at the cut, which the output does not record): left unsupervised there, as stored. ``unsure``:
-    how many such joins the document has."""
+    """``expected_documents`` of a prompt/response output, each with the supervision an export must write:
+    ``whole``, its record's encoded whole (``unsplit_supervision``); ``mask``, what the neighbour rule gives an output
+    packed before ``first_supervised``: the whole's, except at a join whose neighbours in the whole document differ (a
+    span starts or ends at the cut), left unsupervised there, as stored. ``unsure``: how many such joins it has."""
     whole = unsplit_supervision(corpus, tokenizer)
     documents = expected_documents(packed)
     for document in documents:
@@ -292,7 +292,7 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(
     mask = np.concatenate([item["label_mask"].numpy() for item in items])
     expected = joined_documents(sft_packed, corpora["sft"], corpora["tokenizer"])
     all_tokens = np.array([t for document in expected for t in document["tokens"]])
-    all_mask = np.array([m for document in expected for m in document["mask"]])
+    all_mask = np.array([m for document in expected for m in document["whole"]])  # each record's, encoded whole
     assert len(tokens) == len(all_tokens) // 64 * 64  # OLMo-core drops the last partial window
     assert (tokens == all_tokens[: len(tokens)]).all() and (mask == all_mask[: len(mask)]).all()
     assert summary["totals"]["supervised_tokens"] == int(all_mask.sum())
@@ -306,7 +306,7 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(
         packed.work_dir = tmp_path / "work-packed"
         packed.prepare()
         instances = [packed[i] for i in range(len(packed))]
-    by_tokens = {tuple(document["tokens"]): document["mask"] for document in expected}
+    by_tokens = {tuple(document["tokens"]): document["whole"] for document in expected}
     found = 0
     for instance in instances:
         ids, label_mask = instance["input_ids"].numpy(), instance["label_mask"].numpy()
@@ -510,7 +510,7 @@ def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
     export(sft_packed, "nanotron", tmp_path / "nt-sft")
     loss = np.fromfile(tmp_path / "nt-sft" / "packcli.ds.loss", dtype=np.bool_)
     sft_expected = joined_documents(sft_packed, corpora["sft"], corpora["tokenizer"])
-    assert loss.tolist() == [m for document in sft_expected for m in document["mask"]]
+    assert loss.tolist() == [m for document in sft_expected for m in document["whole"]]
     index = np.fromfile(tmp_path / "nt-sft" / "packcli.ds.index", dtype=np.uint64)
     assert index.tolist() == np.cumsum([len(document["tokens"]) for document in sft_expected]).tolist()
 
