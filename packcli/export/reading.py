@@ -144,7 +144,7 @@ class _Splits:
                 found.append((row, index, group))
             self.by_shard.append(np.array(found, dtype=np.int64).reshape(-1, 3))
         for group_pieces in pieces:  # numbered 0, 1, ... (verify checks it)
-            self.groups.append([place for _, *place in sorted(group_pieces)])
+            self.groups.append([(shard, row, index, first) for _, shard, row, index, first in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
         self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
         self.given_labels = packed.manifest["options"].get("labels_field") is not None
