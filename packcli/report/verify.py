@@ -155,7 +155,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     for problem in eos_problems(manifest):
         report.add(problem)
     observed = Observed()
-    pieces = SplitPieceCheck(out, manifest)
+    pieces = SplitPieceCheck(out, manifest, LABELS_COLUMN in expected.columns)
     seen: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
         try:
