@@ -882,3 +882,38 @@ def test_every_key_of_verify_json_is_documented(packed_sft: Path) -> None:
     result = CliRunner().invoke(app, ["verify", str(packed_sft), "--json"])
     assert result.exit_code == 0, result.output
     assert json_keys(json.loads(result.stdout)) - documented_names("cli.md", "## verify") == set()
+
+
+@pytest.fixture(scope="module")
+def packed_without_positions(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """``tiny_corpus`` packed with ``--no-position-ids`` (read-only)."""
+    out = tmp_path_factory.mktemp("lean") / "packed"
+    args = ["pack", str(tiny_corpus), "--max-len", "256", "--no-position-ids", "--out", str(out), "--quiet"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_an_output_without_position_ids_verifies_and_damaged_cu_seqlens_are_still_named(
+    packed_without_positions: Path, tmp_path: Path
+) -> None:
+    """No position_ids stored: verify checks what is stored (no position check), so an intact output is OK, and a
+    boundary moved or a row's cu_seqlens cut short (size and sha256 fixed by a forger) is still named."""
+    intact = verify_damaged(packed_without_positions, tmp_path / "intact", None)
+    assert intact.exit_code == 0 and "OK" in intact.stdout, intact.output
+
+    def damage_boundaries(out: Path) -> None:
+        table = read_shard(out / "shard-00000.arrow")
+        rows = table.to_pylist()
+        rows[1]["cu_seqlens"][-1] -= 1
+        moved = next(row for row in rows[2:] if len(row["cu_seqlens"]) > 2)
+        moved["cu_seqlens"][1] -= 1
+        rewrite_shard(out, pa.Table.from_pylist(rows, schema=table.schema))
+
+    damaged = verify_damaged(packed_without_positions, tmp_path / "damaged", damage_boundaries)
+    assert damaged.exit_code == 1, damaged.output
+    assert "1 row(s) whose cu_seqlens does not start at 0, rise strictly and end at the row length (first: row 1)" in (
+        damaged.stderr
+    )
+    assert "document(s) that do not end with the EOS id 50256" in damaged.stderr  # the moved boundary
+    assert "position_ids" not in damaged.stderr
