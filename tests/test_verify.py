@@ -917,3 +917,23 @@ def test_an_output_without_position_ids_verifies_and_damaged_cu_seqlens_are_stil
     )
     assert "document(s) that do not end with the EOS id 50256" in damaged.stderr  # the moved boundary
     assert "position_ids" not in damaged.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda m: m["options"].pop("position_ids"), "manifest: columns leave out position_ids, yet options"),
+        (
+            lambda m: m.update(columns=["input_ids", "position_ids", "cu_seqlens"]),
+            "manifest: columns list position_ids, yet options.position_ids is false",
+        ),
+    ],
+)
+def test_columns_that_contradict_the_options_are_named(
+    packed_without_positions: Path,
+    tmp_path: Path,
+    edit: Callable[[dict], None],
+    problem: str,  # type: ignore[type-arg]
+) -> None:
+    result = verify_damaged(packed_without_positions, tmp_path / "copy", edit_manifest(edit))
+    assert result.exit_code == 1 and f"problem: {problem}" in result.stderr, result.output

@@ -142,6 +142,17 @@ def eos_problems(manifest: dict[str, Any]) -> list[str]:
     return []
 
 
+def column_problems(manifest: dict[str, Any]) -> list[str]:
+    """The manifest's ``columns`` against its options: ``position_ids`` is stored unless ``options.position_ids`` is
+    false (``--no-position-ids``; the default leaves that key out)."""
+    stored = manifest["options"].get("position_ids", True) is not False
+    if "columns" not in manifest or (POSITIONS_COLUMN in manifest["columns"]) == stored:
+        return []
+    if stored:
+        return ["manifest: columns leave out position_ids, yet options do not say position_ids false"]
+    return ["manifest: columns list position_ids, yet options.position_ids is false"]
+
+
 def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     """Check a packed output; the report lists what is wrong (nothing when it is intact).
 
@@ -153,7 +164,7 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     report = Report()
     manifest = read_manifest(out)
     expected = Expected.of(manifest)
-    for problem in eos_problems(manifest):
+    for problem in [*eos_problems(manifest), *column_problems(manifest)]:
         report.add(problem)
     observed = Observed()
     pieces = SplitPieceCheck(out, manifest)
