@@ -403,3 +403,14 @@ def test_two_outputs_are_refused_as_stats_reads_one_at_a_time(tmp_path: Path, sm
         assert error_line(result.stderr) == (
             f"error: {outs[0]}: stats reads one packed output at a time, or raw corpus files: run it once per output"
         )
+
+
+def test_stats_of_an_output_without_position_ids_are_those_of_the_output_with_them(
+    packed_text: Path, tiny_corpus: Path, tmp_path: Path
+) -> None:
+    """``stats`` reads the document boundaries, never the positions: ``--no-position-ids`` changes no figure."""
+    args = ["pack", str(tiny_corpus), "--max-len", "512", "--shard-size", "100KB", "--no-position-ids", "--quiet"]
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "lean")]).exit_code == 0
+    figures = [runner.invoke(app, ["stats", str(out), "--json"]) for out in (packed_text, tmp_path / "lean")]
+    assert all(result.exit_code == 0 for result in figures), figures[1].output
+    assert json.loads(figures[0].stdout) == json.loads(figures[1].stdout)
