@@ -20,6 +20,9 @@ DEFAULT_MAX_LEN = 4096
 DEFAULT_SHARD_SIZE = 512 * 2**20
 ENGINES = ("local", "ray")
 TOKENIZER_BACKENDS = ("auto", "hf")  # the backend never changes a token (see packcli.encode.backends)
+# Options added after format 1 whose default writes the bytes written before they existed: left out of the manifest
+# and the fingerprint at that default, so an output packed before them is still up to date.
+_LATER_DEFAULTS = {"position_ids": True}
 
 
 class Overflow(Enum):
@@ -63,6 +66,7 @@ class PackOptions:
     engine: str = "local"  # what runs the partitions: "local" (a process pool) or "ray"
     ray_address: str | None = None
     tokenizer_backend: str = "auto"  # "auto": the fastest that reproduces Hugging Face exactly; "hf": Hugging Face
+    position_ids: bool = True  # False (--no-position-ids): the column left out, readers rebuild it from cu_seqlens
 
     @property
     def overflow_policy(self) -> Overflow:
@@ -198,6 +202,9 @@ class PackOptions:
         out = self.to_json()
         for name in ("workers", "engine", "ray_address", "partitions", "partition_size", "tokenizer_backend"):
             del out[name]
+        for name, default in _LATER_DEFAULTS.items():
+            if out[name] == default:
+                del out[name]
         return out
 
 

@@ -114,16 +114,24 @@ def listed_files(manifest: dict[str, Any]) -> list[str]:
     ]
 
 
-def rewrite_split_pieces(out: Path, shard: dict[str, Any], entries: list[list[int]], digests: list[int]) -> None:
-    """Rewrite a shard's ``split_pieces`` sidecar with ``entries`` (``[row, index, document, piece]``) and
-    ``digests``, its size and sha256 fixed in ``shard`` (the manifest entry, written back by the caller): an edit
-    that checksums alone cannot tell."""
+def rewrite_split_pieces(
+    out: Path,
+    shard: dict[str, Any],
+    entries: list[list[int]],
+    digests: list[int],
+    first_supervised: list[int] | None = None,
+) -> None:
+    """Rewrite a shard's ``split_pieces`` sidecar with ``entries`` (``[row, index, document, piece]``),
+    ``digests`` and a ``first_supervised`` column (None: none, as sidecars written before it), its size and sha256
+    fixed in ``shard`` (the manifest entry, written back by the caller): an edit that checksums alone cannot tell."""
     import pyarrow as pa
 
     sidecar = shard["sidecars"]["split_pieces"]
     kinds = {"row": pa.int32(), "index": pa.int32(), "document": pa.int64(), "piece": pa.int32()}
     columns = {name: pa.array([entry[k] for entry in entries], kind) for k, (name, kind) in enumerate(kinds.items())}
     table = pa.table({**columns, "digest": pa.array(digests, pa.int64())})
+    if first_supervised is not None:
+        table = table.append_column("first_supervised", pa.array(first_supervised, pa.int8()))
     with pa.ipc.new_stream(str(out / sidecar["file"]), table.schema) as writer:
         writer.write_table(table)
     data = (out / sidecar["file"]).read_bytes()

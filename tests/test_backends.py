@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SAMPLE, read_jsonl, shared_path, write_jsonl
+from conftest import SAMPLE, listed_files, read_jsonl, shared_path, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from s3_server import S3Server
@@ -144,7 +144,7 @@ def test_auto_and_hf_write_the_same_bytes_and_an_explicit_hf_repacks_what_fastok
     assert [m["tokenizer"]["backend"] for m in manifests] == ["fastokens", "hf"]
     assert manifests[0]["fingerprint"] == manifests[1]["fingerprint"]
     assert "tokenizer_backend" not in manifests[0]["options"]
-    shards = [shard["file"] for shard in manifests[0]["shards"]]
+    shards = listed_files(manifests[0])  # the shards and their sidecars
     assert shards and all((auto / file).read_bytes() == (hf / file).read_bytes() for file in shards)
     assert json.loads(run_pack(str(corpus), "--out", str(hf), "--json").stdout)["status"] == "up-to-date"
     for extra in ([], ["--overwrite"]):

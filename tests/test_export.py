@@ -154,10 +154,10 @@ def unsplit_supervision(corpus: Path, tokenizer: Path) -> dict[tuple[int, ...], 
 
 
 def joined_documents(packed: Path, corpus: Path, tokenizer: Path) -> list[dict[str, Any]]:
-    """``expected_documents`` of a prompt/response output, each with the supervision an export must write: its
-    record's whole (``unsplit_supervision``), except at a join whose neighbours in the whole document differ (a span
-    starts or ends at the cut, which the output does not record): left unsupervised there, as stored. ``unsure``:
-    how many such joins the document has."""
+    """``expected_documents`` of a prompt/response output, each with the supervision an export must write:
+    ``whole``, its record's encoded whole (``unsplit_supervision``); ``mask``, what the neighbour rule gives an output
+    packed before ``first_supervised``: the whole's, except at a join whose neighbours in the whole document differ (a
+    span starts or ends at the cut), left unsupervised there, as stored. ``unsure``: how many such joins it has."""
     whole = unsplit_supervision(corpus, tokenizer)
     documents = expected_documents(packed)
     for document in documents:
@@ -295,7 +295,7 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(
     mask = np.concatenate([item["label_mask"].numpy() for item in items])
     expected = joined_documents(sft_packed, corpora["sft"], corpora["tokenizer"])
     all_tokens = np.array([t for document in expected for t in document["tokens"]])
-    all_mask = np.array([m for document in expected for m in document["mask"]])
+    all_mask = np.array([m for document in expected for m in document["whole"]])  # each record's, encoded whole
     assert len(tokens) == len(all_tokens) // 64 * 64  # OLMo-core drops the last partial window
     assert (tokens == all_tokens[: len(tokens)]).all() and (mask == all_mask[: len(mask)]).all()
     assert summary["totals"]["supervised_tokens"] == int(all_mask.sum())
@@ -309,7 +309,7 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(
         packed.work_dir = tmp_path / "work-packed"
         packed.prepare()
         instances = [packed[i] for i in range(len(packed))]
-    by_tokens = {tuple(document["tokens"]): document["mask"] for document in expected}
+    by_tokens = {tuple(document["tokens"]): document["whole"] for document in expected}
     found = 0
     for instance in instances:
         ids, label_mask = instance["input_ids"].numpy(), instance["label_mask"].numpy()
@@ -324,50 +324,89 @@ def test_olmo_core_fsl_dataset_reads_the_tokens_and_label_mask(
     assert found == len(expected)  # OLMo-core found every document by its EOS, with packcli's supervision
 
 
+def exported_documents(out: Path, fmt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An olmo-core or nanotron export's tokens, supervision mask, and each document's length as its trainer finds
+    them (OLMo-core by EOS, nanotron by its index)."""
+    if fmt == "olmo-core":
+        tokens = np.fromfile(out / "tokens.npy", dtype=np.uint16)
+        mask = np.fromfile(out / "label_mask.npy", dtype=np.bool_)
+        ends = np.nonzero(tokens == 50256)[0] + 1
+    else:
+        tokens = np.fromfile(out / "packcli.ds", dtype=np.uint16)
+        mask = np.fromfile(out / "packcli.ds.loss", dtype=np.bool_)
+        ends = np.fromfile(out / "packcli.ds.index", dtype=np.uint64).astype(np.int64)
+    assert ends[-1] == len(tokens)
+    return tokens, mask, np.diff(ends, prepend=0)
+
+
+def without_first_supervised(source: Path, copy: Path) -> Path:
+    """A copy of ``source`` whose split_pieces sidecars lack the ``first_supervised`` column (as pack wrote them
+    before it existed), their sizes and checksums fixed in the manifest."""
+    shutil.copytree(source, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        if "sidecars" in shard and "split_pieces" in shard["sidecars"]:
+            rewrite_split_pieces(copy, shard, listed_split_pieces(copy, shard), sidecar_digests(copy, shard))
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
 @pytest.mark.parametrize("fmt", ["olmo-core", "nanotron"])
 def test_a_split_document_joined_is_supervised_as_the_whole_document(
     corpora: dict[str, Any], sft_packed: Path, tmp_path: Path, fmt: str
 ) -> None:
-    """A document the export holds has the supervision its record has unsplit: the response token at each join of a
-    split document's pieces is trained (it was not: each later piece starts with -100 in the shards; 32 of 4,631
-    supervised tokens lost in the red team's case), told by its neighbours in the whole document. Where they differ
-    (the cut falls where the response starts), the output does not tell it: the token stays as stored, and the
-    export says how many such joins it met."""
+    """A document the export holds has exactly the supervision its record has encoded whole: the token at each
+    join of a split document's pieces (-100 in the shards, each piece a document there) takes the supervision pack
+    recorded for it (the sidecar's ``first_supervised``): none lost, none guessed, no warning (the red team's case
+    lost 32 of 4,631 supervised tokens; the neighbour rule still lost one here, and warned of 2 joins)."""
     result = RUNNER.invoke(app, ["export", str(sft_packed), "--to", fmt, "--out", str(tmp_path / fmt), "--json"])
     assert result.exit_code == 0, result.output
-    if fmt == "olmo-core":
-        tokens = np.fromfile(tmp_path / fmt / "tokens.npy", dtype=np.uint16)
-        mask = np.fromfile(tmp_path / fmt / "label_mask.npy", dtype=np.bool_)
-        ends = np.nonzero(tokens == 50256)[0] + 1  # OLMo-core finds documents by EOS
-    else:
-        tokens = np.fromfile(tmp_path / fmt / "packcli.ds", dtype=np.uint16)
-        mask = np.fromfile(tmp_path / fmt / "packcli.ds.loss", dtype=np.bool_)
-        ends = np.fromfile(tmp_path / fmt / "packcli.ds.index", dtype=np.uint64).astype(np.int64)
+    tokens, mask, lengths = exported_documents(tmp_path / fmt, fmt)
     expected = joined_documents(sft_packed, corpora["sft"], corpora["tokenizer"])
-    lengths = np.diff(ends, prepend=0)
-    assert split_by(tokens, lengths) == [document["tokens"] for document in expected] and ends[-1] == len(tokens)
-    assert split_by(mask, lengths) == [document["mask"] for document in expected]
-    unsure, joins = sum(document["unsure"] for document in expected), sum(len(d["pieces"]) - 1 for d in expected)
-    assert (joins, unsure) == (
-        48,
-        2,
-    ) and f"warning: {unsure} join(s) of split documents' pieces start with a token" in result.stderr
-    lost = sum(whole != said for document in expected for whole, said in zip(document["whole"], document["mask"]))
+    assert split_by(tokens, lengths) == [document["tokens"] for document in expected]
+    assert split_by(mask, lengths) == [document["whole"] for document in expected]  # each record encoded whole
+    joins = sum(len(document["pieces"]) - 1 for document in expected)
+    assert joins == 48 and "join(s) of split documents' pieces" not in result.stderr
     stored = json.loads((sft_packed / "manifest.json").read_text())["totals"]["supervised_tokens"]
-    assert lost == 1 and json.loads(result.stdout)["totals"]["supervised_tokens"] == int(mask.sum()) > stored
+    assert json.loads(result.stdout)["totals"]["supervised_tokens"] == int(mask.sum()) > stored
 
 
-def test_labels_given_with_the_ids_leave_every_join_as_stored_and_say_so(tmp_path: Path) -> None:
-    """Labels given with --labels-field may hold spans of one token, which neighbours do not tell: each join's token
-    stays as stored (unsupervised), and the export counts them."""
+def test_an_output_packed_before_first_supervised_joins_by_the_neighbour_rule_and_says_so(
+    corpora: dict[str, Any], sft_packed: Path, tmp_path: Path
+) -> None:
+    """Sidecars without ``first_supervised`` (packed before it): each join's token takes the supervision its
+    neighbours in the whole document agree on; where they differ (the cut falls where the response starts), it stays
+    as stored, and the export says how many such joins it met."""
+    packed = without_first_supervised(sft_packed, tmp_path / "old")
+    result = RUNNER.invoke(app, ["export", str(packed), "--to", "olmo-core", "--out", str(tmp_path / "olmo")])
+    assert result.exit_code == 0, result.output
+    tokens, mask, lengths = exported_documents(tmp_path / "olmo", "olmo-core")
+    expected = joined_documents(packed, corpora["sft"], corpora["tokenizer"])
+    assert split_by(tokens, lengths) == [document["tokens"] for document in expected]
+    assert split_by(mask, lengths) == [document["mask"] for document in expected]
+    unsure = sum(document["unsure"] for document in expected)
+    assert unsure == 2 and f"warning: {unsure} join(s) of split documents' pieces start with a token" in result.stderr
+    lost = sum(whole != said for document in expected for whole, said in zip(document["whole"], document["mask"]))
+    assert lost == 1
+
+
+def test_labels_given_with_the_ids_are_joined_exactly(tmp_path: Path) -> None:
+    """Labels given with --labels-field may hold spans of one token, which neighbours do not tell: pack records each
+    join's supervision, so the export has the labels as given; an output packed before that leaves each join's token
+    as stored (unsupervised) and counts them."""
     corpus = write_jsonl(
         tmp_path / "ids.jsonl", [{"ids": list(range(1, 11)), "labels": [-100] * 3 + list(range(4, 11))}]
     )
     args = ["--ids-field", "ids", "--labels-field", "labels", "--eos-id", "0", "--max-len", "4", "--overflow", "split"]
     run("pack", corpus, *args, "--out", tmp_path / "packed", "--quiet")
     said = run("export", tmp_path / "packed", "--to", "olmo-core", "--out", tmp_path / "olmo").stderr
-    assert "warning: 2 join(s) of split documents' pieces start with a token" in said
+    assert "join(s) of split documents' pieces" not in said
     mask = np.fromfile(tmp_path / "olmo" / "label_mask.npy", dtype=np.bool_)
+    assert mask.astype(int).tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]  # the labels as given
+    old = without_first_supervised(tmp_path / "packed", tmp_path / "old")
+    said = run("export", old, "--to", "olmo-core", "--out", tmp_path / "olmo-old").stderr
+    assert "warning: 2 join(s) of split documents' pieces start with a token" in said
+    mask = np.fromfile(tmp_path / "olmo-old" / "label_mask.npy", dtype=np.bool_)
     assert mask.astype(int).tolist() == [0, 0, 0, 1, 0, 1, 1, 1, 0, 1, 1]  # the joins at 4 and 8 as stored
 
 
@@ -474,7 +513,7 @@ def test_datatrove_folder_dataset_reads_tokens_and_document_positions(
     export(sft_packed, "nanotron", tmp_path / "nt-sft")
     loss = np.fromfile(tmp_path / "nt-sft" / "packcli.ds.loss", dtype=np.bool_)
     sft_expected = joined_documents(sft_packed, corpora["sft"], corpora["tokenizer"])
-    assert loss.tolist() == [m for document in sft_expected for m in document["mask"]]
+    assert loss.tolist() == [m for document in sft_expected for m in document["whole"]]
     index = np.fromfile(tmp_path / "nt-sft" / "packcli.ds.index", dtype=np.uint64)
     assert index.tolist() == np.cumsum([len(document["tokens"]) for document in sft_expected]).tolist()
 
@@ -1190,3 +1229,28 @@ def test_an_output_url_with_split_documents_reads_each_shard_object_at_most_twic
     assert here.exit_code == 0, here.output
     for name in ("tokens.bin", "tokens.idx"):
         assert (tmp_path / "from-store" / name).read_bytes() == (tmp_path / "from-disk" / name).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def packed_without_positions(corpora: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``text_packed`` and ``sft_packed``'s corpora packed the same way with ``--no-position-ids``."""
+    root = tmp_path_factory.mktemp("lean")
+    common = ["--tokenizer", corpora["tokenizer"], "--max-len", "256", "--no-position-ids", "--quiet"]
+    run("pack", corpora["code"], *common, "--out", root / "text")
+    sft = ["--prompt-field", "prompt", "--response-field", "response", "--overflow", "split"]
+    run("pack", corpora["sft"], *common, *sft, "--out", root / "sft")
+    return {"text": root / "text", "sft": root / "sft"}
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "olmo-core", "nanotron", "bridge", "mds"])
+def test_an_export_is_the_same_bytes_with_or_without_stored_position_ids(
+    text_packed: Path, sft_packed: Path, packed_without_positions: dict[str, Path], tmp_path: Path, fmt: str
+) -> None:
+    """Every file of an export but its record (which names the source fingerprint) is byte for byte the same from
+    an output packed with ``--no-position-ids``."""
+    kind, full = ("sft", sft_packed) if fmt == "bridge" else ("text", text_packed)
+    export(full, fmt, tmp_path / "full")
+    export(packed_without_positions[kind], fmt, tmp_path / "lean")
+    expected, got = files_in(tmp_path / "full"), files_in(tmp_path / "lean")
+    assert expected.pop("export.json") != got.pop("export.json")
+    assert expected == got and expected

@@ -264,16 +264,21 @@ def test_a_file_name_in_a_message_is_never_rewritten_as_a_keyword(
         packcli.pack(datasets.Dataset.from_list(records), max_len=64, out=out, overwrite=True)
 
 
-def test_the_returned_dataset_goes_through_packcli_s_collators_as_the_loader_s_rows_do(tmp_path: Path) -> None:
+@pytest.mark.parametrize("position_ids", [True, False])
+def test_the_returned_dataset_goes_through_packcli_s_collators_as_the_loader_s_rows_do(
+    tmp_path: Path, position_ids: bool
+) -> None:
     """A Trainer given the returned dataset and ``collate_padded`` or ``collate_varlen`` gets the batches the
-    loader builds from the same rows, labels included; only ``row_index``, the loader's own count, is absent."""
+    loader builds from the same rows, labels included; only ``row_index``, the loader's own count, is absent. With
+    ``position_ids=False`` (``--no-position-ids``) the rows hold no positions and the collators rebuild them."""
     from packcli.torch import PackedDataset, collate_padded, collate_varlen
 
     pairs = [{"prompt": f"Q{n}: what is {n} squared? A:", "response": f" {n * n}."} for n in range(40)]
     returned = packcli.pack(
         datasets.Dataset.from_list(pairs), max_len=64, out=tmp_path / "p", prompt_field="prompt",
-        response_field="response", shuffle=False,
+        response_field="response", shuffle=False, position_ids=position_ids,
     )  # fmt: skip
+    assert ("position_ids" in returned.column_names) is position_ids
     loader_rows = list(PackedDataset(tmp_path / "p", shuffle=False))
     assert len(returned) == len(loader_rows) > 1
     for collate in (partial(collate_padded, max_len=64, pad_id=50256), partial(collate_varlen, pad_id=50256)):

@@ -561,3 +561,22 @@ def test_a_chat_template_travels_with_the_jobs_not_as_the_drivers_path(
     assert removed.exit_code == 0, removed.output
     assert not template.exists()
     assert files_of(tmp_path / "removed") == files_of(tmp_path / "present")
+
+
+def test_a_partitioned_run_without_position_ids_merges_the_same_rows_less_that_column(
+    plain: Path, reference: Path, tmp_path: Path
+) -> None:
+    """``--no-position-ids`` with partitions: every part and the merge agree on the columns; the merged output holds
+    the reference run's rows less ``position_ids``, and verifies."""
+    out = tmp_path / "lean"
+    args = ["--max-len", "512", "--partitions", "4", "--workers", "2", "--no-position-ids", "--out", str(out)]
+    result = invoke("pack", str(plain), *args)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["columns"] == ["input_ids", "cu_seqlens"] and verify_output(out).ok
+
+    def rows_of(packed: Path) -> pa.Table:
+        shards = json.loads((packed / "manifest.json").read_text())["shards"]
+        return pa.concat_tables([read_shard(packed / shard["file"]) for shard in shards])
+
+    assert rows_of(out).equals(rows_of(reference).drop_columns(["position_ids"]))

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
+from packcli.cli import app
 from packcli.encode.store import TokenStore
 from packcli.format.columns import IGNORE_INDEX
+from packcli.format.manifest import read_manifest
 from packcli.format.schema import shard_schema
 from packcli.format.shards import read_shard
 from packcli.packing.overflow import Pieces
@@ -69,3 +74,29 @@ def test_labels_follow_the_mask_and_supervision_is_counted(tmp_path: Path) -> No
     assert [t for row in labels for t in row if t != IGNORE_INDEX] == [2, 3, 8]
     assert supervision.unsupervised_sequences == 1
     assert supervision.supervised_tokens == 3
+
+
+def test_no_position_ids_leaves_that_column_out_and_every_other_as_it_was(
+    tiny_corpus: Path, packed_text: Path, tmp_path: Path
+) -> None:
+    """``--no-position-ids`` on a real corpus: the same rows less ``position_ids``, fewer bytes, the manifest's
+    ``columns`` and options say so, another fingerprint; ``datasets`` reads the shard as it is. The default writes
+    the manifest as before the flag existed (no ``position_ids`` key among its options)."""
+    datasets = pytest.importorskip("datasets")
+    out = tmp_path / "lean"
+    args = ["pack", str(tiny_corpus), "--max-len", "512", "--shard-size", "100KB", "--out", str(out), "--quiet"]
+    result = CliRunner().invoke(app, [*args, "--no-position-ids"])
+    assert result.exit_code == 0, result.output
+    full, lean = read_manifest(packed_text), read_manifest(out)
+    assert full["columns"] == ["input_ids", "position_ids", "cu_seqlens"] and "position_ids" not in full["options"]
+    assert lean["columns"] == ["input_ids", "cu_seqlens"] and lean["options"]["position_ids"] is False
+    assert lean["fingerprint"] != full["fingerprint"]
+    assert lean["totals"] == full["totals"]
+
+    def rows_of(packed: Path, manifest: dict[str, Any]) -> pa.Table:
+        return pa.concat_tables([read_shard(packed / shard["file"]) for shard in manifest["shards"]])
+
+    assert rows_of(out, lean).equals(rows_of(packed_text, full).drop_columns(["position_ids"]))
+    assert sum(s["bytes"] for s in lean["shards"]) < sum(s["bytes"] for s in full["shards"])
+    dataset = datasets.Dataset.from_file(str(out / lean["shards"][0]["file"]))
+    assert dataset.column_names == ["input_ids", "cu_seqlens"] and len(dataset) == lean["shards"][0]["rows"]

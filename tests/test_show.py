@@ -190,3 +190,25 @@ def test_a_row_its_shard_lacks_is_one_line_naming_the_shard(packed_text: Path, t
     assert error_line(result.stderr) == (
         f"error: {shard}: holds {held} rows, fewer than its manifest entry says: run packcli verify"
     )
+
+
+def test_show_positions_of_an_output_without_position_ids_are_rebuilt_from_cu_seqlens(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    """``show --positions`` on a ``--no-position-ids`` output prints what the stored column would have held."""
+    shown, row = {}, ""
+    for name, extra in (("lean", ["--no-position-ids"]), ("full", [])):
+        args = ["pack", str(tiny_corpus), "--max-len", "256", "--out", str(tmp_path / name), "--quiet", *extra]
+        assert runner.invoke(app, args).exit_code == 0
+        if not row:  # a row of several documents
+            row = str(next(k for k, cu in enumerate(shard_rows(tmp_path / name).column("cu_seqlens")) if len(cu) > 3))
+        result = runner.invoke(app, ["show", str(tmp_path / name), "--row", row, "--positions", "--json"])
+        assert result.exit_code == 0, result.output
+        shown[name] = json.loads(result.stdout)
+    assert shown["lean"] == shown["full"] and len(shown["lean"]["documents"]) > 1
+    for document in shown["lean"]["documents"]:
+        assert [token["position"] for token in document["tokens"]] == list(range(document["length"]))
+    human = runner.invoke(app, ["show", str(tmp_path / "lean"), "--row", row, "--positions"])
+    assert human.exit_code == 0 and len(re.findall(r"^\s+0\s+\d+\s+'", human.stdout, flags=re.M)) == len(
+        shown["lean"]["documents"]
+    )

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
-from conftest import listed_split_pieces, shared_path
+from conftest import listed_split_pieces, shared_path, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from s3_server import S3Server
@@ -85,3 +86,40 @@ def test_thousands_of_split_documents_leave_the_manifest_small_on_every_engine(
     assert all("split_pieces" not in shard for shard in manifest["shards"])
     verified = runner.invoke(app, ["verify", out])
     assert verified.exit_code == 0, verified.output
+
+
+def test_each_later_piece_records_whether_its_first_token_is_supervised_in_the_whole_record(tmp_path: Path) -> None:
+    """Labels given with the ids, spans of one token included, cut every 4 tokens: each listed
+    piece's ``first_supervised`` is its record's label there (1 unless -100), 0 for a first piece; int8, after the
+    digest. An output without labels has no such column."""
+    labels = [
+        [-100, 2, -100, -100, 5, -100, -100, -100, 9, -100, 11],  # one-token spans at the cuts (4 and 8)
+        [-100, -100, -100, -100, 5, 6, 7, 8, -100, 10],  # a one-token gap at 8
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],
+    ]
+    records = [{"ids": list(range(1, len(row) + 1)), "labels": row} for row in labels]
+    corpus = write_jsonl(tmp_path / "ids.jsonl", records * 3)
+    args = ["--ids-field", "ids", "--eos-id", "0", "--max-len", "4", "--overflow", "split"]
+    for name, extra in [("labelled", ["--labels-field", "labels"]), ("plain", [])]:
+        result = runner.invoke(app, ["pack", str(corpus), *args, *extra, "--out", str(tmp_path / name), "--quiet"])
+        assert result.exit_code == 0, result.output
+    out = tmp_path / "labelled"
+    manifest = json.loads((out / "manifest.json").read_text())
+    found = []
+    for shard in manifest["shards"]:
+        table = pa.ipc.open_stream((out / shard["sidecars"]["split_pieces"]["file"]).read_bytes()).read_all()
+        assert table.schema.names[4:] == ["digest", "first_supervised"]
+        assert table.schema.field("first_supervised").type == pa.int8()
+        for (_, _, document, piece), first in zip(
+            listed_split_pieces(out, shard), table["first_supervised"].to_pylist()
+        ):
+            record = labels[document % len(labels)]  # documents are numbered from 0 in input order
+            found.append((first, int(piece > 0 and record[piece * 4] != -100)))
+    assert len(found) == 3 * 9 and all(first == expected for first, expected in found)
+    assert {first for first, _ in found} == {0, 1}
+    plain = json.loads((tmp_path / "plain" / "manifest.json").read_text())
+    for shard in plain["shards"]:
+        schema = pa.ipc.open_stream(
+            (tmp_path / "plain" / shard["sidecars"]["split_pieces"]["file"]).read_bytes()
+        ).schema
+        assert schema.names == ["row", "index", "document", "piece", "digest"]

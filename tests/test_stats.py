@@ -426,3 +426,14 @@ def test_stats_of_an_output_url_copies_no_shard_to_local_disk(
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == json.loads(runner.invoke(app, ["stats", str(packed_text), "--json"]).stdout)
     assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_stats_of_an_output_without_position_ids_are_those_of_the_output_with_them(
+    packed_text: Path, tiny_corpus: Path, tmp_path: Path
+) -> None:
+    """``stats`` reads the document boundaries, never the positions: ``--no-position-ids`` changes no figure."""
+    args = ["pack", str(tiny_corpus), "--max-len", "512", "--shard-size", "100KB", "--no-position-ids", "--quiet"]
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "lean")]).exit_code == 0
+    figures = [runner.invoke(app, ["stats", str(out), "--json"]) for out in (packed_text, tmp_path / "lean")]
+    assert all(result.exit_code == 0 for result in figures), figures[1].output
+    assert json.loads(figures[0].stdout) == json.loads(figures[1].stdout)

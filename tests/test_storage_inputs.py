@@ -38,8 +38,12 @@ def pack(*args: str) -> Any:
 
 def without_inputs(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest less what names the inputs: their paths, the fingerprint and a partition plan's hash (both
-    hash the paths), and the files found beside them."""
+    hash the paths), the files found beside them, and each shard's source index (it names each document's input)."""
     kept = {key: value for key, value in manifest.items() if key not in ("inputs", "fingerprint")}
+    kept["shards"] = [
+        {**shard, "sidecars": {kind: item for kind, item in shard.get("sidecars", {}).items() if kind != "sources"}}
+        for shard in kept["shards"]
+    ]
     if "partitions" in kept:
         kept["partitions"] = {key: value for key, value in kept["partitions"].items() if key != "plan_hash"}
     return {**kept, "totals": {key: value for key, value in kept["totals"].items() if key != "unread_files"}}

@@ -277,4 +277,4 @@ def test_no_resume_area_outlives_a_later_run_on_the_output(
         said = f"warning: removing {parts} ({len(left):,} file(s), {sum(left.values()):,} bytes): the parts of an"
         assert said in result.stderr, result.stderr
         manifest = json.loads(fs.cat(f"{out}/manifest.json"))
-        assert object_keys(fs, out) == sorted(["manifest.json", *(shard["file"] for shard in manifest["shards"])])
+        assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])

@@ -325,3 +325,31 @@ def test_collate_varlen_keeps_each_rows_own_boundaries(
         assert labels[a + 1 : b] == (flat_labels[a + 1 : b] if b <= total else [-100] * (b - a - 1))
     assert batch["max_seqlen"] == max(b - a for a, b in zip(boundaries, boundaries[1:]))
     assert batch["row_index"].tolist() == [row["row_index"] for row in rows]
+
+
+def test_an_output_without_position_ids_gives_the_same_batches(packed: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    """``--no-position-ids``: the loader rebuilds each row's position_ids from its cu_seqlens, so every batch, varlen
+    and padded, in the main process and in workers, is the one the stored column gives; a row read by ``datasets``
+    (no position_ids at all) collates to the same batch too."""
+    from typer.testing import CliRunner
+
+    from packcli.cli import app
+
+    lean = tmp_path / "lean"
+    args = ["pack", str(tiny_corpus), "--max-len", str(MAX_LEN), "--shard-size", "500KB", "--no-position-ids"]
+    assert CliRunner().invoke(app, [*args, "--out", str(lean), "--quiet"]).exit_code == 0
+    for layout, workers in (("varlen", 0), ("varlen", 2), ("padded", 2)):
+        full = list(loader(packed, batch_size=16, num_workers=workers, layout=layout, seed=4))
+        same = list(loader(lean, batch_size=16, num_workers=workers, layout=layout, seed=4))
+        assert len(full) == len(same) > 1
+        for expected, got in zip(full, same):
+            assert expected.keys() == got.keys()
+            for key, value in expected.items():
+                assert torch.equal(value, got[key]) if torch.is_tensor(value) else value == got[key], (layout, key)
+    rows = PackedDataset(lean)
+    assert "position_ids" in rows.row(0)
+    datasets = pytest.importorskip("datasets")
+    read = datasets.Dataset.from_file(str(next(lean.glob("shard-*.arrow")))).with_format("numpy")
+    plain = [{name: rows.row(k)[name] for name in ("input_ids", "position_ids", "cu_seqlens")} for k in range(5)]
+    expected, got = collate_varlen(plain), collate_varlen([read[k] for k in range(5)])
+    assert all(torch.equal(expected[key], got[key]) for key in ("input_ids", "position_ids", "labels", "cu_seqlens"))

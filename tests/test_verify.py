@@ -20,6 +20,7 @@ from conftest import (
     error_line,
     json_keys,
     listed_split_pieces,
+    read_jsonl,
     rewrite_split_pieces,
     run_writing_no_file_over,
     shared_path,
@@ -146,7 +147,8 @@ def test_a_failed_verify_is_one_error_line_from_the_one_error_mapper(packed: Pat
     assert result.exit_code == 1 and "problem: shard-00001.arrow: sha256 differs" in result.stderr
     [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     # the flipped byte may also break a split piece's digest: the count is verify's, the line the mapper's
-    assert re.fullmatch(rf"error: {re.escape(str(tmp_path))}/two\\nlines: [1-9]\d* problem\(s\) found", line), line
+    said = line.removeprefix(f"error: {tmp_path}/two\\nlines: ")
+    assert said != line and re.fullmatch(r"[1-9]\d* problem\(s\) found", said), line
 
 
 def test_verify_on_a_url_lists_every_missing_object(s3_server: S3Server, packed: Path) -> None:
@@ -746,7 +748,7 @@ def test_rows_flagged_are_exactly_the_damaged_ones(case: tuple[pa.RecordBatch, s
         "shards": [{"file": "shard-00000.arrow"}],
     }
     expected = Expected.of(manifest)
-    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(Path("."), manifest))
+    shard = ShardUnderCheck(0, {}, expected, Observed(), SplitPieceCheck(Path("."), manifest, False))
     rows = RowChecks("shard", shard)
     rows.check(batch)
     flagged = {
@@ -801,7 +803,8 @@ def packed_pieces(draw: st.DrawFn) -> tuple[dict, pa.RecordBatch]:  # type: igno
 def specials_checked(manifest: dict, batch: pa.RecordBatch) -> RowChecks:  # type: ignore[type-arg]
     expected = Expected.of(manifest)
     rows = RowChecks(
-        "shard", ShardUnderCheck(0, manifest["shards"][0], expected, Observed(), SplitPieceCheck(Path("."), manifest))
+        "shard",
+        ShardUnderCheck(0, manifest["shards"][0], expected, Observed(), SplitPieceCheck(Path("."), manifest, False)),
     )
     rows.check(batch)
     return rows
@@ -901,3 +904,148 @@ def test_verify_of_an_output_url_copies_no_shard_to_local_disk(
     assert report["ok"] and report["shards"] == len(manifest["shards"])
     assert report["rows"] == manifest["totals"]["sequences"] and report["tokens"] == manifest["totals"]["tokens"]
     assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.fixture(scope="module")
+def sft_split(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """Prompt/response records made from ``tiny_corpus`` packed with ``--overflow split`` at max_len 64, in several
+    shards: split documents with labels, each shard's sidecar with ``first_supervised``. Read-only."""
+    records = [{"prompt": r["text"][:200], "response": r["text"][200:700]} for r in read_jsonl(tiny_corpus)]
+    corpus = write_jsonl(tmp_path_factory.mktemp("sft-split") / "sft.jsonl", records)
+    out = corpus.parent / "packed"
+    fields = {"prompt_field": "prompt", "response_field": "response"}
+    pack_corpus([str(corpus)], PackOptions(max_len=64, overflow="split", shard_size=40_000, **fields), out)  # type: ignore[arg-type]
+    return out
+
+
+def edit_first_supervised(
+    change: Callable[[int, list[list[int]], list[int]], list[int] | None],
+) -> Callable[[Path], None]:
+    """A damage: each shard's ``first_supervised`` (its number, its entries, its values) -> new values (None: the
+    column removed), the sidecar's size and sha256 fixed in the manifest, as a careful forger would."""
+
+    def apply(out: Path) -> None:
+        manifest = json.loads((out / "manifest.json").read_text())
+        listing = [shard for shard in manifest["shards"] if "split_pieces" in shard.get("sidecars", {})]
+        for number, shard in enumerate(listing):
+            table = pa.ipc.open_stream((out / shard["sidecars"]["split_pieces"]["file"]).read_bytes()).read_all()
+            entries = listed_split_pieces(out, shard)
+            present = "first_supervised" in table.column_names
+            values = change(number, entries, table["first_supervised"].to_pylist() if present else [])
+            rewrite_split_pieces(out, shard, entries, table["digest"].to_pylist(), values)
+        (out / "manifest.json").write_text(json.dumps(manifest))
+
+    return apply
+
+
+def set_first_piece(number: int, entries: list[list[int]], values: list[int]) -> list[int]:
+    """The first shard's first entry naming a document's first piece gets first_supervised 1."""
+    k = next(k for k, entry in enumerate(entries) if entry[3] == 0)
+    return [1 if number == 0 and at == k else value for at, value in enumerate(values)]
+
+
+@pytest.mark.parametrize(
+    "damage,expected",
+    [
+        (None, None),
+        (edit_first_supervised(lambda number, entries, values: None), None),  # every sidecar as packed before it
+        (
+            edit_first_supervised(lambda number, entries, values: [2 * v for v in values] if number == 0 else values),
+            "split_pieces sidecar holds a first_supervised other than 0 or 1",
+        ),
+        (
+            edit_first_supervised(set_first_piece),
+            "split_pieces: 1 with first_supervised 1 at a document's first piece, whose first token is never "
+            "supervised (first: shard-",
+        ),
+        (
+            edit_first_supervised(lambda number, entries, values: None if number == 1 else values),
+            "split_pieces: first_supervised missing from the sidecars of 1 of ",
+        ),
+    ],
+    ids=["intact", "packed before first_supervised", "a 2", "a first piece supervised", "one sidecar without it"],
+)
+def test_first_supervised_is_checked_in_a_labelled_output(
+    sft_split: Path, tmp_path: Path, damage: Callable[[Path], None] | None, expected: str | None
+) -> None:
+    """Each split piece's ``first_supervised`` (the whole document's supervision at the piece's first token, which
+    export gives back at the join): 0 or 1, 0 for a document's first piece, in every sidecar of a labelled output or
+    in none (an output packed before it, which export joins by the neighbour rule)."""
+    result = verify_damaged(sft_split, tmp_path / "copy", damage)
+    if expected is None:
+        assert result.exit_code == 0, result.stderr
+    else:
+        assert result.exit_code == 1 and expected in result.stderr, result.stderr
+        # nothing else (an unreadable sidecar is said by the source index's check too)
+        assert result.stderr.count("problem: ") == result.stderr.count(expected), result.stderr
+
+
+def test_first_supervised_in_an_output_without_labels_is_refused(packed: Path, tmp_path: Path) -> None:
+    """A plain text output has no supervision to record: a ``first_supervised`` column in its sidecars is not
+    pack's (which writes none there)."""
+    sidecars = [shard["sidecars"]["split_pieces"] for shard in json.loads((packed / "manifest.json").read_text())["shards"] if "sidecars" in shard]  # fmt: skip
+    assert sidecars and all(
+        pa.ipc.open_stream((packed / sidecar["file"]).read_bytes()).schema.names
+        == ["row", "index", "document", "piece", "digest"]
+        for sidecar in sidecars
+    )
+    damage = edit_first_supervised(lambda number, entries, values: [0] * len(entries))
+    result = verify_damaged(packed, tmp_path / "copy", damage)
+    assert result.exit_code == 1, result.stderr
+    assert "split_pieces: first_supervised in the sidecars of " in result.stderr
+    assert "shard(s) of an output without labels (first: shard-" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def packed_without_positions(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
+    """``tiny_corpus`` packed with ``--no-position-ids`` (read-only)."""
+    out = tmp_path_factory.mktemp("lean") / "packed"
+    args = ["pack", str(tiny_corpus), "--max-len", "256", "--no-position-ids", "--out", str(out), "--quiet"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_an_output_without_position_ids_verifies_and_damaged_cu_seqlens_are_still_named(
+    packed_without_positions: Path, tmp_path: Path
+) -> None:
+    """No position_ids stored: verify checks what is stored (no position check), so an intact output is OK, and a
+    boundary moved or a row's cu_seqlens cut short (size and sha256 fixed by a forger) is still named."""
+    intact = verify_damaged(packed_without_positions, tmp_path / "intact", None)
+    assert intact.exit_code == 0 and "OK" in intact.stdout, intact.output
+
+    def damage_boundaries(out: Path) -> None:
+        table = read_shard(out / "shard-00000.arrow")
+        rows = table.to_pylist()
+        rows[1]["cu_seqlens"][-1] -= 1
+        moved = next(row for row in rows[2:] if len(row["cu_seqlens"]) > 2)
+        moved["cu_seqlens"][1] -= 1
+        rewrite_shard(out, pa.Table.from_pylist(rows, schema=table.schema))
+
+    damaged = verify_damaged(packed_without_positions, tmp_path / "damaged", damage_boundaries)
+    assert damaged.exit_code == 1, damaged.output
+    assert "1 row(s) whose cu_seqlens does not start at 0, rise strictly and end at the row length (first: row 1)" in (
+        damaged.stderr
+    )
+    assert "document(s) that do not end with the EOS id 50256" in damaged.stderr  # the moved boundary
+    assert "position_ids" not in damaged.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda m: m["options"].pop("position_ids"), "manifest: columns leave out position_ids, yet options"),
+        (
+            lambda m: m.update(columns=["input_ids", "position_ids", "cu_seqlens"]),
+            "manifest: columns list position_ids, yet options.position_ids is false",
+        ),
+    ],
+)
+def test_columns_that_contradict_the_options_are_named(
+    packed_without_positions: Path,
+    tmp_path: Path,
+    edit: Callable[[dict], None],
+    problem: str,  # type: ignore[type-arg]
+) -> None:
+    result = verify_damaged(packed_without_positions, tmp_path / "copy", edit_manifest(edit))
+    assert result.exit_code == 1 and f"problem: {problem}" in result.stderr, result.output

@@ -130,7 +130,7 @@ RECORD_FLAGS = (
     "max_len", "tokenizer", "tokenizer_backend", "strategy", "window", "text_field", "overflow", "prompt_field",
     "response_field", "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
 )  # fmt: skip
-_NEGATED = {"no_eos": "eos", "no_shuffle": "shuffle"}  # --no-eos sets eos=False
+_NEGATED = {"no_eos": "eos", "no_shuffle": "shuffle", "no_position_ids": "position_ids"}  # --no-eos sets eos=False
 
 
 def pack_options(flags: dict[str, Any]) -> PackOptions:

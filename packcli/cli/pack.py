@@ -57,6 +57,12 @@ def pack(
     no_shuffle: Annotated[
         bool, typer.Option("--no-shuffle", help="Write rows in packing order instead of a seeded random order.")
     ] = False,
+    no_position_ids: Annotated[
+        bool,
+        typer.Option(
+            "--no-position-ids", help="Leave the position_ids column out: readers rebuild it from cu_seqlens."
+        ),
+    ] = False,
     weights: Annotated[
         str | None, typer.Option(help="Mix the inputs by weight, one per INPUT (a directory or glob is one): 0.7,0.3")
     ] = None,

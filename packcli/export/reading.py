@@ -12,14 +12,15 @@ the shards once. Two views of them:
 
 Invariant: every stored token comes out exactly once in either view, with its supervision (``labels != -100``).
 A split document's later pieces start with -100 in the shards (each piece is a document there); joined, that token
-takes the supervision it has in the whole document, which the output does not record: that of its neighbours there
-(the token before it, the last of the piece before, and the one after it), where they agree, as they do inside every
-span of supervised or unsupervised tokens packcli's encoders write (spans of two or more tokens: a prompt, a
-response and its EOS, a chat turn with its end marker). Where they differ (a span starts or ends at the cut), or the
-labels were given as such (``--labels-field``: spans of any length), it stays unsupervised, counted in
-``DocumentView.unsure`` for the export to say. Example: a prompt P P and response R R R EOS cut after three tokens
-stores ``P P R | R R EOS`` with the masks ``0 0 1 | 0 1 1``; joined, the fourth token's neighbours (R, R) are both
-supervised, so ``0 0 1 1 1 1``, the whole document's.
+takes the supervision it has in the whole document, which pack records in the sidecar (``first_supervised``).
+Example: a prompt P P and response R R R EOS cut after three tokens stores ``P P R | R R EOS`` with the masks
+``0 0 1 | 0 1 1`` and records 1 for the second piece; joined, ``0 0 1 1 1 1``, the whole document's.
+An output packed before ``first_supervised`` existed does not record it: the token then takes that of its neighbours
+in the whole document (the token before it, the last of the piece before, and the one after it), where they agree,
+as they do inside every span of supervised or unsupervised tokens packcli's encoders write (spans of two or more
+tokens: a prompt, a response and its EOS, a chat turn with its end marker). Where they differ (a span starts or ends
+at the cut), or the labels were given as such (``--labels-field``: spans of any length), it stays unsupervised,
+counted in ``DocumentView.unsure`` for the export to say.
 Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document).
 From an output URL the rows stream in; a shard holding a piece read out of order is fetched once into a temporary
 directory (removed at ``close``) and memory-mapped there: from the store, each miss of the cache of a few shards
@@ -47,6 +48,8 @@ from packcli.storage.mirror import fetch_checked
 from packcli.storage.urls import UrlPath
 
 __all__ = ["DocumentBatch", "DocumentView", "PackedOutput", "RowBatch", "open_packed", "row_batch"]
+
+UNRECORDED = -1  # a split piece's first_supervised, where its sidecar has none (packed before it)
 
 
 @dataclass(frozen=True)
@@ -128,22 +131,27 @@ class _Splits:
     def __init__(self, packed: PackedOutput) -> None:
         self.packed = packed
         self.by_shard: list[np.ndarray] = []  # per shard: rows [row, index, group]
-        self.groups: list[list[tuple[int, int, int]]] = []  # group -> its pieces' (shard, row, index) in order
+        # group -> its pieces' (shard, row, index, first_supervised: 0, 1, or UNRECORDED) in order
+        self.groups: list[list[tuple[int, int, int, int]]] = []
         keys: dict[tuple[str, int], int] = {}
-        pieces: list[list[tuple[int, int, int, int]]] = []
+        pieces: list[list[tuple[int, int, int, int, int]]] = []
         for shard_index, shard in enumerate(packed.manifest["shards"]):
             partition = str(shard["file"]).rsplit("shard-", 1)[0]
             found = []
             listed = read_split_pieces(packed.path, shard)
-            for row, index, document, piece in [] if listed is None else listed.entries.tolist():
+            entries = [] if listed is None else listed.entries.tolist()
+            recorded = [UNRECORDED] * len(entries)
+            if listed is not None and listed.first_supervised is not None:
+                recorded = listed.first_supervised.tolist()
+            for (row, index, document, piece), first in zip(entries, recorded):
                 group = keys.setdefault((partition, document), len(keys))
                 if group == len(pieces):
                     pieces.append([])
-                pieces[group].append((piece, shard_index, row, index))
+                pieces[group].append((piece, shard_index, row, index, first))
                 found.append((row, index, group))
             self.by_shard.append(np.array(found, dtype=np.int64).reshape(-1, 3))
         for group_pieces in pieces:  # numbered 0, 1, ... (verify checks it)
-            self.groups.append([(shard, row, index) for _, shard, row, index in sorted(group_pieces)])
+            self.groups.append([(shard, row, index, first) for _, shard, row, index, first in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
         self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
         self._fetched: Path | None = None  # an output URL's shards the pieces are read from, each fetched once
@@ -152,15 +160,19 @@ class _Splits:
 
     def joined(self, group: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """The pieces of split document ``group`` in order, tokens and mask, each later piece's first token with
-        the supervision it has in the whole document where its neighbours tell it (see the module's docstring)."""
-        pieces = [self.piece(shard, row, index) for shard, row, index in self.groups[group]]
+        the supervision it has in the whole document: as recorded, or where its neighbours tell it (see the module's
+        docstring)."""
+        places = self.groups[group]
+        pieces = [self.piece(shard, row, index) for shard, row, index, _ in places]
         joined = pieces[:1]
-        for tokens, mask in pieces[1:]:
+        for (tokens, mask), (*_, recorded) in zip(pieces[1:], places[1:]):
             before = joined[-1][1]
             if mask is not None and before is not None and len(mask) and len(before):
                 mask = mask.copy()  # a view of a cached batch: left as stored
                 after = mask[1] if len(mask) > 1 else before[-1]
-                if before[-1] == after and not self.given_labels:
+                if recorded != UNRECORDED:
+                    mask[0] = bool(recorded)
+                elif before[-1] == after and not self.given_labels:
                     mask[0] = after
                 else:
                     self.unsure += 1

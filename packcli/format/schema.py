@@ -13,14 +13,22 @@ import pyarrow as pa
 from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, column_names
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["SHARD_COLUMN_TYPE", "ignore_document_starts", "position_ids", "shard_metadata", "shard_schema"]
+__all__ = [
+    "SHARD_COLUMN_TYPE",
+    "ignore_document_starts",
+    "position_ids",
+    "row_position_ids",
+    "shard_metadata",
+    "shard_schema",
+]
 
 SHARD_COLUMN_TYPE = pa.list_(pa.int32())  # every column of a shard
 
 
-def shard_schema(metadata: dict[str, str], labels: bool = False) -> pa.Schema:
-    """The shard schema: int32 list columns; the metadata repeats format version, max_len, tokenizer hash."""
-    return pa.schema([(name, SHARD_COLUMN_TYPE) for name in column_names(labels)], metadata=metadata)
+def shard_schema(metadata: dict[str, str], labels: bool = False, positions: bool = True) -> pa.Schema:
+    """The shard schema: int32 list columns (``position_ids`` only with ``positions``); the metadata repeats format
+    version, max_len, tokenizer hash."""
+    return pa.schema([(name, SHARD_COLUMN_TYPE) for name in column_names(labels, positions)], metadata=metadata)
 
 
 def shard_metadata(max_len: int, tokenizer_sha256: str | None, eos_id: int | None) -> dict[str, str]:
@@ -41,6 +49,12 @@ def position_ids(lengths: np.ndarray) -> np.ndarray:
     positions = np.arange(int(bounds[-1]), dtype=np.int32)
     positions -= np.repeat(bounds[:-1], lengths)
     return positions
+
+
+def row_position_ids(cu_seqlens: np.ndarray) -> np.ndarray:
+    """A row's ``position_ids`` rebuilt from its ``cu_seqlens`` (an output packed with ``--no-position-ids`` stores
+    none): token i's position is i minus the start of its document. ``[0 3 5]`` -> ``[0 1 2 0 1]``."""
+    return position_ids(np.diff(cu_seqlens))
 
 
 def ignore_document_starts(labels: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -10,7 +10,11 @@ Each sidecar is an Arrow IPC stream (uncompressed) of integer columns, one row p
 per piece of a split document the shard holds, ``row`` and ``index`` (where: the row in the shard and the segment
 in its ``cu_seqlens``), ``document`` (a number shared by the pieces of one document, unique within a partition),
 ``piece`` (0, 1, ... in source order) and ``digest`` (:func:`piece_digest`: binds the piece's number to its tokens,
-so ``verify`` proves the pieces are in order and contiguous in the source). Only ``verify`` and ``export`` read it.
+so ``verify`` proves the pieces are in order and contiguous in the source); for an output with labels, also
+``first_supervised`` (int8: 1 where the piece's first token is supervised in the whole document, which the shards
+cannot say: each piece starts with -100 there; 0 for a document's first piece), so ``export`` joins the pieces with
+the whole document's supervision. Only ``verify`` and ``export`` read it; sidecars written before
+``first_supervised`` lack it.
 Outputs packed before sidecars existed list the pieces inline, ``split_pieces: [[row, index, document, piece]]``;
 :func:`read_split_pieces` reads either. A sidecar is opened as a shard is
 (:func:`~packcli.format.shards.open_file`): memory-mapped on disk, streamed from its object in an output at a URL.
@@ -35,6 +39,7 @@ from packcli.format.shards import open_file
 
 __all__ = [
     "DIGEST_COLUMN",
+    "FIRST_SUPERVISED_COLUMN",
     "PIECE_COLUMNS",
     "SIDECARS",
     "SIDECAR_FILE",
@@ -58,6 +63,7 @@ SIDECARS = "sidecars"  # a shard entry's key: {kind: {"file", "bytes", "sha256"}
 SIDECAR_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow\.(split_pieces|sources)")
 PIECE_COLUMNS = {"row": pa.int32(), "index": pa.int32(), "document": pa.int64(), "piece": pa.int32()}
 DIGEST_COLUMN = "digest"
+FIRST_SUPERVISED_COLUMN = "first_supervised"  # int8, outputs with labels only (see the module's docstring)
 SOURCES = "sources"  # the per-document source index (packcli.write.sources)
 SOURCE_COLUMNS = {"input": pa.int32(), "record": pa.int64(), "piece": pa.int32(), "pieces": pa.int32()}
 SOURCES_INPUTS = "packcli.inputs"  # the sources sidecar's metadata key: its table of input names (JSON list)
@@ -118,10 +124,12 @@ def lists_split_pieces(entry: dict[str, Any]) -> bool:
 @dataclass(frozen=True)
 class SplitPieces:
     """One shard's pieces of split documents: ``entries`` (k, 4) int64 rows of [row, index, document, piece], by
-    row; ``digests`` (k,) int64, or None for an output that lists its pieces inline (packed before sidecars)."""
+    row; ``digests`` (k,) int64, or None for an output that lists its pieces inline (packed before sidecars);
+    ``first_supervised`` (k,) int64 0 or 1, or None where not recorded (no labels, or packed before it)."""
 
     entries: np.ndarray
     digests: np.ndarray | None
+    first_supervised: np.ndarray | None = None
 
 
 def read_split_pieces(directory: Path, entry: dict[str, Any]) -> SplitPieces | None:
@@ -130,7 +138,7 @@ def read_split_pieces(directory: Path, entry: dict[str, Any]) -> SplitPieces | N
 
     Raises:
         PackcliError: the sidecar is missing, unreadable, or lacks a column (naming the file); an inline list is
-            not lists of four integers >= 0 (naming the manifest key).
+            not lists of four integers >= 0 (naming the manifest key); a ``first_supervised`` other than 0 or 1.
     """
     sidecar = (entry.get(SIDECARS) or {}).get(SPLIT_PIECES)
     if sidecar is None:
@@ -143,14 +151,19 @@ def read_split_pieces(directory: Path, entry: dict[str, Any]) -> SplitPieces | N
     path = shard_path(directory, sidecar.get("file"))
     try:
         table = pa.ipc.open_stream(open_file(path)).read_all()  # memory-mapped, or streamed from a URL
-        columns = [table.column(name).to_numpy().astype(np.int64) for name in [*PIECE_COLUMNS, DIGEST_COLUMN]]
+        recorded = [FIRST_SUPERVISED_COLUMN] if FIRST_SUPERVISED_COLUMN in table.column_names else []
+        names = [*PIECE_COLUMNS, DIGEST_COLUMN, *recorded]
+        columns = [table.column(name).to_numpy().astype(np.int64) for name in names]
     except (PackcliError, pa.ArrowException, OSError, KeyError, ValueError) as exc:
         reason = _reason(exc)
         raise PackcliError(f"unreadable split_pieces sidecar ({reason}): run packcli verify, or repack", path) from None
     entries = np.stack(columns[:4], axis=1) if len(columns[0]) else np.zeros((0, 4), dtype=np.int64)
     if (entries < 0).any():
         raise PackcliError("split_pieces sidecar holds a negative row, index, document or piece", path)
-    return SplitPieces(entries, columns[4])
+    first_supervised = columns[5] if len(columns) > 5 else None
+    if first_supervised is not None and ((first_supervised < 0) | (first_supervised > 1)).any():
+        raise PackcliError("split_pieces sidecar holds a first_supervised other than 0 or 1", path)
+    return SplitPieces(entries, columns[4], first_supervised)
 
 
 @dataclass(frozen=True)

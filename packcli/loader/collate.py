@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
-from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
+from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN
 from packcli.format.schema import ignore_document_starts, position_ids
 from packcli.loader.checks import at_least
 from packcli.loader.context_parallel import padded_lengths, share_positions
@@ -40,7 +40,7 @@ __all__ = ["Row", "check_cp_options", "collate_cp_share", "collate_padded", "col
 Row = dict[str, Any]
 
 
-_ROW_COLUMNS = ("input_ids", "position_ids", "cu_seqlens")  # what every collator reads from each row
+_ROW_COLUMNS = ("input_ids", "cu_seqlens")  # what every collator reads from each row (position_ids where given)
 
 
 def _document_lengths(rows: Sequence[Row]) -> np.ndarray:
@@ -62,11 +62,15 @@ def _document_lengths(rows: Sequence[Row]) -> np.ndarray:
 
 
 def _flat_tokens(rows: Sequence[Row], lengths: np.ndarray, out: np.ndarray) -> None:
-    """Fill ``out`` ([3, T] int64) with the rows' input_ids, position_ids and labels, back to back."""
+    """Fill ``out`` ([3, T] int64) with the rows' input_ids, position_ids (rebuilt from the document lengths where
+    the rows have none: an output packed with ``--no-position-ids`` read by ``datasets``) and labels, back to back."""
     total = int(lengths.sum())
     input_ids, positions, labels = out[:, :total]
     np.concatenate([row["input_ids"] for row in rows], out=input_ids)
-    np.concatenate([row["position_ids"] for row in rows], out=positions)
+    if POSITIONS_COLUMN in rows[0]:
+        np.concatenate([row[POSITIONS_COLUMN] for row in rows], out=positions)
+    else:
+        positions[:] = position_ids(lengths)
     if LABELS_COLUMN in rows[0]:
         np.concatenate([row[LABELS_COLUMN] for row in rows], out=labels)
     else:

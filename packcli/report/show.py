@@ -28,8 +28,9 @@ from rich.text import Text
 
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, UsageError
-from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
+from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.schema import row_position_ids
 from packcli.format.shards import flat_list_column, open_shard
 from packcli.format.sidecars import Sources, read_sources
 from packcli.report.terminal import console, count
@@ -82,7 +83,7 @@ def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
         shard_row,
         int(manifest["max_len"]),
         column("input_ids"),
-        column("position_ids"),
+        column(POSITIONS_COLUMN) if POSITIONS_COLUMN in table.column_names else row_position_ids(cu_seqlens),
         cu_seqlens,
         labels,
         None if sources is None else [_source(sources, k) for k in range(first, first + len(cu_seqlens) - 1)],

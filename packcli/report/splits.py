@@ -7,8 +7,11 @@ so the pieces are in order and contiguous in the source, and an export joins the
 each split document (its number, within the shards of one partition) are numbered 0, 1, ... each once, at least
 two of them; every piece but a document's last is exactly ``max_len``
 tokens (splitting cuts there); the documents listed are ``totals.split_documents`` in number, and their pieces
-beyond each document's first are the pieces the totals count beyond one per input document. An output packed
-before ``split_pieces`` existed lists none: then nothing is checked here. A piece in a row whose ``cu_seqlens`` is
+beyond each document's first are the pieces the totals count beyond one per input document. ``first_supervised``
+(the whole document's supervision at each piece's first token, for export's joins) is in every sidecar of an output
+with labels or in none (packed before it), in none without labels, 0 or 1, and 0 for a document's first piece (a
+document's first token is never supervised). An output packed before ``split_pieces`` existed lists none: then
+nothing is checked here. A piece in a row whose ``cu_seqlens`` is
 damaged, or in a shard that could not be read, is not resolved (verify reports that row or shard already), and its
 document is left out of the length checks.
 
@@ -62,6 +65,7 @@ class _Entries:
 
     entries: np.ndarray  # int64, (k, 4)
     digests: np.ndarray | None  # int64, (k,): what pack cut there (None: an output listing its pieces inline)
+    first_supervised: np.ndarray | None  # int64, (k,): 0 or 1 (None: not recorded)
     state: np.ndarray = field(init=False)  # UNSEEN / RESOLVED / UNRESOLVED / ABSENT per entry
     length: np.ndarray = field(init=False)  # the piece's tokens, where resolved
     last: np.ndarray = field(init=False)  # whether no entry names a later piece of its document
@@ -79,14 +83,19 @@ class SplitPieceCheck:
     Args:
         out: the output directory (its sidecars are read from there).
         manifest: the output's manifest (validated).
+        labelled: whether the output's rows carry labels (then its sidecars record ``first_supervised``).
     """
 
-    def __init__(self, out: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, out: Path, manifest: dict[str, Any], labelled: bool) -> None:
         self.out = out
         self.manifest = manifest
+        self.labelled = labelled
         self.listed = any(lists_split_pieces(shard) for shard in manifest["shards"])
         self.malformed: list[str] = []  # why a shard's pieces cannot be read
-        self.shards = [_Entries(listed.entries, listed.digests) for listed in map(self._read, manifest["shards"])]
+        self.shards = [
+            _Entries(listed.entries, listed.digests, listed.first_supervised)
+            for listed in map(self._read, manifest["shards"])
+        ]
         self.recorded = not self.malformed and (self.listed or manifest["totals"]["split_documents"] == 0)
         _mark_last_pieces([_partition(str(shard["file"])) for shard in manifest["shards"]], self.shards)
         self.read: set[int] = set()  # shards whose rows were all read
@@ -98,7 +107,7 @@ class SplitPieceCheck:
         except PackcliError as exc:
             self.malformed.append(f"{Path(exc.path).name + ': ' if exc.path else ''}{exc.message}")
             listed = None
-        return listed or SplitPieces(np.zeros((0, 4), dtype=np.int64), None)
+        return listed or SplitPieces(np.zeros((0, 4), dtype=np.int64), None, None)
 
     def shard_metadata(self, metadata: dict[str, str]) -> None:
         """A shard's schema metadata, as read."""
@@ -186,6 +195,11 @@ class SplitPieceCheck:
                         "pieces out of order, or of another document",
                         f"{where}, piece {piece} of document {document}",
                     )
+                if piece == 0 and held.first_supervised is not None and held.first_supervised[k]:
+                    note(
+                        "with first_supervised 1 at a document's first piece, whose first token is never supervised",
+                        f"{where}, document {document}",
+                    )
                 named.add((row, index))
                 groups.setdefault((partition, document), []).append((piece, number, k))
         max_len = int(self.manifest["max_len"])
@@ -206,7 +220,29 @@ class SplitPieceCheck:
                     f"with a piece before the last that is not max_len {max_len} tokens", f"{about}: {_shown(lengths)}"
                 )
         lines = [f"split_pieces: {kind.count} {what} (first: {kind.first})" for what, kind in kinds.items()]
-        return lines + self._against_totals(len(groups), extra)
+        return lines + self._first_supervised_problems() + self._against_totals(len(groups), extra)
+
+    def _first_supervised_problems(self) -> list[str]:
+        """``first_supervised`` in every sidecar of a labelled output or in none (packed before it); in none of an
+        output without labels."""
+        listing = [
+            (str(shard["file"]), held.first_supervised is not None)
+            for shard, held in zip(self.manifest["shards"], self.shards)
+            if len(held.entries)
+        ]
+        recorded = [name for name, has in listing if has]
+        missing = [name for name, has in listing if not has]
+        if not self.labelled and recorded:
+            return [
+                f"split_pieces: first_supervised in the sidecars of {len(recorded)} shard(s) of an output without "
+                f"labels (first: {recorded[0]})"
+            ]
+        if recorded and missing:
+            return [
+                f"split_pieces: first_supervised missing from the sidecars of {len(missing)} of {len(listing)} "
+                f"shard(s) listing split pieces, the others record it (first: {missing[0]})"
+            ]
+        return []
 
     def _against_totals(self, documents: int, extra: int) -> list[str]:
         """The split documents listed, and their pieces beyond the first, against what the totals count."""

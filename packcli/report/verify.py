@@ -10,7 +10,8 @@ sidecars as a whole document or a piece of a split one, BOS and EOS exactly wher
 (:mod:`packcli.report.specials`). Then the ``split_pieces`` against the pieces the shards hold, digests included
 (:mod:`packcli.report.splits`), the sidecar files and source indexes (:mod:`packcli.report.sidecars`), the
 manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray temporary
-or unlisted shard files.
+or unlisted shard files. An output packed with ``--no-position-ids`` stores no ``position_ids``: no
+position check there.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
 whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
@@ -42,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, TOKEN_COLUMNS
+from packcli.format.columns import FORMAT_VERSION, IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN, TOKEN_COLUMNS
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.shards import file_buffer, flat_list_column
 from packcli.report.accounting import Observed, check_totals
@@ -59,6 +60,7 @@ Add = Callable[[str], None]
 
 MAX_LISTED = 20
 COLUMN_TYPE = pa.list_(pa.int32())
+STORED_ALWAYS = tuple(name for name in TOKEN_COLUMNS if name != POSITIONS_COLUMN)  # the rows cannot be read without
 
 
 @dataclass
@@ -143,6 +145,17 @@ def eos_problems(manifest: dict[str, Any]) -> list[str]:
     return []
 
 
+def column_problems(manifest: dict[str, Any]) -> list[str]:
+    """The manifest's ``columns`` against its options: ``position_ids`` is stored unless ``options.position_ids`` is
+    false (``--no-position-ids``; the default leaves that key out)."""
+    stored = manifest["options"].get("position_ids", True) is not False
+    if "columns" not in manifest or (POSITIONS_COLUMN in manifest["columns"]) == stored:
+        return []
+    if stored:
+        return ["manifest: columns leave out position_ids, yet options do not say position_ids false"]
+    return ["manifest: columns list position_ids, yet options.position_ids is false"]
+
+
 def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     """Check a packed output; the report lists what is wrong (nothing when it is intact).
 
@@ -154,10 +167,10 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     report = Report()
     manifest = read_manifest(out)
     expected = Expected.of(manifest)
-    for problem in eos_problems(manifest):
+    for problem in [*eos_problems(manifest), *column_problems(manifest)]:
         report.add(problem)
     observed = Observed()
-    pieces = SplitPieceCheck(out, manifest)
+    pieces = SplitPieceCheck(out, manifest, LABELS_COLUMN in expected.columns)
     seen: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
         try:
@@ -269,12 +282,12 @@ def _check_contents(
 
 def _check_columns(name: str, schema: pa.Schema, columns: tuple[str, ...], add: Add) -> bool:
     """Report missing, extra and mistyped columns; True when the rows can still be read (every column present is a
-    list of integers, the token columns all there)."""
+    list of integers, ``input_ids`` and ``cu_seqlens`` there)."""
     readable = True
-    for column in columns:
+    for column in dict.fromkeys([*columns, *STORED_ALWAYS]):
         if column not in schema.names:
             add(f"{name}: missing column {column}")
-            readable = readable and column not in TOKEN_COLUMNS
+            readable = readable and column not in STORED_ALWAYS
     for column in schema.names:
         kind = schema.field(column).type
         if column not in columns:
@@ -331,17 +344,19 @@ class RowChecks:
     def check(self, batch: pa.RecordBatch) -> None:
         expected = self.expected
         ids, offsets = _flat(batch, "input_ids")
-        positions, position_offsets = _flat(batch, "position_ids")
         cu, cu_offsets = _flat(batch, "cu_seqlens")
         n_rows = batch.num_rows
         lengths = np.diff(offsets)
         self.flag((lengths < 1) | (lengths > expected.max_len), f"not within 1..{expected.max_len} tokens")
         self._check_ids(ids, offsets)
         bad_cu, doc_row, doc_start, doc_length = self._check_cu(cu, cu_offsets, offsets)
-        same_length = np.diff(position_offsets) == lengths
-        self.flag(~same_length, "with position_ids and input_ids of different lengths")
-        if not (same_length.all() and not bad_cu.any() and _restart_at(positions, doc_start)):
-            self._locate_positions(positions, position_offsets, offsets, same_length, doc_row, doc_start, doc_length)
+        if POSITIONS_COLUMN in batch.schema.names:  # --no-position-ids stores none: readers rebuild them
+            positions, position_offsets = _flat(batch, POSITIONS_COLUMN)
+            same_length = np.diff(position_offsets) == lengths
+            self.flag(~same_length, "with position_ids and input_ids of different lengths")
+            if not (same_length.all() and not bad_cu.any() and _restart_at(positions, doc_start)):
+                located = (doc_row, doc_start, doc_length)
+                self._locate_positions(positions, position_offsets, offsets, same_length, *located)
         places = self.shard.pieces.observe(
             self.shard.number, self.first_row, bad_cu, ids, doc_row, doc_start, doc_length
         )

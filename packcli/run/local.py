@@ -281,7 +281,7 @@ def pack_tokens(
     metadata = shard_metadata(options.max_len, tokenizer.sha256 if tokenizer is not None else None, encoder.eos_id)
     tokenized.store.finish()
     supervised = encoder.supervised
-    schema = shard_schema(metadata, labels=supervised)
+    schema = shard_schema(metadata, labels=supervised, positions=options.position_ids)
     supervision = Supervision() if supervised else None
     shards = []
     if len(packing):

@@ -55,7 +55,7 @@ def run_facts(
         "tokenizer": {key: value for key, value in tokenizer.items() if key != "name"},
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
-        "columns": column_names(supervised),
+        "columns": column_names(supervised, options.position_ids),
     }
 
 

@@ -157,7 +157,7 @@ def base_manifest(setup: Setup, fingerprint: str) -> dict[str, Any]:
         "tokenizer": tokenizer_entry(setup),
         "max_len": options.max_len,
         "strategy": options.strategy,
-        "columns": column_names(setup.encoder.supervised),
+        "columns": column_names(setup.encoder.supervised, options.position_ids),
     }
 
 

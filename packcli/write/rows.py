@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from packcli.encode.store import TokenStore
-from packcli.format.columns import IGNORE_INDEX
+from packcli.format.columns import IGNORE_INDEX, POSITIONS_COLUMN
 from packcli.format.schema import ignore_document_starts, position_ids
 from packcli.format.shards import ShardInfo, ShardWriter, list_array
 from packcli.packing.overflow import Pieces
@@ -52,7 +52,8 @@ def write_rows(
     starts = pieces.start[packing.order]
     row_tokens = np.diff(row_token_offsets(lengths, packing.offsets))
     row_documents = np.diff(packing.offsets)
-    row_bytes = (12 if store.has_mask else 8) * row_tokens + 4 * (row_documents + 1) + 16
+    token_columns = len(schema.names) - 1  # every column but cu_seqlens holds an int32 per token
+    row_bytes = 4 * token_columns * row_tokens + 4 * (row_documents + 1) + 16
     # Batch k holds the rows whose bytes start in [k * budget, (k + 1) * budget): deterministic and vectorized.
     budget = min(shard_size, BATCH_BYTES)
     batch_of_row = (np.cumsum(row_bytes) - row_bytes) // budget
@@ -83,11 +84,10 @@ def row_batch(
     token_offsets = row_token_offsets(lengths, row_offsets)
     cu_values, cu_offsets = cu_seqlens(lengths, row_offsets)
     tokens = store.gather(starts, lengths)
-    columns = [
-        list_array(token_offsets, tokens),
-        list_array(token_offsets, position_ids(lengths)),
-        list_array(cu_offsets, cu_values),
-    ]
+    columns = [list_array(token_offsets, tokens)]
+    if POSITIONS_COLUMN in schema.names:
+        columns.append(list_array(token_offsets, position_ids(lengths)))
+    columns.append(list_array(cu_offsets, cu_values))
     if store.has_mask:
         mask = store.gather_mask(starts, lengths)
         labels = ignore_document_starts(np.where(mask, tokens, IGNORE_INDEX), lengths)

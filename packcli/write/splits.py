@@ -6,8 +6,10 @@ index) need to know which pieces belong together, and in what order. Each shard'
 of such documents as ``[row, index, document, piece]`` plus a digest: the row in the shard, the document's index in
 the row's ``cu_seqlens``, a number shared by the pieces of one document (unique among the shards of one partition:
 the shards whose names share the prefix before ``shard-``), the piece's place in its document (0, 1, ...), and
-:func:`~packcli.format.sidecars.piece_digest` of the piece's tokens as cut from the source. Shards without such
-pieces have no sidecar. Invariant: every piece of every split document is listed exactly once.
+:func:`~packcli.format.sidecars.piece_digest` of the piece's tokens as cut from the source; for an output with
+labels, ``first_supervised``: whether the piece's first token is supervised in the whole document (the shards hold
+-100 there, each piece being a document of its own; 0 for a first piece, as for any document's first token).
+Shards without such pieces have no sidecar. Invariant: every piece of every split document is listed exactly once.
 Example: document 7 cut in two, its pieces in rows 3 and 0 of one shard -> ``[[0, 1, 7, 1], [3, 0, 7, 0]]``.
 """
 
@@ -22,11 +24,19 @@ import pyarrow as pa
 from packcli.encode.store import TokenStore
 from packcli.format.manifest import SPLIT_PIECES
 from packcli.format.shards import ShardInfo
-from packcli.format.sidecars import DIGEST_COLUMN, PIECE_COLUMNS, SIDECARS, integer_array, piece_digest, write_sidecar
+from packcli.format.sidecars import (
+    DIGEST_COLUMN,
+    FIRST_SUPERVISED_COLUMN,
+    PIECE_COLUMNS,
+    SIDECARS,
+    integer_array,
+    piece_digest,
+    write_sidecar,
+)
 from packcli.packing.overflow import Pieces
 from packcli.strategies import Packing
 
-__all__ = ["piece_digests", "piece_places", "shard_entries", "split_pieces"]
+__all__ = ["first_supervised", "piece_digests", "piece_places", "shard_entries", "split_pieces"]
 
 DIGEST_BATCH_TOKENS = 1 << 22  # tokens gathered from the store at once while digesting pieces
 
@@ -85,18 +95,30 @@ def piece_digests(store: TokenStore, pieces: Pieces, listed: np.ndarray) -> np.n
     return digests
 
 
+def first_supervised(store: TokenStore, pieces: Pieces, listed: np.ndarray) -> np.ndarray:
+    """Whether each listed piece's first token is supervised in its whole document (int8 0/1, rows of
+    :func:`split_pieces`): the store's mask there, 0 for a document's first piece (never supervised)."""
+    index = listed[:, 4]
+    mask = store.gather_mask(pieces.start[index], np.ones(len(index), dtype=np.int64))
+    return (mask & (listed[:, 3] > 0)).astype(np.int8)
+
+
 def shard_entries(
     directory: Path, shards: list[ShardInfo], split: list[np.ndarray], store: TokenStore, pieces: Pieces
 ) -> list[dict[str, Any]]:
     """The manifest's ``shards``: each shard's entry, with a ``split_pieces`` sidecar written beside it in
-    ``directory`` when it holds any."""
+    ``directory`` when it holds any (with ``first_supervised`` when the store has a supervision mask)."""
     entries: list[dict[str, Any]] = []
     for shard, listed in zip(shards, split):
         entry: dict[str, Any] = shard.to_json()
         if len(listed):
             columns = [integer_array(listed[:, k], kind) for k, kind in enumerate(PIECE_COLUMNS.values())]
             columns.append(integer_array(piece_digests(store, pieces, listed), pa.int64()))
-            table = pa.table(columns, names=[*PIECE_COLUMNS, DIGEST_COLUMN])
+            names = [*PIECE_COLUMNS, DIGEST_COLUMN]
+            if store.has_mask:
+                columns.append(integer_array(first_supervised(store, pieces, listed), pa.int8()))
+                names.append(FIRST_SUPERVISED_COLUMN)
+            table = pa.table(columns, names=names)
             entry[SIDECARS] = {SPLIT_PIECES: write_sidecar(directory, shard.file, SPLIT_PIECES, table)}
         entries.append(entry)
     return entries
