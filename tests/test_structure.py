@@ -126,3 +126,12 @@ def test_the_readme_code_map_names_every_package_and_module_and_nothing_else() -
     named_tree = {name.removesuffix(".py") for name in named}
     assert named_tree - tree == set(), "the code map names what is not in packcli/"
     assert tree - named_tree == set(), "packcli/ holds what the code map does not name"
+
+
+MAX_MODULE_LINES = 400  # STYLE.md: a module past this wants splitting
+
+
+def test_no_module_is_over_400_lines() -> None:
+    lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
+    long = {name: count for name, count in lines.items() if count > MAX_MODULE_LINES}
+    assert long == {}, f"split these modules (over {MAX_MODULE_LINES} lines)"

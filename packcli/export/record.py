@@ -19,7 +19,7 @@ from packcli.errors import PackcliError
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, write_manifest
 from packcli.util.files import canonical_json
 from packcli.version import __version__
-from packcli.write.publish import Existing, directory_names, has_size
+from packcli.write.existing import Existing, directory_names, has_size
 
 __all__ = ["EXPORT_NAME", "LAYOUT_VERSION", "existing_export", "export_fingerprint", "export_identity", "write_record"]
 

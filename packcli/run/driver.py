@@ -49,8 +49,9 @@ from packcli.storage import UrlPath, location
 from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.signals import signals_held
-from packcli.write.publish import FULL_DISK, Publication
+from packcli.write.publish import Publication
 from packcli.write.remote import RemotePublication, output_state, remove_leftovers, scratch_directory
+from packcli.write.staging import FULL_DISK
 
 __all__ = ["pack_corpus", "partition_plan"]
 

@@ -3,7 +3,7 @@ without reading a record. It is the cache key of a CI step: the fingerprint it r
 
 Invariant: nothing is tokenized and nothing is written (no output or staging directory, no lock, no tokenization
 cache entry). It resolves the run exactly as ``pack`` does (:func:`packcli.run.setup.set_up`, the fingerprint, the
-partition plan, :func:`packcli.write.publish.existing_output`), so the two cannot disagree. What it checks is what
+partition plan, :func:`packcli.write.existing.existing_output`), so the two cannot disagree. What it checks is what
 can be known without reading records: the inputs exist and open, the tokenizer loads, the options combine, the
 partitions can be cut, and ``--out`` holds nothing packcli would refuse to replace. A bad record is found only by
 the run itself.

@@ -36,8 +36,8 @@ from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
 from packcli.storage.objects import find_objects, object_sizes, remove_objects, upload_file, write_object
 from packcli.util.files import canonical_json, file_sha256, write_json
-from packcli.write.publish import staging_family
-from packcli.write.remote import RUN_RECORD, scratch_directory, scratch_key
+from packcli.write.remote import scratch_directory, scratch_key
+from packcli.write.staging import RUN_RECORD, staging_family
 
 __all__ = ["PartsArea", "part_name", "part_prefix"]
 

@@ -60,21 +60,12 @@ from packcli.storage.objects import (
 from packcli.storage.urls import UrlPath
 from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
-from packcli.write.publish import (
-    RUN_RECORD,
-    Existing,
-    existing_output,
-    in_use,
-    out_of_room,
-    parts_fingerprint,
-    parts_removed,
-    remove_dead_runs,
-    up_to_date,
-)
+from packcli.write.existing import Existing, existing_output, in_use, up_to_date
+from packcli.write.publish import remove_dead_runs
+from packcli.write.staging import out_of_room, parts_fingerprint, parts_removed
 
 __all__ = [
     "LOCK_NAME",
-    "RUN_RECORD",
     "RemotePublication",
     "output_state",
     "remote_output",
@@ -300,7 +291,7 @@ def _holder_words(holder: dict[str, Any], url: str) -> str:
 
 def output_state(out: Path, fingerprint: str) -> Existing:
     """What ``out`` holds, a directory or an output URL, before a run claims it (see :func:`remote_output` and
-    :func:`~packcli.write.publish.existing_output`)."""
+    :func:`~packcli.write.existing.existing_output`)."""
     if isinstance(out, UrlPath):
         return remote_output(out, fingerprint)[0]
     return existing_output(out.resolve(), fingerprint, out)
@@ -308,7 +299,7 @@ def output_state(out: Path, fingerprint: str) -> Existing:
 
 def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     """What the output URL ``out`` holds ("absent", "same" or "other", as
-    :func:`~packcli.write.publish.existing_output` for a directory), and the objects of dead runs there: run
+    :func:`~packcli.write.existing.existing_output` for a directory), and the objects of dead runs there: run
     prefixes no manifest lists, and the parts (``packcli-resume/``) of the run that committed the output, left when
     its driver died while removing them. Another run's parts are not named: a run that will not resume them
     removes them itself, saying so (:func:`_remove_parts`).
