@@ -37,8 +37,9 @@ from packcli.format.shards import read_shard
 from packcli.options import Overflow, PackOptions
 from packcli.packing.overflow import apply_overflow
 from packcli.report.accounting import Observed
+from packcli.report.row_checks import Expected, RowChecks, ShardUnderCheck
 from packcli.report.splits import SplitPieceCheck
-from packcli.report.verify import Expected, RowChecks, ShardUnderCheck, verify_output
+from packcli.report.verify import verify_output
 from packcli.run.driver import pack_corpus
 
 runner = CliRunner()
