@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from packcli.encode.backends import HFBackend
-from packcli.encode.encoders import add_specials
+from packcli.encode.documents import add_specials
 from packcli.encode.tokenizer import load_tokenizer
 from packcli.read.fields import Field, ReadCounts
 from packcli.read.inputs import read_records

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.encode.encoders import without_empty
+from packcli.encode.documents import without_empty
 from packcli.read.fields import ReadCounts
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ from conftest import shared_path
 from tokenizers import Tokenizer
 
 from packcli.encode.backends import HFBackend
-from packcli.encode.encoders import add_specials
+from packcli.encode.documents import add_specials
 from packcli.encode.tokenizer import load_tokenizer, special_ids
 from packcli.errors import PackcliError, UsageError
 

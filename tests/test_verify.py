@@ -32,7 +32,7 @@ from s3_server import S3Server, put_output
 from typer.testing import CliRunner, Result
 
 from packcli.cli import app
-from packcli.encode.encoders import add_specials
+from packcli.encode.documents import add_specials
 from packcli.format.shards import read_shard
 from packcli.options import Overflow, PackOptions
 from packcli.packing.overflow import apply_overflow

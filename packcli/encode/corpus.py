@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from packcli.encode.crosscheck import TokenizerMismatch
-from packcli.encode.encoders import Encoder, without_empty
+from packcli.encode.documents import without_empty
+from packcli.encode.encoders import Encoder
 from packcli.encode.locate import locate_document
 from packcli.encode.store import TokenStore
 from packcli.read.fields import ReadCounts
