@@ -17,6 +17,7 @@ import torch.nn.functional as F  # noqa: E402
 from conftest import ROWS_MAX_LEN  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from s3_server import S3Server, put_output  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from packcli.cli import app  # noqa: E402
@@ -433,3 +434,13 @@ def test_a_source_index_short_of_its_shards_documents_is_refused(packed: Path, t
     dataset = PackedDataset(out, shuffle=False, sources=True)  # nothing read yet: only a row asks
     with pytest.raises(PackcliError, match=f"the source index of {entry['file']} lists .* documents, the shard holds"):
         dataset.row(0)
+
+
+def test_sources_of_an_output_url_come_with_its_local_copy(packed: Path, s3_server: S3Server, tmp_path: Path) -> None:
+    """The loader's local copy of an output on object storage brings the source indexes along where asked for."""
+    url = put_output(s3_server, packed)
+    cache = tmp_path / "cache"
+    assert "sources" not in next(iter(loader(url, batch_size=4, cache_dir=cache)))  # a copy without sidecars first
+    remote = next(iter(loader(url, batch_size=4, cache_dir=cache, sources=True)))
+    local = next(iter(loader(packed, batch_size=4, sources=True)))
+    assert remote["sources"] == local["sources"] and remote["row_index"].tolist() == local["row_index"].tolist()

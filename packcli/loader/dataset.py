@@ -142,7 +142,7 @@ class PackedDataset(IterableDataset[Row]):
                 f"balance_ranks={handed_out} is for a dataset that accelerate hands out (rank=0, world_size=1), not "
                 f"one split by rank (world_size={world_size}): pass one or the other"
             )
-        self.path, in_use = readable_output(path, cache_dir, cache_limit)
+        self.path, in_use = readable_output(path, cache_dir, cache_limit, sidecars=bool(sources))
         if in_use is not None:  # the cached copy stays in the cache while this dataset may read it
             self._in_use = weakref.finalize(self, in_use.release)
         manifest = read_manifest(self.path)
