@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 torch = pytest.importorskip("torch", reason="the loader needs the torch extra")
@@ -14,7 +17,11 @@ import torch.nn.functional as F  # noqa: E402
 from conftest import ROWS_MAX_LEN  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from s3_server import S3Server, put_output  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
 
+from packcli.cli import app  # noqa: E402
+from packcli.errors import PackcliError  # noqa: E402
 from packcli.torch import (  # noqa: E402
     PackedDataset,
     block_causal_mask,
@@ -24,6 +31,7 @@ from packcli.torch import (  # noqa: E402
 )
 
 MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
+SOURCE_KEYS = ("input", "record", "piece", "pieces")  # a document's source in a batch's sources
 
 
 @pytest.fixture(scope="module")
@@ -353,3 +361,86 @@ def test_an_output_without_position_ids_gives_the_same_batches(packed: Path, tin
     plain = [{name: rows.row(k)[name] for name in ("input_ids", "position_ids", "cu_seqlens")} for k in range(5)]
     expected, got = collate_varlen(plain), collate_varlen([read[k] for k in range(5)])
     assert all(torch.equal(expected[key], got[key]) for key in ("input_ids", "position_ids", "labels", "cu_seqlens"))
+
+
+def shown_sources(out: Path, row: int) -> list[dict[str, Any]]:
+    """Row ``row``'s document sources as ``packcli show --row N --json`` gives them, without the words."""
+    result = CliRunner().invoke(app, ["show", str(out), "--row", str(row), "--json"])
+    assert result.exit_code == 0, result.output
+    documents = json.loads(result.stdout)["documents"]
+    return [{key: document["source"][key] for key in SOURCE_KEYS} for document in documents]
+
+
+@pytest.mark.parametrize(("layout", "workers"), [("varlen", 0), ("varlen", 2), ("padded", 2)])
+def test_sources_list_each_documents_record_as_show_does(packed: Path, layout: str, workers: int) -> None:
+    batches = list(loader(packed, batch_size=7, num_workers=workers, layout=layout, sources=True))
+    dataset = PackedDataset(packed, shuffle=False, sources=True)
+    for batch in batches:
+        documents = [len(dataset.row(index)["cu_seqlens"]) - 1 for index in batch["row_index"].tolist()]
+        assert len(batch["sources"]) == sum(documents)
+        if layout == "varlen":
+            assert len(batch["sources"]) == len(batch["cu_seqlens"]) - 1
+        assert all(isinstance(source, dict) for source in batch["sources"])
+    first = batches[0]
+    expected = [source for index in first["row_index"].tolist() for source in shown_sources(packed, index)]
+    assert first["sources"] == expected
+    served = [source for batch in batches for source in batch["sources"]]
+    assert len(served) == len({(s["input"], s["record"], s["piece"]) for s in served})  # each document once
+
+
+def test_sources_are_off_by_default_and_change_no_state(packed: Path) -> None:
+    plain, asked = loader(packed, batch_size=5, seed=2), loader(packed, batch_size=5, seed=2, sources=True)
+    first, second = next(iter(plain)), next(iter(asked))
+    assert "sources" not in first and "sources" not in next(iter(loader(packed, batch_size=5, layout="padded")))
+    assert {key: value for key, value in second.items() if key != "sources"}.keys() == first.keys()
+    assert all(torch.equal(first[key], second[key]) for key in first if isinstance(first[key], torch.Tensor))
+    assert plain.state_dict() == asked.state_dict()
+
+
+def test_sources_of_an_output_without_a_source_index_ask_to_repack(packed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "old"
+    shutil.copytree(packed, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        (out / shard["sidecars"].pop("sources")["file"]).unlink()
+    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
+    assert "sources" not in next(iter(loader(out, batch_size=2)))  # without sources=True it reads as before
+    with pytest.raises(PackcliError, match="keeps no source index") as raised:
+        loader(out, batch_size=2, sources=True)
+    assert "repack" in raised.value.message and str(raised.value.path) == str(out)
+
+
+def test_a_spawned_worker_reads_the_sources_itself(packed: Path) -> None:
+    """A spawned DataLoader worker gets the dataset without its maps: it opens the shards and source index itself."""
+    dataset = PackedDataset(packed, shuffle=False, batch_size=8, sources=True)
+    spawned = torch.utils.data.DataLoader(
+        dataset, batch_size=8, num_workers=1, collate_fn=collate_varlen, multiprocessing_context="spawn"
+    )
+    batch = next(iter(spawned))
+    assert batch["sources"] == [source for index in range(8) for source in dataset.row(index)["sources"]]
+    first_row = shown_sources(packed, 0)
+    assert batch["sources"][: len(first_row)] == first_row
+
+
+def test_a_source_index_short_of_its_shards_documents_is_refused(packed: Path, tmp_path: Path) -> None:
+    """A source index that lists fewer documents than its shard holds would name the wrong records: one error."""
+    out = tmp_path / "short"
+    shutil.copytree(packed, out)
+    entry = json.loads((out / "manifest.json").read_text())["shards"][0]
+    path = out / entry["sidecars"]["sources"]["file"]
+    table = pa.ipc.open_stream(path.read_bytes()).read_all()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table.slice(0, table.num_rows - 1))
+    dataset = PackedDataset(out, shuffle=False, sources=True)  # nothing read yet: only a row asks
+    with pytest.raises(PackcliError, match=f"the source index of {entry['file']} lists .* documents, the shard holds"):
+        dataset.row(0)
+
+
+def test_sources_of_an_output_url_come_with_its_local_copy(packed: Path, s3_server: S3Server, tmp_path: Path) -> None:
+    """The loader's local copy of an output on object storage brings the source indexes along where asked for."""
+    url = put_output(s3_server, packed)
+    cache = tmp_path / "cache"
+    assert "sources" not in next(iter(loader(url, batch_size=4, cache_dir=cache)))  # a copy without sidecars first
+    remote = next(iter(loader(url, batch_size=4, cache_dir=cache, sources=True)))
+    local = next(iter(loader(packed, batch_size=4, sources=True)))
+    assert remote["sources"] == local["sources"] and remote["row_index"].tolist() == local["row_index"].tolist()

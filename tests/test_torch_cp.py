@@ -166,3 +166,11 @@ def test_context_parallel_arguments_are_checked(text_output: Path) -> None:
         collate_varlen(busiest_rows(text_output, 1), cp_size=0)
     with pytest.raises(ValueError, match="pad_to_multiple_of"):
         collate_varlen(busiest_rows(text_output, 1), cp_size=2, pad_to_multiple_of=8)
+
+
+def test_each_context_parallel_share_carries_the_whole_batchs_sources(packed_rows: Path) -> None:
+    """Every rank of a context-parallel group reads the same rows: each share lists all their documents' sources."""
+    whole = next(iter(loader(packed_rows, batch_size=4, rank=0, world_size=1, sources=True)))
+    for cp_rank in range(2):
+        share = next(iter(loader(packed_rows, 4, rank=0, world_size=1, cp_size=2, cp_rank=cp_rank, sources=True)))
+        assert share["sources"] == whole["sources"] and len(share["sources"]) == len(share["cu_seqlens"]) - 1

@@ -87,6 +87,7 @@ def loader(
     drop_last: bool = False,
     grad_accum: int | None = None,
     balance: RowCost | None = None,
+    sources: bool = False,
     **collate_options: Any,
 ) -> PackedLoader:
     """Batches of ``batch_size`` rows from a packed output on ``device``: pinned host memory and non-blocking
@@ -101,6 +102,8 @@ def loader(
         cp_size, cp_rank: context parallelism (varlen only): each batch is this rank's share of the sequence.
         drop_last: every batch full: each rank's epoch ends at its last full batch (see :class:`PackedDataset`).
         grad_accum, balance: balanced steps and ``num_items_in_batch`` (see :class:`PackedDataset`).
+        sources: each batch also carries ``sources``, a list with each document's source
+            (``{"input", "record", "piece", "pieces"}``) in batch order (see :class:`PackedDataset`); off by default.
         collate_options: passed to the varlen collate function (``pad_to_multiple_of``, ``cu_seqlens_length``).
 
     Raises:
@@ -138,6 +141,7 @@ def loader(
         drop_last=drop_last,
         grad_accum=grad_accum,
         balance=balance,
+        sources=sources,
     )
     if layout == "varlen":
         collate = partial(collate_varlen, pad_id=dataset.pad_id, cp_size=cp_size, cp_rank=cp_rank, **collate_options)

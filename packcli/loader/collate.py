@@ -86,6 +86,14 @@ def _row_index(rows: Sequence[Row]) -> dict[str, torch.Tensor]:
     return {"row_index": torch.tensor([row["row_index"] for row in rows], dtype=torch.int64)}
 
 
+def _sources(rows: Sequence[Row]) -> dict[str, list[dict[str, Any]]]:
+    """``{"sources": [...]}`` where the rows carry them (the loader's, with ``sources=True``): one entry per document,
+    in batch order (row by row, each row's documents in order; no entry for padding), a plain list, never a tensor."""
+    if not rows or not all("sources" in row for row in rows):
+        return {}
+    return {"sources": [source for row in rows for source in row["sources"]]}
+
+
 def _num_items(rows: Sequence[Row]) -> dict[str, int]:
     """``{"num_items_in_batch": n}`` where the rows carry it: the supervised tokens of the global batch they belong to
     (the loader's, with ``grad_accum`` or ``balance``). A Python int, as ``max_seqlen``: transformers' losses take
@@ -130,8 +138,8 @@ def collate_varlen(
 
     Returns ``input_ids``, ``position_ids``, ``labels`` ([1, T] int64), ``cu_seqlens`` (int32 [documents + 1]),
     ``max_seqlen`` (int), ``document_ids`` and ``seq_idx`` (int32 [1, T], the document of each token), and
-    ``row_index`` ([B]) where the rows carry it. With ``cp_size > 1``: this context-parallel rank's share, see
-    :func:`collate_cp_share`.
+    ``row_index`` ([B]) and ``sources`` (a list, one entry per document) where the rows carry them. With
+    ``cp_size > 1``: this context-parallel rank's share, see :func:`collate_cp_share`.
 
     Args:
         pad_to_multiple_of: pad T up to a multiple (8 suits tensor cores); the padding is one extra document with
@@ -168,6 +176,7 @@ def collate_varlen(
         "seq_idx": document_tensor,
         **_row_index(rows),
         **_num_items(rows),
+        **_sources(rows),
     }
 
 
@@ -200,7 +209,8 @@ def collate_cp_share(
     that shifts labels itself would see there; a share is not contiguous, so shifting it would pair tokens of
     different chunks), all [1, T / cp_size] int64; ``cu_seqlens`` (int32, the documents' real lengths) and
     ``cu_seqlens_padded`` (int32, the padded documents) of the *whole* sequence, as Transformer Engine's attention
-    takes them on every rank; ``max_seqlen`` (the longest padded document); ``row_index`` where the rows carry it.
+    takes them on every rank; ``max_seqlen`` (the longest padded document); ``row_index`` and ``sources`` where the
+    rows carry them.
     """
     lengths = _document_lengths(rows)
     real = np.empty((3, int(lengths.sum())), dtype=np.int64)
@@ -227,6 +237,7 @@ def collate_cp_share(
         "max_seqlen": int(padded.max(initial=0)),
         **_row_index(rows),
         **_num_items(rows),
+        **_sources(rows),
     }
 
 
@@ -234,8 +245,8 @@ def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int 
     """Stack a batch of rows into [B, L] tensors padded with ``pad_id`` (L = ``max_len``, else the longest row).
 
     Returns ``input_ids``, ``position_ids``, ``labels`` (-100 at document starts and on padding),
-    ``document_ids`` (int32, numbered from 0 in each row, -1 on padding) and ``row_index`` where the rows carry it
-    (see :func:`collate_varlen`). A row's padding is
+    ``document_ids`` (int32, numbered from 0 in each row, -1 on padding), and ``row_index`` and ``sources`` where the
+    rows carry them (see :func:`collate_varlen`). A row's padding is
     one more document (positions 0, 1, ...), so it never joins the row's last document; there is no
     ``attention_mask``: :func:`packcli.torch.block_causal_mask` turns ``document_ids`` into a 4D mask where one is
     wanted, and ``document_ids >= 0`` marks the real tokens.
@@ -263,6 +274,7 @@ def collate_padded(rows: Sequence[Row], max_len: int | None = None, pad_id: int 
         "document_ids": torch.from_numpy(document_ids),
         **_row_index(rows),
         **_num_items(rows),
+        **_sources(rows),
     }
 
 

@@ -21,6 +21,10 @@ one of the plain order, its rows placed on (micro-step, rank) by cost (:mod:`pac
 carry ``num_items_in_batch``, the supervised tokens of their whole global batch (with ``grad_accum`` alone too).
 Under accelerate (``rank=0, world_size=1``), ``balance_ranks=W`` balances for the W processes it hands batches to.
 
+Sources (``sources=True``): each row also carries ``sources``, where each of its documents came from (input name,
+record, piece k of n), read from each shard's source index the first time one of its rows is asked for, in each
+worker process; off by default, as it costs a Python dict per document.
+
 Labels are ``input_ids`` (or the shard's ``labels`` column) with -100 at the first token of every document and on
 padding: with the usual shift inside the model, no token learns to predict across a document boundary.
 """
@@ -49,7 +53,7 @@ from packcli.loader.checks import at_least, refuse_split_under_accelerate
 from packcli.loader.collate import Row
 from packcli.loader.order import RankOrder, order_digest, rank_order, seeded_order
 from packcli.loader.row_figures import row_costs, supervised_tokens
-from packcli.loader.shard_rows import ShardRows
+from packcli.loader.shard_rows import ShardRows, check_sources
 from packcli.loader.state import check_state, dataset_state
 
 __all__ = ["PackedDataset"]
@@ -85,12 +89,15 @@ class PackedDataset(IterableDataset[Row]):
         balance_ranks: under the Hugging Face Trainer or accelerate (``rank=0, world_size=1``), the processes that
             accelerate hands this dataset's batches out among in turn: each global batch is then that many
             processes' (``balance_ranks * batch_size * grad_accum`` rows), balanced for them.
+        sources: each row also carries ``sources``, its documents' sources in row order, each
+            ``{"input", "record", "piece", "pieces"}`` (as ``packcli show --json`` gives them); off by default.
 
     Raises:
         ValueError: a rank, world size, seed, batch size, grad_accum or balance_ranks out of its range (the message
             gives the range), a balance that is not a RowCost, balance_ranks with world_size > 1, or options that
             leave a rank no row in an epoch.
-        PackcliError: a damaged output, or a manifest that does not match its shards (naming the key or file).
+        PackcliError: a damaged output, or a manifest that does not match its shards (naming the key or file);
+            ``sources=True`` on an output packed before packcli kept a source index (saying to repack it).
     """
 
     def __init__(
@@ -107,6 +114,7 @@ class PackedDataset(IterableDataset[Row]):
         grad_accum: int | None = None,
         balance: RowCost | None = None,
         balance_ranks: int | None = None,
+        sources: bool = False,
     ) -> None:
         super().__init__()
         if (rank is None) != (world_size is None):
@@ -134,7 +142,7 @@ class PackedDataset(IterableDataset[Row]):
                 f"balance_ranks={handed_out} is for a dataset that accelerate hands out (rank=0, world_size=1), not "
                 f"one split by rank (world_size={world_size}): pass one or the other"
             )
-        self.path, in_use = readable_output(path, cache_dir, cache_limit)
+        self.path, in_use = readable_output(path, cache_dir, cache_limit, sidecars=bool(sources))
         if in_use is not None:  # the cached copy stays in the cache while this dataset may read it
             self._in_use = weakref.finalize(self, in_use.release)
         manifest = read_manifest(self.path)
@@ -143,6 +151,9 @@ class PackedDataset(IterableDataset[Row]):
         self.pad_id = manifest["tokenizer"].get("eos_id") or 0
         self.num_rows = int(manifest["totals"]["sequences"])
         self._rows: ShardRows | None = ShardRows(self.path, manifest)  # checks the listing now, in this process
+        self.sources = bool(sources)
+        if self.sources:
+            check_sources(self.path, manifest)
         self.rank, self.world_size = rank, world_size
         self.shuffle, self.seed, self.batch_size, self.drop_last = bool(shuffle), seed, batch_size, bool(drop_last)
         self.rows_per_rank = self._rows_per_rank()
@@ -280,6 +291,8 @@ class PackedDataset(IterableDataset[Row]):
             self._rows = ShardRows(self.path, manifest)
         out: Row = {"row_index": index}
         out.update(self._rows.row(index))
+        if self.sources:
+            out["sources"] = self._rows.row_sources(index)
         return out
 
     def __iter__(self) -> Iterator[Row]:

@@ -1,7 +1,7 @@
 """A local copy of an output on object storage, for the loader, which memory-maps shards (``stats``, ``verify``,
 ``show`` and ``export`` stream them and their sidecars instead): ``manifest.json`` and the shards at their manifest
-paths (the loader fetches no sidecar; ``sidecars`` fetches those too, each held to the manifest as a shard is), in
-a directory of a cache.
+paths (the loader fetches no sidecar unless asked for sources; ``sidecars`` fetches those too, each held to the
+manifest as a shard is), in a directory of a cache.
 
 Invariants: the copy is held to the output's manifest, read from the store on every open: each shard it lists is in
 the copy at its listed size, and with the listed sha256, hashed when it is fetched (before it takes its name) and
@@ -59,15 +59,15 @@ def held_copy(
         url: an output on object storage.
         cache_dir: where copies are kept (created if absent).
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
-        sidecars: fetch the shards' sidecars too (the loader reads none; ``verify``, ``show`` and ``export`` stream
-            them from the store instead).
+        sidecars: fetch the shards' sidecars too, and count them in the copy's size (the loader reads them only with
+            ``sources=True``; ``verify``, ``show`` and ``export`` stream them from the store instead).
 
     Raises:
         PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
             room under it without removing copies in use.
     """
     manifest = read_manifest(url)
-    size = sum(int(shard["bytes"]) for shard in manifest["shards"])
+    size = sum(int(item["bytes"]) for shard in manifest["shards"] for item in _copied_files(shard, sidecars))
     if limit_bytes is not None and size > limit_bytes:
         raise PackcliError(f"the output's {size:,} bytes exceed the cache limit of {limit_bytes:,} bytes", url)
     key = hashlib.sha256(f"{url}\n{manifest['fingerprint']}".encode()).hexdigest()[:24]
@@ -93,7 +93,7 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> N
     found: dict[str, list[Any]] = {}
     refetched = 0
     for shard in manifest["shards"]:
-        for item in entry_files(shard)[: None if sidecars else 1]:
+        for item in _copied_files(shard, sidecars):
             name, path = str(item["file"]), shard_path(local, item["file"])
             state = _state(path)
             if state is not None and state[0] == item["bytes"]:
@@ -124,6 +124,11 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> N
         for name in _names(earlier) - _names(manifest):  # only the earlier manifest listed them
             with suppress(FileNotFoundError, PackcliError):
                 shard_path(local, name).unlink()
+
+
+def _copied_files(shard: dict[str, Any], sidecars: bool) -> list[dict[str, Any]]:
+    """The files of a shard entry that a copy holds: the shard, and its sidecars where ``sidecars``."""
+    return entry_files(shard)[: None if sidecars else 1]
 
 
 def _names(manifest: dict[str, Any]) -> set[str]:
@@ -248,10 +253,11 @@ def _last_use(copy: Path) -> int:
 
 
 def readable_output(
-    path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None
+    path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None, sidecars: bool = False
 ) -> tuple[Path, FileLock | None]:
-    """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir`` with the
-    shared lock that keeps the copy there while it is read (the caller releases it).
+    """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir`` (with the
+    shards' sidecars where ``sidecars``: the loader's ``sources=True`` reads them) with the shared lock that keeps
+    the copy there while it is read (the caller releases it).
 
     Raises:
         UsageError: a URL without a ``cache_dir``.
@@ -261,4 +267,4 @@ def readable_output(
         return where, None
     if cache_dir is None:
         raise UsageError(f"{where} is a URL: give cache_dir=DIR, the local directory its shards are fetched into")
-    return held_copy(where, Path(cache_dir), limit_bytes)
+    return held_copy(where, Path(cache_dir), limit_bytes, sidecars)
