@@ -188,6 +188,7 @@ def test_verify_and_show_of_an_output_url_read_its_sidecars_from_the_store(
         ("a.jsonl:7", 1, "no document comes from a.jsonl:7"),  # the bad record: skipped
         ("a.jsonl:0", 2, "is not FILE:LINE"),
         ("a.jsonl", 2, "is not FILE:LINE"),
+        ("a.jsonl:\u0663", 2, "is not FILE:LINE"),  # an Arabic-Indic 3: int() takes it, a line number is ASCII
     ],
 )
 def test_show_source_names_a_record_that_went_nowhere(
@@ -196,6 +197,14 @@ def test_show_source_names_a_record_that_went_nowhere(
     result = runner.invoke(app, ["show", str(outputs["plain"]), "--source", spec])
     assert result.exit_code == code
     assert phrase in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("shown", [["--row", "0"], ["--row", "3"], ["--positions"]])
+def test_show_source_with_a_row_or_positions_is_a_usage_error(outputs: dict[str, Path], shown: list[str]) -> None:
+    """--source finds rows; --row and --positions say which row to decode and how: together they were silently
+    ignored (the --row asked for never shown)."""
+    result = runner.invoke(app, ["show", str(outputs["plain"]), "--source", "a.jsonl:3", *shown])
+    assert result.exit_code == 2 and "--source" in result.stderr and shown[0] in result.stderr, result.stderr
 
 
 def test_standard_input_is_named_as_the_manifest_names_it(corpus: list[Path], tmp_path: Path) -> None:

@@ -292,6 +292,7 @@ def verify(
 
 
 def show(
+    ctx: typer.Context,
     path: Annotated[str, typer.Argument(help="A packed output directory, or URL.")] = "packed",
     row: Annotated[int, typer.Option(min=0, help="The row to show, counted from 0 over all shards.")] = 0,
     positions: Annotated[
@@ -329,6 +330,11 @@ def show(
 
     out = location(path)  # an output URL is streamed: find_source reads the source index, read_row one shard
     if source is not None:
+        decoding = [flag for flag, name in (("--row", "row"), ("--positions", "positions")) if _given(ctx, name)]
+        if decoding:
+            from packcli.errors import UsageError
+
+            raise UsageError(f"--source finds the rows a record went to; it takes no {' or '.join(decoding)}")
         found = find_source(out, source)
         if json_output:
             print(json.dumps(found, sort_keys=True, ensure_ascii=False))

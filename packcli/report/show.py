@@ -141,7 +141,7 @@ def find_source(out: Path, spec: str) -> list[dict[str, Any]]:
         PackcliError: the output keeps no source index, or no document came from that record.
     """
     file, _, line = spec.rpartition(":")
-    if not file or not line.isdigit() or int(line) < 1:
+    if not file or not (line.isascii() and line.isdigit()) or int(line) < 1:
         raise UsageError(f"--source {spec!r} is not FILE:LINE (an input's name and a line or row from 1)")
     manifest = read_manifest(out)
     wanted = {file, str(Path(file).resolve())}
