@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.errors import BadRecordError, PackcliError, UsageError
+from packcli.errors import BadRecordError, PackcliError, UsageError, option
 from packcli.read.fields import ReadCounts
 
 __all__ = ["ChatML", "ChatReader", "JinjaTemplate", "RenderedChat", "Segment", "counted_segments", "load_template"]
@@ -224,7 +224,7 @@ def load_template(
         file = Path(path)
         if source is None:
             if not file.is_file():
-                raise UsageError(f"--chat-template {path}: no such file")
+                raise UsageError(f"{option('chat_template', path)}: no such file")
             source = file.read_text(encoding="utf-8")
         return JinjaTemplate(source, str(file), bos or "", eos or "")
     configured = _configured_template(tokenizer.config.get("chat_template"))
@@ -234,7 +234,8 @@ def load_template(
     if missing:
         warn(
             f"built-in ChatML with tokenizer {tokenizer.name}, which lacks {' and '.join(missing)} as special "
-            "tokens: the markup is tokenized as plain text (pass --chat-template for this model's own format)"
+            f"tokens: the markup is tokenized as plain text (pass {option('chat_template')} for this model's own "
+            "format)"
         )
     return ChatML()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError, UsageError, option
 from packcli.util.memory import release_free_memory
 
 __all__ = ["LoadedTokenizer", "document_tokenizer", "hf_tokenizer", "load_tokenizer", "special_ids", "use_threads"]
@@ -199,7 +199,10 @@ def use_threads(threads: int | None) -> None:
 def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | None, int | None]:
     """The EOS and BOS ids to add to every document, or a usage error when one is asked for and missing."""
     if eos and loaded.eos_id is None:
-        raise UsageError(f"tokenizer {loaded.name} has no EOS token that packcli can find; use --eos-token or --no-eos")
+        raise UsageError(
+            f"tokenizer {loaded.name} has no EOS token that packcli can find; use {option('eos_token')} or "
+            f"{option('eos', False)}"
+        )
     if bos and loaded.bos_id is None:
-        raise UsageError(f"tokenizer {loaded.name} has no BOS token; drop --bos")
+        raise UsageError(f"tokenizer {loaded.name} has no BOS token; drop {option('bos', True)}")
     return (loaded.eos_id if eos else None), (loaded.bos_id if bos else None)

@@ -7,6 +7,7 @@ that reaches a batch has passed :func:`check_value`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import BadRecordError
+from packcli.errors import BadRecordError, option
 from packcli.format.columns import IGNORE_INDEX, INT32_MAX
 
 __all__ = [
@@ -48,7 +49,9 @@ class Field:
 
     name: str
     kind: str = "string"
-    flag: str = "--text-field"  # the option that names it, for error messages
+    flag: str = dataclasses.field(
+        default_factory=lambda: option("text_field")
+    )  # the option naming it, as messages say it
 
 
 @dataclass(frozen=True)

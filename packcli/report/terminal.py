@@ -9,6 +9,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
+from packcli.errors import option
 from packcli.format.manifest import TOTALS
 
 if TYPE_CHECKING:  # rich is imported where it draws: the pack summary is plain lines (spares pack 40 ms)
@@ -81,14 +82,15 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
         return None
     dropped = int(totals.get("dropped_documents", 0))
     truncated = int(totals.get("truncated_documents", 0))
+    overflow, longest = option("overflow"), option("max_len", f"{max_len:,}")
     how = (
-        f"--overflow drop left out {count(dropped, 'document')} longer than --max-len {max_len:,}"
+        f"{overflow} drop left out {count(dropped, 'document')} longer than {longest}"
         if dropped
-        else f"--overflow truncate cut {count(truncated, 'document')} to --max-len {max_len:,}"
+        else f"{overflow} truncate cut {count(truncated, 'document')} to {longest}"
     )
     return (
-        f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); --overflow split keeps every token, "
-        f"`packcli stats CORPUS` with this run's other options shows what other --max-len values would cost"
+        f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); {overflow} split keeps every token, "
+        f"`packcli stats CORPUS` with this run's other options shows what other {option('max_len')} values would cost"
     )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from packcli.encode import cache
 from packcli.encode.corpus import tokenize_corpus
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, option
 from packcli.options import PackOptions
 from packcli.packing.lengths import RowFigures, length_percentiles, max_len_candidates
 from packcli.packing.overflow import apply_overflow
@@ -58,7 +58,9 @@ def measure_corpus(
     reporter.stage("comparing strategies")
     pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
     if len(pieces.length) == 0:
-        raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
+        raise PackcliError(
+            f"every document is longer than {option('max_len', options.max_len)} and {option('overflow')} drop"
+        )
     extra = {
         **overflow.to_json(),
         "input_documents": len(tokenized.lengths),

@@ -13,7 +13,7 @@ from packcli.encode.backends import takes_tokens
 from packcli.encode.chat import JinjaTemplate
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, option
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.format.manifest import read_manifest
 from packcli.identity import run_identity
@@ -138,9 +138,9 @@ def check_documents(read: int, totals: dict[str, int], files: list[Path], option
         )
     if totals["documents"] == 0:
         raise PackcliError(
-            f"no documents: --target-tokens {options.target_tokens} is less than any document"
+            f"no documents: {option('target_tokens', options.target_tokens)} is less than any document"
             if options.target_tokens is not None and totals["input_documents"] == 0
-            else f"every document is longer than --max-len {options.max_len} and --overflow drop"
+            else f"every document is longer than {option('max_len', options.max_len)} and {option('overflow')} drop"
         )
 
 

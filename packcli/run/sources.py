@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError, UsageError, option
 from packcli.options import PackOptions
 from packcli.packing.mixing import Draw, interleave, mix, normalised
 from packcli.packing.overflow import Pieces, output_lengths
@@ -51,7 +51,7 @@ def group_inputs(
     """
     if weights is not None and len(weights) != len(specs):
         raise UsageError(
-            f"--weights has {len(weights)} value(s) for {len(specs)} input(s): give one weight per INPUT "
+            f"{option('weights')} has {len(weights)} value(s) for {len(specs)} input(s): give one weight per INPUT "
             "(a directory or a glob is one input)"
         )
     found = [find_inputs([spec], warn) for spec in specs]
@@ -92,7 +92,7 @@ def mixed_stream(
         if weight > 0 and not part.any():
             raise PackcliError(
                 "no document of this input can go into the output (none read, or all too long for "
-                f"--max-len {options.max_len} with --overflow drop); give it weight 0 or fix it",
+                f"{option('max_len', options.max_len)} with {option('overflow')} drop); give it weight 0 or fix it",
                 given.spec,
             )
     draws = mix(per_source, weights, options.target_tokens, options.seed)
