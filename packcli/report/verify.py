@@ -43,6 +43,7 @@ import pyarrow as pa
 from packcli.errors import PackcliError
 from packcli.format.columns import LABELS_COLUMN, POSITIONS_COLUMN, TOKEN_COLUMNS
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
+from packcli.format.schema import SHARD_COLUMN_TYPE
 from packcli.format.shards import file_buffer
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.row_checks import Add, Expected, RowChecks, ShardUnderCheck
@@ -55,7 +56,6 @@ __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
 Consumer = Callable[[int, int, pa.RecordBatch], None]
 
 MAX_LISTED = 20
-COLUMN_TYPE = pa.list_(pa.int32())
 STORED_ALWAYS = tuple(name for name in TOKEN_COLUMNS if name != POSITIONS_COLUMN)  # the rows cannot be read without
 
 
@@ -245,8 +245,8 @@ def _check_columns(name: str, schema: pa.Schema, columns: tuple[str, ...], add: 
         kind = schema.field(column).type
         if column not in columns:
             add(f"{name}: column {column} is not one the manifest lists ({', '.join(columns)})")
-        elif kind != COLUMN_TYPE:
-            add(f"{name}: column {column} is {kind}, expected {COLUMN_TYPE}")
+        elif kind != SHARD_COLUMN_TYPE:
+            add(f"{name}: column {column} is {kind}, expected {SHARD_COLUMN_TYPE}")
             is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
             readable = readable and is_list and pa.types.is_integer(kind.value_type)
     return readable
