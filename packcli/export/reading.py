@@ -123,6 +123,7 @@ class DocumentBatch:
     lengths: np.ndarray  # int64
     ends: np.ndarray  # bool, one per piece: False only for a split document's pieces before its last
     mask: np.ndarray | None
+    origins: np.ndarray  # int64, one per piece: the row batch's piece at whose place it came out
 
 
 class _Splits:
@@ -240,7 +241,8 @@ class DocumentView:
         entries = self.splits.by_shard[batch.shard]
         inside = (entries[:, 0] >= batch.first_row) & (entries[:, 0] < batch.first_row + batch.rows)
         if not inside.any():
-            return DocumentBatch(batch.tokens, batch.lengths, np.ones(len(batch.lengths), dtype=bool), batch.mask)
+            count = len(batch.lengths)
+            return DocumentBatch(batch.tokens, batch.lengths, np.ones(count, dtype=bool), batch.mask, np.arange(count))
         here = entries[inside]
         positions = batch.row_documents[here[:, 0] - batch.first_row] + here[:, 1]
         return _spliced(batch, positions, here[:, 2], self.splits)
@@ -249,14 +251,15 @@ class DocumentView:
 def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits: _Splits) -> DocumentBatch:
     """``batch``'s pieces with each split piece replaced by its whole document (first time) or left out (after)."""
     token_starts = np.concatenate(([0], np.cumsum(batch.lengths)))
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]] = []
     done = 0  # pieces of the batch already taken
     for position, group in sorted(zip(positions.tolist(), groups.tolist())):
         if position > done:
             span = slice(int(token_starts[done]), int(token_starts[position]))
             mask = None if batch.mask is None else batch.mask[span]
             count = position - done
-            parts.append((batch.tokens[span], batch.lengths[done:position], np.ones(count, dtype=bool), mask))
+            kept = (batch.tokens[span], batch.lengths[done:position], np.ones(count, dtype=bool), mask)
+            parts.append((*kept, np.arange(done, position)))
         done = position + 1
         if splits.emitted[group]:
             continue
@@ -264,20 +267,25 @@ def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits:
         pieces = splits.joined(group)
         for number, (tokens, mask) in enumerate(pieces):
             last = number == len(pieces) - 1
-            parts.append((tokens, np.array([len(tokens)], dtype=np.int64), np.array([last]), mask))
+            parts.append(
+                (tokens, np.array([len(tokens)], dtype=np.int64), np.array([last]), mask, np.array([position]))
+            )
     if done < len(batch.lengths):
         span = slice(int(token_starts[done]), None)
         mask = None if batch.mask is None else batch.mask[span]
         rest = len(batch.lengths) - done
-        parts.append((batch.tokens[span], batch.lengths[done:], np.ones(rest, dtype=bool), mask))
+        kept = (batch.tokens[span], batch.lengths[done:], np.ones(rest, dtype=bool), mask)
+        parts.append((*kept, np.arange(done, len(batch.lengths))))
     if not parts:
-        return DocumentBatch(batch.tokens[:0], batch.lengths[:0], np.zeros(0, dtype=bool), _empty(batch.mask))
-    masks = [mask for *_, mask in parts]
+        nothing = np.zeros(0, dtype=np.int64)
+        return DocumentBatch(batch.tokens[:0], batch.lengths[:0], nothing.astype(bool), _empty(batch.mask), nothing)
+    masks = [part[3] for part in parts]
     return DocumentBatch(
-        np.concatenate([tokens for tokens, *_ in parts]),
-        np.concatenate([lengths for _, lengths, _, _ in parts]),
-        np.concatenate([ends for _, _, ends, _ in parts]),
+        np.concatenate([part[0] for part in parts]),
+        np.concatenate([part[1] for part in parts]),
+        np.concatenate([part[2] for part in parts]),
         None if batch.mask is None else np.concatenate([mask for mask in masks if mask is not None]),
+        np.concatenate([part[4] for part in parts]),
     )
 
 
