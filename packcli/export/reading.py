@@ -21,7 +21,8 @@ as they do inside every span of supervised or unsupervised tokens packcli's enco
 tokens: a prompt, a response and its EOS, a chat turn with its end marker). Where they differ (a span starts or ends
 at the cut), or the labels were given as such (``--labels-field``: spans of any length), it stays unsupervised,
 counted in ``DocumentView.unsure`` for the export to say.
-Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document).
+Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document); the
+pages of the shards the pieces are read from are let go after each batch (:mod:`packcli.format.mapped`).
 From an output URL the rows stream in; a shard holding a piece read out of order is fetched once into a temporary
 directory (removed at ``close``) and memory-mapped there: from the store, each miss of the cache of a few shards
 would fetch a whole shard again.
@@ -42,7 +43,8 @@ import pyarrow as pa
 
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
-from packcli.format.shards import flat_list_column, read_shard
+from packcli.format.mapped import ReleasableMap
+from packcli.format.shards import flat_list_column
 from packcli.format.sidecars import read_split_pieces
 from packcli.storage.mirror import fetch_checked
 from packcli.storage.urls import UrlPath
@@ -155,6 +157,7 @@ class _Splits:
             self.groups.append([(shard, row, index, first) for _, shard, row, index, first in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
         self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
+        self._maps: dict[int, ReleasableMap] = {}  # those maps, their pages let go after each batch's pieces
         self._fetched: Path | None = None  # an output URL's shards the pieces are read from, each fetched once
         self.given_labels = packed.manifest["options"].get("labels_field") is not None
         self.unsure = 0  # joins whose token's supervision the neighbours do not tell (left unsupervised)
@@ -184,8 +187,11 @@ class _Splits:
         """One stored piece's tokens and mask, read from its memory-mapped shard."""
         if shard not in self._batches:
             if len(self._batches) >= 4:
-                self._batches.pop(next(iter(self._batches)))
-            self._batches[shard] = list(_shard_batches(shard, self._local_shard(shard)))
+                evicted = next(iter(self._batches))
+                self._batches.pop(evicted)
+                self._maps.pop(evicted)
+            self._maps[shard] = ReleasableMap(self._local_shard(shard))
+            self._batches[shard] = list(_shard_batches(shard, self._maps[shard].buffer))
         batches = self._batches[shard]
         batch = batches[bisect.bisect_right([batch.first_row for batch in batches], row) - 1]
         local = row - batch.first_row
@@ -207,16 +213,23 @@ class _Splits:
             fetch_checked(path, local, self.packed.manifest["shards"][shard]["sha256"])
         return local
 
+    def release(self) -> None:
+        """Let go of the pages the pieces were read from (copied out by then): read out of order, each piece would
+        otherwise keep the pages the kernel mapped around it (tens of KiB) resident until its shard left the cache."""
+        for mapped in self._maps.values():
+            mapped.release()
+
     def close(self) -> None:
         """Remove the shards fetched for their pieces."""
         self._batches.clear()
+        self._maps.clear()
         if self._fetched is not None:
             shutil.rmtree(self._fetched, ignore_errors=True)
 
 
-def _shard_batches(shard: int, path: Path) -> Iterator[RowBatch]:
+def _shard_batches(shard: int, data: pa.Buffer) -> Iterator[RowBatch]:
     first_row = 0
-    for batch in read_shard(path).to_batches():
+    for batch in pa.ipc.open_stream(data).read_all().to_batches():
         yield row_batch(shard, first_row, batch)
         first_row += batch.num_rows
 
@@ -245,7 +258,9 @@ class DocumentView:
             return DocumentBatch(batch.tokens, batch.lengths, np.ones(count, dtype=bool), batch.mask, np.arange(count))
         here = entries[inside]
         positions = batch.row_documents[here[:, 0] - batch.first_row] + here[:, 1]
-        return _spliced(batch, positions, here[:, 2], self.splits)
+        spliced = _spliced(batch, positions, here[:, 2], self.splits)  # the pieces copied into it
+        self.splits.release()
+        return spliced
 
 
 def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits: _Splits) -> DocumentBatch:
