@@ -30,6 +30,7 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, UsageError
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.replaced import reads_output
 from packcli.format.schema import row_position_ids
 from packcli.format.shards import flat_list_column, open_shard
 from packcli.format.sidecars import Sources, read_sources
@@ -58,6 +59,7 @@ class Row:
     sources: list[dict[str, Any]] | None  # each document's source (None: the output keeps no source index)
 
 
+@reads_output
 def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
     """The manifest and row ``index`` (0-based, over all shards in manifest order) of the output ``out``."""
     manifest = read_manifest(out)
@@ -131,6 +133,7 @@ def _source(sources: Sources, k: int) -> dict[str, Any]:
     }
 
 
+@reads_output
 def find_source(out: Path, spec: str) -> list[dict[str, Any]]:
     """Where the record ``FILE:LINE`` went: each document (piece) of the output that came from it, with its row
     (over all shards), shard, row in the shard and number in the row (from 1). ``FILE`` is an input's name as the

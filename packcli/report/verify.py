@@ -47,6 +47,7 @@ from packcli.errors import PackcliError
 from packcli.format.columns import LABELS_COLUMN, POSITIONS_COLUMN, TOKEN_COLUMNS
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.mapped import ReleasableMap
+from packcli.format.replaced import reads_output
 from packcli.format.shards import file_buffer
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.row_checks import Add, Expected, RowChecks, ShardUnderCheck
@@ -127,6 +128,7 @@ def column_problems(manifest: dict[str, Any]) -> list[str]:
     return ["manifest: columns list position_ids, yet options.position_ids is false"]
 
 
+@reads_output  # problems found in an output replaced meanwhile are no finding about either
 def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     """Check a packed output; the report lists what is wrong (nothing when it is intact).
 
@@ -134,6 +136,9 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
         out: the output directory.
         consumer: called with each batch of rows once it is checked, in output order, while no problem has been
             found (an export writes them as they come; it publishes nothing unless the report is clean).
+
+    Raises:
+        OutputReplaced: a local output was replaced (``pack --overwrite``) while it was read.
     """
     report = Report()
     manifest = read_manifest(out)
