@@ -150,3 +150,25 @@ def test_an_output_without_a_source_index_is_refused_before_anything_is_written(
     result = RUNNER.invoke(app, ["export", str(packed), "--to", "nanotron", "--out", str(tmp_path / "x"), "--sources"])
     assert result.exit_code == 2 and "no source index" in error_line(result.stderr) and not (tmp_path / "x").exists()
     export(packed, "nanotron", tmp_path / "x")
+
+
+def test_mds_shards_with_sources_close_as_mdswriter_closes_them(
+    parts_packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sources' JSON text counts toward the shard size as MDSWriter counts it (with the column's 4-byte size): a
+    small limit makes many shards, each under it, and every sample still decodes to its row and sources."""
+    from packcli.export import mds
+
+    monkeypatch.setattr(mds, "SIZE_LIMIT", 1 << 14)
+    export(parts_packed, "mds", tmp_path / "mds", "--sources")
+    index = json.loads((tmp_path / "mds" / "index.json").read_text())
+    assert len(index["shards"]) > 10
+    for shard in index["shards"]:
+        data = (tmp_path / "mds" / shard["raw_data"]["basename"]).read_bytes()
+        count = int(np.frombuffer(data, np.uint32, 1)[0])
+        offsets = np.frombuffer(data, np.uint32, count + 1, 4)
+        config = json.dumps({key: value for key, value in shard.items() if key not in ("samples", "raw_data", "zip_data")}, sort_keys=True)  # fmt: skip
+        counted = 8 + len(config) + int(np.sum(np.diff(offsets) + 4))
+        assert counted <= 1 << 14 or count == 1
+    samples = decode_mds_sources(tmp_path / "mds")
+    assert [sources for sources, _ in samples] == row_sources(parts_packed)
