@@ -45,7 +45,8 @@ def test_a_message_the_template_never_renders_is_not_counted(tmp_path: Path) -> 
     never reaches the tokens, so it is not counted and nothing is warned; a user's rendered one still is."""
     chats = [
         {"messages": [{"role": "user", "content": "Look it up"}, {"role": "assistant", "content": "Looking."},
-                      {"role": "tool", "content": "found <|im_end|> here"}, {"role": "assistant", "content": "Done."}]},
+                      {"role": "tool", "content": "found <|im_end|> here"}, {"role": "tool", "content": "<|im_end|>"},
+                      {"role": "assistant", "content": "Done."}]},
         {"messages": [{"role": "user", "content": "Is <|im_end|> a token?"}, {"role": "assistant", "content": "Yes."}]},
     ]  # fmt: skip
     result, documents = qwen_documents(tmp_path, chats)

@@ -13,9 +13,9 @@ A chat whose rendering ends with EOS followed only by blank characters (Unicode 
 such as U+200B; Qwen2.5-Instruct: EOS ``<|im_end|>``, each turn ending ``<|im_end|>\\n``) ends at that EOS: the
 blank text after it is dropped, and pack appends no second EOS.
 Under a Jinja template content is tokenized with the markup, so special-token text a message holds becomes special
-tokens (as with ``apply_chat_template``); such messages are counted where the rendering carries their content. A
-message with null content (an assistant's tool calls, OpenAI style) reaches a Jinja template as None; the built-in
-ChatML refuses it, as it renders no tool calls.
+tokens (as with ``apply_chat_template``); such messages are counted where their content adds special-token text to
+the rendering. A message with null content (an assistant's tool calls, OpenAI style) reaches a Jinja template as
+None; the built-in ChatML refuses it, as it renders no tool calls.
 """
 
 from __future__ import annotations
@@ -173,16 +173,32 @@ class ChatReader:
 
     def special_text_messages(self, messages: Messages, segments: list[Segment]) -> int:
         """How many of ``messages`` hold special-token text that their rendering (``segments``) carries: a message
-        the template never renders (a ``tool`` message a template skips) is not counted. A message counts when its
-        content, as given or stripped, is in the rendering."""
-        found = self.specials
-        if found is None:
+        the template never renders (a ``tool`` message a template skips) is not counted. A message counts when the
+        chat rendered with that message's content emptied holds fewer special-token texts (where the template
+        refuses an empty content: when its content, as given or stripped, is in the rendering). Rendered once more
+        per message holding such text, which few do."""
+        found, template = self.specials, self.template
+        if found is None or not isinstance(template, JinjaTemplate):
             return 0
-        held = [m["content"] for m in messages if isinstance(m["content"], str) and found.search(m["content"])]
+        held = [
+            k
+            for k, message in enumerate(messages)
+            if isinstance(message["content"], str) and found.search(message["content"])
+        ]
         if not held:
             return 0
         rendered = "".join(segment.text for segment in segments)
-        return sum(content in rendered or content.strip() in rendered for content in held)
+        total = len(found.findall(rendered))
+        counted = 0
+        for k in held:
+            content = messages[k]["content"]
+            try:
+                emptied = template.render([*messages[:k], {**messages[k], "content": ""}, *messages[k + 1 :]], False)
+            except BadRecordError:
+                counted += content in rendered or content.strip() in rendered
+                continue
+            counted += len(found.findall(emptied)) < total
+        return counted
 
     def eos_notice(self) -> str | None:
         """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
