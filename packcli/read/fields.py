@@ -105,6 +105,8 @@ def check_value(value: Any, field: Field) -> Any:
             raise BadRecordError(f"message {number} of {field.name!r} has no role")
         if message["role"] not in ROLES:
             raise BadRecordError(f"message {number} has unknown role {message['role']!r} (known: {', '.join(ROLES)})")
+        if message.get("content") is None and "content" in message:
+            continue  # a tool-call message (OpenAI style): the template gets None, as apply_chat_template gives it
         if not isinstance(message.get("content"), str):
             raise BadRecordError(f"message {number} of {field.name!r} has no string content")
         _check_text(message["content"], f"message {number} of {field.name!r}")

@@ -70,6 +70,8 @@ def measure_corpus(
         "overflow": options.overflow_policy.value,
         "window": options.window,
     }
+    if options.messages_field is not None:  # as pack's manifest has it
+        extra["special_text_messages"] = counts.special_text_messages
     compared, packings = {}, {}
     for name in available_strategies():
         packing = run_strategy(name, pieces.length, options.max_len, options.seed, options.window)
