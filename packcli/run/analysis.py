@@ -13,9 +13,9 @@ from packcli.encode import cache
 from packcli.encode.corpus import tokenize_corpus
 from packcli.errors import PackcliError, option
 from packcli.options import PackOptions
-from packcli.packing.lengths import RowFigures, length_percentiles, max_len_candidates
 from packcli.packing.overflow import apply_overflow
 from packcli.read.inputs import Spool
+from packcli.report.max_len import RowFigures, length_percentiles, max_len_candidates
 from packcli.report.stats import DEFAULT_BATCH_SIZE, Measured, sequence_stats
 from packcli.run.setup import set_up
 from packcli.strategies import available_strategies, run_strategy

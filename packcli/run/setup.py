@@ -16,9 +16,9 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, option
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.format.manifest import read_manifest
-from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
+from packcli.run.identity import run_identity
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 from packcli.version import __version__
@@ -47,7 +47,7 @@ class Setup:
     unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
 
     def fingerprint(self, plan_hash: str | None = None) -> str:
-        """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it, and
+        """The output's identity (see :mod:`packcli.run.identity`); a mixed run's grouping of files is part of it, and
         a partitioned run's plan."""
         extra: dict[str, Any] = {}
         if self.sources is not None:
