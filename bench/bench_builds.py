@@ -46,6 +46,46 @@ def child(steps: str, tokenizer_json: str) -> None:
     assert len(built) == len(steps)
 
 
+def gil_share(tokenizer_json: str) -> None:
+    """How much a Python thread runs while each build runs beside it, against the same thread alone: a build that
+    holds the GIL leaves it nearly nothing, so building on a helper thread beside other Python work gains no time."""
+    import threading
+    import time
+
+    import gigatoken
+    import tokenizers
+
+    from packcli.encode.gigatoken_backend import without_added_tokens
+
+    with open(tokenizer_json, encoding="utf-8") as handle:
+        source = handle.read()
+
+    def spins_per_second(work: object) -> float:
+        count, done = [0], [False]
+
+        def spin() -> None:
+            while not done[0]:
+                count[0] += 1
+
+        thread = threading.Thread(target=spin)
+        start = time.perf_counter()
+        thread.start()
+        if callable(work):
+            work()
+        else:
+            time.sleep(0.5)
+        done[0] = True
+        thread.join()
+        return count[0] / (time.perf_counter() - start)
+
+    alone = spins_per_second(None)
+    hf = spins_per_second(lambda: tokenizers.Tokenizer.from_str(source))
+    giga = spins_per_second(lambda: gigatoken.Tokenizer.from_json(without_added_tokens(source)))
+    print(
+        f"a Python thread beside the build, share of its rate alone: HF {hf / alone:.1%}, gigatoken {giga / alone:.1%}"
+    )
+
+
 def main() -> None:
     cpython = shared("data/cpython_stdlib.jsonl")
     tokenizers = {name: shared(f"tokenizers/{name}/tokenizer.json") for name in ("gpt2", "tekken")}
@@ -72,6 +112,7 @@ def main() -> None:
     floors += [run_measured(python(str(REPO / "bench" / "floor.py"), str(cpython), str(tokenizers["tekken"])))[0]]
     floor = statistics.median(floors)
     print(f"HF floor, CPython / Tekken: {floor:.2f} s; a pack 4x faster must end within {floor / 4:.2f} s")
+    gil_share(str(tokenizers["tekken"]))
 
 
 if __name__ == "__main__":

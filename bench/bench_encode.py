@@ -7,37 +7,18 @@ system of this process, all its threads)."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from common import shared, table
+from common import batches, shared, table, texts_of
 
 from packcli.encode.backends import FAST_BACKENDS, Backend, HFBackend
 from packcli.encode.tokenizer import load_tokenizer
 
 ROUNDS = 3
-BATCH_CHARS = 1 << 20
 FAST_NAMES = ("gigatoken", "fastokens")
-
-
-def batches(corpus: Path) -> list[list[str]]:
-    """The corpus' texts in batches of about BATCH_CHARS characters."""
-    out: list[list[str]] = [[]]
-    size = 0
-    with gzip.open(corpus, "rt", encoding="utf-8") as lines:
-        for line in lines:
-            text = json.loads(line)["text"]
-            out[-1].append(text)
-            size += len(text)
-            if size >= BATCH_CHARS:
-                out.append([])
-                size = 0
-    return [batch for batch in out if batch]
 
 
 def timed(encode: Callable[[list[str]], object], texts: list[list[str]]) -> tuple[float, float]:
@@ -59,7 +40,7 @@ def main() -> None:
     paths = [shared("tokenizers/gpt2/tokenizer.json"), shared("tokenizers/tekken/tokenizer.json")]
     if gcide is None or None in paths:
         return
-    texts = batches(gcide)
+    texts = batches(texts_of(gcide))
     rows: list[list[object]] = []
     for path in paths:
         assert path is not None

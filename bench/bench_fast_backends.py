@@ -12,7 +12,6 @@ reference), through packcli's own backends (the calls `pack` makes), with GPT-2,
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -23,32 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-from common import REPO, SHARED, python, shared, table
+from common import REPO, SHARED, batches, python, shared, table, texts_of
 
 ROUNDS = 3
 TOKENIZERS = ("gpt2", "tekken", "qwen")
 CORPORA = ("gcide.jsonl.gz", "cpython_stdlib.jsonl", "bigbench_sft.jsonl")
 LIBRARIES = ("hf", "fastokens", "gigatoken")
 SHARED_DATA = SHARED / "data"
-BATCH_CHARS = 1 << 20
-
-
-def texts_of(corpus: Path) -> list[str]:
-    opener = gzip.open if corpus.name.endswith(".gz") else open
-    with opener(corpus, "rt", encoding="utf-8") as lines:
-        return [json.loads(line)["text"] for line in lines if line.strip()]
-
-
-def batches(texts: list[str]) -> list[list[str]]:
-    out: list[list[str]] = [[]]
-    size = 0
-    for text in texts:
-        out[-1].append(text)
-        size += len(text)
-        if size >= BATCH_CHARS:
-            out.append([])
-            size = 0
-    return [batch for batch in out if batch]
 
 
 def backend(library: str, tokenizer: Path) -> object:
