@@ -1,7 +1,7 @@
 """The gigatoken backend: the default fast backend for the byte-level BPE tokenizers that
 :func:`~packcli.encode.backends.fast_refusal` allows (measured against fastokens and Hugging Face in
 ``bench/bench_fast_backends.py``: the same ids on every shared corpus, a build of about a third of fastokens' CPU
-time with about half its memory).
+time, with a lower peak; docs/performance.md).
 
 gigatoken always recognizes special-token text; it has no switch to keep it as text, which is packcli's rule for
 documents. So the tokenizer that encodes documents is built from the ``tokenizer.json`` with its ``added_tokens``
