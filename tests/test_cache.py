@@ -180,6 +180,31 @@ def test_an_explicit_hf_takes_only_hugging_faces_tokens_from_the_cache(
     assert backend_of(tmp_path / "again") == "hf"
 
 
+@pytest.mark.parametrize("requested", ["auto", "hf"])
+def test_an_entry_fastokens_encoded_is_taken_by_auto_after_the_default_changed(
+    tmp_path: Path, records: list[dict[str, str]], requested: str
+) -> None:
+    """An entry that an earlier packcli left, encoded by fastokens (then the default): the cache is keyed by the
+    tokenizer's identity, not by the backend, so auto takes it (the tokens are Hugging Face's whatever the fast
+    backend), and the manifest names the backend that encoded them; an explicit hf tokenizes again."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:40])
+    assert runner.invoke(app, ["stats", str(corpus), "--max-len", "512"]).exit_code == 0
+    (entry,) = entries()
+    recorded = cache_dir() / entry / "backend.json"
+    assert json.loads(recorded.read_text())["backend"] == "gigatoken"
+    recorded.write_text(json.dumps({"backend": "fastokens", "backend_version": "0.3.5"}, sort_keys=True))
+    args = ["pack", str(corpus), "--max-len", "512", "--tokenizer-backend", requested, "--json"]
+    packed = runner.invoke(app, [*args, "--out", str(tmp_path / "from-cache")])
+    assert packed.exit_code == 0, packed.stderr
+    assert json.loads(packed.stdout)["tokenized_from_cache"] is (requested == "auto")
+    assert backend_of(tmp_path / "from-cache") == ("fastokens" if requested == "auto" else "hf")
+    fresh = runner.invoke(app, [*args, "--out", str(tmp_path / "fresh")])
+    assert fresh.exit_code == 0 and json.loads(fresh.stdout)["tokenized_from_cache"] is False
+    shards = sorted(path.name for path in (tmp_path / "fresh").glob("shard-*"))
+    assert shards == sorted(path.name for path in (tmp_path / "from-cache").glob("shard-*")) and shards
+    assert all((tmp_path / "fresh" / f).read_bytes() == (tmp_path / "from-cache" / f).read_bytes() for f in shards)
+
+
 def test_a_stats_served_from_the_cache_builds_no_fast_backend(
     tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
