@@ -16,8 +16,9 @@ from conftest import SAMPLE, listed_files, read_jsonl, shared_path, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.encode.backends import HFBackend, open_backends
 from packcli.encode.gigatoken_backend import without_added_tokens
-from packcli.encode.tokenizer import load_tokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
 from packcli.format.shards import read_shard
 
 runner = CliRunner()
@@ -53,6 +54,28 @@ def test_special_token_text_in_a_document_stays_text_and_the_shards_are_hfs(
     table = pa.concat_tables(read_shard(tmp_path / "auto" / shard["file"]) for shard in manifests["auto"]["shards"])
     ids = np.concatenate([np.asarray(row, dtype=np.int64) for row in table.column("input_ids").to_pylist()])
     assert int((ids == special_id).sum()) == (len(texts) if special_id == eos_id else 0)
+
+
+def test_markup_passes_gigatoken_over_where_a_special_token_is_not_its_id_alone() -> None:
+    """A special added token with the text of a vocabulary entry under another id: Hugging Face gives the entry's id
+    in markup, gigatoken the added one, and fastokens too; so a run that encodes markup takes Hugging Face, saying
+    why for both, while one that encodes documents alone (the added tokens dropped) keeps gigatoken."""
+    spec = json.loads(load_tokenizer().source)
+    added = {"id": 50257, "content": "ab", "single_word": False, "lstrip": False, "rstrip": False}
+    spec["added_tokens"].append(added | {"normalized": False, "special": True})
+    source = json.dumps(spec)
+    loaded = LoadedTokenizer(hf_tokenizer(source), source, "edited", "0" * 64, 50258, 50256, None)
+    markup = open_backends(loaded, "auto", True)
+    assert (markup.name, markup.fallback) == (
+        "hf",
+        "added token 'ab' is not id 397 alone to gigatoken; added token 'ab' is id 50257 to fastokens, 397 to "
+        "Hugging Face",
+    )
+    documents = open_backends(loaded, "auto", False)
+    assert (documents.name, documents.fallback) == ("gigatoken", None)
+    texts = ["abab ab", "x</s>ab<|endoftext|>"]
+    want = HFBackend(loaded.tokenizer).id_lists(texts)
+    assert documents.text.ids(documents.text.encode(texts))[0].tolist() == [*want[0], *want[1]]
 
 
 def spec_with(keys: list[str], vocab: dict[str, int]) -> dict[str, Any]:

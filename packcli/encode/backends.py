@@ -149,6 +149,9 @@ Opened = tuple[Backend, Backend | None]  # a fast backend's text and markup (Non
 
 
 def _open_gigatoken(loaded: LoadedTokenizer, markup: bool) -> Opened:
+    reason = gigatoken_backend.refusal(loaded)
+    if reason is not None:
+        raise Refused(reason)
     try:
         text = gigatoken_backend.load_gigatoken(loaded, False)
         marking = gigatoken_backend.load_gigatoken(loaded, True) if markup else None
@@ -156,7 +159,7 @@ def _open_gigatoken(loaded: LoadedTokenizer, markup: bool) -> Opened:
         raise Refused(f"gigatoken cannot be imported ({exc})") from None
     except Exception as exc:  # gigatoken raises ValueError on a pre-tokenizer or model it does not run
         raise Refused(f"gigatoken cannot load it ({_first_line(exc)})") from None
-    reason = gigatoken_backend.refusal(loaded, marking)
+    reason = None if marking is None else gigatoken_backend.markup_refusal(loaded, marking)
     if reason is not None:
         raise Refused(reason)
     return GigatokenBackend(text), GigatokenBackend(marking) if marking is not None else None
@@ -179,9 +182,10 @@ def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-# The fast backends auto tries, in order (the first that opens encodes): gigatoken builds in about a third of
-# fastokens' time (docs/performance.md); fastokens runs where gigatoken refuses (Kimi's regex, a non-special added
-# token). Tests replace the list (a backend that gets one id wrong, for the cross-check's test).
+# The fast backends auto tries, in order (the first that opens encodes), by distribution name (the manifest records
+# its version): gigatoken builds in about a third of fastokens' CPU time (docs/performance.md); fastokens runs where
+# gigatoken refuses (Kimi's regex, a non-special added token). Tests replace an entry (a backend that gets one id
+# wrong, for the cross-check's test).
 FAST_BACKENDS: dict[str, Callable[[LoadedTokenizer, bool], Opened]] = {
     "gigatoken": _open_gigatoken,
     "fastokens": _open_fastokens,

@@ -23,7 +23,7 @@ import numpy as np
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.util.memory import release_free_memory
 
-__all__ = ["GigatokenBackend", "load_gigatoken", "refusal", "without_added_tokens"]
+__all__ = ["GigatokenBackend", "load_gigatoken", "markup_refusal", "refusal", "without_added_tokens"]
 
 
 class GigatokenBackend:
@@ -76,21 +76,26 @@ def load_gigatoken(loaded: LoadedTokenizer, markup: bool) -> Any:
     return _built[key]
 
 
-def refusal(loaded: LoadedTokenizer, markup: Any | None) -> str | None:
-    """Why gigatoken is not used for ``loaded`` (whose kind fast_refusal allows), or None. ``markup``: gigatoken's
-    tokenizer with the added tokens, whose ids are checked against Hugging Face's (None: no markup is encoded)."""
+def refusal(loaded: LoadedTokenizer) -> str | None:
+    """Why gigatoken is not used for ``loaded`` (whose kind fast_refusal allows), known before any build: an added
+    token that is not special, which the tokenizer built without the added tokens would lose."""
     decoder = loaded.tokenizer.get_added_tokens_decoder()
     ordinary = [token.content for token in decoder.values() if not token.special]
     if ordinary:
         return f"gigatoken cannot keep special-token text as text where an added token is not special ({ordinary[0]!r})"
-    if markup is not None:
-        contents = [token.content for token in decoder.values()]
-        encoded = GigatokenBackend(markup).encode(contents)
-        tokens, lengths = GigatokenBackend(markup).ids(encoded)
-        ours = [loaded.tokenizer.token_to_id(content) for content in contents]
-        for content, want, count, got in zip(contents, ours, lengths, _firsts(tokens, lengths)):
-            if count != 1 or got != want:
-                return f"added token {content!r} is not id {want} alone to gigatoken"
+    return None
+
+
+def markup_refusal(loaded: LoadedTokenizer, markup: Any) -> str | None:
+    """Why gigatoken is not used for template markup: ``markup`` (its tokenizer with the added tokens) does not
+    encode each added token's text to Hugging Face's id alone."""
+    contents = [token.content for token in loaded.tokenizer.get_added_tokens_decoder().values()]
+    backend = GigatokenBackend(markup)
+    tokens, lengths = backend.ids(backend.encode(contents))
+    for content, count, got in zip(contents, lengths, _firsts(tokens, lengths)):
+        want = loaded.tokenizer.token_to_id(content)
+        if count != 1 or got != want:
+            return f"added token {content!r} is not id {want} alone to gigatoken"
     return None
 
 
