@@ -169,7 +169,9 @@ def test_parallel_tool_results_under_qwen25s_template_are_packed(tmp_path: Path)
     qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
     _, documents = qwen_documents(tmp_path, [chat], "--chat-template", str(tmp_path / "tools.jinja"))
     [(ids, labels)] = documents
-    results = "<|im_start|>user\n<tool_response>\nyes\n</tool_response>\n<tool_response>\nno\n</tool_response><|im_end|>"
+    results = (
+        "<|im_start|>user\n<tool_response>\nyes\n</tool_response>\n<tool_response>\nno\n</tool_response><|im_end|>"
+    )
     text = qwen.decode(ids, skip_special_tokens=False)
     assert results in text and text.endswith("<|im_start|>assistant\nSeven is.<|im_end|>"), text
     supervised = qwen.decode([i for i in labels if i != -100], skip_special_tokens=False)
