@@ -177,3 +177,26 @@ def test_parallel_tool_results_under_qwen25s_template_are_packed(tmp_path: Path)
     supervised = qwen.decode([i for i in labels if i != -100], skip_special_tokens=False)
     assert "tool_response" not in supervised and supervised.endswith("Seven is.<|im_end|>"), supervised
     assert verify_output(tmp_path / "o").ok
+
+
+def test_a_chat_template_jinja_file_beside_the_tokenizer_is_the_template(tmp_path: Path) -> None:
+    """A hub snapshot saved by a recent transformers keeps its template in `chat_template.jinja`, not in
+    tokenizer_config.json: pack renders with it (here the Qwen2.5 default system prompt appears), as
+    apply_chat_template does, rather than fall back to the built-in ChatML; an edited file makes a new fingerprint."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (model / "chat_template.jinja").write_text(QWEN25_TEMPLATE)
+    chat = {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "Seven."}]}
+    path, out = write_jsonl(tmp_path / "chats.jsonl", [chat]), tmp_path / "o"
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    qwen = load_tokenizer(str(model)).tokenizer
+    assert qwen.decode(load_rows(out)[0], skip_special_tokens=False).startswith(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."
+    )
+    fingerprint = json.loads((out / "manifest.json").read_text())["fingerprint"]
+    (model / "chat_template.jinja").write_text(QWEN25_TEMPLATE.replace("You are Qwen", "You are Q"))
+    again = runner.invoke(app, [*args, "--overwrite"])
+    assert again.exit_code == 0 and "up to date" not in again.stdout, again.output
+    assert json.loads((out / "manifest.json").read_text())["fingerprint"] != fingerprint
