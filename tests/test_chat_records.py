@@ -136,3 +136,67 @@ def test_stats_on_a_raw_corpus_counts_special_text_as_pack_does(tmp_path: Path) 
     plain = write_jsonl(tmp_path / "plain.jsonl", [{"text": "no chats here"}])
     text_only = runner.invoke(app, ["stats", str(plain), "--max-len", "512", "--json"])
     assert text_only.exit_code == 0 and "special_text_messages" not in json.loads(text_only.stdout)
+
+
+# Qwen2.5-Instruct's `tool` branch: consecutive tool results share one user turn, closed after the last of them, so
+# the rendering of a chat cut after the first result closes a turn that the whole chat leaves open.
+PARALLEL_TOOLS_TEMPLATE = TOOLS_TEMPLATE.replace(
+    "{%- else %}",
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}",
+)
+
+
+def test_parallel_tool_results_under_qwen25s_template_are_packed(tmp_path: Path) -> None:
+    """Two tool results in a row (parallel calls) under Qwen2.5's own tool branch: the chat is packed, not refused
+    as a template that changes earlier turns; its tokens are the whole rendering's (the final `\\n` dropped), and
+    the assistant turns alone are supervised."""
+    assert PARALLEL_TOOLS_TEMPLATE != TOOLS_TEMPLATE
+    (tmp_path / "tools.jinja").write_text(PARALLEL_TOOLS_TEMPLATE)
+    calls = [{"type": "function", "function": TOOL_CALL}] * 2
+    chat = {
+        "messages": [
+            {"role": "user", "content": "Are seven and nine prime?"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "content": "yes"},
+            {"role": "tool", "content": "no"},
+            {"role": "assistant", "content": "Seven is."},
+        ]
+    }
+    qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
+    _, documents = qwen_documents(tmp_path, [chat], "--chat-template", str(tmp_path / "tools.jinja"))
+    [(ids, labels)] = documents
+    results = (
+        "<|im_start|>user\n<tool_response>\nyes\n</tool_response>\n<tool_response>\nno\n</tool_response><|im_end|>"
+    )
+    text = qwen.decode(ids, skip_special_tokens=False)
+    assert results in text and text.endswith("<|im_start|>assistant\nSeven is.<|im_end|>"), text
+    supervised = qwen.decode([i for i in labels if i != -100], skip_special_tokens=False)
+    assert "tool_response" not in supervised and supervised.endswith("Seven is.<|im_end|>"), supervised
+    assert verify_output(tmp_path / "o").ok
+
+
+def test_a_chat_template_jinja_file_beside_the_tokenizer_is_the_template(tmp_path: Path) -> None:
+    """A hub snapshot saved by a recent transformers keeps its template in `chat_template.jinja`, not in
+    tokenizer_config.json: pack renders with it (here the Qwen2.5 default system prompt appears), as
+    apply_chat_template does, rather than fall back to the built-in ChatML; an edited file makes a new fingerprint."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (model / "chat_template.jinja").write_text(QWEN25_TEMPLATE)
+    chat = {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "Seven."}]}
+    path, out = write_jsonl(tmp_path / "chats.jsonl", [chat]), tmp_path / "o"
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    qwen = load_tokenizer(str(model)).tokenizer
+    assert qwen.decode(load_rows(out)[0], skip_special_tokens=False).startswith(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."
+    )
+    fingerprint = json.loads((out / "manifest.json").read_text())["fingerprint"]
+    (model / "chat_template.jinja").write_text(QWEN25_TEMPLATE.replace("You are Qwen", "You are Q"))
+    again = runner.invoke(app, [*args, "--overwrite"])
+    assert again.exit_code == 0 and "up to date" not in again.stdout, again.output
+    assert json.loads((out / "manifest.json").read_text())["fingerprint"] != fingerprint

@@ -7,7 +7,9 @@ The built-in ChatML renders ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per 
 content and its ``<|im_end|>\\n`` are supervised, and so is the document's EOS when the chat ends with an assistant
 turn. A Jinja template (``--chat-template`` or a tokenizer directory's ``tokenizer_config.json``) is rendered
 prefix by prefix: an assistant message's segment is what rendering it adds
-after the generation prompt, so exactly the assistant's words and end marker are supervised.
+after the generation prompt, so exactly the assistant's words and end marker are supervised. Where a later message
+changes the rendering of messages after the last assistant turn (Qwen2.5 closes a run of ``tool`` results after
+the last one only), those messages are one segment.
 
 A chat whose rendering ends with EOS followed only by blank characters (Unicode whitespace or format characters
 such as U+200B; Qwen2.5-Instruct: EOS ``<|im_end|>``, each turn ending ``<|im_end|>\\n``) ends at that EOS: the
@@ -106,18 +108,32 @@ class JinjaTemplate:
         """The chat as segments, each what rendering one more message adds (see the module docstring)."""
         out: list[Segment] = []
         done = ""
+        settled = (0, "")  # the segments and text up to the last assistant turn, which no later message may change
         for end, message in enumerate(messages, start=1):
-            supervised = loss_on_all or message["role"] == "assistant"
-            if message["role"] == "assistant":
+            assistant = message["role"] == "assistant"
+            if assistant:
                 prompt = self.render(messages[: end - 1], add_generation_prompt=True)
-                _check_prefix(done, prompt)
-                out.append(Segment(prompt[len(done) :], loss_on_all, markup=True))
-                done = prompt
+                done = _added(out, done, prompt, Segment("", loss_on_all, markup=True), settled)
+                settled = (len(out), done)
             rendered = self.render(messages[:end], add_generation_prompt=False)
-            _check_prefix(done, rendered)
-            out.append(Segment(rendered[len(done) :], supervised, markup=True))
-            done = rendered
+            done = _added(out, done, rendered, Segment("", loss_on_all or assistant, markup=True), settled)
+            if assistant:
+                settled = (len(out), done)
         return out
+
+
+def _added(out: list[Segment], done: str, rendered: str, kind: Segment, settled: tuple[int, str]) -> str:
+    """Appends to ``out`` what ``rendered`` adds to ``done``, as a segment like ``kind``; returns ``rendered``.
+
+    Where ``rendered`` changes text after the last assistant turn (``settled``: Qwen2.5 closes a run of ``tool``
+    results after the last one only), the unsupervised segments since that turn are one segment with the new text.
+    """
+    if not rendered.startswith(done):
+        count, done = settled
+        _check_prefix(done, rendered)
+        del out[count:]
+    out.append(replace(kind, text=rendered[len(done) :]))
+    return rendered
 
 
 @dataclass(frozen=True)

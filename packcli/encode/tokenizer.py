@@ -27,6 +27,9 @@ _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 
 
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # beside tokenizer_config.json in a recent hub snapshot
+
+
 @dataclass(frozen=True)
 class LoadedTokenizer:
     """A ready tokenizer with what the manifest records about it."""
@@ -152,18 +155,27 @@ def _locate(spec: str) -> Path:
 
 def _read_config(directory: Path) -> tuple[dict[str, object], str | None]:
     """``tokenizer_config.json`` beside the tokenizer file (a hub snapshot keeps both in one directory) and the
-    sha256 of its bytes; ({}, None) when there is none."""
-    config_path = directory / "tokenizer_config.json"
-    if not config_path.is_file():
-        return {}, None
+    sha256 of its bytes; ({}, None) when there is none. A ``chat_template.jinja`` there (where a recent transformers
+    saves the template) is the config's ``chat_template``, as apply_chat_template takes it, its bytes hashed too."""
+    config_path, template_path = directory / "tokenizer_config.json", directory / CHAT_TEMPLATE_FILE
+    config: object = {}
+    raw = b""
     try:
-        raw = config_path.read_bytes()
-        config = json.loads(raw.decode("utf-8"))
+        if config_path.is_file():
+            raw = config_path.read_bytes()
+            config = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise PackcliError(f"cannot read: {exc}", config_path) from None
     if not isinstance(config, dict):
         raise PackcliError("not a JSON object", config_path)
-    return config, hashlib.sha256(raw).hexdigest()
+    if template_path.is_file():
+        try:
+            template = template_path.read_bytes()
+            config["chat_template"] = template.decode("utf-8")
+        except (OSError, ValueError) as exc:
+            raise PackcliError(f"cannot read: {exc}", template_path) from None
+        raw += b"\0" + template
+    return (config, hashlib.sha256(raw).hexdigest()) if raw else ({}, None)
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:

@@ -221,6 +221,7 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
     _check_vocabulary(row, tokenizer)
     decode = tokenizer.tokenizer.decode_batch
     supervised = None if row.labels is None else row.labels != IGNORE_INDEX
+    specials = _SpecialTexts(tokenizer)
     documents = []
     for number, (start, end) in enumerate(zip(row.cu_seqlens[:-1].tolist(), row.cu_seqlens[1:].tolist()), start=1):
         if supervised is None:
@@ -239,6 +240,7 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
                 {"text": text, "tokens": b - a, "supervised": None if supervised is None else bool(supervised[a])}
                 for (a, b), text in zip(spans, texts)
             ],
+            "literal_specials": specials.held_as_text(row.input_ids[start:end]),
         }
         if positions:
             pieces = decode([[token] for token in row.input_ids[start:end].tolist()], skip_special_tokens=False)
@@ -262,6 +264,27 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
         "supervised_tokens": None if supervised is None else int(supervised.sum()),
         "documents": documents,
     }
+
+
+class _SpecialTexts:
+    """Finds special-token text held as plain text: a user's literal ``<|im_end|>`` tokenized as text decodes exactly
+    as the special id does, so ``show`` names it apart."""
+
+    def __init__(self, tokenizer: LoadedTokenizer) -> None:
+        decoder = tokenizer.tokenizer.get_added_tokens_decoder()
+        self.ids = np.array([id for id, token in decoder.items() if token.special and token.content], dtype=np.int64)
+        texts = sorted({decoder[id].content for id in self.ids.tolist()}, key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+        self.decode = tokenizer.tokenizer.decode_batch
+
+    def held_as_text(self, ids: np.ndarray) -> list[str]:
+        """The special-token texts that the runs of ``ids`` between special ids decode to, in order."""
+        if self.pattern is None or not len(ids):
+            return []
+        special = np.isin(ids, self.ids)
+        runs = np.split(ids, np.flatnonzero(np.diff(special.astype(np.int8))) + 1)
+        plain = [run.tolist() for run in runs if not np.isin(run[0], self.ids)]
+        return [found for text in self.decode(plain, skip_special_tokens=False) for found in self.pattern.findall(text)]
 
 
 def _check_vocabulary(row: Row, tokenizer: LoadedTokenizer) -> None:
@@ -298,6 +321,8 @@ def print_row(decoded: dict[str, Any], title: str) -> None:
             ),
             style="bold cyan",
         )
+        for literal in dict.fromkeys(document["literal_specials"]):
+            out.print(Text(f"   text {_visible(repr(literal))} here is plain text, not a special token"))
         if "tokens" in document:
             out.print(_token_table(document["tokens"], decoded["supervised_tokens"] is not None))
             continue
