@@ -57,7 +57,9 @@ class Peer:
     needs_megatron: bool = False
 
 
-def _megatron(script: str, *extra: str) -> Callable[[Setup, Path], list[str]]:
+def _megatron(key: str, title: str, script: str, *extra: str) -> Peer:
+    """One of Megatron-LM's scripts, run from the checkout with a transformers tokenizer directory, EOD appended."""
+
     def command(setup: Setup, out: Path) -> list[str]:
         assert setup.megatron is not None
         return [
@@ -66,7 +68,7 @@ def _megatron(script: str, *extra: str) -> Callable[[Setup, Path], list[str]]:
             "--tokenizer-model", str(setup.hf_dir()), "--append-eod", *extra,
         ]  # fmt: skip
 
-    return command
+    return Peer(key, title, "megatron", "megatron", "megatron", command, lambda out: list(out.glob("*.idx")), True)
 
 
 def _dolma(setup: Setup, out: Path) -> list[str]:
@@ -94,25 +96,12 @@ def _trl(setup: Setup, out: Path) -> list[str]:
 
 
 PEERS = [
-    Peer(
-        "megatron",
-        "Megatron-LM tools/preprocess_data.py --workers 2",
-        "megatron",
-        "megatron",
-        "megatron",
-        _megatron("preprocess_data.py", "--workers", "2"),
-        lambda out: list(out.glob("*.idx")),
-        needs_megatron=True,
-    ),
-    Peer(
+    _megatron("megatron", "Megatron-LM tools/preprocess_data.py --workers 2", "preprocess_data.py", "--workers", "2"),
+    _megatron(
         "megatron-fast",
         "Megatron-LM tools/preprocess_data_fast.py (gigatoken)",
-        "megatron",
-        "megatron",
-        "megatron",
-        _megatron("preprocess_data_fast.py", "--use-gigatoken"),
-        lambda out: list(out.glob("*.idx")),
-        needs_megatron=True,
+        "preprocess_data_fast.py",
+        "--use-gigatoken",
     ),
     Peer(
         "dolma",
