@@ -60,7 +60,7 @@ def _records(gcide: Path, copies: int, limit: int, code_bytes: int, prose_bytes:
     for copy in range(copies):
         with gzip.open(gcide, "rt", encoding="utf-8") as handle:
             for number, line in enumerate(handle):
-                if number == limit:
+                if limit and number == limit:
                     break
                 record = json.loads(line)
                 yield {"id": f"gcide-{copy}-{record['id']}", "text": record["text"]}
