@@ -7,8 +7,8 @@ and CPU seconds (user + system of the process and its workers) and the peak RSS 
 printed, with the ratios peer / packcli. Then what each wrote is read back (`peer_tokens.py`): documents and tokens,
 and how many documents one side holds that the other does not (0: the same multiset of documents).
 
-Knobs: PACKCLI_BENCH_PEERS_SIZE (tiny, small: gcide once, the default; real: about 330 MB of text, `peer_corpus.py`),
-PACKCLI_BENCH_PEERS (a comma list of peer keys; default all), PACKCLI_BENCH_PEERS_TOKENIZER (a directory of
+Knobs: PACKCLI_BENCH_PEERS_SIZE (tiny; small: gcide once, the default; real: about 330 MB of text;
+`peer_corpus.py`), PACKCLI_BENCH_PEERS (a comma list of peer keys; default all), PACKCLI_BENCH_PEERS_TOKENIZER (a directory of
 ../shared/tokenizers; gpt2), PACKCLI_BENCH_MEGATRON_LM (a Megatron-LM checkout, for its two scripts). Scratch:
 build/bench/peers (the environments stay for the next run; the outputs are removed before each run).
 """

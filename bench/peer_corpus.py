@@ -1,12 +1,13 @@
 """The corpus the peer benchmark runs on, built once under the bench's scratch from text on this machine.
 
-Three sizes. `tiny` (the first 5,000 gcide records, to try the bench out); `small` (the default, so that `make bench` stays practical): gcide once, 126,237 short documents,
-46 MB of JSON Lines. `real` (PACKCLI_BENCH_PEERS_SIZE=real): what users pack, about 330 MB of text (386 MB of JSON Lines): gcide seven
-times over, then long code (the `.py` files of the installed Python packages, in path order, up to 30 MB) and long
-prose (the `.md`, `.rst` and `.txt` files of at least 4 KiB there and under /usr/share/doc, up to 25 MB).
+Three sizes. `tiny` (the first 5,000 gcide records, to try the bench out); `small` (the default, so that `make
+bench` stays practical): gcide once, 126,237 short documents, 47 MB of JSON Lines. `real`
+(PACKCLI_BENCH_PEERS_SIZE=real): what users pack, about 330 MB of text (386 MB of JSON Lines): gcide seven times
+over, then long code (the `.py` files of the installed Python packages, in path order, up to 30 MB) and long prose
+(the `.md`, `.rst` and `.txt` files of at least 4 KiB there and under /usr/share/doc, up to 25 MB).
 
 Written as one uncompressed JSON Lines file (`{"id", "text"}`), which every peer reads, and the same lines cut in
-two files for the peers that parallelize by file (datatrove's tasks). The files are rebuilt only when missing.
+two files for the peers that parallelize by file (datatrove's tasks, dolma's processes). The files are rebuilt only when missing.
 """
 
 from __future__ import annotations
