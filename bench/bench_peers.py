@@ -8,9 +8,10 @@ printed, with the ratios peer / packcli. Then what each wrote is read back (`pee
 and how many documents one side holds that the other does not (0: the same multiset of documents).
 
 Knobs: PACKCLI_BENCH_PEERS_SIZE (tiny; small: gcide once, the default; real: about 330 MB of text;
-`peer_corpus.py`), PACKCLI_BENCH_PEERS (a comma list of peer keys; default all), PACKCLI_BENCH_PEERS_TOKENIZER (a directory of
-../shared/tokenizers; gpt2), PACKCLI_BENCH_MEGATRON_LM (a Megatron-LM checkout, for its two scripts). Scratch:
-build/bench/peers (the environments stay for the next run; the outputs are removed before each run).
+`peer_corpus.py`), PACKCLI_BENCH_PEERS (a comma list of peer keys; default all), PACKCLI_BENCH_PEERS_ROUNDS,
+PACKCLI_BENCH_PEERS_TOKENIZER (a directory of ../shared/tokenizers; gpt2), PACKCLI_BENCH_MEGATRON_LM (a Megatron-LM
+checkout, for its two scripts). Scratch: build/bench/peers (the environments and corpora stay for the next run; the
+outputs are removed before each run).
 """
 
 from __future__ import annotations
