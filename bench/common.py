@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gzip
 import json
 import os
@@ -29,16 +31,43 @@ def run_child(args: list[str]) -> tuple[float, int]:
     return seconds, mib
 
 
-def run_measured(args: list[str]) -> tuple[float, float, int]:
-    """Run a command; return its wall seconds, CPU seconds (user + system, from wait4: steadier than wall time on
-    a shared machine) and peak RSS in MiB."""
+class CommandFailed(SystemExit):
+    """A benchmark command exited non-zero: it ends a benchmark, unless the benchmark catches it (a peer's)."""
+
+
+def run_measured(
+    args: list[str], log: Path | None = None, env: dict[str, str] | None = None, tree: bool = False
+) -> tuple[float, float, int]:
+    """Run a command; return its wall seconds, CPU seconds (user + system, from wait4, its waited-for children's
+    included: steadier than wall time on a shared machine) and peak RSS in MiB (of its largest process). Its
+    output goes to LOG when given (stderr too), else stdout is dropped.
+
+    With TREE, the run ends when every process it started has ended, and their CPU counts too: this process
+    becomes their subreaper (Linux), so a descendant orphaned before it is waited for (a multiprocessing
+    forkserver and its workers, which outlive the main process) is reaped here, not by init, its CPU lost."""
+    if tree:
+        _become_subreaper()
     start = time.perf_counter()
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
+    with open(log or os.devnull, "wb") as sink:
+        process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT if log else None, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        cpu, peak = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        while tree:
+            try:
+                _, _, usage = os.wait4(-1, 0)
+            except ChildProcessError:
+                break
+            cpu, peak = cpu + usage.ru_utime + usage.ru_stime, max(peak, usage.ru_maxrss)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"benchmark command failed: {' '.join(args)}")
-    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss // 1024
+        raise CommandFailed(f"benchmark command failed: {' '.join(args)}" + (f" (output in {log})" if log else ""))
+    return seconds, cpu, peak // 1024
+
+
+def _become_subreaper() -> None:
+    """prctl(PR_SET_CHILD_SUBREAPER, 1); where it is missing, orphans' CPU is not counted."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
 
 def python(*args: str) -> list[str]:

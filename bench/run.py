@@ -21,6 +21,7 @@ BENCHES = [
     "bench_partitions.py",
     "bench_storage.py",
     "bench_export.py",
+    "bench_peers.py",
 ]
 
 
