@@ -37,6 +37,9 @@ MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
 # codegen error at 128 padded tokens here, and for shapes recompiled as dynamic) and builds it at 256, 384, 512.
 WIDTH = 384
 TOLERANCE = 1e-4
+COMPILED_SHAPE: list[tuple[int, ...]] = []  # the input shape flex_attention was compiled for last in this process
+FLEX_GROUP = pytest.mark.xdist_group("flex_attention")  # under make test, the flex cases share one worker's compiles
+FLEX = pytest.param("flex_attention", marks=FLEX_GROUP)
 CONFIG: dict[str, Any] = {
     "vocab_size": 50257,  # the bundled GPT-2 tokenizer's ids
     "hidden_size": 32,
@@ -82,12 +85,19 @@ def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def run(model: Any, implementation: str, **inputs: Any) -> Any:
     """The model's output with ``implementation``; skips (saying why) where flex_attention cannot compile."""
     model.set_attn_implementation(implementation)
+    # Inductor compiles flex_attention in this process: a pool of compile processes, each starting torch, cost more
+    # than it saved here (the flex cases' wall time halved on a loaded 2-core machine, their CPU time no higher).
+    compiling = torch._inductor.config.patch(compile_threads=1)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), compiling:
             if implementation == "flex_attention":
                 # A second shape would make torch.compile recompile with dynamic shapes, whose CPU kernel torch 2.13
-                # fails to build: each test compiles its own static shape.
-                torch._dynamo.reset()
+                # fails to build: a new shape starts from a reset and compiles static. A batch of the shape compiled
+                # last keeps that work (most of a compile): the flex cases run in turn on one worker (FLEX_GROUP).
+                shape = tuple(inputs["input_ids"].shape)
+                if [shape] != COMPILED_SHAPE:
+                    torch._dynamo.reset()
+                    COMPILED_SHAPE[:] = [shape]
                 warnings.simplefilter("ignore", DeprecationWarning)  # torch.compile and transformers' flex path
             return model(**inputs)
     except Exception as error:
@@ -135,7 +145,7 @@ def collate(layout: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("layout", ["varlen", "padded"])
-@pytest.mark.parametrize("implementation", ["sdpa", "eager", "flex_attention"])
+@pytest.mark.parametrize("implementation", ["sdpa", "eager", FLEX])
 def test_model_takes_a_batch_whole(model: Any, rows: Any, alone: Any, implementation: str, layout: str) -> None:
     batch = collate(layout, rows)
     output = run(model, implementation, **batch, use_cache=False)
@@ -175,7 +185,7 @@ MASKS: dict[str, Callable[[torch.Tensor], Any]] = {
 }
 
 
-@pytest.mark.parametrize("implementation", list(MASKS))
+@pytest.mark.parametrize("implementation", [FLEX if name == "flex_attention" else name for name in MASKS])
 def test_explicit_masks_in_each_form(model: Any, rows: Any, alone: Any, implementation: str) -> None:
     batch = collate_padded(rows, max_len=WIDTH)
     mask = MASKS[implementation](batch["document_ids"])
