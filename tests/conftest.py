@@ -271,11 +271,27 @@ def packed_sft(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> P
     return _pack_once(tmp_path_factory, "packed-sft", str(corpus), *args)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), the tests that start a local Ray run on one
     worker, one after another: two Ray clusters at once would only compete for the same cores and memory. So do the
-    packaging tests, which share one build and one fresh virtualenv per worker that runs them (a module fixture)."""
+    packaging tests, which share one build and one fresh virtualenv per worker that runs them (a module fixture).
+
+    xdist sends the tests whose node ids end in the same ``@group`` to one worker; its own hook (on each worker)
+    writes that suffix into ``item._nodeid``, which pytest 9.2 no longer reads (a node id is ``str(item._id)``), so
+    every group was spread over both workers and the release built on each. Where its suffix is missing after the
+    other hooks, it is written here the way pytest reads it."""
     for item in items:
         for marker in ("ray", "packaging"):
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.xdist_group(marker))
+    yield
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")) for mark in item.iter_markers("xdist_group")}  # fmt: skip
+        suffix = "@" + "_".join(sorted(groups))
+        if groups and not item.nodeid.endswith(suffix):
+            from _pytest.nodeid import NodeId  # pytest 9.2's node ids
+
+            item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]

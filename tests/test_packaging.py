@@ -249,6 +249,25 @@ def test_a_bare_pytest_leaves_out_the_packaging_and_ray_tests_and_make_test_runs
     assert "deselected" not in everything
 
 
+def test_under_make_test_s_scheduling_the_ray_and_the_packaging_tests_each_keep_to_one_worker(
+    request: pytest.FixtureRequest,
+) -> None:
+    """``make test`` runs ``-n 2 --dist loadgroup``: xdist sends the tests of one group to one worker, and reads the
+    groups tests/conftest.py gives into the node ids (``...@ray``), so the release is built once and two Ray
+    clusters never run at once. Checked on the worker's own collection, under make test's options."""
+    if not (hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup")):
+        pytest.skip("checks the scheduling of make test's -n 2 --dist loadgroup, not of this run")
+    grouped = {
+        item.nodeid: marker
+        for item in request.session.items
+        for marker in ("ray", "packaging")
+        if item.get_closest_marker(marker) is not None
+    }
+    if not grouped:
+        pytest.skip("no Ray or packaging test is selected in this run")
+    assert all(nodeid.endswith(f"@{marker}") for nodeid, marker in grouped.items()), grouped
+
+
 def test_make_dist_builds_as_the_release_does_without_the_dev_set(tmp_path: Path) -> None:
     commands = make_dry_run("dist", tmp_path / "venv")
     assert "VENV/bin/python -m build --outdir dist ." in commands

@@ -37,6 +37,9 @@ MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
 # codegen error at 128 padded tokens here, and for shapes recompiled as dynamic) and builds it at 256, 384, 512.
 WIDTH = 384
 TOLERANCE = 1e-4
+COMPILED_SHAPE: list[tuple[int, ...]] = []  # the input shape flex_attention was compiled for last in this process
+FLEX_GROUP = pytest.mark.xdist_group("flex_attention")  # under make test, the flex cases share one worker's compiles
+FLEX = pytest.param("flex_attention", marks=FLEX_GROUP)
 CONFIG: dict[str, Any] = {
     "vocab_size": 50257,  # the bundled GPT-2 tokenizer's ids
     "hidden_size": 32,
@@ -82,12 +85,19 @@ def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def run(model: Any, implementation: str, **inputs: Any) -> Any:
     """The model's output with ``implementation``; skips (saying why) where flex_attention cannot compile."""
     model.set_attn_implementation(implementation)
+    # Inductor compiles flex_attention in this process: a pool of compile processes, each starting torch, cost more
+    # than it saved here (the flex cases' wall time halved on a loaded 2-core machine, their CPU time no higher).
+    compiling = torch._inductor.config.patch(compile_threads=1)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), compiling:
             if implementation == "flex_attention":
                 # A second shape would make torch.compile recompile with dynamic shapes, whose CPU kernel torch 2.13
-                # fails to build: each test compiles its own static shape.
-                torch._dynamo.reset()
+                # fails to build: a new shape starts from a reset and compiles static. A batch of the shape compiled
+                # last keeps that work (most of a compile): the flex cases run in turn on one worker (FLEX_GROUP).
+                shape = tuple(inputs["input_ids"].shape)
+                if [shape] != COMPILED_SHAPE:
+                    torch._dynamo.reset()
+                    COMPILED_SHAPE[:] = [shape]
                 warnings.simplefilter("ignore", DeprecationWarning)  # torch.compile and transformers' flex path
             return model(**inputs)
     except Exception as error:
@@ -135,7 +145,7 @@ def collate(layout: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("layout", ["varlen", "padded"])
-@pytest.mark.parametrize("implementation", ["sdpa", "eager", "flex_attention"])
+@pytest.mark.parametrize("implementation", ["sdpa", "eager", FLEX])
 def test_model_takes_a_batch_whole(model: Any, rows: Any, alone: Any, implementation: str, layout: str) -> None:
     batch = collate(layout, rows)
     output = run(model, implementation, **batch, use_cache=False)
@@ -175,7 +185,7 @@ MASKS: dict[str, Callable[[torch.Tensor], Any]] = {
 }
 
 
-@pytest.mark.parametrize("implementation", list(MASKS))
+@pytest.mark.parametrize("implementation", [FLEX if name == "flex_attention" else name for name in MASKS])
 def test_explicit_masks_in_each_form(model: Any, rows: Any, alone: Any, implementation: str) -> None:
     batch = collate_padded(rows, max_len=WIDTH)
     mask = MASKS[implementation](batch["document_ids"])
@@ -351,118 +361,111 @@ from functools import partial
 from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
-from packcli.torch import PackedDataset, collate_padded
+from packcli.torch import PackedDataset, RowCost, collate_padded
 
-packed, steps, split, out = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
-arguments = TrainingArguments(output_dir=str(out / "run"), per_device_train_batch_size=4, max_steps=steps,
-    remove_unused_columns=False, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
-assert arguments.world_size == 2 and torch.distributed.is_initialized()
-# "accelerate": the recipe of docs/loader.md (accelerate splits the rows); "dataset": each rank its own rows
-dataset = PackedDataset(packed, seed=0, batch_size=4, **({"rank": 0, "world_size": 1} if split == "accelerate" else {}))
-seen = []
+packed, out, steps = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 
-class Recording(Trainer):
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        seen.extend(inputs["row_index"].tolist())
-        return super().compute_loss(model, inputs, *args, **kwargs)
+def train(recipe):
+    # "balanced": the balanced recipe of docs/loader.md (balance_ranks=2, dispatch_batches=False); "accelerate": the
+    # plain recipe (accelerate splits the rows); "dataset": each rank its own rows (refused: the process fails)
+    balanced = recipe == "balanced"
+    options = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2,
+               "accelerator_config": {"dispatch_batches": False}} if balanced else {"per_device_train_batch_size": 4}
+    arguments = TrainingArguments(output_dir=str(out / recipe), max_steps=steps[recipe], remove_unused_columns=False,
+        use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True, **options)
+    assert arguments.world_size == 2 and torch.distributed.is_initialized()
+    if balanced:
+        dataset = PackedDataset(packed, seed=0, rank=0, world_size=1, batch_size=2, grad_accum=2,
+            balance=RowCost(per_token=1.0, per_square=1.0), balance_ranks=arguments.world_size)
+    else:
+        dataset = PackedDataset(packed, seed=0, batch_size=4, **({"rank": 0, "world_size": 1} if recipe == "accelerate" else {}))
+    seen = []
 
-torch.manual_seed(0)
-model = LlamaForCausalLM(LlamaConfig(use_cache=False, vocab_size=50257, hidden_size=16, intermediate_size=32,
-    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
-Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
-(out / f"seen-{split}-{arguments.process_index}.json").write_text(json.dumps(seen))
+    class Recording(Trainer):
+        def compute_loss(self, model, inputs, num_items_in_batch=None, **kwargs):
+            rows = inputs["row_index"].tolist()
+            seen.append([rows, inputs["num_items_in_batch"], int(num_items_in_batch)] if balanced else rows)
+            return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch, **kwargs)
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, vocab_size=50257, hidden_size=16, intermediate_size=32,
+        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
+    Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
+    (out / f"seen-{recipe}-{arguments.process_index}.json").write_text(json.dumps(seen))
+
+for recipe in steps:  # the refused one last: its failure ends the run
+    train(recipe)
 torch.distributed.destroy_process_group()  # else gloo's threads may abort the interpreter's exit
 """
 
 
-def test_a_trainer_on_two_processes_trains_every_row_once_an_epoch_with_the_documented_recipe(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One torchrun, two CPU processes, that trains the Trainer recipes of docs/loader.md in turn on one small output
+    (5 of the sample's documents at max_len 64, about 3,000 tokens): the balanced one, the plain one for one epoch,
+    then a dataset split by rank, which is refused (the process fails). One launch, not one per recipe: starting
+    torch, transformers and gloo in two processes is most of the cost. Returns its directory, the finished process,
+    the output's row count and the balanced placement's rows in order."""
+    import subprocess
+    import sys
+
+    work = tmp_path_factory.mktemp("torchrun")
+    corpus = write_jsonl(work / "corpus.jsonl", read_jsonl(SAMPLE)[:5])
+    pack_corpus([str(corpus)], PackOptions(max_len=64, overflow="split"), work / "packed")
+    rows = PackedDataset(work / "packed").num_rows
+    placement = PackedDataset(work / "packed", seed=0, batch_size=2, grad_accum=2,
+                              balance=RowCost(per_token=1.0, per_square=1.0), balance_ranks=2)  # fmt: skip
+    placed = [row["row_index"] for row in placement]
+    # one epoch for the plain recipe (4 rows a process a step); whole global batches for the balanced one
+    steps = {"balanced": len(placed) // 8, "accelerate": -(-rows // 8), "dataset": -(-rows // 8)}
+    assert 5 <= steps["accelerate"] <= 30, rows
+    script = work / "train.py"
+    script.write_text(TRAINER_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+         str(work / "packed"), str(work), json.dumps(steps)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return {"work": work, "done": done, "rows": rows, "placed": placed, "steps": steps}
+
+
+def seen_by(two_processes: dict[str, Any], recipe: str) -> list[Any]:
+    """What each of the two processes trained on with ``recipe``: a list per process, or the run's stderr's tail."""
+    files = [two_processes["work"] / f"seen-{recipe}-{k}.json" for k in (0, 1)]
+    assert all(file.exists() for file in files), two_processes["done"].stderr[-3000:]
+    return [json.loads(file.read_text()) for file in files]
+
+
+@pytest.mark.xdist_group("torchrun")
+def test_a_trainer_on_two_processes_trains_every_row_once_an_epoch_with_the_documented_recipe(
+    two_processes: dict[str, Any],
+) -> None:
     """torchrun, two CPU processes, the Trainer: accelerate hands the rows of an iterable dataset out among the
     processes itself (process 0 reads and dispatches them), so the dataset must not split them by rank as well:
     built with rank=0, world_size=1 (docs/loader.md) every row is trained on once in an epoch; built after
     torch.distributed with the default rank and world size, where process 0's half of the rows was all that both
     processes trained on, it is refused."""
-    import subprocess
-    import sys
-
-    corpus = write_jsonl(tmp_path / "corpus.jsonl", read_jsonl(SAMPLE)[:5])  # about 3,000 tokens
-    pack_corpus([str(corpus)], PackOptions(max_len=64, overflow="split"), tmp_path / "packed")
-    rows = PackedDataset(tmp_path / "packed").num_rows
-    steps = -(-rows // 8)  # one epoch: 4 rows a process a step
-    assert 5 <= steps <= 30, rows
-    script = tmp_path / "train.py"
-    script.write_text(TRAINER_SCRIPT)
-    done = {}
-    for split in ("accelerate", "dataset"):
-        done[split] = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-             str(tmp_path / "packed"), str(steps), split, str(tmp_path)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    assert done["accelerate"].returncode == 0, done["accelerate"].stderr[-3000:]
-    trained = [row for k in (0, 1) for row in json.loads((tmp_path / f"seen-accelerate-{k}.json").read_text())]
+    rows, done = two_processes["rows"], two_processes["done"]
+    trained = [row for process in seen_by(two_processes, "accelerate") for batch in process for row in batch]
     # every row, and at most a few again: accelerate may fill the last step's batches with rows from the start
     assert set(trained) == set(range(rows)) and rows <= len(trained) < rows + 8
     # the default, rank k of 2 from torch.distributed: refused before a step, saying the fix
-    assert done["dataset"].returncode != 0 and not list(tmp_path.glob("seen-dataset-*"))
-    assert "keeps rank 0's rows of 2 ranks, and accelerate" in done["dataset"].stderr
-    assert "build it with rank=0, world_size=1 there" in done["dataset"].stderr
+    assert done.returncode != 0 and not list(two_processes["work"].glob("seen-dataset-*"))
+    assert "keeps rank 0's rows of 2 ranks, and accelerate" in done.stderr
+    assert "build it with rank=0, world_size=1 there" in done.stderr
 
 
-BALANCED_TRAINER_SCRIPT = """
-import json, sys
-from functools import partial
-from pathlib import Path
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
-from packcli.torch import PackedDataset, RowCost, collate_padded
-
-packed, steps, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-arguments = TrainingArguments(output_dir=str(out / "run"), per_device_train_batch_size=2, gradient_accumulation_steps=2,
-    max_steps=steps, remove_unused_columns=False, use_cpu=True, report_to="none", save_strategy="no",
-    disable_tqdm=True, accelerator_config={"dispatch_batches": False})
-dataset = PackedDataset(packed, seed=0, rank=0, world_size=1, batch_size=2, grad_accum=2,
-    balance=RowCost(per_token=1.0, per_square=1.0), balance_ranks=arguments.world_size)
-seen = []
-
-class Recording(Trainer):
-    def compute_loss(self, model, inputs, num_items_in_batch=None, **kwargs):
-        seen.append([inputs["row_index"].tolist(), inputs["num_items_in_batch"], int(num_items_in_batch)])
-        return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch, **kwargs)
-
-torch.manual_seed(0)
-model = LlamaForCausalLM(LlamaConfig(use_cache=False, vocab_size=50257, hidden_size=16, intermediate_size=32,
-    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
-Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
-(out / f"seen-{arguments.process_index}.json").write_text(json.dumps(seen))
-torch.distributed.destroy_process_group()
-"""
-
-
-def test_a_trainer_on_two_processes_trains_the_balanced_placement_with_the_documented_recipe(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("torchrun")
+def test_a_trainer_on_two_processes_trains_the_balanced_placement_with_the_documented_recipe(
+    two_processes: dict[str, Any],
+) -> None:
     """torchrun, two CPU processes, the Trainer with the balanced recipe of docs/loader.md (balance_ranks=2,
     dispatch_batches=False): process r trains micro-batch r of each micro-step of the placement, and the Trainer's
     own num_items_in_batch equals the batches'."""
-    import subprocess
-    import sys
-
-    corpus = write_jsonl(tmp_path / "corpus.jsonl", read_jsonl(SAMPLE)[:5])
-    pack_corpus([str(corpus)], PackOptions(max_len=64, overflow="split"), tmp_path / "packed")
-    dataset = PackedDataset(tmp_path / "packed", seed=0, batch_size=2, grad_accum=2,
-                            balance=RowCost(per_token=1.0, per_square=1.0), balance_ranks=2)  # fmt: skip
-    rows = [row["row_index"] for row in dataset]
-    steps = len(rows) // 8  # whole global batches: 2 processes x 2 rows x 2 micro-steps
-    script = tmp_path / "train.py"
-    script.write_text(BALANCED_TRAINER_SCRIPT)
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-         str(tmp_path / "packed"), str(steps), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = [json.loads((tmp_path / f"seen-{k}.json").read_text()) for k in (0, 1)]
+    placed, steps = two_processes["placed"], two_processes["steps"]["balanced"]
+    seen = seen_by(two_processes, "balanced")
     for process in (0, 1):
         trained = [batch for batch, _, _ in seen[process]]
-        assert trained == [rows[(2 * k + process) * 2 : (2 * k + process + 1) * 2] for k in range(2 * steps)]
+        assert trained == [placed[(2 * k + process) * 2 : (2 * k + process + 1) * 2] for k in range(2 * steps)]
         assert all(ours == theirs for _, ours, theirs in seen[process])
