@@ -1,28 +1,34 @@
-"""The parts of a run, and what a rerun may reuse of them. A part is a small output of its own: a directory holding
-one job's shards and its ``manifest.json``, a real packcli manifest (``packcli verify`` and ``stats`` read one part)
-with a ``part`` block of the run's facts that the merge and a rerun check.
+"""The parts of a run, and what a rerun may reuse of them. A part is a small output of its own: one job's shards and
+its ``manifest.json``, a real packcli manifest with a ``part`` block of the run's facts that the merge and a rerun
+check.
 
 The manifest is written last (on a disk atomically, in a store in one PUT after every shard): a part without one is
 not done, whatever files it left. The run record says which run the parts belong to. A rerun of the same run (same
-fingerprint) reuses every committed part whose shards still have the sizes and sha256 of its manifest; the parts of
-another run are removed, saying why they cannot be reused, and so is every file no reused part lists. Layout, in the
-staging directory of a local output or, for an output URL, under its ``packcli-resume/`` prefix in the store::
+fingerprint) reuses every committed part whose shards still check out; the parts of another run are removed, saying
+why they cannot be reused, and so is every file no reused part lists. Layout, in the staging directory of a local
+output or, for an output URL, under the run prefix the output will list its shards under::
 
-    .OUT.packcli-resume/                                       s3://bucket/OUT/packcli-resume/
-        run.json                       the run's facts (fingerprint, plan hash, options, ...) and its inputs
-        part-00000/manifest.json       partition 0's manifest: the format's fields, totals, shards, its `part` block
-        part-00000/part-00000-shard-00000.arrow ...           its shards, named as they will be in the output
-        part-00001/tokens              partition 1's token store while it runs (or in $PACKCLI_SCRATCH)
+    .OUT.packcli-resume/                                   s3://bucket/OUT/packcli-run-.../
+        run.json                                           run.json
+        part-00000/manifest.json                           part-00000/manifest.json
+        part-00000/part-00000-shard-00000.arrow ...        part-00000-shard-00000.arrow ...
+        part-00001/tokens
 
-A part in a store is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else the temporary directory),
-token store and shards, and uploaded on commit: its shards, then its manifest. The merge moves the shards of a local
-run into the output; a store's are copied there by the publication's commit, and the parts removed after it.
+``run.json`` holds the run's facts (fingerprint, plan hash, options, ...) and its inputs; a part's manifest its
+format fields, totals, shards and ``part`` block; its shards are named as they will be in the output. On a disk a
+part verifies on its own (``packcli verify .OUT.packcli-resume/part-00003``), and a part's token store lies in its
+directory (or in ``$PACKCLI_SCRATCH``) while it runs; the merge moves the shards into the output. In a store a part
+is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else the temporary directory) and its shards
+uploaded where the output lists them: the commit writes only the output's manifest, and removes the run record and
+the parts' manifests after it. A rerun in a store trusts a committed part's manifest and its shards' sizes from one
+listing (as ``pack``'s up-to-date check trusts an output's), reading no shard: ``packcli verify`` is the deep check.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -30,12 +36,12 @@ from typing import Any
 
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_manifest
 from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
-from packcli.storage.objects import find_objects, object_sizes, remove_objects, upload_file, write_object
-from packcli.util.files import canonical_json, file_sha256, write_json
+from packcli.storage.objects import object_sizes, read_objects, remove_objects, upload_file, write_object
+from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, staging_family
 
@@ -43,6 +49,7 @@ __all__ = ["PartsArea", "part_name", "part_prefix"]
 
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
 TOKENS = "tokens"
+_OF_PART = re.compile(r"part-(\d+)[/-]")  # the partition a file under the area belongs to
 
 
 def part_name(partition: int) -> str:
@@ -56,7 +63,7 @@ def part_prefix(partition: int) -> str:
 
 
 class PartsArea:
-    """The parts of one run under ``root``: a local directory, or a prefix in a store (a
+    """The parts of one run under ``root``: a local directory, or a run prefix in a store (a
     :class:`~packcli.storage.UrlPath`)."""
 
     def __init__(self, root: Path) -> None:
@@ -65,12 +72,17 @@ class PartsArea:
         self._read: dict[int, dict[str, Any]] = {}  # committed parts' manifests read so far (a store's cost requests)
 
     def part(self, partition: int) -> Path:
-        """Where a part is committed."""
+        """Where a part's manifest is committed."""
         return self.root / part_name(partition)
+
+    def shards(self, partition: int) -> Path:
+        """Where a part's shards lie: in a store, the run prefix the output lists them under; on a disk, the part's
+        own directory (moved into the output by the merge)."""
+        return self.root if self.remote else self.part(partition)
 
     def _scratch(self, partition: int) -> Path:
         """A part's node-local directory: one name per output and partition, whichever run stages it."""
-        owner = self.root.resolve() if self.remote else staging_family(self.root.resolve())
+        owner = self.root.parent if self.remote else staging_family(self.root.resolve())
         return scratch_directory() / f"packcli-{scratch_key(owner)}-{part_name(partition)}"
 
     def build_path(self, partition: int) -> Path:
@@ -87,7 +99,10 @@ class PartsArea:
     def clear(self, partition: int) -> None:
         """Remove a part: its manifest, shards, token store and scratch."""
         self._read.pop(partition, None)
-        _remove_tree(self.part(partition))
+        if self.remote:
+            _remove_files(self.root, [name for name in _files(self.root) if _partition_of(name) == partition])
+        else:
+            _remove_tree(self.part(partition))
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def commit(self, partition: int, manifest: dict[str, Any]) -> None:
@@ -96,7 +111,7 @@ class PartsArea:
         part = self.part(partition)
         if self.remote:
             for item in _listed_files(manifest):
-                upload_file(str(self.build_path(partition) / item["file"]), f"{part}/{item['file']}")
+                upload_file(str(self.build_path(partition) / item["file"]), f"{self.root}/{item['file']}")
             write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         else:
             write_manifest(part, manifest)
@@ -105,16 +120,22 @@ class PartsArea:
     def read(self, partition: int) -> dict[str, Any] | None:
         """A part's manifest, or None when the part is not committed (or its manifest is damaged). A committed
         part changes only when cleared, so its manifest is read once."""
-        if partition in self._read:
-            return self._read[partition]
-        try:
-            manifest = read_manifest(self.part(partition))
-        except PackcliError:
-            return None
-        if not isinstance(manifest.get("part"), dict):
-            return None
-        self._read[partition] = manifest
-        return manifest
+        if partition not in self._read:
+            self._read_parts([partition])
+        return self._read.get(partition)
+
+    def _read_parts(self, partitions: list[int]) -> None:
+        """Read the manifests of ``partitions`` not read yet; in a store, together."""
+        wanted = [k for k in partitions if k not in self._read]
+        if self.remote:
+            found = read_objects([f"{self.part(k)}/{MANIFEST_NAME}" for k in wanted])
+            texts = {k: found.get(f"{self.part(k)}/{MANIFEST_NAME}") for k in wanted}
+        else:
+            texts = {k: _read_bytes(self.part(k) / MANIFEST_NAME) for k in wanted}
+        for partition, text in texts.items():
+            manifest = _part_manifest(text, self.part(partition))
+            if manifest is not None:
+                self._read[partition] = manifest
 
     def resume(
         self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
@@ -126,30 +147,34 @@ class PartsArea:
         backend encoded them, and the run asks for ``hf``), is packed again (with a warning saying why).
         """
         earlier = _read_json(self.root / RUN_RECORD)
+        files = _files(self.root)  # one listing, with each object's size in a store
         if earlier != run:
-            committed = [k for k in range(partitions) if self.read(k) is not None] if earlier is not None else []
+            committed = self._committed(files, partitions) if earlier is not None else []
             if committed:
                 warn(
                     f"not reusing the {len(committed)} committed partition(s) in {self.root} "
-                    f"({_size(self.root):,} bytes, removed): they belong to another run "
+                    f"({_size(self.root, files):,} bytes, removed): they belong to another run "
                     f"({_difference(earlier or {}, run)}); packing every partition"
                 )
-            _remove_files(self.root, _files(self.root))
+            _remove_files(self.root, list(files))
             self._read.clear()
             self._write_record(run)
             return []
-        if not self.remote:
-            self._regather(partitions)
-        committed = [k for k in range(partitions) if self.read(k) is not None]
-        for partition in sorted(set(range(partitions)) - set(committed)):
-            self.clear(partition)  # unfinished: packed again
-        # files no committed part lists go next: a part is then judged by what its manifest lists
-        self._remove_unlisted(committed, warn)
+        if not self.remote and self._regather(partitions):
+            files = _files(self.root)
+        committed = self._committed(files, partitions)
+        unfinished = set(range(partitions)) - set(committed)
+        for partition in unfinished:
+            self._read.pop(partition, None)
+            shutil.rmtree(self._scratch(partition), ignore_errors=True)
+        # what an unfinished part left goes silently; then files no committed part lists, said
+        _remove_files(self.root, [name for name in files if _partition_of(name) in unfinished])
+        self._remove_unlisted(committed, [name for name in files if _partition_of(name) not in unfinished], warn)
         reused = []
         for partition in committed:
             manifest = self.read(partition) or {}
             encoded_by = manifest.get("tokenizer", {}).get("backend")
-            problem = self._check(partition, manifest, run) or (
+            problem = self._check(partition, manifest, run, files) or (
                 None
                 if takes_tokens(requested, encoded_by)
                 else f"{encoded_by} encoded it, and this run takes only --tokenizer-backend {requested}'s tokens"
@@ -162,6 +187,12 @@ class PartsArea:
             self.clear(partition)
         return reused
 
+    def _committed(self, files: dict[str, int | None], partitions: int) -> list[int]:
+        """The partitions whose manifest the listing ``files`` holds and reads as a part's."""
+        listed = [k for k in range(partitions) if f"{part_name(k)}/{MANIFEST_NAME}" in files]
+        self._read_parts(listed)
+        return [k for k in listed if k in self._read]
+
     def _write_record(self, run: dict[str, Any]) -> None:
         if self.remote:
             write_object(f"{self.root}/{RUN_RECORD}", canonical_json(run).encode())
@@ -169,8 +200,11 @@ class PartsArea:
             self.root.mkdir(parents=True, exist_ok=True)
             write_json(self.root / RUN_RECORD, run)
 
-    def _check(self, partition: int, manifest: dict[str, Any], run: dict[str, Any]) -> str | None:
-        """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed."""
+    def _check(
+        self, partition: int, manifest: dict[str, Any], run: dict[str, Any], files: dict[str, int | None]
+    ) -> str | None:
+        """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed (in a
+        store, their sizes in the listing ``files``; on a disk, the whole of ``verify``)."""
         if manifest["part"].get("partition") != partition:
             return f"its manifest is for partition {manifest['part'].get('partition')}"
         for key, value in manifest["part"].items():
@@ -180,64 +214,80 @@ class PartsArea:
             report = verify_output(self.part(partition))
             return None if report.ok else f"it fails verify ({report.problems[0]})"
         for item in _listed_files(manifest):
-            path = self.part(partition) / str(item["file"])
-            if not path.is_file() or path.stat().st_size != item["bytes"]:
-                return f"{path.name} is missing or not {item['bytes']} bytes as listed"
-            if file_sha256(path) != item["sha256"]:
-                return f"{path.name} does not have the sha256 listed"
+            if files.get(str(item["file"])) != item["bytes"]:
+                return f"{item['file']} is missing or not {item['bytes']} bytes as listed"
         return None
 
-    def _remove_unlisted(self, committed: list[int], warn: Callable[[str], None]) -> None:
-        """Remove every file that no committed part's manifest lists: this run wrote none of them."""
+    def _remove_unlisted(self, committed: list[int], files: list[str], warn: Callable[[str], None]) -> None:
+        """Remove every file of ``files`` that no committed part's manifest lists: this run wrote none of them."""
         listed = {RUN_RECORD}
         for partition in committed:
             manifest = self.read(partition) or {"shards": []}
-            names = [MANIFEST_NAME, *(str(item["file"]) for item in _listed_files(manifest))]
-            listed.update(f"{part_name(partition)}/{name}" for name in names)
-        stray = [name for name in _files(self.root) if name not in listed]
+            shards = "" if self.remote else f"{part_name(partition)}/"
+            listed.add(f"{part_name(partition)}/{MANIFEST_NAME}")
+            listed.update(f"{shards}{item['file']}" for item in _listed_files(manifest))
+        stray = [name for name in files if name not in listed]
         if stray:
             warn(f"removing {len(stray)} file(s) no committed partition wrote from {self.root}: {stray[0]}")
         _remove_files(self.root, stray)
 
-    def gather(self, into: Path, manifests: list[dict[str, Any]]) -> dict[str, Path]:
-        """Bring the parts' shards into the output being built in ``into``, under their own names. On a disk they
-        are moved there (nothing is returned; :meth:`remove_records` then removes the parts); in a store, where
-        there is no move, returns where each shard lies, for the commit to copy (and :meth:`discard` to remove
-        after it)."""
-        placed = {
-            str(item["file"]): self.part(int(manifest["part"]["partition"])) / str(item["file"])
-            for manifest in manifests
-            for item in _listed_files(manifest)
-        }
+    def gather(self, into: Path, manifests: list[dict[str, Any]]) -> None:
+        """Bring the parts' shards into the output being built in ``into``, under their own names: on a disk they
+        are moved there (:meth:`remove_records` then removes the parts); in a store they are there already."""
         if self.remote:
-            return placed
-        for name, path in placed.items():
-            os.replace(path, into / name)
-        return {}
+            return
+        for manifest in manifests:
+            partition = int(manifest["part"]["partition"])
+            for item in _listed_files(manifest):
+                os.replace(self.part(partition) / str(item["file"]), into / str(item["file"]))
 
     def remove_records(self) -> None:
         """On a disk, remove the run record and the parts' manifests once their shards are gathered: the last step
-        before the output is published (a rerun after an interrupt before it finds every part still committed)."""
-        if self.remote:
-            return
+        before the output is published (a rerun after an interrupt before it finds every part still committed). In
+        a store the publication's commit removes them, with what the previous output held."""
         for path in self.root.iterdir():
             if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
                 _remove_tree(path)
 
-    def _regather(self, partitions: int) -> None:
-        """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
+    def _regather(self, partitions: int) -> bool:
+        """Put back into their parts the shards that an interrupted merge had moved into the output being built;
+        whether any was."""
+        moved_any = False
+        self._read_parts(list(range(partitions)))
         for partition in range(partitions):
-            manifest = self.read(partition)
+            manifest = self._read.get(partition)
             for item in _listed_files(manifest) if manifest is not None else []:
                 name = str(item["file"])
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
                     os.replace(moved, home)
+                    moved_any = True
+        return moved_any
 
-    def discard(self) -> None:
-        """Remove a store's parts area (once the output that copied its shards is committed)."""
-        if self.remote:
-            _remove_files(self.root, _files(self.root))
+
+def _partition_of(name: str) -> int | None:
+    """The partition a file of the area (by its name relative to it) belongs to; None for the run record."""
+    match = _OF_PART.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _part_manifest(text: bytes | None, part: Path) -> dict[str, Any] | None:
+    """A part's manifest from its text; None for none, or one that is no valid part manifest."""
+    try:
+        manifest = json.loads(text) if text is not None else None
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("part"), dict):
+            return None
+        validate_manifest(manifest, part / MANIFEST_NAME)
+    except (ValueError, PackcliError):
+        return None
+    return manifest
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -245,30 +295,31 @@ def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for shard in manifest["shards"] for item in entry_files(shard)]
 
 
-def _files(root: Path) -> list[str]:
-    """Every file under ``root``, by its path relative to it (sorted); a local directory's empty directories
-    too."""
+def _files(root: Path) -> dict[str, int | None]:
+    """Every file under ``root`` by its path relative to it, sorted: in a store with its size (one listing); in a
+    local directory, its empty directories too, with no size."""
     if isinstance(root, UrlPath):
-        return [url[len(f"{root}/") :] for url in find_objects(str(root))]
+        return {url[len(f"{root}/") :]: size for url, size in sorted(object_sizes(str(root)).items())}
     if not root.is_dir():
-        return []
+        return {}
     found = (
         path
         for path in root.rglob("*")
         if path.is_symlink() or not path.is_dir() or not any(path.iterdir())  # a link is an entry, never followed
     )
-    return sorted(str(path.relative_to(root)) for path in found)
+    return dict.fromkeys(sorted(str(path.relative_to(root)) for path in found))
 
 
-def _size(root: Path) -> int:
-    """The bytes of the files under ``root`` (a directory, or a prefix in a store)."""
+def _size(root: Path, files: dict[str, int | None]) -> int:
+    """The bytes of ``files`` under ``root`` (a directory, or a prefix in a store, whose listing gave their sizes)."""
     if isinstance(root, UrlPath):
-        return sum(object_sizes(str(root)).values())
+        return sum(size or 0 for size in files.values())
     return sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
 
 
 def _remove_files(root: Path, names: list[str]) -> None:
-    """Remove ``names`` under ``root``; locally, then the directories left empty."""
+    """Remove ``names`` under ``root`` (in a store, by the store's batch call); locally, then the directories left
+    empty."""
     if isinstance(root, UrlPath):
         remove_objects([f"{root}/{name}" for name in names])
         return
@@ -280,10 +331,8 @@ def _remove_files(root: Path, names: list[str]) -> None:
 
 
 def _remove_tree(path: Path) -> None:
-    """Remove a file, a directory tree, or every object under a prefix; absent is fine."""
-    if isinstance(path, UrlPath):
-        remove_objects(find_objects(str(path)))
-    elif path.is_dir() and not path.is_symlink():
+    """Remove a file or a directory tree; absent is fine."""
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ most ``READ_BLOCK`` bytes at once and retries a transient failure ``READ_ATTEMPT
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 import time
@@ -25,7 +26,6 @@ __all__ = [
     "READ_ATTEMPTS",
     "READ_BLOCK",
     "ObjectInfo",
-    "copy_object",
     "create_object",
     "exists",
     "filesystem",
@@ -38,6 +38,7 @@ __all__ = [
     "object_sizes",
     "open_object",
     "read_object",
+    "read_objects",
     "remove_object_if",
     "remove_objects",
     "replace_object",
@@ -384,16 +385,30 @@ def upload_file(local: str, url: str) -> None:
         fs.put_file(local, path)
 
 
-def copy_object(source: str, url: str) -> None:
-    """Copy the object at ``source`` to ``url`` in the same store (the store copies: no byte comes here)."""
-    fs, path = filesystem(url)
-    with _named(source, "cannot copy"):
-        fs.cp_file(filesystem(source)[1], path)
-
-
 def remove_objects(urls: list[str]) -> None:
-    """Remove the objects at ``urls`` (absent ones are fine)."""
-    for url in urls:
-        fs, path = filesystem(url)
-        with _named(url, "cannot remove"), suppress(FileNotFoundError):
+    """Remove the objects at ``urls``, all in one store (absent ones are fine): the store's batch call (S3's
+    ``DeleteObjects``, 1,000 keys a request), not a request an object. A key holding a pattern's characters is
+    removed on its own: the batch call would take it for a pattern."""
+    if not urls:
+        return
+    fs, _ = filesystem(urls[0])
+    paths = {filesystem(url)[1]: url for url in urls}
+    literal = [path for path in paths if not glob.has_magic(path)]
+    with _named(urls[0], "cannot remove"), suppress(FileNotFoundError):
+        if literal:
+            fs.rm(literal)
+    for path in sorted(set(paths) - set(literal)):
+        with _named(paths[path], "cannot remove"), suppress(FileNotFoundError):
             fs.rm_file(path)
+
+
+def read_objects(urls: list[str]) -> dict[str, bytes | None]:
+    """The whole of each of a few small objects (a run's part manifests), fetched together; None for one that is
+    absent or cannot be read."""
+    if not urls:
+        return {}
+    fs, _ = filesystem(urls[0])
+    paths = {filesystem(url)[1]: url for url in urls}
+    with _named(urls[0], "cannot read"):
+        found = fs.cat(list(paths), on_error="return")
+    return {url: found.get(path) if isinstance(found.get(path), bytes) else None for path, url in paths.items()}
