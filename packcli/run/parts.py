@@ -40,7 +40,7 @@ from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_mani
 from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
-from packcli.storage.objects import object_sizes, read_objects, remove_objects, upload_file, write_object
+from packcli.storage.objects import object_sizes, read_objects, remove_objects, upload_files, write_object
 from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, staging_family
@@ -110,8 +110,8 @@ class PartsArea:
         atomically. The part is done once its manifest exists."""
         part = self.part(partition)
         if self.remote:
-            for item in _listed_files(manifest):
-                upload_file(str(self.build_path(partition) / item["file"]), f"{self.root}/{item['file']}")
+            built = self.build_path(partition)
+            upload_files({str(built / item["file"]): f"{self.root}/{item['file']}" for item in _listed_files(manifest)})
             write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         else:
             write_manifest(part, manifest)

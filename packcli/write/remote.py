@@ -48,11 +48,10 @@ from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
 from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import (
     filesystem,
-    find_objects,
     is_file,
     object_sizes,
     remove_objects,
-    upload_file,
+    upload_files,
     write_object,
 )
 from packcli.storage.urls import UrlPath
@@ -200,12 +199,13 @@ class RemotePublication:
         """Put a plain run's shards under the run prefix (a partitioned run's are there), then write the manifest
         (the commit), then remove the previous output and the parts' records."""
         manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
-        for item in (item for shard in manifest["shards"] for item in entry_files(shard)):  # shards and sidecars
-            if not self.resumable:
-                upload_file(str(self.staging / item["file"]), f"{self.out}/{self.run}/{item['file']}")
+        items = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
+        if not self.resumable:
+            upload_files({str(self.staging / item["file"]): f"{self.out}/{self.run}/{item['file']}" for item in items})
+        for item in items:
             item["file"] = f"{self.run}/{item['file']}"
-        listed = {f"{self.out}/{item['file']}" for shard in manifest["shards"] for item in entry_files(shard)}
-        previous = [url for url in find_objects(str(self.out)) if _RUN_OBJECT.fullmatch(url[len(f"{self.out}/") :])]
+        listed = {f"{self.out}/{item['file']}" for item in items}
+        previous = [url for url in object_sizes(str(self.out)) if _RUN_OBJECT.fullmatch(url[len(f"{self.out}/") :])]
         self._lock.check()
         write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
         self._committed = True
@@ -232,7 +232,7 @@ class RemotePublication:
         shutil.rmtree(self.staging, ignore_errors=True)
         try:
             if not (self._committed or self.up_to_date or self.resumable):  # a partitioned run's parts stay
-                remove_objects(find_objects(f"{self.out}/{self.run}"))
+                remove_objects(list(object_sizes(f"{self.out}/{self.run}")))
         finally:
             self._release(error)
         parts = self.parts if self.resumable else None
@@ -250,7 +250,7 @@ def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = 
     if not isinstance(out, UrlPath):
         remove_dead_runs(out, lambda area: parts_fingerprint(area) in (None, fingerprint), warn)
         return
-    if not any(_is_record(url[len(f"{out}/") :]) for url in find_objects(str(out))):
+    if not any(_is_record(url[len(f"{out}/") :]) for url in object_sizes(str(out))):
         return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
     if not lock.acquire():
