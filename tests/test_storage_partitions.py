@@ -291,3 +291,20 @@ def test_no_resume_area_outlives_a_later_run_on_the_output(
         assert said in result.stderr, result.stderr
         manifest = json.loads(fs.cat(f"{out}/manifest.json"))
         assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])
+
+
+def test_the_parts_an_earlier_packcli_left_under_packcli_resume_are_removed_saying_so(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    """An earlier packcli kept a partitioned run's parts under ``packcli-resume/``: a run now takes them for another
+    run's parts (removed, said with their size), not for another tool's objects (refused)."""
+    fs, bucket = uploaded(s3_server, corpus)
+    out = f"{bucket}/packed"
+    fs.pipe(f"{out}/packcli-resume/run.json", b'{"fingerprint": "earlier"}')
+    fs.pipe(f"{out}/packcli-resume/part-00000/part-00000-shard-00000.arrow", b"shard")
+    result = invoke("pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "1", "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    said = f"warning: removing {out}/packcli-resume (2 file(s), 31 bytes): the parts of an unfinished run of other"
+    assert said in result.stderr, result.stderr
+    manifest = json.loads(fs.cat(f"{out}/manifest.json"))
+    assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])
