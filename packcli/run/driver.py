@@ -104,7 +104,7 @@ def pack_corpus(
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
-        area = PartsArea(publication.parts)
+        area = PartsArea(publication.parts if isinstance(publication, RemotePublication) else publication.staging)
         reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn, options.tokenizer_backend)
         try:
             if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are

@@ -1,12 +1,10 @@
-"""The parts of a run, and what a rerun may reuse of them. A part is a small output of its own: one job's shards and
-its ``manifest.json``, a real packcli manifest with a ``part`` block of the run's facts that the merge and a rerun
-check.
-
-The manifest is written last (on a disk atomically, in a store in one PUT after every shard): a part without one is
-not done, whatever files it left. The run record says which run the parts belong to. A rerun of the same run (same
-fingerprint) reuses every committed part whose shards still check out; the parts of another run are removed, saying
-why they cannot be reused, and so is every file no reused part lists. Layout, in the staging directory of a local
-output or, for an output URL, under the run prefix the output will list its shards under::
+"""The parts of a run, and what a rerun may reuse of them. A part is one job's shards and its ``manifest.json``, a
+real packcli manifest with a ``part`` block of the run's facts that the merge and a rerun check, written last (on a
+disk atomically, in a store in one PUT after every shard): a part without one is not done, whatever files it left.
+The run record says which run the parts belong to. A rerun of the same run (same fingerprint) reuses every
+committed part whose shards still check out; the parts of another run are removed, saying why they cannot be
+reused, and so is every file no reused part lists. Layout, in the staging directory of a local output, or under the
+run prefix of an output URL::
 
     .OUT.packcli-resume/                                   s3://bucket/OUT/packcli-run-.../
         run.json                                           run.json
@@ -14,14 +12,11 @@ output or, for an output URL, under the run prefix the output will list its shar
         part-00000/part-00000-shard-00000.arrow ...        part-00000-shard-00000.arrow ...
         part-00001/tokens
 
-``run.json`` holds the run's facts (fingerprint, plan hash, options, ...) and its inputs; a part's manifest its
-format fields, totals, shards and ``part`` block; its shards are named as they will be in the output. On a disk a
-part verifies on its own (``packcli verify .OUT.packcli-resume/part-00003``), and a part's token store lies in its
-directory (or in ``$PACKCLI_SCRATCH``) while it runs; the merge moves the shards into the output. In a store a part
-is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else the temporary directory) and its shards
-uploaded where the output lists them: the commit writes only the output's manifest, and removes the run record and
-the parts' manifests after it. A rerun in a store trusts a committed part's manifest and its shards' sizes from one
-listing (as ``pack``'s up-to-date check trusts an output's), reading no shard: ``packcli verify`` is the deep check.
+On a disk a part is an output of its own (``packcli verify .OUT.packcli-resume/part-00003``); the merge moves its
+shards into the output. In a store a part is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else
+the temporary directory) and its shards uploaded where the output lists them: the commit writes only the output's
+manifest. A rerun there trusts a committed part's manifest and its shards' sizes in one listing (as ``pack``'s
+up-to-date check trusts an output's), reading no shard: ``packcli verify`` is the deep check.
 """
 
 from __future__ import annotations
@@ -31,16 +26,17 @@ import os
 import re
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_manifest
+from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
 from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
-from packcli.storage.objects import object_sizes, read_objects, remove_objects, upload_files, write_object
+from packcli.storage.objects import object_sizes, remove_objects, upload_files, write_object
 from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, staging_family
@@ -49,6 +45,7 @@ __all__ = ["PartsArea", "part_name", "part_prefix"]
 
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
 TOKENS = "tokens"
+_READERS = 16  # part manifests read at once
 _OF_PART = re.compile(r"part-(\d+)[/-]")  # the partition a file under the area belongs to
 
 
@@ -74,11 +71,6 @@ class PartsArea:
     def part(self, partition: int) -> Path:
         """Where a part's manifest is committed."""
         return self.root / part_name(partition)
-
-    def shards(self, partition: int) -> Path:
-        """Where a part's shards lie: in a store, the run prefix the output lists them under; on a disk, the part's
-        own directory (moved into the output by the merge)."""
-        return self.root if self.remote else self.part(partition)
 
     def _scratch(self, partition: int) -> Path:
         """A part's node-local directory: one name per output and partition, whichever run stages it."""
@@ -125,17 +117,19 @@ class PartsArea:
         return self._read.get(partition)
 
     def _read_parts(self, partitions: list[int]) -> None:
-        """Read the manifests of ``partitions`` not read yet; in a store, together."""
+        """Read the manifests of ``partitions`` not read yet, several at once (in a store, a request each)."""
         wanted = [k for k in partitions if k not in self._read]
-        if self.remote:
-            found = read_objects([f"{self.part(k)}/{MANIFEST_NAME}" for k in wanted])
-            texts = {k: found.get(f"{self.part(k)}/{MANIFEST_NAME}") for k in wanted}
-        else:
-            texts = {k: _read_bytes(self.part(k) / MANIFEST_NAME) for k in wanted}
-        for partition, text in texts.items():
-            manifest = _part_manifest(text, self.part(partition))
-            if manifest is not None:
-                self._read[partition] = manifest
+        with ThreadPoolExecutor(_READERS) as pool:
+            for partition, manifest in zip(wanted, pool.map(self._read_one, wanted)):
+                if manifest is not None:
+                    self._read[partition] = manifest
+
+    def _read_one(self, partition: int) -> dict[str, Any] | None:
+        try:
+            manifest = read_manifest(self.part(partition))
+        except PackcliError:
+            return None
+        return manifest if isinstance(manifest.get("part"), dict) else None
 
     def resume(
         self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
@@ -147,25 +141,24 @@ class PartsArea:
         backend encoded them, and the run asks for ``hf``), is packed again (with a warning saying why).
         """
         earlier = _read_json(self.root / RUN_RECORD)
-        files = _files(self.root)  # one listing, with each object's size in a store
+        if earlier == run and not self.remote:
+            self._regather(partitions)
+        files = _files(self.root)  # one listing, with each file's size
         if earlier != run:
             committed = self._committed(files, partitions) if earlier is not None else []
             if committed:
                 warn(
                     f"not reusing the {len(committed)} committed partition(s) in {self.root} "
-                    f"({_size(self.root, files):,} bytes, removed): they belong to another run "
+                    f"({sum(files.values()):,} bytes, removed): they belong to another run "
                     f"({_difference(earlier or {}, run)}); packing every partition"
                 )
             _remove_files(self.root, list(files))
             self._read.clear()
             self._write_record(run)
             return []
-        if not self.remote and self._regather(partitions):
-            files = _files(self.root)
         committed = self._committed(files, partitions)
         unfinished = set(range(partitions)) - set(committed)
         for partition in unfinished:
-            self._read.pop(partition, None)
             shutil.rmtree(self._scratch(partition), ignore_errors=True)
         # what an unfinished part left goes silently; then files no committed part lists, said
         _remove_files(self.root, [name for name in files if _partition_of(name) in unfinished])
@@ -187,7 +180,7 @@ class PartsArea:
             self.clear(partition)
         return reused
 
-    def _committed(self, files: dict[str, int | None], partitions: int) -> list[int]:
+    def _committed(self, files: dict[str, int], partitions: int) -> list[int]:
         """The partitions whose manifest the listing ``files`` holds and reads as a part's."""
         listed = [k for k in range(partitions) if f"{part_name(k)}/{MANIFEST_NAME}" in files]
         self._read_parts(listed)
@@ -201,7 +194,7 @@ class PartsArea:
             write_json(self.root / RUN_RECORD, run)
 
     def _check(
-        self, partition: int, manifest: dict[str, Any], run: dict[str, Any], files: dict[str, int | None]
+        self, partition: int, manifest: dict[str, Any], run: dict[str, Any], files: dict[str, int]
     ) -> str | None:
         """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed (in a
         store, their sizes in the listing ``files``; on a disk, the whole of ``verify``)."""
@@ -249,20 +242,15 @@ class PartsArea:
             if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
                 _remove_tree(path)
 
-    def _regather(self, partitions: int) -> bool:
-        """Put back into their parts the shards that an interrupted merge had moved into the output being built;
-        whether any was."""
-        moved_any = False
+    def _regather(self, partitions: int) -> None:
+        """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
         self._read_parts(list(range(partitions)))
-        for partition in range(partitions):
-            manifest = self._read.get(partition)
-            for item in _listed_files(manifest) if manifest is not None else []:
+        for partition, manifest in self._read.items():
+            for item in _listed_files(manifest):
                 name = str(item["file"])
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
                     os.replace(moved, home)
-                    moved_any = True
-        return moved_any
 
 
 def _partition_of(name: str) -> int | None:
@@ -271,50 +259,23 @@ def _partition_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _part_manifest(text: bytes | None, part: Path) -> dict[str, Any] | None:
-    """A part's manifest from its text; None for none, or one that is no valid part manifest."""
-    try:
-        manifest = json.loads(text) if text is not None else None
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("part"), dict):
-            return None
-        validate_manifest(manifest, part / MANIFEST_NAME)
-    except (ValueError, PackcliError):
-        return None
-    return manifest
-
-
-def _read_bytes(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
 def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Every file a part's manifest lists: its shards and their sidecars."""
     return [item for shard in manifest["shards"] for item in entry_files(shard)]
 
 
-def _files(root: Path) -> dict[str, int | None]:
-    """Every file under ``root`` by its path relative to it, sorted: in a store with its size (one listing); in a
-    local directory, its empty directories too, with no size."""
+def _files(root: Path) -> dict[str, int]:
+    """Every file under ``root`` by its path relative to it, sorted, with its size: in a store from one listing; in
+    a local directory its links (never followed) and empty directories too, of size 0."""
     if isinstance(root, UrlPath):
-        return {url[len(f"{root}/") :]: size for url, size in sorted(object_sizes(str(root)).items())}
+        return {url[len(f"{root}/") :]: size for url, size in object_sizes(str(root)).items()}
     if not root.is_dir():
         return {}
-    found = (
-        path
-        for path in root.rglob("*")
-        if path.is_symlink() or not path.is_dir() or not any(path.iterdir())  # a link is an entry, never followed
-    )
-    return dict.fromkeys(sorted(str(path.relative_to(root)) for path in found))
-
-
-def _size(root: Path, files: dict[str, int | None]) -> int:
-    """The bytes of ``files`` under ``root`` (a directory, or a prefix in a store, whose listing gave their sizes)."""
-    if isinstance(root, UrlPath):
-        return sum(size or 0 for size in files.values())
-    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
+    found = (path for path in root.rglob("*") if path.is_symlink() or not path.is_dir() or not any(path.iterdir()))
+    return {
+        str(path.relative_to(root)): 0 if path.is_symlink() or path.is_dir() else path.stat().st_size
+        for path in sorted(found)
+    }
 
 
 def _remove_files(root: Path, names: list[str]) -> None:

@@ -37,7 +37,6 @@ __all__ = [
     "object_sizes",
     "open_object",
     "read_object",
-    "read_objects",
     "remove_object_if",
     "remove_objects",
     "replace_object",
@@ -390,11 +389,3 @@ def remove_objects(urls: list[str]) -> None:
     for path in sorted(set(paths) - set(batch)):
         with _named(paths[path], "cannot remove"), suppress(FileNotFoundError):
             filesystem(paths[path])[0].rm_file(path)
-
-
-def read_objects(urls: list[str]) -> dict[str, bytes | None]:
-    """The whole of each of a few small objects in one store, fetched together; None for one that cannot be read."""
-    paths = {filesystem(url)[1]: url for url in urls}
-    with _named(urls[0] if urls else "", "cannot read"):
-        found = filesystem(urls[0])[0].cat(list(paths), on_error="return") if urls else {}
-    return {url: found[path] if isinstance(found.get(path), bytes) else None for path, url in paths.items()}

@@ -155,11 +155,6 @@ class Publication:
             raise
         return self
 
-    @property
-    def parts(self) -> Path:
-        """Where the run's parts go (:mod:`packcli.run.parts`): the staging directory, a partitioned run's kept."""
-        return self.staging
-
     def commit(self) -> None:
         """Swap the staged output (manifest written) into place; the previous output, if any, is then removed."""
         self._refuse_unlisted()

@@ -3,20 +3,18 @@
 
 The protocol, under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
 
-1. what dead runs left (the objects of run prefixes no manifest lists) is removed, and the parts of any other run
-   (a run prefix holding a run record, :mod:`packcli.run.parts`), saying so with their size; a partitioned run
-   takes the parts it finds as its own run prefix, to resume from. An output of the same fingerprint with every
-   shard present (by the sizes of one listing) is up to date (what it did not write, it leaves); another packcli
-   output is replaced only with ``--overwrite``; a prefix holding anything else is refused, naming it;
+1. what dead runs left (the objects of run prefixes no manifest lists) is removed, and the parts of other runs (a
+   run prefix holding a run record), saying so with their size: a partitioned run resumes the parts it finds under
+   their run prefix. An output of the same fingerprint with every shard present (the sizes of one listing) is up to
+   date (what it did not write, it leaves); another packcli output is replaced only with ``--overwrite``; a prefix
+   holding anything else is refused, naming it;
 2. a plain run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
-   temporary directory); a partitioned run stages only its manifest there: its parts upload their shards under its
-   run prefix, where the output lists them;
-3. ``commit`` uploads a plain run's shards under its run-unique prefix ``packcli-run-<time>-<random>/`` (a
-   partitioned run's are there already: each byte is written once), then writes ``manifest.json`` (one PUT: readers
-   see the old manifest or the new one, never a part), which names the shards by their paths relative to the
-   output: ``packcli-run-.../shard-00000.arrow``. That write is the commit: before it nothing a reader takes for an
-   output has changed, and the lock is checked to still name this run just before it. The previous output's
-   objects, and the run record and part manifests, are removed after it, by the store's batch call.
+   temporary directory); a partitioned run's parts upload their shards under its run prefix (:mod:`packcli.run.parts`);
+3. ``commit`` uploads a plain run's shards under its run prefix ``packcli-run-<time>-<random>/`` (each byte is
+   written once), then writes ``manifest.json`` (one PUT: readers see the old manifest or the new one, never a
+   part), which names the shards by their paths relative to the output: ``packcli-run-.../shard-00000.arrow``.
+   That write is the commit: before it nothing a reader takes for an output has changed, and the lock is checked to
+   still name this run just before it. What the previous output and the parts' records held goes after it.
 
 A run killed at any point leaves at most its run prefix (a partitioned run's: its parts) and its lock object; the
 next run takes the stale lock over, removes the run prefix or resumes from the parts. A run whose lock is lost
@@ -302,9 +300,8 @@ def output_state(out: Path, fingerprint: str) -> Existing:
 
 
 class Found(NamedTuple):
-    """What an output URL holds: the output ("absent", "same" or "other"), the objects of dead runs there, and the
-    parts of unfinished partitioned runs, by their area (a run prefix, or an earlier packcli's ``packcli-resume``),
-    each object's URL with its size."""
+    """What an output URL holds: its output, the objects of dead runs, and the parts of unfinished runs by their area
+    (a run prefix, or an earlier packcli's ``packcli-resume``), each object's URL with its size."""
 
     existing: Existing
     debris: list[str]
