@@ -89,10 +89,11 @@ class PartsArea:
         return (self._scratch(partition) if local else self.part(partition)) / TOKENS
 
     def clear(self, partition: int) -> None:
-        """Remove a part: its manifest, shards, token store and scratch."""
+        """Remove a part: its manifest, shards, token store and scratch. In a store, its manifest (no listing a
+        job): the next attempt writes its shards over, the commit or the next resume removes what none lists."""
         self._read.pop(partition, None)
         if self.remote:
-            _remove_files(self.root, [name for name in _files(self.root) if _partition_of(name) == partition])
+            remove_objects([f"{self.part(partition)}/{MANIFEST_NAME}"])
         else:
             _remove_tree(self.part(partition))
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
