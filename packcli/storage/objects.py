@@ -218,9 +218,10 @@ def glob_objects(url: str) -> list[str]:
 
 
 def read_object(url: str) -> bytes:
-    """The whole of a small object (a manifest, a lock)."""
-    with open_object(url) as stream:
-        return stream.read()
+    """The whole of a small object (a manifest, a lock), in one request (the store's library retries it)."""
+    fs, path = filesystem(url)
+    with _named(url, "cannot read"):
+        return bytes(fs.cat_file(path))
 
 
 class _RetryingReader(io.RawIOBase):
