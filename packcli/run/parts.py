@@ -32,7 +32,7 @@ from typing import Any
 
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_manifest
 from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
@@ -126,11 +126,16 @@ class PartsArea:
                     self._read[partition] = manifest
 
     def _read_one(self, partition: int) -> dict[str, Any] | None:
+        """A part's manifest, read whole (one request in a store) and checked; None for none, or a damaged one."""
+        path = self.part(partition) / MANIFEST_NAME
         try:
-            manifest = read_manifest(self.part(partition))
-        except PackcliError:
-            return None
-        return manifest if isinstance(manifest.get("part"), dict) else None
+            manifest = json.loads(path.read_bytes())
+            if isinstance(manifest, dict) and isinstance(manifest.get("part"), dict):
+                validate_manifest(manifest, path)
+                return manifest
+        except (OSError, ValueError, PackcliError):
+            pass
+        return None
 
     def resume(
         self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
