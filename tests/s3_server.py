@@ -4,7 +4,7 @@ The processes under test reach it as any S3-compatible store: ``AWS_ENDPOINT_URL
 in the environment for the session (subprocesses inherit them) and restored after; the server is stopped at the end
 and waited for, so no process outlives the session. ``bucket()`` makes a fresh, empty bucket for one test;
 ``recorded()`` gives the requests the server answered meanwhile (moto's own request recorder, to a file of the
-session's temporary directory).
+session's temporary directory, where requests answered at once may share a line).
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ class S3Server:
             yield found
         finally:
             self._recorder("stop-recording")
-            for line in self._recorder("download-recording").splitlines():
-                entry = json.loads(line)
+            text, position, decoder = self._recorder("download-recording"), 0, json.JSONDecoder()
+            while text[position:].strip():  # concurrent requests may land on one line, one entry after another
+                entry, position = decoder.raw_decode(text, len(text) - len(text[position:].lstrip()))
                 found.append((entry["method"], unquote(urlsplit(entry["url"]).path).lstrip("/")))
 
     def _recorder(self, action: str) -> str:

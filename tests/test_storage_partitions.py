@@ -1,14 +1,16 @@
 """Partitioned runs whose inputs and output are in an S3-protocol store (moto's server on 127.0.0.1): each part is
-built on the worker's scratch and uploaded, the merge copies the shards under the run prefix, and the output has the
-same shards as the same partitioned pack on disk; a run killed with ``kill -9`` leaves its committed parts in the
-store (each one verifies on its own) and the rerun resumes from them, to the same bytes; and a Ray cluster of two
-nodes on this machine, each with its own scratch, sharing nothing but the store, writes the local engine's bytes."""
+built on the worker's scratch and its shards uploaded once, under the run prefix the output lists them under (the
+commit writes only the manifest), and the output has the same shards as the same partitioned pack on disk; a run
+killed with ``kill -9`` leaves its committed parts in the store and the rerun resumes from them, reading none of
+their shards, to the same bytes; and a Ray cluster of two nodes on this machine, each with its own scratch, sharing
+nothing but the store, writes the local engine's bytes."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,6 +33,7 @@ from packcli.storage.urls import location
 
 runner = CliRunner()
 PARTITIONS = ["--max-len", "512", "--partitions", "4"]
+PART_MANIFEST = re.compile(r"packcli-run-[^/]+/part-\d+/manifest\.json")
 
 
 def invoke(*args: str) -> Any:
@@ -88,10 +91,14 @@ def test_a_partitioned_run_from_and_to_a_store_is_the_partitioned_run_on_disk(
     scratch.mkdir()
     monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))  # the workers build their parts there
     out = f"{bucket}/packed"
-    result = invoke("pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "2", "--out", out, "--quiet", "--json")
+    with s3_server.recorded() as requests:
+        result = invoke("pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "2", "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["partitions"] == 4
     manifest = assert_same_shards(fs, out, reference)
+    for name in listed_files(manifest):  # each shard and sidecar written once, where the output lists it
+        writes = [key for method, key in requests if method in ("PUT", "POST") and key.endswith(name.split("/")[1])]
+        assert writes == [f"{out.removeprefix('s3://')}/{name}"], (name, writes)
     assert not list(scratch.iterdir())
     for report in (["verify", "--json"], ["stats", "--json"]):
         there, here = invoke(*report, out), invoke(*report, str(reference))
@@ -103,13 +110,12 @@ def test_a_partitioned_run_from_and_to_a_store_is_the_partitioned_run_on_disk(
 
 def killed_once_a_part_is_committed(fs: Any, out: str, args: list[str]) -> list[str]:
     """Run ``pack ARGS`` on one worker; kill -9 the driver and its worker once a part is committed under ``out``;
-    the committed parts' manifests."""
-    parts = f"{out}/packcli-resume"
+    the committed parts' manifests, by their keys relative to ``out`` (``packcli-run-.../part-NNNNN/manifest.json``)."""
     command = [sys.executable, "-m", "packcli", "pack", *args, "--workers", "1", "--quiet"]
     process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
 
     def committed() -> list[str]:
-        return [name for name in object_keys(fs, parts) if name.endswith("/manifest.json")] if fs.exists(parts) else []
+        return [name for name in object_keys(fs, out) if PART_MANIFEST.fullmatch(name)] if fs.exists(out) else []
 
     deadline = time.monotonic() + 120
     while not committed() and process.poll() is None and time.monotonic() < deadline:
@@ -123,30 +129,34 @@ def killed_once_a_part_is_committed(fs: Any, out: str, args: list[str]) -> list[
 def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The resumed run reuses the committed parts and leaves nothing of the dead run in this node's scratch."""
+    """The resumed run reuses the committed parts, trusting their manifests and their shards' sizes in a listing
+    (it reads none of their shards), and leaves nothing of the dead run in this node's scratch."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
     monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "1")  # the dead run's lock is taken over a second after its last beat
     fs, bucket = uploaded(s3_server, corpus)
-    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    out = f"{bucket}/packed"
     args = [f"{bucket}/corpus/", *PARTITIONS, "--out", out]
     done = killed_once_a_part_is_committed(fs, out, args)
     assert 1 <= len(done) < 4 and "manifest.json" not in object_keys(fs, out)
-    part = f"{parts}/{done[0].split('/')[0]}"
-    verified = invoke("verify", part, "--json")  # a committed part is an output of its own
-    assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
+    run, part = done[0].split("/")[:2]
+    shards = [name for key in done for name in listed_files(json.loads(fs.cat(f"{out}/{key}")))]
+    assert all(fs.exists(f"{out}/{run}/{name}") for name in shards)  # where the output will list them
 
     # the kill may also come after a part's commit and before its scratch is removed: what that leaves, the rerun
     # removes too
-    left = PartsArea(location(parts)).build_path(int(done[0].split("/")[0].split("-")[1]))
+    left = PartsArea(location(f"{out}/{run}")).build_path(int(part.split("-")[1]))
     left.mkdir(parents=True, exist_ok=True)
     (left / "part-00000-shard-00000.arrow").write_bytes(b"staged")
     wait_until_stale(fs, f"{out}/.packcli-lock")
-    resumed = invoke("pack", *args, "--quiet", "--json")  # takes over the dead run's lock, reuses its parts
+    with s3_server.recorded() as requests:
+        resumed = invoke("pack", *args, "--quiet", "--json")  # takes over the dead run's lock, reuses its parts
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["partitions_reused"] == len(done)
-    assert_same_shards(fs, out, reference)
+    assert [key for method, key in requests if method == "GET" and key.endswith(tuple(shards))] == []
+    manifest = assert_same_shards(fs, out, reference)
+    assert manifest["shards"][0]["file"].startswith(f"{run}/")  # the dead run's prefix, resumed
     assert not list(scratch.iterdir()), "the dead run's scratch outlived the resumed run"
 
 
@@ -206,16 +216,16 @@ def test_parts_a_committed_run_left_are_removed_by_the_next_run_unless_a_live_ru
     s3_server: S3Server, corpus: Path
 ) -> None:
     fs, bucket = uploaded(s3_server, corpus)
-    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    out = f"{bucket}/packed"
     args = ["pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "1", "--out", out, "--quiet", "--json"]
     packed = invoke(*args)
     assert packed.exit_code == 0, packed.output
     manifest = json.loads(fs.cat(f"{out}/manifest.json"))
+    parts = f"{out}/{manifest['shards'][0]['file'].split('/')[0]}"
 
     def died_while_removing_the_parts() -> None:  # what the driver leaves when it dies after its commit
-        shard = manifest["shards"][0]["file"]
         fs.pipe(f"{parts}/run.json", json.dumps({"fingerprint": manifest["fingerprint"]}).encode())
-        fs.copy(f"{out}/{shard}", f"{parts}/part-00003/{shard.split('/')[-1]}")
+        fs.pipe(f"{parts}/part-00003/manifest.json", b"{}")
 
     died_while_removing_the_parts()
     live = {"host": socket.gethostname(), "pid": os.getpid(), "run": "packcli-run-live", "heartbeat": time.time()}
@@ -227,7 +237,8 @@ def test_parts_a_committed_run_left_are_removed_by_the_next_run_unless_a_live_ru
 
     again = invoke(*args)  # up to date, and no run is live: the dead run's parts go
     assert again.exit_code == 0 and json.loads(again.stdout)["status"] == "up-to-date", again.output
-    assert not fs.exists(parts) and json.loads(fs.cat(f"{out}/manifest.json")) == manifest
+    assert json.loads(fs.cat(f"{out}/manifest.json")) == manifest
+    assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])
 
     died_while_removing_the_parts()
     replaced = invoke("pack", f"{bucket}/corpus/", "--max-len", "256", "--out", out, "--overwrite", "--quiet")
@@ -255,7 +266,7 @@ def test_a_full_scratch_disk_in_a_partitioned_run_to_a_store_is_one_line(
     assert error_line(result.stderr).startswith(f"error: cannot write {out}: File too large; nothing was published"), (
         result.stderr
     )
-    assert f"kept in {out}/packcli-resume" in result.stderr
+    assert f"kept in {out}/packcli-run-" in result.stderr
     assert "manifest.json" not in object_keys(fs, out) and ".packcli-lock" not in object_keys(fs, out)
 
 
@@ -266,10 +277,12 @@ def test_no_resume_area_outlives_a_later_run_on_the_output(
     date, which says so with their size; nothing is left that the manifest does not list."""
     monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "1")  # the dead run's lock is taken over a second after its last beat
     fs, bucket = uploaded(s3_server, corpus)
-    out, parts = f"{bucket}/packed", f"{bucket}/packed/packcli-resume"
+    out = f"{bucket}/packed"
     plain = ["pack", f"{bucket}/corpus/", "--max-len", "256", "--out", out, "--json"]
     for later, extra in (("packed", []), ("up-to-date", ["--overwrite"])):
-        assert killed_once_a_part_is_committed(fs, out, [f"{bucket}/corpus/", *PARTITIONS, "--out", out, *extra])
+        done = killed_once_a_part_is_committed(fs, out, [f"{bucket}/corpus/", *PARTITIONS, "--out", out, *extra])
+        assert done
+        parts = f"{out}/{done[0].split('/')[0]}"
         wait_until_stale(fs, f"{out}/.packcli-lock")
         left = {name: info["size"] for name, info in fs.find(parts, detail=True).items()}
         result = invoke(*plain)
@@ -278,3 +291,20 @@ def test_no_resume_area_outlives_a_later_run_on_the_output(
         assert said in result.stderr, result.stderr
         manifest = json.loads(fs.cat(f"{out}/manifest.json"))
         assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])
+
+
+def test_the_parts_an_earlier_packcli_left_under_packcli_resume_are_removed_saying_so(
+    s3_server: S3Server, corpus: Path
+) -> None:
+    """An earlier packcli kept a partitioned run's parts under ``packcli-resume/``: a run now takes them for another
+    run's parts (removed, said with their size), not for another tool's objects (refused)."""
+    fs, bucket = uploaded(s3_server, corpus)
+    out = f"{bucket}/packed"
+    fs.pipe(f"{out}/packcli-resume/run.json", b'{"fingerprint": "earlier"}')
+    fs.pipe(f"{out}/packcli-resume/part-00000/part-00000-shard-00000.arrow", b"shard")
+    result = invoke("pack", f"{bucket}/corpus/", *PARTITIONS, "--workers", "1", "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    said = f"warning: removing {out}/packcli-resume (2 file(s), 31 bytes): the parts of an unfinished run of other"
+    assert said in result.stderr, result.stderr
+    manifest = json.loads(fs.cat(f"{out}/manifest.json"))
+    assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])

@@ -3,8 +3,8 @@
 A plain run is one job on the in-process engine, its shards ``shard-NNNNN.arrow``, in a fresh staging directory;
 a partitioned run (``--partitions``) is one job per partition of a plan made from the inputs alone, on worker
 processes or Ray, in a parts area that survives a failed or killed run (``.OUT.packcli-resume`` beside a local
-output, ``OUT/packcli-resume/`` in the store of an output URL) so that a rerun with the same fingerprint reuses the
-committed partitions. Either way each job commits a part, a small output with its own manifest
+output, the run's ``OUT/packcli-run-.../`` prefix in the store of an output URL) so that a rerun with the same
+fingerprint reuses the committed partitions. Either way each job commits a part, a small output with its own manifest
 (:mod:`packcli.run.parts`); the merge reads the parts' manifests and brings their shards into the output, and the
 output's manifest is written last, the commit: an interrupted run never leaves an output that looks complete, and
 an existing output stays intact until then. A worker needs no path of the driver's: with an output URL its part is
@@ -46,7 +46,6 @@ from packcli.run.setup import (
     tokenizer_entry,
 )
 from packcli.storage import UrlPath, location
-from packcli.storage.listing import RESUME_PREFIX
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.signals import signals_held
 from packcli.write.publish import Publication
@@ -105,8 +104,7 @@ def pack_corpus(
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
-        remote_parts = plan is not None and isinstance(out, UrlPath)
-        area = PartsArea(out / RESUME_PREFIX if remote_parts else publication.staging)
+        area = PartsArea(publication.parts if isinstance(publication, RemotePublication) else publication.staging)
         reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn, options.tokenizer_backend)
         try:
             if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
@@ -152,18 +150,17 @@ def pack_corpus(
         manifest.update(totals=totals, shards=shards)
         if "sources" in parts[0]:
             manifest["sources"] = parts[0]["sources"]
-        placed = area.gather(publication.staging, parts)
+        area.gather(publication.staging, parts)
         write_manifest(publication.staging, manifest)
         from_cache = bool(parts[0]["part"]["from_cache"])
         if from_cache:
             cache.discard(setup.cache_key())
         if isinstance(publication, RemotePublication):
-            publication.commit(placed)
+            publication.commit()
         else:
             with signals_held():  # the parts stay committed until the output is in place
                 area.remove_records()
                 publication.commit()
-        area.discard()
     reporter.close()
     if plan is None:
         return PackResult(out, "packed", manifest, from_cache)

@@ -1,41 +1,43 @@
-"""The parts of a run, and what a rerun may reuse of them. A part is a small output of its own: a directory holding
-one job's shards and its ``manifest.json``, a real packcli manifest (``packcli verify`` and ``stats`` read one part)
-with a ``part`` block of the run's facts that the merge and a rerun check.
+"""The parts of a run, and what a rerun may reuse of them. A part is one job's shards and its ``manifest.json``, a
+real packcli manifest with a ``part`` block of the run's facts that the merge and a rerun check, written last (on a
+disk atomically, in a store in one PUT after every shard): a part without one is not done, whatever files it left.
+The run record says which run the parts belong to. A rerun of the same run (same fingerprint) reuses every
+committed part whose shards still check out; the parts of another run are removed, saying why they cannot be
+reused, and so is every file no reused part lists. Layout, in the staging directory of a local output, or under the
+run prefix of an output URL::
 
-The manifest is written last (on a disk atomically, in a store in one PUT after every shard): a part without one is
-not done, whatever files it left. The run record says which run the parts belong to. A rerun of the same run (same
-fingerprint) reuses every committed part whose shards still have the sizes and sha256 of its manifest; the parts of
-another run are removed, saying why they cannot be reused, and so is every file no reused part lists. Layout, in the
-staging directory of a local output or, for an output URL, under its ``packcli-resume/`` prefix in the store::
+    .OUT.packcli-resume/                                   s3://bucket/OUT/packcli-run-.../
+        run.json                                           run.json
+        part-00000/manifest.json                           part-00000/manifest.json
+        part-00000/part-00000-shard-00000.arrow ...        part-00000-shard-00000.arrow ...
+        part-00001/tokens
 
-    .OUT.packcli-resume/                                       s3://bucket/OUT/packcli-resume/
-        run.json                       the run's facts (fingerprint, plan hash, options, ...) and its inputs
-        part-00000/manifest.json       partition 0's manifest: the format's fields, totals, shards, its `part` block
-        part-00000/part-00000-shard-00000.arrow ...           its shards, named as they will be in the output
-        part-00001/tokens              partition 1's token store while it runs (or in $PACKCLI_SCRATCH)
-
-A part in a store is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else the temporary directory),
-token store and shards, and uploaded on commit: its shards, then its manifest. The merge moves the shards of a local
-run into the output; a store's are copied there by the publication's commit, and the parts removed after it.
+On a disk a part is an output of its own (``packcli verify .OUT.packcli-resume/part-00003``); the merge moves its
+shards into the output. In a store a part is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else
+the temporary directory) and its shards uploaded where the output lists them: the commit writes only the output's
+manifest. A rerun there trusts a committed part's manifest and its shards' sizes in one listing (as ``pack``'s
+up-to-date check trusts an output's), reading no shard: ``packcli verify`` is the deep check.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_manifest
 from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
 from packcli.storage import UrlPath
-from packcli.storage.objects import find_objects, object_sizes, remove_objects, upload_file, write_object
-from packcli.util.files import canonical_json, file_sha256, write_json
+from packcli.storage.objects import object_sizes, remove_objects, upload_files, write_object
+from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, staging_family
 
@@ -43,6 +45,8 @@ __all__ = ["PartsArea", "part_name", "part_prefix"]
 
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
 TOKENS = "tokens"
+_READERS = 16  # part manifests read at once
+_OF_PART = re.compile(r"part-(\d+)[/-]")  # the partition a file under the area belongs to
 
 
 def part_name(partition: int) -> str:
@@ -56,7 +60,7 @@ def part_prefix(partition: int) -> str:
 
 
 class PartsArea:
-    """The parts of one run under ``root``: a local directory, or a prefix in a store (a
+    """The parts of one run under ``root``: a local directory, or a run prefix in a store (a
     :class:`~packcli.storage.UrlPath`)."""
 
     def __init__(self, root: Path) -> None:
@@ -65,12 +69,12 @@ class PartsArea:
         self._read: dict[int, dict[str, Any]] = {}  # committed parts' manifests read so far (a store's cost requests)
 
     def part(self, partition: int) -> Path:
-        """Where a part is committed."""
+        """Where a part's manifest is committed."""
         return self.root / part_name(partition)
 
     def _scratch(self, partition: int) -> Path:
         """A part's node-local directory: one name per output and partition, whichever run stages it."""
-        owner = self.root.resolve() if self.remote else staging_family(self.root.resolve())
+        owner = self.root.parent if self.remote else staging_family(self.root.resolve())
         return scratch_directory() / f"packcli-{scratch_key(owner)}-{part_name(partition)}"
 
     def build_path(self, partition: int) -> Path:
@@ -85,9 +89,13 @@ class PartsArea:
         return (self._scratch(partition) if local else self.part(partition)) / TOKENS
 
     def clear(self, partition: int) -> None:
-        """Remove a part: its manifest, shards, token store and scratch."""
+        """Remove a part: its manifest, shards, token store and scratch. In a store, its manifest (no listing a
+        job): the next attempt writes its shards over, the commit or the next resume removes what none lists."""
         self._read.pop(partition, None)
-        _remove_tree(self.part(partition))
+        if self.remote:
+            remove_objects([f"{self.part(partition)}/{MANIFEST_NAME}"])
+        else:
+            _remove_tree(self.part(partition))
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def commit(self, partition: int, manifest: dict[str, Any]) -> None:
@@ -95,8 +103,8 @@ class PartsArea:
         atomically. The part is done once its manifest exists."""
         part = self.part(partition)
         if self.remote:
-            for item in _listed_files(manifest):
-                upload_file(str(self.build_path(partition) / item["file"]), f"{part}/{item['file']}")
+            built = self.build_path(partition)
+            upload_files({str(built / item["file"]): f"{self.root}/{item['file']}" for item in _listed_files(manifest)})
             write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         else:
             write_manifest(part, manifest)
@@ -105,16 +113,29 @@ class PartsArea:
     def read(self, partition: int) -> dict[str, Any] | None:
         """A part's manifest, or None when the part is not committed (or its manifest is damaged). A committed
         part changes only when cleared, so its manifest is read once."""
-        if partition in self._read:
-            return self._read[partition]
+        if partition not in self._read:
+            self._read_parts([partition])
+        return self._read.get(partition)
+
+    def _read_parts(self, partitions: list[int]) -> None:
+        """Read the manifests of ``partitions`` not read yet, several at once (in a store, a request each)."""
+        wanted = [k for k in partitions if k not in self._read]
+        with ThreadPoolExecutor(_READERS) as pool:
+            for partition, manifest in zip(wanted, pool.map(self._read_one, wanted)):
+                if manifest is not None:
+                    self._read[partition] = manifest
+
+    def _read_one(self, partition: int) -> dict[str, Any] | None:
+        """A part's manifest, read whole (one request in a store) and checked; None for none, or a damaged one."""
+        path = self.part(partition) / MANIFEST_NAME
         try:
-            manifest = read_manifest(self.part(partition))
-        except PackcliError:
-            return None
-        if not isinstance(manifest.get("part"), dict):
-            return None
-        self._read[partition] = manifest
-        return manifest
+            manifest = json.loads(path.read_bytes())
+            if isinstance(manifest, dict) and isinstance(manifest.get("part"), dict):
+                validate_manifest(manifest, path)
+                return manifest
+        except (OSError, ValueError, PackcliError):
+            pass
+        return None
 
     def resume(
         self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
@@ -126,30 +147,33 @@ class PartsArea:
         backend encoded them, and the run asks for ``hf``), is packed again (with a warning saying why).
         """
         earlier = _read_json(self.root / RUN_RECORD)
+        if earlier == run and not self.remote:
+            self._regather(partitions)
+        files = _files(self.root)  # one listing, with each file's size
         if earlier != run:
-            committed = [k for k in range(partitions) if self.read(k) is not None] if earlier is not None else []
+            committed = self._committed(files, partitions) if earlier is not None else []
             if committed:
                 warn(
                     f"not reusing the {len(committed)} committed partition(s) in {self.root} "
-                    f"({_size(self.root):,} bytes, removed): they belong to another run "
+                    f"({sum(files.values()):,} bytes, removed): they belong to another run "
                     f"({_difference(earlier or {}, run)}); packing every partition"
                 )
-            _remove_files(self.root, _files(self.root))
+            _remove_files(self.root, list(files))
             self._read.clear()
             self._write_record(run)
             return []
-        if not self.remote:
-            self._regather(partitions)
-        committed = [k for k in range(partitions) if self.read(k) is not None]
-        for partition in sorted(set(range(partitions)) - set(committed)):
-            self.clear(partition)  # unfinished: packed again
-        # files no committed part lists go next: a part is then judged by what its manifest lists
-        self._remove_unlisted(committed, warn)
+        committed = self._committed(files, partitions)
+        unfinished = set(range(partitions)) - set(committed)
+        for partition in unfinished:
+            shutil.rmtree(self._scratch(partition), ignore_errors=True)
+        # what an unfinished part left goes silently; then files no committed part lists, said
+        _remove_files(self.root, [name for name in files if _partition_of(name) in unfinished])
+        self._remove_unlisted(committed, [name for name in files if _partition_of(name) not in unfinished], warn)
         reused = []
         for partition in committed:
             manifest = self.read(partition) or {}
             encoded_by = manifest.get("tokenizer", {}).get("backend")
-            problem = self._check(partition, manifest, run) or (
+            problem = self._check(partition, manifest, run, files) or (
                 None
                 if takes_tokens(requested, encoded_by)
                 else f"{encoded_by} encoded it, and this run takes only --tokenizer-backend {requested}'s tokens"
@@ -162,6 +186,12 @@ class PartsArea:
             self.clear(partition)
         return reused
 
+    def _committed(self, files: dict[str, int], partitions: int) -> list[int]:
+        """The partitions whose manifest the listing ``files`` holds and reads as a part's."""
+        listed = [k for k in range(partitions) if f"{part_name(k)}/{MANIFEST_NAME}" in files]
+        self._read_parts(listed)
+        return [k for k in listed if k in self._read]
+
     def _write_record(self, run: dict[str, Any]) -> None:
         if self.remote:
             write_object(f"{self.root}/{RUN_RECORD}", canonical_json(run).encode())
@@ -169,8 +199,11 @@ class PartsArea:
             self.root.mkdir(parents=True, exist_ok=True)
             write_json(self.root / RUN_RECORD, run)
 
-    def _check(self, partition: int, manifest: dict[str, Any], run: dict[str, Any]) -> str | None:
-        """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed."""
+    def _check(
+        self, partition: int, manifest: dict[str, Any], run: dict[str, Any], files: dict[str, int]
+    ) -> str | None:
+        """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed (in a
+        store, their sizes in the listing ``files``; on a disk, the whole of ``verify``)."""
         if manifest["part"].get("partition") != partition:
             return f"its manifest is for partition {manifest['part'].get('partition')}"
         for key, value in manifest["part"].items():
@@ -180,64 +213,56 @@ class PartsArea:
             report = verify_output(self.part(partition))
             return None if report.ok else f"it fails verify ({report.problems[0]})"
         for item in _listed_files(manifest):
-            path = self.part(partition) / str(item["file"])
-            if not path.is_file() or path.stat().st_size != item["bytes"]:
-                return f"{path.name} is missing or not {item['bytes']} bytes as listed"
-            if file_sha256(path) != item["sha256"]:
-                return f"{path.name} does not have the sha256 listed"
+            if files.get(str(item["file"])) != item["bytes"]:
+                return f"{item['file']} is missing or not {item['bytes']} bytes as listed"
         return None
 
-    def _remove_unlisted(self, committed: list[int], warn: Callable[[str], None]) -> None:
-        """Remove every file that no committed part's manifest lists: this run wrote none of them."""
+    def _remove_unlisted(self, committed: list[int], files: list[str], warn: Callable[[str], None]) -> None:
+        """Remove every file of ``files`` that no committed part's manifest lists: this run wrote none of them."""
         listed = {RUN_RECORD}
         for partition in committed:
             manifest = self.read(partition) or {"shards": []}
-            names = [MANIFEST_NAME, *(str(item["file"]) for item in _listed_files(manifest))]
-            listed.update(f"{part_name(partition)}/{name}" for name in names)
-        stray = [name for name in _files(self.root) if name not in listed]
+            shards = "" if self.remote else f"{part_name(partition)}/"
+            listed.add(f"{part_name(partition)}/{MANIFEST_NAME}")
+            listed.update(f"{shards}{item['file']}" for item in _listed_files(manifest))
+        stray = [name for name in files if name not in listed]
         if stray:
             warn(f"removing {len(stray)} file(s) no committed partition wrote from {self.root}: {stray[0]}")
         _remove_files(self.root, stray)
 
-    def gather(self, into: Path, manifests: list[dict[str, Any]]) -> dict[str, Path]:
-        """Bring the parts' shards into the output being built in ``into``, under their own names. On a disk they
-        are moved there (nothing is returned; :meth:`remove_records` then removes the parts); in a store, where
-        there is no move, returns where each shard lies, for the commit to copy (and :meth:`discard` to remove
-        after it)."""
-        placed = {
-            str(item["file"]): self.part(int(manifest["part"]["partition"])) / str(item["file"])
-            for manifest in manifests
-            for item in _listed_files(manifest)
-        }
+    def gather(self, into: Path, manifests: list[dict[str, Any]]) -> None:
+        """Bring the parts' shards into the output being built in ``into``, under their own names: on a disk they
+        are moved there (:meth:`remove_records` then removes the parts); in a store they are there already."""
         if self.remote:
-            return placed
-        for name, path in placed.items():
-            os.replace(path, into / name)
-        return {}
+            return
+        for manifest in manifests:
+            partition = int(manifest["part"]["partition"])
+            for item in _listed_files(manifest):
+                os.replace(self.part(partition) / str(item["file"]), into / str(item["file"]))
 
     def remove_records(self) -> None:
         """On a disk, remove the run record and the parts' manifests once their shards are gathered: the last step
-        before the output is published (a rerun after an interrupt before it finds every part still committed)."""
-        if self.remote:
-            return
+        before the output is published (a rerun after an interrupt before it finds every part still committed). In
+        a store the publication's commit removes them, with what the previous output held."""
         for path in self.root.iterdir():
             if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
                 _remove_tree(path)
 
     def _regather(self, partitions: int) -> None:
         """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
-        for partition in range(partitions):
-            manifest = self.read(partition)
-            for item in _listed_files(manifest) if manifest is not None else []:
+        self._read_parts(list(range(partitions)))
+        for partition, manifest in self._read.items():
+            for item in _listed_files(manifest):
                 name = str(item["file"])
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
                     os.replace(moved, home)
 
-    def discard(self) -> None:
-        """Remove a store's parts area (once the output that copied its shards is committed)."""
-        if self.remote:
-            _remove_files(self.root, _files(self.root))
+
+def _partition_of(name: str) -> int | None:
+    """The partition a file of the area (by its name relative to it) belongs to; None for the run record."""
+    match = _OF_PART.match(name)
+    return int(match.group(1)) if match else None
 
 
 def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -245,30 +270,23 @@ def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for shard in manifest["shards"] for item in entry_files(shard)]
 
 
-def _files(root: Path) -> list[str]:
-    """Every file under ``root``, by its path relative to it (sorted); a local directory's empty directories
-    too."""
+def _files(root: Path) -> dict[str, int]:
+    """Every file under ``root`` by its path relative to it, sorted, with its size: in a store from one listing; in
+    a local directory its links (never followed) and empty directories too, of size 0."""
     if isinstance(root, UrlPath):
-        return [url[len(f"{root}/") :] for url in find_objects(str(root))]
+        return {url[len(f"{root}/") :]: size for url, size in object_sizes(str(root)).items()}
     if not root.is_dir():
-        return []
-    found = (
-        path
-        for path in root.rglob("*")
-        if path.is_symlink() or not path.is_dir() or not any(path.iterdir())  # a link is an entry, never followed
-    )
-    return sorted(str(path.relative_to(root)) for path in found)
-
-
-def _size(root: Path) -> int:
-    """The bytes of the files under ``root`` (a directory, or a prefix in a store)."""
-    if isinstance(root, UrlPath):
-        return sum(object_sizes(str(root)).values())
-    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
+        return {}
+    found = (path for path in root.rglob("*") if path.is_symlink() or not path.is_dir() or not any(path.iterdir()))
+    return {
+        str(path.relative_to(root)): 0 if path.is_symlink() or path.is_dir() else path.stat().st_size
+        for path in sorted(found)
+    }
 
 
 def _remove_files(root: Path, names: list[str]) -> None:
-    """Remove ``names`` under ``root``; locally, then the directories left empty."""
+    """Remove ``names`` under ``root`` (in a store, by the store's batch call); locally, then the directories left
+    empty."""
     if isinstance(root, UrlPath):
         remove_objects([f"{root}/{name}" for name in names])
         return
@@ -280,10 +298,8 @@ def _remove_files(root: Path, names: list[str]) -> None:
 
 
 def _remove_tree(path: Path) -> None:
-    """Remove a file, a directory tree, or every object under a prefix; absent is fine."""
-    if isinstance(path, UrlPath):
-        remove_objects(find_objects(str(path)))
-    elif path.is_dir() and not path.is_symlink():
+    """Remove a file or a directory tree; absent is fine."""
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME
-from packcli.storage.objects import find_objects, glob_objects, is_dir, is_file
+from packcli.storage.objects import glob_objects, is_dir, is_file, object_sizes
 from packcli.storage.urls import UrlPath, location
 
 __all__ = ["Expanded", "expand_url"]
@@ -47,9 +47,9 @@ def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
             raise PackcliError("no such object or prefix", spec)
         found: list[str] = []
         for match in glob_objects(spec):
-            found.extend(find_objects(match) if is_dir(match) else [match])
+            found.extend(list(object_sizes(match)) if is_dir(match) else [match])
         return Expanded(_inputs_only(found, warn), named=False)
-    found = find_objects(str(root))
+    found = list(object_sizes(str(root)))
     if f"{root}/{MANIFEST_NAME}" in found:
         raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
     return Expanded(_inputs_only(found, warn), named=False)

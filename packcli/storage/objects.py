@@ -1,6 +1,6 @@
-"""One object store operation at a time, through fsspec: the filesystem of a URL, an object's facts, reading it
-(streamed and retried), listing a prefix, writing and removing objects (conditionally, on S3: only if absent, or
-only if still at a version).
+"""Object store operations through fsspec: the filesystem of a URL, an object's facts, reading it (streamed and
+retried), listing a prefix, writing and removing objects (conditionally, on S3: only if absent, or only if still at
+a version; several at once by the store's own batch calls).
 
 Invariants: fsspec and the protocol libraries are imported only here, under ``requires_extra("cloud")``; every
 failure is a :class:`PackcliError` naming the URL, with the values of credential variables scrubbed from the
@@ -10,6 +10,7 @@ most ``READ_BLOCK`` bytes at once and retries a transient failure ``READ_ATTEMPT
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 import time
@@ -25,11 +26,9 @@ __all__ = [
     "READ_ATTEMPTS",
     "READ_BLOCK",
     "ObjectInfo",
-    "copy_object",
     "create_object",
     "exists",
     "filesystem",
-    "find_objects",
     "glob_objects",
     "is_dir",
     "is_file",
@@ -42,7 +41,7 @@ __all__ = [
     "remove_objects",
     "replace_object",
     "require_conditional_writes",
-    "upload_file",
+    "upload_files",
     "write_object",
 ]
 
@@ -194,14 +193,9 @@ def list_children(url: str) -> list[str]:
         return _urls(fs, fs.ls(path, detail=False))
 
 
-def find_objects(url: str) -> list[str]:
-    """Every object under the prefix ``url`` (at any depth), as URLs, sorted (see :func:`object_sizes`)."""
-    return sorted(object_sizes(url))
-
-
 def object_sizes(url: str) -> dict[str, int]:
-    """Every object under the prefix ``url`` (at any depth), by URL, with its size, from one listing; none for an
-    absent prefix (so a store that finds nothing to list is missing the bucket, and says so). A folder marker (a
+    """Every object under the prefix ``url`` (at any depth), by URL, sorted, with its size, from one listing; none for
+    an absent prefix (so a store that finds nothing to list is missing the bucket, and says so). A folder marker (a
     zero-byte object whose key ends in ``/``, as a store's console makes a folder) is no object, nor the prefix
     itself, which s3fs lists as a directory when an object appears under it while it looks."""
     fs, path = filesystem(url)
@@ -210,7 +204,7 @@ def object_sizes(url: str) -> dict[str, int]:
         found = fs.find(path, detail=True)
         return {
             str(fs.unstrip_protocol(name)): int(info.get("size") or 0)
-            for name, info in found.items()
+            for name, info in sorted(found.items())
             if info["type"] == "file" and not name.endswith("/")
         }
 
@@ -224,9 +218,10 @@ def glob_objects(url: str) -> list[str]:
 
 
 def read_object(url: str) -> bytes:
-    """The whole of a small object (a manifest, a lock)."""
-    with open_object(url) as stream:
-        return stream.read()
+    """The whole of a small object (a manifest, a lock), in one request (the store's library retries it)."""
+    fs, path = filesystem(url)
+    with _named(url, "cannot read"):
+        return bytes(fs.cat_file(path))
 
 
 class _RetryingReader(io.RawIOBase):
@@ -377,23 +372,21 @@ def _written_tag(fs: Any, path: str, response: Any) -> str:
     return tag or ""
 
 
-def upload_file(local: str, url: str) -> None:
-    """Copy a local file to ``url``."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot upload", writing=True):
-        fs.put_file(local, path)
-
-
-def copy_object(source: str, url: str) -> None:
-    """Copy the object at ``source`` to ``url`` in the same store (the store copies: no byte comes here)."""
-    fs, path = filesystem(url)
-    with _named(source, "cannot copy"):
-        fs.cp_file(filesystem(source)[1], path)
+def upload_files(files: dict[str, str]) -> None:
+    """Copy local files to their URLs (``{path: url}``), all in one store, several at once."""
+    for url in list(files.values())[:1]:  # none, or the first URL: its store is every URL's
+        with _named(url, "cannot upload", writing=True):
+            filesystem(url)[0].put(list(files), [filesystem(each)[1] for each in files.values()])
 
 
 def remove_objects(urls: list[str]) -> None:
-    """Remove the objects at ``urls`` (absent ones are fine)."""
-    for url in urls:
-        fs, path = filesystem(url)
-        with _named(url, "cannot remove"), suppress(FileNotFoundError):
-            fs.rm_file(path)
+    """Remove the objects at ``urls``, all in one store (absent ones are fine), by the store's batch call (S3's
+    ``DeleteObjects``, 1,000 keys a request); a key holding a pattern's characters alone, as the call would glob it."""
+    paths = {filesystem(url)[1]: url for url in urls}
+    batch = [path for path in paths if not glob.has_magic(path)]
+    if batch:
+        with _named(urls[0], "cannot remove"):
+            filesystem(urls[0])[0].rm(batch)
+    for path in sorted(set(paths) - set(batch)):
+        with _named(paths[path], "cannot remove"), suppress(FileNotFoundError):
+            filesystem(paths[path])[0].rm_file(path)

@@ -3,23 +3,21 @@
 
 The protocol, under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
 
-1. what dead runs left (the shards of run prefixes no manifest lists) is removed, and the parts
-   (``packcli-resume/``) of any other run but a partitioned one's own, saying so with their size; an output of the
-   same fingerprint with every shard present is up to date (what it did not write, it leaves); another packcli
-   output is replaced only with ``--overwrite``; a prefix holding anything else is refused, naming it;
-2. the run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
-   temporary directory);
-   (a partitioned run stages only its manifest there: its parts are in the store already, under
-   ``packcli-resume/``, see :mod:`packcli.run.parts`);
-3. ``commit`` uploads the shards under a run-unique prefix ``packcli-run-<time>-<random>/`` (a part's shard already
-   in the store is copied there by the store itself), then writes ``manifest.json`` (one PUT: readers see the old
-   manifest or the new one, never a part), which names the shards by their paths relative to the output:
-   ``packcli-run-.../shard-00000.arrow``. That write is the commit: before it nothing a reader takes for an output
-   has changed, and the lock is checked to still name this run just before it. The previous output's shards are
-   removed after it.
+1. what dead runs left (the objects of run prefixes no manifest lists) is removed, and the parts of other runs (a
+   run prefix holding a run record), saying so with their size: a partitioned run resumes the parts it finds under
+   their run prefix. An output of the same fingerprint with every shard present (the sizes of one listing) is up to
+   date (what it did not write, it leaves); another packcli output is replaced only with ``--overwrite``; a prefix
+   holding anything else is refused, naming it;
+2. a plain run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
+   temporary directory); a partitioned run's parts upload their shards under its run prefix (:mod:`packcli.run.parts`);
+3. ``commit`` uploads a plain run's shards under its run prefix ``packcli-run-<time>-<random>/`` (each byte is
+   written once), then writes ``manifest.json`` (one PUT: readers see the old manifest or the new one, never a
+   part), which names the shards by their paths relative to the output: ``packcli-run-.../shard-00000.arrow``.
+   That write is the commit: before it nothing a reader takes for an output has changed, and the lock is checked to
+   still name this run just before it. What the previous output and the parts' records held goes after it.
 
-A run killed at any point leaves at most its run prefix, its lock object and (a partitioned run) its parts; the
-next run takes the stale lock over, removes the run prefix and resumes from the parts. A run whose lock is lost
+A run killed at any point leaves at most its run prefix (a partitioned run's: its parts) and its lock object; the
+next run takes the stale lock over, removes the run prefix or resumes from the parts. A run whose lock is lost
 (:class:`~packcli.storage.lock.ObjectLock`) is stopped, and publishes nothing. Local outputs keep
 :class:`~packcli.write.publish.Publication`.
 """
@@ -35,10 +33,10 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import RUN_PREFIX as RUN_DIRECTORY
@@ -47,14 +45,11 @@ from packcli.format.sidecars import SIDECAR_FILE, entry_files
 from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
 from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import (
-    copy_object,
     filesystem,
-    find_objects,
     is_file,
-    object_info,
     object_sizes,
     remove_objects,
-    upload_file,
+    upload_files,
     write_object,
 )
 from packcli.storage.urls import UrlPath
@@ -62,7 +57,7 @@ from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
 from packcli.write.existing import Existing, existing_output, in_use, up_to_date
 from packcli.write.publish import remove_dead_runs
-from packcli.write.staging import out_of_room, parts_fingerprint, parts_removed
+from packcli.write.staging import RUN_RECORD, out_of_room, parts_fingerprint, parts_removed
 
 __all__ = [
     "LOCK_NAME",
@@ -75,8 +70,11 @@ __all__ = [
 ]
 
 LOCK_NAME = ".packcli-lock"
-# what a run writes under its run prefix: its shards and their sidecars (another tool's objects there are not its own)
-_RUN_SHARD = re.compile(rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern})")
+# what a run writes under its run prefix: its shards and their sidecars, and a partitioned run's record and part
+# manifests (another tool's objects there are not its own)
+_RUN_OBJECT = re.compile(
+    rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern}|{RUN_RECORD}|part-\d+/{MANIFEST})"
+)
 
 
 def scratch_directory() -> Path:
@@ -117,7 +115,7 @@ class RemotePublication:
         fingerprint: the run identity; an output with the same one and every shard present is up to date.
         overwrite: replace an existing packcli output of another fingerprint.
         inputs: the run's inputs; none may lie under ``out``.
-        resumable: a partitioned run, whose committed parts (under ``packcli-resume/``) outlive a failure.
+        resumable: a partitioned run, whose committed parts (under its run prefix) outlive a failure.
         current: as :class:`~packcli.write.publish.Publication`'s: an output of this fingerprint that is not
             current is replaced without ``overwrite``.
         warn: told of the parts of another run it removes, and of a lock renewal that failed and is retried.
@@ -179,31 +177,37 @@ class RemotePublication:
     def _existing(self) -> Existing:
         """What the output URL holds, once the leftovers of dead runs are removed (the lock is held), and the parts
         of another run unless this one is partitioned (its parts area sorts out what it may reuse)."""
-        existing, debris = remote_output(self.out, self.fingerprint)
-        remove_objects(debris)
-        if not self.resumable:
-            _remove_parts(self.out, self.warn)
-        self._earlier = existing != "absent"
-        return existing
+        found = remote_output(self.out, self.fingerprint)
+        areas = dict(found.parts)
+        resumed = max((area for area in areas if area.startswith(RUN_PREFIX)), default=None)
+        if self.resumable and resumed is not None:  # a partitioned run's parts are under its run prefix: resumed
+            self.run = resumed
+            del areas[resumed]
+        _remove_parts(self.out, found.debris, areas, self.warn)
+        self._earlier = found.existing != "absent"
+        return found.existing
 
-    def commit(self, stored: Mapping[str, Path] | None = None) -> None:
-        """Put the shards under the run prefix (uploaded from the staging directory, or copied from where
-        ``stored`` says the store holds them), then write the manifest (the commit), then remove the previous
-        output's shards."""
+    @property
+    def parts(self) -> Path:
+        """Where the run's parts go (:mod:`packcli.run.parts`): a partitioned run's, under its run prefix, where the
+        output will list their shards; a plain run's, in the local staging directory."""
+        return self.out / self.run if self.resumable else self.staging
+
+    def commit(self) -> None:
+        """Put a plain run's shards under the run prefix (a partitioned run's are there), then write the manifest
+        (the commit), then remove the previous output and the parts' records."""
         manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
-        for item in (item for shard in manifest["shards"] for item in entry_files(shard)):  # shards and sidecars
-            target = f"{self.out}/{self.run}/{item['file']}"
-            source = (stored or {}).get(item["file"])
-            if source is not None:
-                copy_object(str(source), target)
-            else:
-                upload_file(str(self.staging / item["file"]), target)
+        items = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
+        if not self.resumable:
+            upload_files({str(self.staging / item["file"]): f"{self.out}/{self.run}/{item['file']}" for item in items})
+        for item in items:
             item["file"] = f"{self.run}/{item['file']}"
-        previous = [url for url in find_objects(str(self.out)) if _RUN_SHARD.fullmatch(url[len(f"{self.out}/") :])]
+        listed = {f"{self.out}/{item['file']}" for item in items}
+        previous = [url for url in object_sizes(str(self.out)) if _RUN_OBJECT.fullmatch(url[len(f"{self.out}/") :])]
         self._lock.check()
         write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
         self._committed = True
-        remove_objects([url for url in previous if not url.startswith(f"{self.out}/{self.run}/")])
+        remove_objects([url for url in previous if url not in listed])
 
     def _release(self, error: BaseException | None) -> None:
         """Release the lock; a lost one (the run stopped for it, with the interruption it sent arriving here or
@@ -225,11 +229,11 @@ class RemotePublication:
     ) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
         try:
-            if not self._committed and not self.up_to_date:
-                remove_objects(find_objects(f"{self.out}/{self.run}"))
+            if not (self._committed or self.up_to_date or self.resumable):  # a partitioned run's parts stay
+                remove_objects(list(object_sizes(f"{self.out}/{self.run}")))
         finally:
             self._release(error)
-        parts = self.out / RESUME_PREFIX if self.resumable else None
+        parts = self.parts if self.resumable else None
         full = out_of_room(error, self.out, self._earlier, parts)
         if full is not None:
             raise full from None
@@ -242,35 +246,33 @@ def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = 
     of killed runs and the resume area (:func:`~packcli.write.publish.remove_dead_runs`). Where no parts are left
     (one listing says so) it writes nothing, so a reader's credentials do."""
     if not isinstance(out, UrlPath):
-        remove_dead_runs(out, lambda area: committed_runs_area(area, fingerprint), warn)
+        remove_dead_runs(out, lambda area: parts_fingerprint(area) in (None, fingerprint), warn)
         return
-    if not find_objects(f"{out}/{RESUME_PREFIX}"):
+    if not any(_is_record(url[len(f"{out}/") :]) for url in object_sizes(str(out))):
         return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
     if not lock.acquire():
         return  # a live run's: what is there is its own
     try:
-        remove_objects(remote_output(out, fingerprint)[1])
-        _remove_parts(out, warn)
+        found = remote_output(out, fingerprint)
+        _remove_parts(out, found.debris, found.parts, warn)
     finally:
         lock.release()
 
 
-def _remove_parts(out: Path, warn: Callable[[str], None]) -> None:
-    """Remove the parts under the output URL ``out`` (its lock held): another run's, which this one will not resume,
-    saying so with their size."""
-    area = out / RESUME_PREFIX
-    sizes = object_sizes(str(area))
-    if sizes:
-        warn(parts_removed(area, len(sizes), sum(sizes.values())))
-        remove_objects(sorted(sizes))
+def _is_record(name: str) -> bool:
+    """Whether ``name`` (relative to an output URL) is a parts area's run record (an earlier packcli's too)."""
+    return name == f"{RESUME_PREFIX}/{RUN_RECORD}" or (
+        name.endswith(f"/{RUN_RECORD}") and _RUN_OBJECT.fullmatch(name) is not None
+    )
 
 
-def committed_runs_area(area: Path, committed: str) -> bool:
-    """Whether the parts area ``area`` (a directory, or a prefix in a store) is what the run that committed the
-    output of fingerprint ``committed`` left (its driver died while removing it): its run record names that
-    fingerprint, or is gone (parts without it are never reused)."""
-    return parts_fingerprint(area) in (None, committed)
+def _remove_parts(out: Path, debris: list[str], parts: dict[str, dict[str, int]], warn: Callable[[str], None]) -> None:
+    """Remove, under the output URL ``out`` (its lock held), the ``debris`` of dead runs and the ``parts`` of other
+    runs, which this one will not resume (each area said, with its size): one batch call."""
+    for area, sizes in sorted(parts.items()):
+        warn(parts_removed(out / area, len(sizes), sum(sizes.values())))
+    remove_objects([*debris, *(url for sizes in parts.values() for url in sorted(sizes))])
 
 
 def _holder_words(holder: dict[str, Any], url: str) -> str:
@@ -293,16 +295,23 @@ def output_state(out: Path, fingerprint: str) -> Existing:
     """What ``out`` holds, a directory or an output URL, before a run claims it (see :func:`remote_output` and
     :func:`~packcli.write.existing.existing_output`)."""
     if isinstance(out, UrlPath):
-        return remote_output(out, fingerprint)[0]
+        return remote_output(out, fingerprint).existing
     return existing_output(out.resolve(), fingerprint, out)
 
 
-def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
-    """What the output URL ``out`` holds ("absent", "same" or "other", as
-    :func:`~packcli.write.existing.existing_output` for a directory), and the objects of dead runs there: run
-    prefixes no manifest lists, and the parts (``packcli-resume/``) of the run that committed the output, left when
-    its driver died while removing them. Another run's parts are not named: a run that will not resume them
-    removes them itself, saying so (:func:`_remove_parts`).
+class Found(NamedTuple):
+    """What an output URL holds: its output, the objects of dead runs, and the parts of unfinished runs by their area
+    (a run prefix, or an earlier packcli's ``packcli-resume``), each object's URL with its size."""
+
+    existing: Existing
+    debris: list[str]
+    parts: dict[str, dict[str, int]]
+
+
+def remote_output(out: Path, fingerprint: str) -> Found:
+    """What the output URL ``out`` holds, from one listing (and its manifest). The objects of dead runs: what run
+    prefixes hold that no manifest lists, but the parts of an unfinished partitioned run (a run prefix holding its
+    run record, which a run resumes or removes itself, saying so) and the objects of another tool there.
 
     Raises:
         PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
@@ -314,13 +323,13 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
             out,
         )
     prefix = f"{out}/"
-    names = [url[len(prefix) :] for url in find_objects(str(out))]
+    sizes = {url[len(prefix) :]: size for url, size in object_sizes(str(out)).items()}
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
-    foreign = [name for name in names if name not in (MANIFEST, LOCK_NAME) and not name.startswith(own)]
-    runs = [name for name in names if name.startswith(RUN_PREFIX)]
-    strangers = [name for name in runs if not _RUN_SHARD.fullmatch(name)]  # another tool's, under a run prefix
+    foreign = [name for name in sizes if name not in (MANIFEST, LOCK_NAME) and not name.startswith(own)]
+    runs = [name for name in sizes if name.startswith(own)]
+    strangers = [name for name in runs if not (_RUN_OBJECT.fullmatch(name) or name.startswith(own[1]))]
     manifest = None
-    if MANIFEST in names:
+    if MANIFEST in sizes:
         try:
             manifest = read_manifest(out)
         except PackcliError as exc:
@@ -332,23 +341,25 @@ def remote_output(out: Path, fingerprint: str) -> tuple[Existing, list[str]]:
     if foreign:
         raise _not_packcli(foreign[0], out)
     listed = {item["file"] for shard in manifest["shards"] for item in entry_files(shard)} if manifest else set()
-    debris = [prefix + name for name in runs if name not in listed and name not in strangers]
-    parts = [name for name in names if name.startswith(f"{RESUME_PREFIX}/")]
-    if manifest is not None and parts and committed_runs_area(out / RESUME_PREFIX, manifest["fingerprint"]):
-        debris += [prefix + name for name in parts]
+    live = {name.split("/", 1)[0] for name in listed}
+    areas = {name.split("/", 1)[0] for name in runs if _is_record(name)} - live
+    parts: dict[str, dict[str, int]] = {area: {} for area in areas}
+    debris = []
+    for name in runs:
+        if name.split("/", 1)[0] in areas:
+            parts[name.split("/", 1)[0]][prefix + name] = sizes[name]
+        elif name not in listed and name not in strangers:
+            debris.append(prefix + name)
     intact = (
         manifest is not None
         and manifest["fingerprint"] == fingerprint
-        and all(
-            shard["file"] in names and object_info(prefix + shard["file"]).size == shard["bytes"]
-            for shard in manifest["shards"]
-        )
+        and all(sizes.get(shard["file"]) == shard["bytes"] for shard in manifest["shards"])
     )
     if strangers and not intact:  # an up-to-date output leaves them; a run that replaces it would remove them
         raise _not_packcli(strangers[0], out)
     if manifest is None:
-        return "absent", debris
-    return ("same" if intact else "other"), debris
+        return Found("absent", debris, parts)
+    return Found("same" if intact else "other", debris, parts)
 
 
 def _not_packcli(name: str, out: Path) -> PackcliError:
