@@ -21,6 +21,7 @@ from packcli.version import __version__
 __all__ = [
     "EXPORT_NAME",
     "MANIFEST_NAME",
+    "RUN_DIRECTORY",
     "RUN_PREFIX",
     "SHARD",
     "SHARD_FILE",
@@ -38,7 +39,8 @@ __all__ = [
 MANIFEST_NAME = "manifest.json"
 EXPORT_NAME = "export.json"  # an export's own manifest (packcli.export.record): a directory holding it is no output
 SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
-RUN_PREFIX = re.compile(r"packcli-run-[0-9A-Za-z-]+")  # where an output on object storage keeps a run's shards
+RUN_PREFIX = "packcli-run-"  # where an output on object storage keeps a run's shards: RUN_PREFIX + the run's id
+RUN_DIRECTORY = re.compile(rf"{RUN_PREFIX}[0-9A-Za-z-]+")
 TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete
 SPLIT_PIECES = "split_pieces"  # a shard entry's pieces of split documents (see packcli.write.splits)
 
@@ -179,7 +181,7 @@ def _fail(key: str, problem: str, path: Path) -> NoReturn:
 def shard_path(directory: Path, name: object) -> Path:
     """Resolve a shard file named in a manifest, refusing any name that leaves ``directory``: a file name, or in an
     output on object storage ``packcli-run-ID/NAME`` (the run prefix its shards were uploaded under)."""
-    if isinstance(name, str) and RUN_PREFIX.fullmatch(name.split("/", 1)[0]) and name.count("/") == 1:
+    if isinstance(name, str) and RUN_DIRECTORY.fullmatch(name.split("/", 1)[0]) and name.count("/") == 1:
         return shard_path(directory / name.split("/", 1)[0], name.split("/", 1)[1])
     if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
         raise PackcliError(f"shard path {name!r} leaves the output directory", directory / MANIFEST_NAME)

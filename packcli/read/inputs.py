@@ -250,7 +250,7 @@ def file_identity(path: Path) -> FileIdentity:
 def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:
     """The objects packcli reads that a URL names (one object, a prefix as a directory, or a glob); the others go
     to ``unread``."""
-    from packcli.storage.listing import expand_url
+    from packcli.storage.inputs import expand_url
 
     expanded = expand_url(spec, warn)
     if expanded.named and input_format(expanded.objects[0]) is None:

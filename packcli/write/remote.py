@@ -39,10 +39,9 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from packcli.errors import PackcliError
-from packcli.format.manifest import RUN_PREFIX as RUN_DIRECTORY
-from packcli.format.manifest import SHARD_FILE, read_manifest
+from packcli.format.manifest import MANIFEST_NAME, RUN_DIRECTORY, RUN_PREFIX, SHARD_FILE, read_manifest
 from packcli.format.sidecars import SIDECAR_FILE, entry_files
-from packcli.storage.listing import MANIFEST, RESUME_PREFIX, RUN_PREFIX
+from packcli.storage.inputs import RESUME_PREFIX
 from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import (
     filesystem,
@@ -73,7 +72,7 @@ LOCK_NAME = ".packcli-lock"
 # what a run writes under its run prefix: its shards and their sidecars, and a partitioned run's record and part
 # manifests (another tool's objects there are not its own)
 _RUN_OBJECT = re.compile(
-    rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern}|{RUN_RECORD}|part-\d+/{MANIFEST})"
+    rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern}|{RUN_RECORD}|part-\d+/{MANIFEST_NAME})"
 )
 
 
@@ -196,7 +195,7 @@ class RemotePublication:
     def commit(self) -> None:
         """Put a plain run's shards under the run prefix (a partitioned run's are there), then write the manifest
         (the commit), then remove the previous output and the parts' records."""
-        manifest = json.loads((self.staging / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads((self.staging / MANIFEST_NAME).read_text(encoding="utf-8"))
         items = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
         if not self.resumable:
             upload_files({str(self.staging / item["file"]): f"{self.out}/{self.run}/{item['file']}" for item in items})
@@ -205,7 +204,7 @@ class RemotePublication:
         listed = {f"{self.out}/{item['file']}" for item in items}
         previous = [url for url in object_sizes(str(self.out)) if _RUN_OBJECT.fullmatch(url[len(f"{self.out}/") :])]
         self._lock.check()
-        write_object(f"{self.out}/{MANIFEST}", canonical_json(manifest).encode())
+        write_object(f"{self.out}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         self._committed = True
         remove_objects([url for url in previous if url not in listed])
 
@@ -325,11 +324,11 @@ def remote_output(out: Path, fingerprint: str) -> Found:
     prefix = f"{out}/"
     sizes = {url[len(prefix) :]: size for url, size in object_sizes(str(out)).items()}
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
-    foreign = [name for name in sizes if name not in (MANIFEST, LOCK_NAME) and not name.startswith(own)]
+    foreign = [name for name in sizes if name not in (MANIFEST_NAME, LOCK_NAME) and not name.startswith(own)]
     runs = [name for name in sizes if name.startswith(own)]
     strangers = [name for name in runs if not (_RUN_OBJECT.fullmatch(name) or name.startswith(own[1]))]
     manifest = None
-    if MANIFEST in sizes:
+    if MANIFEST_NAME in sizes:
         try:
             manifest = read_manifest(out)
         except PackcliError as exc:

@@ -13,14 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME
+from packcli.format.manifest import MANIFEST_NAME, RUN_PREFIX
 from packcli.storage.objects import glob_objects, is_dir, is_file, object_sizes
 from packcli.storage.urls import UrlPath, location
 
 __all__ = ["Expanded", "expand_url"]
 
-MANIFEST = MANIFEST_NAME  # write/remote.py's name for it
-RUN_PREFIX = "packcli-run-"  # the prefix an output's shards live under in a store (format.manifest.RUN_PREFIX's start)
 RESUME_PREFIX = "packcli-resume"  # where a partitioned run to an output URL keeps its parts (packcli.run.parts)
 
 
