@@ -4,7 +4,9 @@ several seconds, so the tests that need it are few and marked ``ray``."""
 
 from __future__ import annotations
 
+import errno
 import json
+import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.errors import PackcliError
 
 runner = CliRunner()
 
@@ -132,3 +135,44 @@ def test_misused_engine_flags_are_usage_errors(corpus: Path, tmp_path: Path, fla
     result = invoke("pack", str(corpus), *flags, "--out", str(tmp_path / "out"))
     assert result.exit_code == 2 and message in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def packcli_errors() -> list[PackcliError]:
+    """One instance of every PackcliError class packcli raises, each with a path, a line and its own fields."""
+    from packcli.encode.crosscheck import TokenizerMismatch
+    from packcli.errors import BadRecordError, MissingExtraError, UsageError
+    from packcli.report.gates import GateFailed
+
+    mismatch = TokenizerMismatch("fastokens", 3, 7, 11, 12)
+    mismatch.path, mismatch.line = "c.jsonl", 5
+    return [
+        PackcliError("bad", "c.jsonl", 5),
+        UsageError("--max-len 0: give a positive number", "c.jsonl", 5),
+        BadRecordError("invalid JSON", "c.jsonl", 5),
+        MissingExtraError("needs ray", "c.jsonl", 5),
+        GateFailed("fill 0.5 below 0.9", "c.jsonl", 5),
+        mismatch,
+    ]
+
+
+@pytest.mark.parametrize("error", packcli_errors(), ids=lambda error: type(error).__name__)
+def test_a_job_error_crosses_a_process_with_its_file_line_and_exit_code(error: PackcliError) -> None:
+    """A job raises; its engine re-raises the error in the driver after pickling it across processes: the class,
+    message, file, line, exit code and a subclass's own fields arrive as they left."""
+    error.partition = 2  # what the job adds: the driver names the partition
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) == f"c.jsonl:5: {error.message}"
+    assert (back.path, back.line, back.exit_code, back.partition) == ("c.jsonl", 5, error.exit_code, 2)
+    assert back.__dict__.keys() == error.__dict__.keys()
+
+
+def test_an_os_error_crosses_a_process_with_its_errno_and_file() -> None:
+    error = OSError(errno.ENOSPC, "No space left on device", "/out/.staging/shard-00000.arrow")
+    error.partition = 1  # type: ignore[attr-defined]
+    back = pickle.loads(pickle.dumps(error))
+    assert (back.errno, back.strerror, back.filename, back.partition) == (
+        errno.ENOSPC,
+        "No space left on device",
+        "/out/.staging/shard-00000.arrow",
+        1,
+    )
