@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.errors import PackcliError
+from packcli.engines.local import LocalEngine
+from packcli.errors import BadRecordError, PackcliError
 
 runner = CliRunner()
 
@@ -176,3 +178,34 @@ def test_an_os_error_crosses_a_process_with_its_errno_and_file() -> None:
         "/out/.staging/shard-00000.arrow",
         1,
     )
+
+
+def note_start(shipped: Path, threads: int | None) -> None:
+    """A worker's start: appends a line to the file it was shipped."""
+    with shipped.open("a") as handle:
+        handle.write(f"{os.getpid()}\n")
+
+
+def fail_odd(job: int) -> tuple[int, int]:
+    """A job: its number and the worker's pid, or for an odd number a data error naming its file and line."""
+    if job % 2:
+        raise BadRecordError(f"record {job} is bad", "c.jsonl", job)
+    return job, os.getpid()
+
+
+def test_the_local_engine_starts_once_and_its_workers_share_it(tmp_path: Path) -> None:
+    """One worker runs ``start`` (the tokenizer builds) and the others are forked from it: a run pays it once."""
+    started = tmp_path / "started"
+    results: list[tuple[int, int]] = []
+    with LocalEngine(2) as engine:
+        engine.run([0, 2, 4, 6], fail_odd, results.append, note_start, started)
+    assert sorted(job for job, _ in results) == [0, 2, 4, 6]
+    assert len(started.read_text().splitlines()) == 1
+
+
+def test_the_local_engine_raises_the_first_failed_job_in_job_order(tmp_path: Path) -> None:
+    results: list[tuple[int, int]] = []
+    with pytest.raises(BadRecordError) as raised, LocalEngine(2) as engine:
+        engine.run([0, 3, 1, 2], fail_odd, results.append, note_start, tmp_path / "started")
+    assert (raised.value.path, raised.value.line, raised.value.exit_code) == ("c.jsonl", 3, 1)
+    assert {job for job, _ in results} <= {0, 2}

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 __all__ = ["Engine", "OnResult", "Start", "Task", "Unconnected"]
 
-Task = Callable[[Any], Any]  # a job -> its result
-OnResult = Callable[[Any], bool]  # a result -> whether to start further jobs
+Task = Callable[[Any], Any]  # a job -> its result; a job that fails raises
+OnResult = Callable[[Any], None]  # a finished job's result
 Start = Callable[[Any, "int | None"], None]  # (what the driver shipped, the worker's threads): once per worker
 
 
@@ -29,10 +29,11 @@ class Engine(Protocol):
     ) -> None: ...
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
-        """Run ``task(job)`` for every job, calling ``on_result`` with each result as it comes; it returns False to
-        start no further job (those running finish). A worker calls ``start(shipped, threads)`` once before its
-        first job, ``threads`` its share of the cores (``task``, ``start`` and ``shipped`` must pickle for engines
-        with other processes)."""
+        """Run ``task(job)`` for every job, calling ``on_result`` with each result as it comes. A worker calls
+        ``start(shipped, threads)`` once before its first job, ``threads`` its share of the cores (``task``,
+        ``start`` and ``shipped`` must pickle for engines with other processes). A job that raises stops the start
+        of further jobs; those running finish, then the error of the first failed job in ``jobs``' order is raised
+        as the job raised it (a :class:`~packcli.errors.PackcliError` keeps its fields through pickling)."""
         ...
 
 

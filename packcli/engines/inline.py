@@ -12,12 +12,14 @@ __all__ = ["InlineEngine"]
 
 
 class InlineEngine(Unconnected):
-    """Runs jobs in this process, in order."""
+    """Runs jobs in this process, in order, with ``threads`` tokenizer threads (None: every core)."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
-        """Run each job in turn; ``start(shipped, None)`` first, as a worker would (None: every core)."""
+        """Run each job in turn; ``start(shipped, threads)`` first, as a worker would."""
         if start is not None:
-            start(shipped, None)
+            start(shipped, self.threads)
         for job in jobs:
-            if not on_result(task(job)):
-                return
+            on_result(task(job))
