@@ -180,17 +180,19 @@ def test_an_os_error_crosses_a_process_with_its_errno_and_file() -> None:
     )
 
 
-def note_start(shipped: Path, threads: int | None) -> None:
-    """A worker's start: appends a line to the file it was shipped."""
+def note_start(shipped: Path, threads: int | None) -> int:
+    """A worker's start: appends a line to the file it was shipped; its state is the pid that started it."""
     with shipped.open("a") as handle:
         handle.write(f"{os.getpid()}\n")
+    return os.getpid()
 
 
-def fail_odd(job: int) -> tuple[int, int]:
-    """A job: its number and the worker's pid, or for an odd number a data error naming its file and line."""
+def fail_odd(started_by: int, job: int) -> tuple[int, int]:
+    """A job: its number and the pid that ran its worker's start, or for an odd number a data error naming its
+    file and line."""
     if job % 2:
         raise BadRecordError(f"record {job} is bad", "c.jsonl", job)
-    return job, os.getpid()
+    return job, started_by
 
 
 def test_the_local_engine_starts_once_and_its_workers_share_it(tmp_path: Path) -> None:
@@ -201,6 +203,7 @@ def test_the_local_engine_starts_once_and_its_workers_share_it(tmp_path: Path) -
         engine.run([0, 2, 4, 6], fail_odd, results.append, note_start, started)
     assert sorted(job for job, _ in results) == [0, 2, 4, 6]
     assert len(started.read_text().splitlines()) == 1
+    assert {pid for _, pid in results} == {int(started.read_text())}  # a forked worker has the state it made
 
 
 def test_the_local_engine_raises_the_first_failed_job_in_job_order(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ class InlineEngine(Unconnected):
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
         """Run each job in turn; ``start(shipped, threads)`` first, as a worker would."""
-        if start is not None:
-            start(shipped, self.threads)
+        state = start(shipped, self.threads) if start is not None else None
         for job in jobs:
-            on_result(task(job))
+            on_result(task(state, job))

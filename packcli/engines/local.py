@@ -35,8 +35,7 @@ def _first_worker(driver: int, threads: int, start: Start | None, task: Task, pi
     wait for the others."""
     die_with_parent(driver)  # a second guard beside the reaper: a worker never outlives its driver
     shipped = pipes[0].recv()
-    if start is not None:
-        start(shipped, threads)
+    state = start(shipped, threads) if start is not None else None
     forked = []
     for pipe in pipes[1:]:
         parent = os.getpid()
@@ -47,17 +46,17 @@ def _first_worker(driver: int, threads: int, start: Start | None, task: Task, pi
                     if other is not pipe:
                         other.close()
                 die_with_parent(parent)
-                _serve(task, pipe)
+                _serve(task, state, pipe)
             finally:
                 os._exit(0)
         forked.append(pid)
         pipe.close()
-    _serve(task, pipes[0])
+    _serve(task, state, pipes[0])
     for pid in forked:
         os.waitpid(pid, 0)
 
 
-def _serve(task: Task, pipe: Connection) -> None:
+def _serve(task: Task, state: Any, pipe: Connection) -> None:
     """Say this worker's pid, then run each job the driver sends until it sends None (or is gone)."""
     with suppress(EOFError, OSError):
         pipe.send(os.getpid())
@@ -65,7 +64,7 @@ def _serve(task: Task, pipe: Connection) -> None:
             index, job = sent
             reply: tuple[int, Any, Exception | None]
             try:
-                reply = (index, task(job), None)
+                reply = (index, task(state, job), None)
             except Exception as exc:
                 reply = (index, None, exc)
             try:

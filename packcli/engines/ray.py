@@ -28,7 +28,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack, redirect_stdout
 from types import ModuleType, TracebackType
 from typing import Any
@@ -49,12 +49,11 @@ LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through i
 class WorkerActor:
     """A Ray actor: runs the driver's ``start`` once, then jobs with the task it is given."""
 
-    def __init__(self, threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
-        if start is not None:
-            start(shipped, threads)
+    def __init__(self, threads: int, start: Start | None, shipped: Any) -> None:
+        self.state = start(shipped, threads) if start is not None else None
 
-    def run(self, task: Callable[[Any], Any], job: Any) -> Any:
-        return task(job)
+    def run(self, task: Task, job: Any) -> Any:
+        return task(self.state, job)
 
 
 def import_ray() -> ModuleType:

@@ -1,14 +1,16 @@
 """The one driver of every run: set up -> plan -> engine -> merge -> publish. The only place that knows the order.
 
-A plain run is one job on the in-process engine, its shards ``shard-NNNNN.arrow``, in a fresh staging directory;
-a partitioned run (``--partitions``) is one job per partition of a plan made from the inputs alone, on worker
-processes or Ray, in a parts area that survives a failed or killed run (``.OUT.packcli-resume`` beside a local
-output, ``OUT/packcli-resume/`` in the store of an output URL) so that a rerun with the same fingerprint reuses the
-committed partitions. Either way each job commits a part, a small output with its own manifest
-(:mod:`packcli.run.parts`); the merge reads the parts' manifests and brings their shards into the output, and the
-output's manifest is written last, the commit: an interrupted run never leaves an output that looks complete, and
-an existing output stays intact until then. A worker needs no path of the driver's: with an output URL its part is
-built on its node's scratch and uploaded to the store.
+Every run is a plan's jobs (:mod:`packcli.run.job`) on an engine. A plain run's plan is one partition reading every
+input whole (:meth:`~packcli.run.plan.Plan.whole`): one job on the in-process engine, reporting as it goes, its
+shards ``shard-NNNNN.arrow`` written straight into a fresh staging directory. A partitioned run (``--partitions``)
+is one job per partition of a plan made from the inputs alone, on worker processes or Ray, each committing a part (a
+small output with its own manifest, :mod:`packcli.run.parts`) in a parts area that survives a failed or killed run
+(``.OUT.packcli-resume`` beside a local output, ``OUT/packcli-resume/`` in the store of an output URL) so that a
+rerun with the same fingerprint reuses the committed partitions. Jobs raise; the engine raises the first failed
+job's error, which the driver names with its partition. The merge takes the parts' manifests and brings their shards
+into the output, and the output's manifest is written last, the commit: an interrupted run never leaves an output
+that looks complete, and an existing output stays intact until then. A worker needs no path of the driver's: with
+an output URL its part is built on its node's scratch and uploaded to the store.
 """
 
 from __future__ import annotations

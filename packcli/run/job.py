@@ -43,7 +43,17 @@ from packcli.write.provenance import write_sources
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.splits import shard_entries, split_pieces
 
-__all__ = ["Job", "JobResult", "Packed", "Shipped", "pack_tokens", "partition_seed", "run_job", "start_worker"]
+__all__ = [
+    "Job",
+    "JobResult",
+    "Packed",
+    "Shipped",
+    "Worker",
+    "pack_tokens",
+    "partition_seed",
+    "run_job",
+    "start_worker",
+]
 
 
 class Shipped:
@@ -117,33 +127,37 @@ def partition_seed(seed: int, partition: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-_shipped: Shipped | None = None  # what this worker process was shipped
-_threads: int | None = None  # its tokenizer threads: its share of the cores, as its engine gave it
+@dataclass(frozen=True)
+class Worker:
+    """A worker's state, made once by :func:`start_worker`: what it was shipped, its tokenizer, its threads (its
+    share of the cores, as its engine gave it)."""
+
+    shipped: Shipped
+    tokenizer: LoadedTokenizer | None
+    threads: int | None
 
 
-def start_worker(shipped: Shipped, threads: int | None) -> None:
+def start_worker(shipped: Shipped, threads: int | None) -> Worker:
     """Start a worker process or actor (its engine calls this once): its thread count, and the driver's tokenizer
     with its encoder's backends built (the fast backend's build is cached per process), so that a worker forked
     from this one, and every job here, finds them built. In the driver's own process, nothing is built before a
     job asks for it (tokens from the cache need no fast backend)."""
-    global _shipped, _threads
-    _shipped, _threads = shipped, threads
     use_threads(threads)
     loaded = shipped.load()
     if shipped.live is None:
         make_encoder(shipped.options, loaded, template_source=shipped.template)
+    return Worker(shipped, loaded, threads)
 
 
-def run_job(job: Job) -> JobResult:
+def run_job(worker: Worker, job: Job) -> JobResult:
     """Run one job with what :func:`start_worker` loaded; returns its part's manifest. A failure propagates, naming
     the job's partition, its part and node-local scratch removed first (no run comes back for what a failed one
     left there)."""
-    assert _shipped is not None, "start_worker runs first"
     warnings: list[str] = []
-    reporter, warn = _shipped.live or (SilentReporter(), warnings.append)
+    reporter, warn = worker.shipped.live or (SilentReporter(), warnings.append)
     area = PartsArea(job.staging)
     try:
-        manifest = _build_part(job, area, _shipped.load(), reporter, warn, _threads)
+        manifest = _build_part(job, area, worker.tokenizer, reporter, warn, worker.threads)
     except BaseException as exc:
         area.clear(job.partition)
         if isinstance(exc, PackcliError):
