@@ -59,7 +59,7 @@ def main() -> None:
                     cpu[k, kind].append(used)
                     peak[k, kind].append(mib)
                     manifest = json.loads((out / "manifest.json").read_text())
-                    assert manifest["tokenizer"]["backend"] == ("fastokens" if kind == "auto" else "hf")
+                    assert manifest["tokenizer"]["backend"] == ("gigatoken" if kind == "auto" else "hf")
                     shard_bytes[k] = sum(shard["bytes"] for shard in manifest["shards"])
                 floor = python(str(REPO / "bench" / "floor.py"), str(corpus), str(tokenizer))
                 io = python(
@@ -86,7 +86,7 @@ def main() -> None:
                 ]
             )
         print(
-            f"pack (auto = fastokens) vs pack --tokenizer-backend hf vs the floors, seconds, median of {ROUNDS} interleaved"
+            f"pack (auto = gigatoken) vs pack --tokenizer-backend hf vs the floors, seconds, median of {ROUNDS} interleaved"
         )
         table(
             ["corpus / tokenizer", "auto s", "hf s", "HF floor s", "I/O floor s", "floor/auto", "auto/I/O",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -51,3 +53,23 @@ def table(header: list[str], rows: list[list[object]]) -> None:
         print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
         if k == 0:
             print("  " + "  ".join("-" * width for width in widths))
+
+
+def texts_of(corpus: Path) -> list[str]:
+    """Every record's ``text`` of a (possibly gzipped) JSON Lines corpus."""
+    opener = gzip.open if corpus.name.endswith(".gz") else open
+    with opener(corpus, "rt", encoding="utf-8") as lines:
+        return [json.loads(line)["text"] for line in lines if line.strip()]
+
+
+def batches(texts: list[str], characters: int = 1 << 20) -> list[list[str]]:
+    """``texts`` in batches of about ``characters`` characters, as `pack` reads them (about 1 MB)."""
+    out: list[list[str]] = [[]]
+    size = 0
+    for text in texts:
+        out[-1].append(text)
+        size += len(text)
+        if size >= characters:
+            out.append([])
+            size = 0
+    return [batch for batch in out if batch]

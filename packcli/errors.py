@@ -7,6 +7,10 @@ rather than alone.
 
 ``packcli.pack()`` says what the command line warns of as lost with :class:`PackcliDataLossWarning`.
 
+A message names a ``pack`` option as its caller writes it, :func:`option`: ``--max-len 64``, ``--overwrite`` on the
+command line, ``max_len=64``, ``overwrite=True`` in Python. The front end says which (:func:`keyword_spelling`,
+around ``packcli.pack()``); the message is spelled where it is made, never rewritten after.
+
 Optional dependencies: every import of an extra's module sits inside ``with requires_extra(...)``
 (tests/test_imports.py checks it), so a missing one reads ``packcli.torch needs torch, which is not installed: pip
 install 'packcli[torch]'``, never a bare ``ModuleNotFoundError``. ``EXTRA_MODULES`` mirrors
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,8 @@ __all__ = [
     "PackcliDataLossWarning",
     "PackcliError",
     "UsageError",
+    "keyword_spelling",
+    "option",
     "requires_extra",
 ]
 
@@ -90,6 +97,32 @@ class UsageError(PackcliError):
     """A wrong option or argument: exit code 2."""
 
     exit_code = EXIT_USAGE
+
+
+_KEYWORDS: ContextVar[bool] = ContextVar("packcli_keywords", default=False)  # the caller is Python, not the shell
+
+
+def option(name: str, value: object = None) -> str:
+    """The option ``name`` (a :class:`~packcli.options.PackOptions` field, or ``out``/``overwrite``) as the caller
+    writes it, with ``value`` if given: ``--max-len``, ``--max-len 64``, ``--overwrite`` (True), ``--no-eos``
+    (``eos``, False) on the command line; ``max_len``, ``max_len=64``, ``overwrite=True``, ``eos=False`` in
+    Python (:func:`keyword_spelling`)."""
+    if _KEYWORDS.get():
+        return name if value is None else f"{name}={value}"
+    flag = name.replace("_", "-")
+    if value is True or value is False:
+        return f"--{flag}" if value else f"--no-{flag}"
+    return f"--{flag}" if value is None else f"--{flag} {value}"
+
+
+@contextmanager
+def keyword_spelling() -> Iterator[None]:
+    """Within the block (in this thread), messages name options as Python keyword arguments (:func:`option`)."""
+    token = _KEYWORDS.set(True)
+    try:
+        yield
+    finally:
+        _KEYWORDS.reset(token)
 
 
 class BadRecordError(PackcliError):

@@ -13,20 +13,14 @@ for it. Needs the ``hf`` extra (``pip install 'packcli[hf]'``).
 
 from __future__ import annotations
 
-import numbers
-import os
-import re
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from packcli.errors import PackcliDataLossWarning, PackcliError, UsageError, requires_extra
-from packcli.options import PackOptions, parse_count, parse_size
+from packcli.errors import PackcliDataLossWarning, PackcliError, UsageError, keyword_spelling, option, requires_extra
+from packcli.options import PackOptions
 from packcli.read.inputs import Spool
 from packcli.storage.urls import is_url
 from packcli.util.files import file_sha256
@@ -35,12 +29,6 @@ __all__ = ["pack"]
 
 BATCH_RECORDS = 1000
 DATASET_NAME = "<dataset>"  # how messages and the manifest name a dataset given to pack()
-_TYPE_NAMES = {kind: (kind.__name__, f"{kind.__name__} | None") for kind in (bool, int, str)}
-PATH_OPTIONS = ("tokenizer", "chat_template")  # files: a Path is taken too
-OPTION_TYPES: dict[str, type | None] = {  # the plain type of each PackOptions field (None: PackOptions checks it)
-    field.name: next((kind for kind in (bool, int, str) if field.type in _TYPE_NAMES[kind]), None)
-    for field in fields(PackOptions)
-}
 FIELD_OPTIONS = ("text_field", "prompt_field", "response_field", "messages_field", "ids_field", "labels_field")
 
 
@@ -64,8 +52,10 @@ def pack(
         overwrite: replace an existing, different output.
         options: the other ``pack`` options, by their :class:`~packcli.options.PackOptions` names (``strategy``,
             ``text_field``, ``prompt_field``, ``response_field``, ``overflow``, ``seed``, ``shuffle``, ``shard_size``
-            and ``partition_size`` as bytes or text like "64MiB", ``target_tokens`` as a number or text like "3M").
-            A dataset is never partitioned: ``partitions=1`` is the plain run, more is refused.
+            and ``partition_size`` as bytes or text like "64MiB", ``target_tokens`` as a number or text like "3M",
+            ``weights`` as numbers or text like "0.7,0.3": parsed as the command line parses them,
+            :meth:`~packcli.options.PackOptions.from_values`). A dataset is never partitioned: ``partitions=1``
+            is the plain run, more is refused.
 
     Warns:
         PackcliDataLossWarning: for each loss ``packcli pack`` warns of: overflow drop or truncate losing more than
@@ -80,14 +70,11 @@ def pack(
             type changes between rows (other than a batch of None). Messages name keyword arguments where the
             command line names flags (``overwrite=True``, not ``--overwrite``).
     """
-    try:
+    with keyword_spelling():  # said to a Python caller: keyword arguments, not command-line flags
         rows, manifest = _pack_source(source, max_len, out, tokenizer, overwrite, options)
-    except PackcliError as error:  # said to a Python caller: keyword arguments, not command-line flags
-        error.message = as_keywords(error.message)
-        error.args = (error.message,)
-        raise
-    for loss in data_losses(manifest):
-        warnings.warn(as_keywords(loss), PackcliDataLossWarning, stacklevel=2)
+        losses = data_losses(manifest)
+    for loss in losses:
+        warnings.warn(loss, PackcliDataLossWarning, stacklevel=2)
     return rows
 
 
@@ -107,8 +94,8 @@ def data_losses(manifest: dict[str, Any]) -> list[str]:
         )
     if totals["bad_records"]:
         losses.append(
-            f"{count(totals['bad_records'], 'bad record')} skipped (--skip-bad-records): not in the output, counted "
-            "in its totals.bad_records"
+            f"{count(totals['bad_records'], 'bad record')} skipped ({option('skip_bad_records', True)}): not in the "
+            "output, counted in its totals.bad_records"
         )
     return [loss for loss in losses if loss is not None]
 
@@ -120,15 +107,7 @@ def _pack_source(
     with requires_extra("hf", "packcli.pack()"):
         import datasets
 
-    known = {field.name for field in fields(PackOptions)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise UsageError(f"unknown pack option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    for name, parse in (("shard_size", parse_size), ("partition_size", parse_size), ("target_tokens", parse_count)):
-        if isinstance(options.get(name), str):  # as the command line takes them: "512MiB", "3M"
-            options[name] = parse(options[name])
-    given = {"max_len": max_len, "tokenizer": tokenizer, **options}
-    pack_options = PackOptions(**{name: _plain(name, value) for name, value in given.items()})
+    pack_options = PackOptions.from_values({"max_len": max_len, "tokenizer": tokenizer, **options})
     if is_url(str(out)):
         raise UsageError(
             f"packcli.pack() returns the output memory-mapped: out must be a local directory, not {out}; pack to a "
@@ -157,49 +136,6 @@ def _pack_source(
         manifest = _pack(inputs, pack_options, out, overwrite)
     shards = [datasets.Dataset.from_file(str(out / shard["file"])) for shard in manifest["shards"]]
     return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0], manifest
-
-
-# A flag stands as a word of its own: never inside a file name or path a message quotes (``notes--overwrite.txt``).
-_FLAG = re.compile(r"(?<![\w./-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?![\w/-]|\.\w)(?: (\d+)\b)?")
-_SWITCHES = {"overwrite", *(name for name, kind in OPTION_TYPES.items() if kind is bool)}
-
-
-def as_keywords(message: str) -> str:
-    """``message`` with each pack flag as the keyword argument pack() takes: ``--overwrite`` as ``overwrite=True``,
-    ``--no-eos`` as ``eos=False``, ``--partitions 1`` as ``partitions=1``, ``--max-len`` as ``max_len``; other
-    flags (``--json``) stay as they are."""
-
-    def keyword(match: re.Match[str]) -> str:
-        name, value = match[1].replace("-", "_"), match[2]
-        suffix = f" {value}" if value is not None else ""
-        if name in _SWITCHES:
-            return f"{name}=True{suffix}"
-        if name.startswith("no_") and name[3:] in _SWITCHES:
-            return f"{name[3:]}=False{suffix}"
-        if name in OPTION_TYPES or name == "out":
-            return f"{name}={value}" if value is not None else name
-        return match[0]
-
-    return _FLAG.sub(keyword, message)
-
-
-def _plain(name: str, value: Any) -> Any:
-    """An option's value as the plain Python type its PackOptions field holds (numpy's integers and booleans too).
-
-    Raises:
-        UsageError: a value of another type (``"128"`` or ``128.5`` for ``max_len``), named by its keyword.
-    """
-    kind = OPTION_TYPES[name]
-    if value is None or kind is None:
-        return value
-    if kind is bool and isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    if kind is str and (isinstance(value, str) or (name in PATH_OPTIONS and isinstance(value, os.PathLike))):
-        return os.fspath(value)
-    what = {bool: "True or False", int: "a whole number", str: "a string"}[kind]
-    raise UsageError(f"{name} must be {what}, got {value!r}")
 
 
 def _unpartitioned(options: PackOptions) -> PackOptions:

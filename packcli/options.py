@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
 from fractions import Fraction
 from typing import Any
 
-from packcli.errors import UsageError
+from packcli.errors import UsageError, option
 from packcli.format.columns import INT32_MAX
 
 __all__ = ["DEFAULT_MAX_LEN", "Overflow", "PackOptions", "parse_count", "parse_size", "parse_weights"]
@@ -68,6 +71,27 @@ class PackOptions:
     tokenizer_backend: str = "auto"  # "auto": the fastest that reproduces Hugging Face exactly; "hf": Hugging Face
     position_ids: bool = True  # False (--no-position-ids): the column left out, readers rebuild it from cu_seqlens
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> PackOptions:
+        """The options of a front end's values, by field name: the command line's flags and ``packcli.pack()``'s
+        keyword arguments alike. Sizes (``shard_size``, ``partition_size``: "512MiB"), the token count
+        (``target_tokens``: "3M") and the weights ("0.7,0.3") may be text, parsed here; any other value must be of
+        its field's plain type (numpy's integers and booleans are taken as plain ones).
+
+        Raises:
+            UsageError: an unknown option, text that does not parse, a value of another type, or options that do
+                not go together; each option named as the caller writes it (:func:`packcli.errors.option`).
+        """
+        unknown = sorted(set(values) - _FIELD_TYPES.keys())
+        if unknown:
+            known = ", ".join(sorted(_FIELD_TYPES))
+            raise UsageError(f"unknown pack option(s) {', '.join(unknown)}; known: {known}")
+        parsed = {}
+        for name, value in values.items():
+            parse = _TEXT_PARSERS.get(name)
+            parsed[name] = parse(value, name) if parse is not None and isinstance(value, str) else _plain(name, value)
+        return cls(**parsed)
+
     @property
     def overflow_policy(self) -> Overflow:
         """The overflow policy, resolved (``overflow`` is None only before initialisation)."""
@@ -100,13 +124,16 @@ class PackOptions:
         self._check_pretokenized()
         self._check_mixing()
         if (self.prompt_field is None) != (self.response_field is None):
-            raise UsageError("--prompt-field and --response-field go together")
+            raise UsageError(f"{option('prompt_field')} and {option('response_field')} go together")
         if self.messages_field is not None and self.prompt_field is not None:
-            raise UsageError("use either --messages-field or --prompt-field/--response-field, not both")
+            raise UsageError(
+                f"use either {option('messages_field')} or {option('prompt_field')}/{option('response_field')}, "
+                "not both"
+            )
         if self.chat_template is not None and self.messages_field is None:
-            raise UsageError("--chat-template needs --messages-field")
+            raise UsageError(f"{option('chat_template')} needs {option('messages_field')}")
         if self.loss_on not in ("assistant", "all"):
-            raise UsageError(f"--loss-on must be 'assistant' or 'all', got {self.loss_on!r}")
+            raise UsageError(f"{option('loss_on')} must be 'assistant' or 'all', got {self.loss_on!r}")
         if self.overflow is None:  # a conversation is not cut in pieces unless asked: drop and count it
             object.__setattr__(self, "overflow", Overflow.drop if self.fine_tuning else Overflow.split)
         if not isinstance(self.overflow, Overflow):  # library callers may pass the policy's name
@@ -115,77 +142,89 @@ class PackOptions:
                 raise UsageError(f"unknown overflow policy {self.overflow!r}; choose one of {choices}")
             object.__setattr__(self, "overflow", Overflow(self.overflow))
         if self.max_len < 1:
-            raise UsageError(f"--max-len must be at least 1, got {self.max_len}")
+            raise UsageError(f"{option('max_len')} must be at least 1, got {self.max_len}")
         if self.max_len > INT32_MAX:
-            raise UsageError(f"--max-len must fit the int32 columns (at most {INT32_MAX:,}), got {self.max_len:,}")
+            raise UsageError(
+                f"{option('max_len')} must fit the int32 columns (at most {INT32_MAX:,}), got {self.max_len:,}"
+            )
         if self.shard_size < 1:
-            raise UsageError(f"--shard-size must be positive, got {self.shard_size}")
+            raise UsageError(f"{option('shard_size')} must be positive, got {self.shard_size}")
         if self.window is not None and self.window < 1:
-            raise UsageError(f"--window must be at least 1, got {self.window}")
+            raise UsageError(f"{option('window')} must be at least 1, got {self.window}")
         if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+            raise UsageError(f"{option('workers')} must be at least 1, got {self.workers}")
         if self.seed < 0:
-            raise UsageError(f"--seed must be a non-negative integer, got {self.seed}")
+            raise UsageError(f"{option('seed')} must be a non-negative integer, got {self.seed}")
         if self.tokenizer_backend not in TOKENIZER_BACKENDS:
             choices = ", ".join(TOKENIZER_BACKENDS)
-            raise UsageError(f"unknown --tokenizer-backend {self.tokenizer_backend!r}; choose one of {choices}")
+            raise UsageError(
+                f"unknown {option('tokenizer_backend')} {self.tokenizer_backend!r}; choose one of {choices}"
+            )
         self._check_partitioning()
 
     def _check_pretokenized(self) -> None:
         if self.ids_field is None:
-            for value, flag in ((self.labels_field, "--labels-field"), (self.eos_id, "--eos-id")):
+            for value, flag in ((self.labels_field, option("labels_field")), (self.eos_id, option("eos_id"))):
                 if value is not None:
-                    raise UsageError(f"{flag} is for pre-tokenized records: it needs --ids-field")
+                    raise UsageError(f"{flag} is for pre-tokenized records: it needs {option('ids_field')}")
             return
         for value, flag in (
-            (self.prompt_field, "--prompt-field"),
-            (self.response_field, "--response-field"),
-            (self.messages_field, "--messages-field"),
-            (self.chat_template, "--chat-template"),
+            (self.prompt_field, option("prompt_field")),
+            (self.response_field, option("response_field")),
+            (self.messages_field, option("messages_field")),
+            (self.chat_template, option("chat_template")),
         ):
             if value is not None:
                 raise UsageError(
-                    f"{flag} does not combine with --ids-field: pre-tokenized records carry their supervision in "
-                    "--labels-field (a list of ints, -100 where no loss is taken)"
+                    f"{flag} does not combine with {option('ids_field')}: pre-tokenized records carry their "
+                    f"supervision in {option('labels_field')} (a list of ints, -100 where no loss is taken)"
                 )
         if self.loss_on != "assistant":
-            raise UsageError("--loss-on is for chat records; pre-tokenized records take loss where --labels-field says")
+            raise UsageError(
+                f"{option('loss_on')} is for chat records; pre-tokenized records take loss where "
+                f"{option('labels_field')} says"
+            )
         if self.eos_id is not None:
             if not self.eos:
-                raise UsageError("--eos-id and --no-eos contradict each other; pass one of them")
+                raise UsageError(
+                    f"{option('eos_id')} and {option('eos', False)} contradict each other; pass one of them"
+                )
             if not 0 <= self.eos_id <= INT32_MAX:
-                raise UsageError(f"--eos-id must be in [0, 2^31), got {self.eos_id}")
+                raise UsageError(f"{option('eos_id')} must be in [0, 2^31), got {self.eos_id}")
 
     def _check_mixing(self) -> None:
         if self.weights is not None:
             weights = tuple(float(weight) for weight in self.weights)
             object.__setattr__(self, "weights", weights)
             if not weights or any(not math.isfinite(weight) for weight in weights):
-                raise UsageError(f"--weights must be finite numbers, got {format_weights(weights)}")
+                raise UsageError(f"{option('weights')} must be finite numbers, got {format_weights(weights)}")
             if any(weight < 0 for weight in weights):
-                raise UsageError(f"--weights must not be negative, got {format_weights(weights)}")
+                raise UsageError(f"{option('weights')} must not be negative, got {format_weights(weights)}")
             if not any(weights):
-                raise UsageError("--weights are all zero: give at least one input a positive weight")
+                raise UsageError(f"{option('weights')} are all zero: give at least one input a positive weight")
         if self.target_tokens is not None and self.target_tokens < 1:
-            raise UsageError(f"--target-tokens must be at least 1, got {self.target_tokens}")
+            raise UsageError(f"{option('target_tokens')} must be at least 1, got {self.target_tokens}")
 
     def _check_partitioning(self) -> None:
         if self.partitions is not None and self.partitions < 1:
-            raise UsageError(f"--partitions must be at least 1, got {self.partitions}")
+            raise UsageError(f"{option('partitions')} must be at least 1, got {self.partitions}")
         if self.partition_size is not None and self.partition_size < 1:
-            raise UsageError(f"--partition-size must be positive, got {self.partition_size}")
+            raise UsageError(f"{option('partition_size')} must be positive, got {self.partition_size}")
         if self.partitions is not None and self.partition_size is not None:
-            raise UsageError("use either --partitions or --partition-size, not both")
+            raise UsageError(f"use either {option('partitions')} or {option('partition_size')}, not both")
         if self.engine not in ENGINES:
             raise UsageError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
         if self.engine != "local" and not self.partitioned:
-            raise UsageError(f"--engine {self.engine} runs partitions: add --partitions P or --partition-size SIZE")
+            raise UsageError(
+                f"{option('engine')} {self.engine} runs partitions: add {option('partitions')} P or "
+                f"{option('partition_size')} SIZE"
+            )
         if self.ray_address is not None and self.engine != "ray":
-            raise UsageError("--ray-address needs --engine ray")
+            raise UsageError(f"{option('ray_address')} needs {option('engine')} ray")
         if self.partitioned and self.mixing:
             raise UsageError(
-                "--weights and --target-tokens do not combine with partitions yet: mixing draws documents from the "
-                "whole corpus; pack the mixture in one process"
+                f"{option('weights')} and {option('target_tokens')} do not combine with partitions yet: mixing draws "
+                "documents from the whole corpus; pack the mixture in one process"
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -228,27 +267,70 @@ def parse_size(text: str) -> int:
 _COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9, "T": 10**12}
 
 
-def parse_count(text: str, flag: str = "--target-tokens") -> int:
-    """Parse a token count such as ``3M``, ``1.5B``, ``500k`` or ``3000000`` (decimal units; B is billion)."""
+def parse_count(text: str, name: str = "target_tokens") -> int:
+    """Parse a token count such as ``3M``, ``1.5B``, ``500k`` or ``3000000`` (decimal units; B is billion) given
+    to the option ``name``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]?)\s*", text.replace("_", ""))
     unit = match.group(2).upper() if match else ""
     if match is None or unit not in _COUNT_UNITS:
-        raise UsageError(f"{flag} {text!r} is not a size: use a token count such as 3000000, 3M or 1.5B")
+        raise UsageError(f"{option(name)} {text!r} is not a size: use a token count such as 3000000, 3M or 1.5B")
     count = Fraction(match.group(1)) * _COUNT_UNITS[unit]  # exact: a float loses digits beyond 2**53
     if count.denominator != 1:
         near = " or ".join(f"{whole:,}" for whole in (int(count), int(count) + 1) if whole >= 1)
-        raise UsageError(f"{flag} {text!r} is not a whole number of tokens: give one such as {near}")
+        raise UsageError(f"{option(name)} {text!r} is not a whole number of tokens: give one such as {near}")
     return int(count)
 
 
-def parse_weights(text: str) -> tuple[float, ...]:
+def parse_weights(text: str, name: str = "weights") -> tuple[float, ...]:
     """Parse ``--weights 0.7,0.3`` into one float per input (checked further by :class:`PackOptions`)."""
     try:
         return tuple(float(part) + 0.0 for part in text.split(","))  # + 0.0: -0 is 0
     except ValueError:
-        raise UsageError(f"cannot read --weights {text!r}: give one number per input, such as 0.7,0.3") from None
+        message = f"cannot read {option(name)} {text!r}: give one number per input, such as 0.7,0.3"
+        raise UsageError(message) from None
 
 
 def format_weights(weights: tuple[float, ...]) -> str:
     """Weights as the command line spells them: ``0.7,0.3``."""
     return ",".join(f"{weight:g}" for weight in weights)
+
+
+# The options that may be given as text (the command line's, or "512MiB" in Python), and their parsers.
+_TEXT_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "shard_size": lambda text, name: parse_size(text),
+    "partition_size": lambda text, name: parse_size(text),
+    "target_tokens": parse_count,
+    "weights": parse_weights,
+}
+PATH_OPTIONS = ("tokenizer", "chat_template")  # files: a Path is taken too
+_TYPE_WORDS = {bool: "True or False", int: "a whole number", str: "a string"}
+# The plain type of each field (None: __post_init__ checks it), from its annotation: "int", "str | None", ...
+_FIELD_TYPES: dict[str, type | None] = {
+    field.name: next((kind for kind in _TYPE_WORDS if field.type in (kind.__name__, f"{kind.__name__} | None")), None)
+    for field in dataclasses.fields(PackOptions)
+}
+
+
+def _plain(name: str, value: Any) -> Any:
+    """An option's value as the plain Python type its field holds (numpy's integers and booleans too).
+
+    Raises:
+        UsageError: a value of another type (``"128"`` or ``128.5`` for ``max_len``), naming the option.
+    """
+    kind = _FIELD_TYPES[name]
+    if value is None or kind is None:
+        return value
+    if kind is bool and (isinstance(value, bool) or _numpy_bool(value)):
+        return bool(value)
+    if kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if kind is str and (isinstance(value, str) or (name in PATH_OPTIONS and isinstance(value, os.PathLike))):
+        return os.fspath(value)
+    raise UsageError(f"{option(name)} must be {_TYPE_WORDS[kind]}, got {value!r}")
+
+
+def _numpy_bool(value: Any) -> bool:
+    """``value`` is a numpy boolean (numpy is imported only for a value that is no plain bool)."""
+    import numpy as np
+
+    return isinstance(value, np.bool_)

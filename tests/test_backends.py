@@ -1,6 +1,7 @@
-"""Tokenizer backends: the fast backend gives exactly Hugging Face's tokens on real corpora with every shared
-tokenizer (text, prompt/response and chats), falls back saying why, and a run whose backend gets one id wrong is
-stopped by the cross-check, naming the document's file and line."""
+"""Tokenizer backends: both fast backends (gigatoken, the default, and fastokens) give exactly Hugging Face's
+tokens on real corpora with every shared tokenizer (text, prompt/response and chats; special-token text in a
+document stays text), auto falls back saying why, and a run whose backend gets one id wrong is stopped by the
+cross-check, naming the document's file and line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import gzip
 import json
 import pickle
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,17 +25,22 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.encode import backends as backends_module
+from packcli.encode import gigatoken_backend
 from packcli.encode.backends import (
+    FAST_BACKENDS,
     NATIVE_SPLIT_REGEXES,
+    Backend,
     Backends,
     FastBackend,
     HFBackend,
+    Opened,
     fast_refusal,
     open_backends,
 )
 from packcli.encode.corpus import tokenize_corpus
 from packcli.encode.crosscheck import CHARACTERS_PER_CHECKED, MIN_CHARACTERS, MIN_CHECKED, CrossCheck
 from packcli.encode.encoders import SegmentEncoder, TextEncoder, make_encoder
+from packcli.encode.gigatoken_backend import GigatokenBackend
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions
@@ -110,7 +117,7 @@ def encoder(kind: str, loaded: LoadedTokenizer, backends: Backends) -> TextEncod
 
 @pytest.mark.shared
 @pytest.mark.parametrize("name", ["gpt2", "tekken", "qwen", "minilm"])
-def test_both_backends_give_identical_tokens_for_text_sft_and_chats(
+def test_every_backend_gives_identical_tokens_for_text_sft_and_chats(
     name: str, corpora: dict[str, Path], tmp_path: Path
 ) -> None:
     loaded = load_tokenizer(str(shared_path(f"tokenizers/{name}")))
@@ -118,12 +125,14 @@ def test_both_backends_give_identical_tokens_for_text_sft_and_chats(
     if name == "minilm":  # WordPiece with a BertNormalizer: Hugging Face, and the manifest says why
         assert (auto.name, auto.fallback) == ("hf", "its model is WordPiece, not byte-level BPE")
         return
-    assert (auto.name, auto.fallback) == ("fastokens", None)
+    assert (auto.name, auto.fallback) == ("gigatoken", None)
     assert auto.reference_text is not None and auto.reference_markup is not None
     hf = Backends("hf", "", auto.reference_text, auto.reference_markup, None, None)  # what --tokenizer-backend hf opens
+    fastokens = Backends("fastokens", "", *FAST_BACKENDS["fastokens"](loaded, True), hf.text, hf.markup)  # type: ignore[arg-type]
     for kind in KINDS:
         fast = tokens_of(corpora[kind], encoder(kind, loaded, auto), tmp_path)
         assert fast == tokens_of(corpora[kind], encoder(kind, loaded, hf), tmp_path), kind
+        assert fast == tokens_of(corpora[kind], encoder(kind, loaded, fastokens), tmp_path), kind
         assert len(fast[2]) >= 80 and (kind == "text") == (fast[1] == b"")
 
 
@@ -131,17 +140,17 @@ def run_pack(*args: str) -> Any:
     return runner.invoke(app, ["pack", *args, "--max-len", "512", "--quiet"])
 
 
-def test_auto_and_hf_write_the_same_bytes_and_an_explicit_hf_repacks_what_fastokens_encoded(tmp_path: Path) -> None:
-    """The repo's own sample (no ../shared needed), bundled GPT-2: fastokens under auto, Hugging Face when forced.
+def test_auto_and_hf_write_the_same_bytes_and_an_explicit_hf_repacks_what_gigatoken_encoded(tmp_path: Path) -> None:
+    """The repo's own sample (no ../shared needed), bundled GPT-2: gigatoken under auto, Hugging Face when forced.
     The backend is outside the fingerprint: auto takes Hugging Face's output as up to date, but an explicit hf, the
-    remedy where fastokens is doubted, repacks fastokens' (with or without --overwrite), then takes its own."""
+    remedy where the fast backend is doubted, repacks gigatoken's (with or without --overwrite), then takes its own."""
     auto, hf = tmp_path / "auto", tmp_path / "hf"
     corpus = write_jsonl(tmp_path / "sample.jsonl", read_jsonl(SAMPLE)[:80])
     assert run_pack(str(corpus), "--out", str(auto)).exit_code == 0
     forced = run_pack(str(corpus), "--out", str(hf), "--tokenizer-backend", "hf")
     assert forced.exit_code == 0, forced.output
     manifests = [json.loads((out / "manifest.json").read_text()) for out in (auto, hf)]
-    assert [m["tokenizer"]["backend"] for m in manifests] == ["fastokens", "hf"]
+    assert [m["tokenizer"]["backend"] for m in manifests] == ["gigatoken", "hf"]
     assert manifests[0]["fingerprint"] == manifests[1]["fingerprint"]
     assert "tokenizer_backend" not in manifests[0]["options"]
     shards = listed_files(manifests[0])  # the shards and their sidecars
@@ -163,11 +172,11 @@ def test_auto_and_hf_write_the_same_bytes_and_an_explicit_hf_repacks_what_fastok
     assert refused.exit_code == 2 and "unknown --tokenizer-backend 'fast'; choose one of auto, hf" in refused.output
 
 
-def test_an_explicit_hf_repacks_a_partitioned_output_url_that_fastokens_encoded(
+def test_an_explicit_hf_repacks_a_partitioned_output_url_that_gigatoken_encoded(
     s3_server: S3Server, tmp_path: Path
 ) -> None:
     """The same rule for a partitioned run (which finds an up-to-date output before starting its engine) and an
-    output URL (whose publication judges the objects there): hf repacks fastokens' output, then takes its own."""
+    output URL (whose publication judges the objects there): hf repacks gigatoken's output, then takes its own."""
     out = f"{s3_server.bucket()}/packed"
     corpus = write_jsonl(tmp_path / "sample.jsonl", read_jsonl(SAMPLE)[:40])
     parts = ["--partitions", "2", "--workers", "1", "--json"]
@@ -177,22 +186,26 @@ def test_an_explicit_hf_repacks_a_partitioned_output_url_that_fastokens_encoded(
         assert result.exit_code == 0, result.output
         statuses.append(json.loads(result.stdout)["status"])
         assert json.loads(s3_server.filesystem().cat(f"{out}/manifest.json"))["tokenizer"]["backend"] == (
-            "fastokens" if len(statuses) == 1 else "hf"
+            "gigatoken" if len(statuses) == 1 else "hf"
         )
     assert statuses == ["packed", "packed", "up-to-date", "up-to-date"]
 
 
-class OneWrongId(FastBackend):
-    """A test backend: fastokens, except that the first token of a text holding MARKER comes back one higher."""
+class OneWrongId:
+    """A test backend: the default fast backend, except that the first token of a text holding MARKER comes back one
+    higher."""
 
     MARKER = "wrong-here"
 
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+
     def encode(self, texts: list[str]) -> Any:
-        return super().encode(texts), [k for k, text in enumerate(texts) if self.MARKER in text]
+        return self.inner.encode(texts), [k for k, text in enumerate(texts) if self.MARKER in text]
 
     def ids(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
         flat, marked = encoded
-        tokens, lengths = super().ids(flat)
+        tokens, lengths = self.inner.ids(flat)
         tokens = tokens.copy()
         starts = np.concatenate(([0], np.cumsum(lengths)))
         tokens[starts[marked]] += 1
@@ -225,7 +238,7 @@ def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
 ) -> None:
     """The error names the document's line and the token that differs, counted from the document's first token
     (for a fine-tuning record, after its prompt or earlier turns): here the first token of the supervised text."""
-    monkeypatch.setattr(backends_module, "FAST_WRAPPER", OneWrongId)
+    one_wrong_id(monkeypatch)
     texts = [record["text"][:400] for record in read_jsonl(SAMPLE)[:20]]
     texts[1] = OneWrongId.MARKER + " " + texts[1]  # early: within the free minimum of checked texts
     records = [fine_tuning_record(kind, text) for text in texts]
@@ -246,9 +259,20 @@ def test_the_cross_check_stops_a_run_whose_backend_gets_one_id_wrong(
         assert position >= (2 if kind == "sft" else 20)  # the prompt, or the earlier turns, are counted
     wrong, right = int(document["input_ids"][position]) + 1, int(document["input_ids"][position])
     assert result.output == (
-        f"error: {corpus}:3: the fastokens tokenizer backend encodes this document otherwise than Hugging Face "
+        f"error: {corpus}:3: the gigatoken tokenizer backend encodes this document otherwise than Hugging Face "
         f"tokenizers (token {position}: {wrong}, expected {right}); rerun with --tokenizer-backend hf\n"
     )
+
+
+def one_wrong_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto opens gigatoken, each of its backends wrapped in OneWrongId."""
+    opener = FAST_BACKENDS["gigatoken"]
+
+    def opened(loaded: LoadedTokenizer, markup: bool) -> Opened:
+        text, marking = opener(loaded, markup)
+        return OneWrongId(text), OneWrongId(marking) if marking is not None else None
+
+    monkeypatch.setitem(FAST_BACKENDS, "gigatoken", opened)
 
 
 BOS_TEMPLATE = "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -262,7 +286,7 @@ def test_the_cross_check_counts_a_bos_the_template_renders_not_the_one_bos_adds(
     counted (the packed document holds the token one further on), one that the chat template renders
     (``{{ bos_token }}``, with ``--bos``, which then adds none) is; the empty system turn before counts nothing."""
     tekken = str(shared_path("tokenizers/tekken"))
-    monkeypatch.setattr(backends_module, "FAST_WRAPPER", OneWrongId)
+    one_wrong_id(monkeypatch)
     texts = [record["text"][:300] for record in read_jsonl(SAMPLE)[:20]]
     texts[1] = OneWrongId.MARKER + " " + texts[1]
     if kind == "sft":
@@ -388,30 +412,57 @@ def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> N
 
 def test_an_added_token_that_fastokens_numbers_otherwise_falls_back() -> None:
     """A tokenizer.json whose added token has the content of a vocabulary entry under another id: Hugging Face
-    encodes the entry's id, fastokens the added one, so auto takes Hugging Face and records why."""
+    encodes the entry's id, fastokens the added one; gigatoken refuses a non-special added token (it keeps special-token
+    text as text by dropping the added tokens). So auto takes Hugging Face and records why, for both."""
     added = {"id": 50257, "content": "ab", "single_word": False, "lstrip": False, "rstrip": False}
     loaded = edited({"added_tokens": [added | {"normalized": False, "special": False}]})
-    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    fast = FastBackend(backends_module._load_fastokens(loaded), True)
     assert fast.ids(fast.encode(["abab"]))[0].tolist() == [50257, 50257]
     assert HFBackend(loaded.tokenizer).id_lists(["abab"]) == [[397, 397]]
     backends = open_backends(loaded, "auto", False)
     assert (backends.name, backends.fallback) == (
         "hf",
+        "gigatoken cannot keep special-token text as text where an added token is not special ('ab'); "
         "added token 'ab' is id 50257 to fastokens, 397 to Hugging Face",
     )
 
 
-def test_without_fastokens_hf_runs_and_records_why(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_non_special_added_token_passes_gigatoken_over_for_fastokens_saying_why() -> None:
+    """An added token that is not special is recognized in text by Hugging Face: gigatoken cannot keep it while it
+    keeps special-token text as text, so fastokens encodes (Hugging Face's ids), and the manifest says why."""
+    spec = json.loads(load_tokenizer().source)
+    added = {"id": 50257, "content": "[MARK]", "single_word": False, "lstrip": False, "rstrip": False}
+    loaded = edited({"added_tokens": [*spec["added_tokens"], added | {"normalized": False, "special": False}]})
+    backends = open_backends(loaded, "auto", False)
+    assert (backends.name, backends.fallback) == (
+        "fastokens",
+        "gigatoken cannot keep special-token text as text where an added token is not special ('[MARK]')",
+    )
+    texts = ["a [MARK] b <|endoftext|>", "[MARK]"]
+    want = HFBackend(loaded.tokenizer).id_lists(texts)
+    assert backends.text.ids(backends.text.encode(texts))[0].tolist() == [*want[0], *want[1]]
+
+
+def test_without_a_fast_backend_the_next_runs_and_records_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fast backend that does not import (or cannot load the tokenizer) is passed over, the manifest saying why:
+    gigatoken, then fastokens, then Hugging Face."""
     monkeypatch.setitem(sys.modules, "fastokens", None)  # what Python does for a module that cannot be imported
     backends = open_backends(load_tokenizer(), "auto", False)
-    assert backends.name == "hf" and (backends.fallback or "").startswith("fastokens cannot be imported")
+    assert (backends.name, backends.fallback) == ("gigatoken", None)
+    monkeypatch.setitem(sys.modules, "gigatoken", None)
+    backends = open_backends(load_tokenizer(), "auto", False)
+    assert backends.name == "hf" and re.fullmatch(
+        r"gigatoken cannot be imported \(.*\); fastokens cannot be imported \(.*\)", backends.fallback or ""
+    ), backends.fallback
+    monkeypatch.delitem(sys.modules, "fastokens")
 
-    def unloadable(loaded: LoadedTokenizer) -> None:
+    def unloadable(loaded: LoadedTokenizer, markup: bool) -> None:
         raise ValueError("unsupported model field\nsecond line")
 
-    monkeypatch.setattr(backends_module, "FAST_LOADER", unloadable)
+    monkeypatch.setattr(gigatoken_backend, "load_gigatoken", unloadable)
+    monkeypatch.delitem(sys.modules, "gigatoken")
     backends = open_backends(load_tokenizer(), "auto", False)
-    assert (backends.name, backends.fallback) == ("hf", "fastokens cannot load it (unsupported model field)")
+    assert (backends.name, backends.fallback) == ("fastokens", "gigatoken cannot load it (unsupported model field)")
 
 
 def test_a_template_post_processor_is_allowed_and_encodes_alike() -> None:
@@ -424,7 +475,7 @@ def test_a_template_post_processor_is_allowed_and_encodes_alike() -> None:
     }
     loaded = edited({"post_processor": template})
     auto, hf = open_backends(loaded, "auto", False), open_backends(loaded, "hf", False)
-    assert auto.name == "fastokens"
+    assert auto.name == "gigatoken"
     texts = [*TRICKY, "plain words"]
     assert [a.tolist() for a in auto.text.ids(auto.text.encode(texts))] == [
         a.tolist() for a in hf.text.ids(hf.text.encode(texts))
@@ -437,12 +488,12 @@ def test_workers_rebuild_the_drivers_tokenizer_and_choose_the_same_backend() -> 
     assert rebuilt is not loaded
     assert rebuilt.source == loaded.source and rebuilt.describe() == loaded.describe()
     assert rebuilt.tokenizer.encode_special_tokens and rebuilt.tokenizer.truncation is None
-    assert open_backends(rebuilt, "auto", False).name == "fastokens"
+    assert open_backends(rebuilt, "auto", False).name == "gigatoken"
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_a_fallback_the_user_did_not_ask_about_is_quiet_and_in_the_manifest(tmp_path: Path, partitioned: bool) -> None:
-    """auto is the default, so a WordPiece user never asked for fastokens: the run says nothing of the backend on
+    """auto is the default, so a WordPiece user never asked for a fast backend: the run says nothing of the backend on
     stderr (a warning on every run asked nothing of them), and the manifest records that Hugging Face encoded and
     why, whether the driver or its workers encode, or the tokens come from the cache a `stats` left."""
     minilm = str(shared_path("tokenizers/minilm/tokenizer.json"))
@@ -463,18 +514,19 @@ def test_a_fallback_the_user_did_not_ask_about_is_quiet_and_in_the_manifest(tmp_
 
 def test_a_runs_driver_builds_no_fast_backend_and_its_job_builds_one(tmp_path: Path) -> None:
     """The driver's set-up wraps Hugging Face's tokenizer (a run found up to date builds nothing more); the job that
-    encodes builds fastokens', once per process."""
+    encodes builds gigatoken's, once per process."""
     source = json.dumps(json.loads(load_tokenizer().source), indent=1)  # a text no other test has built
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text(source)
     corpus = write_jsonl(tmp_path / "c.jsonl", read_jsonl(SAMPLE)[:5])
     options = PackOptions(max_len=64, tokenizer=str(tokenizer))
     setup = set_up([str(corpus)], options, encodes=False)
-    assert setup.encoder.backend["backend"] == "hf" and source not in backends_module._built
+    assert setup.encoder.backend["backend"] == "hf" and (source, False) not in gigatoken_backend._built
     encoder = make_encoder(options, setup.tokenizer)  # the job's
-    assert isinstance(encoder, TextEncoder) and encoder.backend["backend"] == "fastokens"
-    assert encoder.text.tokenizer is backends_module._built[source]  # built once, kept for the process
-    assert make_encoder(options, setup.tokenizer).text.tokenizer is encoder.text.tokenizer
+    assert isinstance(encoder, TextEncoder) and encoder.backend["backend"] == "gigatoken"
+    assert isinstance(encoder.text, GigatokenBackend)
+    assert encoder.text.tokenizer is gigatoken_backend._built[source, False]  # built once, kept for the process
+    assert make_encoder(options, setup.tokenizer).text.tokenizer is encoder.text.tokenizer  # type: ignore[attr-defined]
 
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"  # its ByteLevel's own
@@ -506,7 +558,7 @@ def test_auto_falls_back_from_a_split_regex_fastokens_runs_on_its_regex_engine(v
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text(json.dumps({**spec, "pre_tokenizer": split_pre_tokenizer(regex)}), encoding="utf-8")
     loaded = load_tokenizer(str(tokenizer))
-    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    fast = FastBackend(backends_module._load_fastokens(loaded), True)
     assert fast.ids(fast.encode([MONGOLIAN]))[0].tolist() != HFBackend(loaded.tokenizer).id_lists([MONGOLIAN])[0]
     texts = [record["text"][:300] for record in read_jsonl(SAMPLE)[:60]]
     for k in (40, 47, 55):  # past the cross-check's free minimum, as in a real corpus
@@ -541,10 +593,16 @@ def test_every_split_regex_fastokens_runs_natively_gives_hugging_faces_ids_and_n
     alphabet += [*"\u3005\u30fc\u02b0\u01c5\u0663\u2163"]
     generator = random.Random(0)
     texts = ["".join(generator.choices(alphabet, k=generator.randrange(1, 12))) for _ in range(5_000)]
-    fast = FastBackend(backends_module.FAST_LOADER(loaded), True)
+    want = HFBackend(loaded.tokenizer).id_lists(texts)
+    fast = FastBackend(backends_module._load_fastokens(loaded), True)
     tokens, lengths = fast.ids(fast.encode(texts))
-    got = [ids.tolist() for ids in np.split(tokens, np.cumsum(lengths)[:-1])]
-    assert got == HFBackend(loaded.tokenizer).id_lists(texts)
+    assert [ids.tolist() for ids in np.split(tokens, np.cumsum(lengths)[:-1])] == want
+    backends = open_backends(loaded, "auto", False)  # gigatoken where it runs the regex itself, else fastokens
+    assert backends.name == ("fastokens" if name == "Kimi" else "gigatoken"), backends.fallback
+    if name == "Kimi":
+        assert (backends.fallback or "").startswith("gigatoken cannot load it (Unknown pre_tokenizer Split regexes")
+    tokens, lengths = backends.text.ids(backends.text.encode(texts))
+    assert [ids.tolist() for ids in np.split(tokens, np.cumsum(lengths)[:-1])] == want
     wrapped = edited({"pre_tokenizer": split_pre_tokenizer(f"(?:{regex})")})
     assert (fast_refusal(wrapped.tokenizer) or "").startswith(
         "its Split regex is none of those fastokens runs natively"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.encode import backends as backends_module
+from packcli.encode.tokenizer import LoadedTokenizer
 
 runner = CliRunner()
 
@@ -46,6 +48,17 @@ def stats(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def counted(monkeypatch: pytest.MonkeyPatch, opened: list[str]) -> None:
+    """Each fast backend that auto opens appends the tokenizer's name to ``opened``."""
+    for name, opener in list(backends_module.FAST_BACKENDS.items()):
+
+        def counting(loaded: LoadedTokenizer, markup: bool, opener: Any = opener) -> Any:
+            opened.append(loaded.name)
+            return opener(loaded, markup)
+
+        monkeypatch.setitem(backends_module.FAST_BACKENDS, name, counting)
+
+
 def test_two_stats_at_once_both_work_and_leave_one_entry(
     tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -57,13 +70,12 @@ def test_two_stats_at_once_both_work_and_leave_one_entry(
     assert first == second and first["tokens"] > 0
     assert len(entries()) == 1 and temporaries() == []
     taken: list[str] = []  # the fast backends the pack waits for
-    real = backends_module.FAST_LOADER
-    monkeypatch.setattr(backends_module, "FAST_LOADER", lambda loaded: taken.append(loaded.name) or real(loaded))
+    counted(monkeypatch, taken)
     packed = runner.invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "o"), "--json"])
     assert packed.exit_code == 0 and json.loads(packed.stdout)["tokenized_from_cache"] is True
     assert taken == []  # the tokens came from the cache: no tokenizer runs, none is waited for
     assert entries() == []  # pack consumed it
-    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["tokenizer"]["backend"] == "fastokens"
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["tokenizer"]["backend"] == "gigatoken"
 
 
 def test_a_killed_stats_leaves_a_temporary_that_the_next_update_removes(
@@ -142,9 +154,9 @@ def backend_of(out: Path) -> str:
 def test_an_explicit_hf_takes_only_hugging_faces_tokens_from_the_cache(
     tmp_path: Path, records: list[dict[str, str]]
 ) -> None:
-    """`stats` with the default backend leaves fastokens' tokens: `pack --tokenizer-backend hf` tokenizes again with
+    """`stats` with the default backend leaves gigatoken's tokens: `pack --tokenizer-backend hf` tokenizes again with
     Hugging Face (the manifest says so, and the shards are the same). `stats --tokenizer-backend hf` puts Hugging
-    Face's tokens in place of fastokens', which both backends then take."""
+    Face's tokens in place of gigatoken's, which both backends then take."""
     corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:60])
     assert runner.invoke(app, ["stats", str(corpus), "--max-len", "512", "--json"]).exit_code == 0
     packed = {}
@@ -154,11 +166,11 @@ def test_an_explicit_hf_takes_only_hugging_faces_tokens_from_the_cache(
         packed[backend] = runner.invoke(app, args)
         assert packed[backend].exit_code == 0, packed[backend].stderr
     assert [json.loads(packed[b].stdout)["tokenized_from_cache"] for b in ("hf", "auto")] == [False, True]
-    assert [backend_of(tmp_path / b) for b in ("hf", "auto")] == ["hf", "fastokens"]
+    assert [backend_of(tmp_path / b) for b in ("hf", "auto")] == ["hf", "gigatoken"]
     shards = sorted(path.name for path in (tmp_path / "hf").glob("shard-*.arrow"))
     assert shards and all((tmp_path / "hf" / f).read_bytes() == (tmp_path / "auto" / f).read_bytes() for f in shards)
-    assert entries() == []  # the auto pack consumed fastokens' entry
-    for backend in ("auto", "hf"):  # Hugging Face's tokens replace fastokens'
+    assert entries() == []  # the auto pack consumed gigatoken's entry
+    for backend in ("auto", "hf"):  # Hugging Face's tokens replace gigatoken'
         stats = runner.invoke(app, ["stats", str(corpus), "--max-len", "512", "--tokenizer-backend", backend])
         assert stats.exit_code == 0, stats.stderr
     assert len(entries()) == 1
@@ -168,6 +180,31 @@ def test_an_explicit_hf_takes_only_hugging_faces_tokens_from_the_cache(
     assert backend_of(tmp_path / "again") == "hf"
 
 
+@pytest.mark.parametrize("requested", ["auto", "hf"])
+def test_an_entry_fastokens_encoded_is_taken_by_auto_after_the_default_changed(
+    tmp_path: Path, records: list[dict[str, str]], requested: str
+) -> None:
+    """An entry that an earlier packcli left, encoded by fastokens (then the default): the cache is keyed by the
+    tokenizer's identity, not by the backend, so auto takes it (the tokens are Hugging Face's whatever the fast
+    backend), and the manifest names the backend that encoded them; an explicit hf tokenizes again."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:40])
+    assert runner.invoke(app, ["stats", str(corpus), "--max-len", "512"]).exit_code == 0
+    (entry,) = entries()
+    recorded = cache_dir() / entry / "backend.json"
+    assert json.loads(recorded.read_text())["backend"] == "gigatoken"
+    recorded.write_text(json.dumps({"backend": "fastokens", "backend_version": "0.3.5"}, sort_keys=True))
+    args = ["pack", str(corpus), "--max-len", "512", "--tokenizer-backend", requested, "--json"]
+    packed = runner.invoke(app, [*args, "--out", str(tmp_path / "from-cache")])
+    assert packed.exit_code == 0, packed.stderr
+    assert json.loads(packed.stdout)["tokenized_from_cache"] is (requested == "auto")
+    assert backend_of(tmp_path / "from-cache") == ("fastokens" if requested == "auto" else "hf")
+    fresh = runner.invoke(app, [*args, "--out", str(tmp_path / "fresh")])
+    assert fresh.exit_code == 0 and json.loads(fresh.stdout)["tokenized_from_cache"] is False
+    shards = sorted(path.name for path in (tmp_path / "fresh").glob("shard-*"))
+    assert shards == sorted(path.name for path in (tmp_path / "from-cache").glob("shard-*")) and shards
+    assert all((tmp_path / "fresh" / f).read_bytes() == (tmp_path / "from-cache" / f).read_bytes() for f in shards)
+
+
 def test_a_stats_served_from_the_cache_builds_no_fast_backend(
     tmp_path: Path, records: list[dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,8 +212,7 @@ def test_a_stats_served_from_the_cache_builds_no_fast_backend(
     it waits for no build of the fast backend's tokenizer (Tekken: about 2 CPU s), as `pack` from the cache does."""
     corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:40])
     built: list[str] = []
-    real = backends_module.FAST_LOADER
-    monkeypatch.setattr(backends_module, "FAST_LOADER", lambda loaded: built.append(loaded.name) or real(loaded))
+    counted(monkeypatch, built)
     for max_len in ("512", "1024"):
         result = runner.invoke(app, ["stats", str(corpus), "--max-len", max_len, "--json"])
         assert result.exit_code == 0, result.stderr

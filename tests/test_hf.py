@@ -251,6 +251,22 @@ def test_errors_name_keyword_arguments_not_command_line_flags(records: list[dict
     with pytest.raises(UsageError) as partitions:
         packcli.pack(path, max_len=128, out=tmp_path / "y", partitions=7)
     assert re.search(r"ask for partitions=\d+, which", str(partitions.value)) and "--" not in str(partitions.value)
+    other_path = write_jsonl(tmp_path / "b.jsonl", records)
+    with pytest.raises(UsageError, match=r"^cannot read weights '1,x': give one number per input"):
+        packcli.pack([path, other_path], max_len=128, out=tmp_path / "z", weights="1,x")
+
+
+def test_weights_and_counts_are_taken_as_text_as_the_command_line_takes_them(
+    records: list[dict[str, str]], tmp_path: Path
+) -> None:
+    a, b = write_jsonl(tmp_path / "a.jsonl", records), write_jsonl(tmp_path / "b.jsonl", records[:5])
+    packcli.pack([a, b], max_len=128, out=tmp_path / "api", weights="0.7,0.3", target_tokens="2k")
+    result = CliRunner().invoke(
+        app, ["pack", str(a), str(b), "--max-len", "128", "--weights", "0.7,0.3", "--target-tokens", "2k",
+              "--out", str(tmp_path / "cli")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert shard_hashes(tmp_path / "api") == shard_hashes(tmp_path / "cli")
 
 
 def test_a_file_name_in_a_message_is_never_rewritten_as_a_keyword(

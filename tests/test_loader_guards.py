@@ -332,3 +332,19 @@ def test_a_manifest_whose_eos_option_was_edited_is_refused_naming_that_option(tm
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(PackcliError, match=r"manifest key 'options\.eos' is false, shard-00000\.arrow was written "):
         PackedDataset(out, shuffle=False).row(0)
+
+
+def test_a_dataset_split_by_rank_asks_once_whether_accelerate_drives_it(outputs: dict[int, Path]) -> None:
+    """The caller's frames are walked for accelerate at the first ``set_epoch`` or iteration only (the caller that
+    starts the epochs is the one that drives them), not at every epoch: called first from accelerate's code, a
+    dataset split by rank is refused; set by the user's own loop first, it is not asked again."""
+    from_accelerate = {"__name__": "accelerate.data_loader"}  # code running as a module of accelerate
+    driven = PackedDataset(outputs[0], rank=0, world_size=2)
+    with pytest.raises(ValueError, match=r"keeps rank 0's rows of 2 ranks, and accelerate .* rank=0, world_size=1"):
+        exec("dataset.set_epoch(0)", {**from_accelerate, "dataset": driven})
+    with pytest.raises(ValueError, match=r"keeps rank 0's rows of 2 ranks"):  # a refusal is no answer kept
+        exec("next(iter(dataset))", {**from_accelerate, "dataset": driven})
+    own = PackedDataset(outputs[0], rank=1, world_size=2)
+    own.set_epoch(0)  # the user's own loop (DDP): asked here, once
+    exec("dataset.set_epoch(1)", {**from_accelerate, "dataset": own})
+    assert own.epoch == 1

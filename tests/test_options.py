@@ -49,3 +49,27 @@ def test_max_len_beyond_int32_is_exit_2_in_one_line(tmp_path: Path, command: str
         == f"error: --max-len must fit the int32 columns (at most 2,147,483,647), got {max_len:,}"
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_one_parser_takes_text_sizes_counts_and_weights_and_names_options_as_the_caller_writes_them() -> None:
+    """``PackOptions.from_values`` is the one parser of the command line's values and ``packcli.pack()``'s keyword
+    arguments: "1MiB", "3M" and "0.7,0.3" are parsed, and a message names each option as its caller writes it,
+    made so where it is raised (``--max-len`` on the command line, ``max_len`` in Python)."""
+    from packcli.errors import keyword_spelling
+
+    parsed = PackOptions.from_values({"shard_size": "1MiB", "target_tokens": "3M", "weights": "0.7,0.3"})
+    assert (parsed.shard_size, parsed.target_tokens, parsed.weights) == (2**20, 3_000_000, (0.7, 0.3))
+    cases = [
+        ({"max_len": 0}, "--max-len must be at least 1, got 0", "max_len must be at least 1, got 0"),
+        ({"weights": "1,x"}, "cannot read --weights '1,x'", "cannot read weights '1,x'"),
+        ({"target_tokens": "2.5"}, "--target-tokens '2.5' is not a whole", "target_tokens '2.5' is not a whole"),
+        ({"eos_id": 2, "ids_field": "ids", "eos": False}, "--eos-id and --no-eos", "eos_id and eos=False"),
+        ({"engine": "ray"}, "--engine ray runs partitions: add --partitions P", "engine ray runs partitions: add "),
+    ]
+    for values, flags, keywords in cases:
+        with pytest.raises(UsageError) as refused:
+            PackOptions.from_values(values)
+        assert str(refused.value).startswith(flags), refused.value
+        with keyword_spelling(), pytest.raises(UsageError) as refused:
+            PackOptions.from_values(values)
+        assert str(refused.value).startswith(keywords) and "--" not in str(refused.value), refused.value

@@ -217,8 +217,8 @@ def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
     assert result.exit_code == 0, result.output
     ones, references = files_of(one), files_of(reference)
     manifests = [json.loads(files.pop("manifest.json")) for files in (ones, references)]
-    assert [manifest["tokenizer"].pop("backend") for manifest in manifests] == ["hf", "fastokens"]  # workers ran it
-    assert [manifest["tokenizer"].pop("backend_version") for manifest in manifests][1] == version("fastokens")
+    assert [manifest["tokenizer"].pop("backend") for manifest in manifests] == ["hf", "gigatoken"]  # workers ran it
+    assert [manifest["tokenizer"].pop("backend_version") for manifest in manifests][1] == version("gigatoken")
     assert ones == references and manifests[0] == manifests[1] and not list((tmp_path / "scratch").iterdir())
     shards = [f"part-0000{k}-shard-00000.arrow" for k in range(4)]
     assert sorted(name for name in files_of(reference) if ".arrow." not in name) == ["manifest.json", *shards]
@@ -341,14 +341,14 @@ def test_parts_whose_shards_an_interrupted_merge_moved_out_are_still_reused(tmp_
 
 
 def test_an_explicit_hf_run_packs_again_the_partitions_another_backend_encoded(tmp_path: Path) -> None:
-    """The committed parts of a default run were encoded by fastokens: a rerun with --tokenizer-backend hf, which
+    """The committed parts of a default run were encoded by gigatoken: a rerun with --tokenizer-backend hf, which
     takes only Hugging Face's tokens, packs them again, saying why; a default rerun reuses them."""
     area, run = failed_partitioned_run(tmp_path)
-    assert {str((area.read(k) or {})["tokenizer"]["backend"]) for k in range(3)} == {"fastokens"}
+    assert {str((area.read(k) or {})["tokenizer"]["backend"]) for k in range(3)} == {"gigatoken"}
     warnings: list[str] = []
     assert PartsArea(area.root).resume(run, 4, warnings.append, "hf") == []
     assert warnings[0] == (
-        "partition 0 is packed again: fastokens encoded it, and this run takes only --tokenizer-backend hf's tokens"
+        "partition 0 is packed again: gigatoken encoded it, and this run takes only --tokenizer-backend hf's tokens"
     )
     (tmp_path / "again").mkdir()
     area, run = failed_partitioned_run(tmp_path / "again")

@@ -358,3 +358,21 @@ def test_a_datasets_cache_file_and_its_sharded_twins_go_with_a_replaced_output(t
         (out / name).write_bytes(b"derived")
     assert pack(corpus, out, "--overwrite", "--max-len", "64")[0] == 0
     assert list(out.glob("cache-*")) == [] and verified(out)
+
+
+@pytest.mark.parametrize("before", ["empty", "output"])
+def test_the_output_keeps_the_permissions_of_the_directory_it_replaces(
+    tmp_path: Path, corpus: Path, before: str
+) -> None:
+    """A directory the user made for the output (a group's setgid directory, a mode of their choosing), empty or
+    holding an earlier output, keeps its mode when the new output is swapped into its place."""
+    out = tmp_path / "packed"
+    if before == "empty":
+        out.mkdir()
+    else:
+        assert pack(corpus, out)[0] == 0
+    os.chmod(out, 0o2750)
+    code, _ = pack(corpus, out, "--overwrite", "--max-len", "128")
+    assert code == 0
+    assert oct(out.stat().st_mode & 0o7777) == oct(0o2750)
+    assert verified(out)

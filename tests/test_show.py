@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import documented_names, error_line, json_keys, write_jsonl
+from conftest import documented_names, error_line, json_keys, shared_path, write_jsonl
 from s3_server import S3Server, put_output
 from typer.testing import CliRunner
 
@@ -212,3 +212,29 @@ def test_show_positions_of_an_output_without_position_ids_are_rebuilt_from_cu_se
     assert human.exit_code == 0 and len(re.findall(r"^\s+0\s+\d+\s+'", human.stdout, flags=re.M)) == len(
         shown["lean"]["documents"]
     )
+
+
+def test_show_tells_special_token_text_held_as_text_from_the_special_id(tmp_path: Path) -> None:
+    """Under the built-in ChatML a user's literal `<|im_end|>` stays text (several tokens), which decodes exactly as
+    the special id does: `show` names such text apart, per document (`--json`: `literal_specials`), and says
+    nothing of a document whose special-token text is all special ids."""
+    chats = [
+        {
+            "messages": [
+                {"role": "user", "content": "What does <|im_end|> do?"},
+                {"role": "assistant", "content": "Ends."},
+            ]
+        },
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]},
+    ]
+    path, out = write_jsonl(tmp_path / "chats.jsonl", chats), tmp_path / "o"
+    tokenizer = str(shared_path("tokenizers/qwen"))
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", tokenizer, "--no-shuffle"]
+    assert runner.invoke(app, [*args, "--max-len", "256", "--out", str(out)]).exit_code == 0
+    shown = runner.invoke(app, ["show", str(out), "--json"])
+    assert shown.exit_code == 0, shown.output
+    documents = {doc["source"]["record"]: doc for doc in json.loads(shown.stdout)["documents"]}
+    assert documents[1]["literal_specials"] == ["<|im_end|>"] and documents[2]["literal_specials"] == []
+    printed = runner.invoke(app, ["show", str(out)])
+    held = [line for line in printed.stdout.splitlines() if "not a special token" in line]
+    assert held == ["   text '<|im_end|>' here is plain text, not a special token"], printed.stdout

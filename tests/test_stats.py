@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.format.manifest import TOTALS
 from packcli.options import PackOptions
-from packcli.packing.lengths import candidate_max_lens, overflow_costs
+from packcli.report.max_len import candidate_max_lens, overflow_costs
 from packcli.report.padding import baselines
 from packcli.report.stats import Measured, measure_output, packed_stats, sequence_stats
 from packcli.run.analysis import measure_corpus

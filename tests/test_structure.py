@@ -1,5 +1,6 @@
 """The shape of the package: no import cycle between packcli's modules (function-level imports included), none
-between its top-level packages, and the loader loads the format alone (no writer, no strategy, no packing stage).
+between its top-level packages, no import up the layer order (cli -> run -> stages -> options -> format -> util), and
+the loader loads the format alone (no writer, no strategy, no packing stage).
 
 Run alone as the import-cycle check: ``.venv/bin/python -m pytest -q tests/test_structure.py``.
 """
@@ -96,6 +97,38 @@ def test_no_package_imports_one_that_imports_it_back() -> None:
             package_of(target) for target in targets if package_of(target) != package_of(module)
         )
     assert cycles({name: sorted(targets) for name, targets in packages.items()}) == []
+
+
+# The layer order, lowest first: a module imports only from its own layer or those below (function-level imports
+# too). Stages are the pipeline's steps and the readers of its output; they may use one another.
+LAYERS = [
+    {"errors", "version", "util"},
+    {"format"},
+    {"options"},
+    {"read", "encode", "packing", "strategies", "write", "report", "export", "loader", "storage", "engines"},
+    {"run"},
+    {"cli", "hf", "torch", "__main__", "packcli"},
+]
+
+
+def layer_of(module: str) -> int:
+    name = package_of(module).removeprefix("packcli.") if module != "packcli" else "packcli"
+    return next(index for index, layer in enumerate(LAYERS) if name in layer)
+
+
+def test_every_package_has_a_layer() -> None:
+    for module in GRAPH:
+        layer_of(module)  # StopIteration names a package the order leaves out
+
+
+def test_no_import_goes_up_the_layer_order() -> None:
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if layer_of(target) > layer_of(module)
+    ]
+    assert upward == []
 
 
 LOADED = """

@@ -33,6 +33,7 @@ from typer.testing import CliRunner, Result
 
 from packcli.cli import app
 from packcli.encode.documents import add_specials
+from packcli.errors import PackcliError
 from packcli.format.shards import read_shard
 from packcli.options import Overflow, PackOptions
 from packcli.packing.overflow import apply_overflow
@@ -1050,3 +1051,62 @@ def test_columns_that_contradict_the_options_are_named(
 ) -> None:
     result = verify_damaged(packed_without_positions, tmp_path / "copy", edit_manifest(edit))
     assert result.exit_code == 1 and f"problem: {problem}" in result.stderr, result.output
+
+
+def test_an_output_replaced_while_verify_reads_it_is_said_so_not_reported_as_damage(
+    packed: Path, tiny_corpus: Path, tmp_path: Path
+) -> None:
+    """``pack --overwrite`` swaps whole directories: a verify that read the old manifest and then the new shards must
+    not call the output damaged (it may be intact); it says the output was replaced while read, naming it."""
+    out = tmp_path / "out"
+    shutil.copytree(packed, out)
+    other = tmp_path / "other"
+    result = runner.invoke(app, ["pack", str(tiny_corpus), "--max-len", "256", "--out", str(other), "--quiet"])
+    assert result.exit_code == 0, result.output
+    swapped: list[int] = []
+
+    def swap_once(*_: object) -> None:  # what a concurrent pack --overwrite does to the directory, mid-read
+        if not swapped:
+            aside = tmp_path / "aside"
+            out.rename(aside)
+            other.rename(out)
+            swapped.append(1)
+
+    with pytest.raises(PackcliError, match=r"replaced .*while it was read") as caught:
+        verify_output(out, swap_once)
+    assert caught.value.path == str(out)
+    assert swapped
+    assert verify_output(out).ok  # the output now there is intact, and says so when read alone
+
+
+@pytest.mark.parametrize("command", [["show", "--row", "3"], ["stats"], ["show", "--source", "tiny.jsonl:5"]])
+def test_show_and_stats_of_an_output_replaced_after_its_manifest_was_read_say_so(
+    packed: Path, tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """A concurrent ``pack --overwrite`` lands between reading the manifest and the shards (the swap is made at
+    that moment here): the command names the replaced output in one line, exit 1, not a damaged shard."""
+    import packcli.report.show
+    import packcli.report.stats
+
+    out = tmp_path / "out"
+    shutil.copytree(packed, out)
+    other = tmp_path / "other"
+    result = runner.invoke(app, ["pack", str(tiny_corpus), "--max-len", "256", "--out", str(other), "--quiet"])
+    assert result.exit_code == 0, result.output
+    module = packcli.report.stats if command == ["stats"] else packcli.report.show
+    real = module.read_manifest
+
+    def read_then_swap(path: Path) -> dict:  # type: ignore[type-arg]
+        manifest = real(path)
+        if other.exists():
+            out.rename(tmp_path / "aside")
+            other.rename(out)
+        return manifest
+
+    monkeypatch.setattr(module, "read_manifest", read_then_swap)
+    result = runner.invoke(app, [command[0], str(out), *command[1:]])
+    assert result.exit_code == 1, result.output
+    assert error_line(result.stderr) == (
+        f"error: {out}: replaced by another run (pack --overwrite?) while it was read, so what was read may mix two "
+        "outputs: run the command again"
+    )

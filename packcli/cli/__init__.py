@@ -86,7 +86,7 @@ class OneLineErrors(TyperGroup):
             if debug:
                 raise
             _fail(str(exc), exc.exit_code if isinstance(exc, PackcliError) else EXIT_DATA)
-        except MemoryError as exc:  # the system gave less than a plan expected (a ulimit, other programs)
+        except MemoryError as exc:  # the system gave less than the run needed (a ulimit, a container, other programs)
             if debug:
                 raise
             _fail(

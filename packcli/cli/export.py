@@ -28,6 +28,14 @@ def export(
         int | None,
         typer.Option(min=1, help="bridge: pad each document with EOS to a multiple of this many tokens (CP/SP)."),
     ] = None,
+    sources: Annotated[
+        bool,
+        typer.Option(
+            "--sources",
+            help="Also write each sample's sources (input, record, piece of pieces): mds in a 'sources' column, the "
+            "other formats in sources.jsonl, one line per sample.",
+        ),
+    ] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different export.")] = False,
     json_output: flags.JsonOption = False,
     quiet: flags.ExportQuietOption = False,
@@ -41,6 +49,8 @@ def export(
       packcli export sft-packed/ --to bridge --out bridge-data --pad-to-multiple 8
 
       packcli export packed/ --to olmo-core --out olmo-data --json
+
+      packcli export packed/ --to mds --out mds-data --sources
     """
     from packcli.errors import UsageError
     from packcli.export import export_output
@@ -50,7 +60,8 @@ def export(
         raise UsageError("--pad-to-multiple is for --to bridge")
     warnings = Warnings(quiet)
     try:
-        result = export_output(packed, to, out, {"pad_to_multiple": pad_to_multiple}, overwrite, warnings)
+        options = {"pad_to_multiple": pad_to_multiple, "sources": True if sources else None}  # None: not asked
+        result = export_output(packed, to, out, options, overwrite, warnings)
     finally:
         warnings.close()
     summary = result.summary(out)

@@ -135,10 +135,10 @@ _NEGATED = {"no_eos": "eos", "no_shuffle": "shuffle", "no_position_ids": "positi
 
 def pack_options(flags: dict[str, Any]) -> PackOptions:
     """The options of a command's flag values (by parameter name; names that are no field are left out): each flag
-    is the field of its name, ``--no-X`` is ``X=False``, sizes and counts are parsed."""
+    is the field of its name, ``--no-X`` is ``X=False``; :meth:`PackOptions.from_values` parses the rest."""
     import dataclasses
 
-    from packcli.options import PackOptions, parse_count, parse_size, parse_weights
+    from packcli.options import PackOptions
 
     fields = {field.name for field in dataclasses.fields(PackOptions)}
     values = {_NEGATED.get(name, name): value for name, value in flags.items()}
@@ -146,9 +146,4 @@ def pack_options(flags: dict[str, Any]) -> PackOptions:
     for name in _NEGATED.values():
         if name in values:
             values[name] = not values[name]
-    for name, parse in (("shard_size", parse_size), ("partition_size", parse_size), ("target_tokens", parse_count)):
-        if isinstance(values.get(name), str):
-            values[name] = parse(values[name])
-    if isinstance(values.get("weights"), str):
-        values["weights"] = parse_weights(values["weights"])
-    return PackOptions(**values)
+    return PackOptions.from_values(values)

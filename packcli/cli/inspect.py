@@ -142,6 +142,7 @@ def stats(
         print_model_cost,
         print_model_cost_candidates,
         print_stats,
+        special_text_warning,
     )
     from packcli.run.analysis import measure_corpus
     from packcli.storage import location
@@ -179,6 +180,9 @@ def stats(
                 measured = measure_corpus(
                     given.files, options, batch_size, given.warn, reporter, given.spool, per_candidate
                 )
+                special_text = special_text_warning(measured.figures)  # as pack says it
+                if special_text is not None:
+                    warnings(special_text)
         finally:
             reporter.close()
             warnings.close()

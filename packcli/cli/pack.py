@@ -175,8 +175,9 @@ def pack(
 
 def _report(result: PackResult, out: str, json_output: bool, summary: Path | None, warnings: Warnings) -> None:
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
+    from packcli.cli.summary import pack_summary
     from packcli.report.markdown import pack_markdown
-    from packcli.report.terminal import loss_warning, pack_summary, special_text_warning
+    from packcli.report.terminal import loss_warning, special_text_warning
 
     figures = result.summary()
     special_text = special_text_warning(figures)

@@ -1,11 +1,13 @@
-"""Encoding backends: Hugging Face ``tokenizers`` (the reference, and the fallback) and ``fastokens`` (a faster
-byte-level BPE that reproduces it exactly for the tokenizer kinds it is allowed here).
+"""Encoding backends: Hugging Face ``tokenizers`` (the reference, and the fallback), and two faster byte-level BPE
+libraries that reproduce it exactly for the tokenizer kinds they are allowed here: ``gigatoken``
+(:mod:`packcli.encode.gigatoken_backend`) and ``fastokens``.
 
-``--tokenizer-backend auto`` takes fastokens when the tokenizer is of a kind listed in :func:`fast_refusal`,
-fastokens imports and loads it, and it gives every added token Hugging Face's id; else Hugging Face, the manifest
-saying why (``backend_fallback``). ``hf`` always takes Hugging Face. Invariant: a backend never changes a token
-(the run cross-checks a sample of its documents against Hugging Face, :mod:`packcli.encode.crosscheck`), so the
-output bytes do not depend on the backend, and neither does the fingerprint; the manifest records which one ran.
+``--tokenizer-backend auto`` takes the first of :data:`FAST_BACKENDS` that opens when the tokenizer is of a kind
+listed in :func:`fast_refusal`: it imports, loads the tokenizer, and gives every added token Hugging Face's id; else
+Hugging Face. The manifest says why a fast backend was passed over (``backend_fallback``). ``hf`` always takes
+Hugging Face. Invariant: a backend never changes a token (the run cross-checks a sample of its documents against
+Hugging Face, :mod:`packcli.encode.crosscheck`), so the output bytes do not depend on the backend, and neither does
+the fingerprint; the manifest records which one ran.
 
 A backend encodes in two steps, so a helper thread does the encoding and the main thread the conversion:
 ``encode`` (releases the GIL) and ``ids`` (every text's ids as one flat int32 array, and their int64 lengths).
@@ -23,10 +25,21 @@ from typing import Any, Protocol
 import numpy as np
 from tokenizers import Tokenizer
 
+from packcli.encode import gigatoken_backend
+from packcli.encode.gigatoken_backend import GigatokenBackend
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
 from packcli.util.memory import release_free_memory
 
-__all__ = ["Backend", "Backends", "HFBackend", "fast_refusal", "open_backends", "takes_tokens"]
+__all__ = [
+    "FAST_BACKENDS",
+    "Backend",
+    "Backends",
+    "HFBackend",
+    "Refused",
+    "fast_refusal",
+    "open_backends",
+    "takes_tokens",
+]
 
 
 class Backend(Protocol):
@@ -89,13 +102,13 @@ class Backends:
     recognizes them (chat template markup; None unless asked for). ``reference`` is Hugging Face in the same two
     modes, for the cross-check (None when Hugging Face is the backend: nothing to check)."""
 
-    name: str  # "fastokens" or "hf"
+    name: str  # "gigatoken", "fastokens" or "hf"
     version: str
     text: Backend
     markup: Backend | None
     reference_text: HFBackend | None
     reference_markup: HFBackend | None
-    fallback: str | None = None  # why Hugging Face encodes where auto was asked (None: fastokens does, or hf asked)
+    fallback: str | None = None  # why auto passed over the fast backends before this one (None: none, or hf asked)
 
     def describe(self) -> dict[str, str]:
         """The manifest's record of the backend that ran (outside the fingerprint), and why auto fell back."""
@@ -111,19 +124,12 @@ def takes_tokens(requested: str, encoded_by: str | None) -> bool:
     return requested != "hf" or encoded_by in (None, "hf")
 
 
-FastLoader = Callable[[LoadedTokenizer], Any]
-
-
 _built: dict[str, Any] = {}  # fastokens tokenizers built in this process, by their tokenizer.json text
 
 
 def _load_fastokens(loaded: LoadedTokenizer) -> Any:
     """fastokens' tokenizer for ``loaded`` (raises what fastokens raises), built once per process: a worker runs
-    several partitions, and building one takes about a second (Tekken).
-
-    It is built after Hugging Face's, not beside it on a helper thread: the two builds' scratch memory (Tekken:
-    about 250 and 200 MiB, given back after each) would then add up in the run's peak, for a gain of the shorter
-    build's 0.3 s of CPU that a busy machine does not give (measured: the same time at load average 4-6)."""
+    several partitions, and building one takes about a second (Tekken)."""
     import fastokens
 
     if loaded.source not in _built:
@@ -135,15 +141,60 @@ def _load_fastokens(loaded: LoadedTokenizer) -> Any:
     return _built[loaded.source]
 
 
-# The fast backend's loader and its wrapper: tests swap FAST_WRAPPER for a backend of their own (the cross-check's
-# test injects one that returns a wrong id); runs use fastokens as it is.
-FAST_LOADER: FastLoader = _load_fastokens
-FAST_WRAPPER: Callable[[Any, bool], Backend] = FastBackend
+class Refused(Exception):
+    """A fast backend does not encode this tokenizer; the message says why (the manifest's ``backend_fallback``)."""
+
+
+Opened = tuple[Backend, Backend | None]  # a fast backend's text and markup (None unless asked for) encoders
+
+
+def _open_gigatoken(loaded: LoadedTokenizer, markup: bool) -> Opened:
+    reason = gigatoken_backend.refusal(loaded)
+    if reason is not None:
+        raise Refused(reason)
+    try:
+        text = gigatoken_backend.load_gigatoken(loaded, False)
+        marking = gigatoken_backend.load_gigatoken(loaded, True) if markup else None
+    except ImportError as exc:
+        raise Refused(f"gigatoken cannot be imported ({exc})") from None
+    except Exception as exc:  # gigatoken raises ValueError on a pre-tokenizer or model it does not run
+        raise Refused(f"gigatoken cannot load it ({_first_line(exc)})") from None
+    reason = None if marking is None else gigatoken_backend.markup_refusal(loaded, marking)
+    if reason is not None:
+        raise Refused(reason)
+    return GigatokenBackend(text), GigatokenBackend(marking) if marking is not None else None
+
+
+def _open_fastokens(loaded: LoadedTokenizer, markup: bool) -> Opened:
+    try:
+        fast = _load_fastokens(loaded)
+    except ImportError as exc:
+        raise Refused(f"fastokens cannot be imported ({exc})") from None
+    except Exception as exc:  # fastokens raises ValueError or its own errors on what it cannot load
+        raise Refused(f"fastokens cannot load it ({_first_line(exc)})") from None
+    reason = _added_ids_refusal(loaded.tokenizer, fast)
+    if reason is not None:
+        raise Refused(reason)
+    return FastBackend(fast, True), FastBackend(fast, False) if markup else None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+# The fast backends auto tries, in order (the first that opens encodes), by distribution name (the manifest records
+# its version): gigatoken builds in about a third of fastokens' CPU time (docs/performance.md); fastokens runs where
+# gigatoken refuses (Kimi's regex, a non-special added token). Tests replace an entry (a backend that gets one id
+# wrong, for the cross-check's test).
+FAST_BACKENDS: dict[str, Callable[[LoadedTokenizer, bool], Opened]] = {
+    "gigatoken": _open_gigatoken,
+    "fastokens": _open_fastokens,
+}
 
 
 def open_backends(loaded: LoadedTokenizer, requested: str, markup: bool) -> Backends:
     """The backends for ``--tokenizer-backend requested`` ("auto" or "hf"); ``markup``: also one that recognizes
-    special tokens. Where auto falls back to Hugging Face, the reason is recorded (``fallback``, in the manifest),
+    special tokens. Where auto passes over a fast backend, the reason is recorded (``fallback``, in the manifest),
     not said on stderr: the user asked for no backend in particular, and there is nothing for them to do."""
     reference_text = HFBackend(loaded.tokenizer)
     reference_markup = HFBackend(_with_specials(loaded)) if markup else None
@@ -151,27 +202,18 @@ def open_backends(loaded: LoadedTokenizer, requested: str, markup: bool) -> Back
     if requested == "hf":
         return hf
     refusal = fast_refusal(loaded.tokenizer)
-    fast = None
-    if refusal is None:
-        try:
-            fast = FAST_LOADER(loaded)
-        except ImportError as exc:
-            refusal = f"fastokens cannot be imported ({exc})"
-        except Exception as exc:  # fastokens raises ValueError or its own errors on what it cannot load
-            refusal = f"fastokens cannot load it ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-        if fast is not None:
-            refusal = _added_ids_refusal(loaded.tokenizer, fast)
-            fast = None if refusal else fast
-    if fast is None:
+    if refusal is not None:
         return replace(hf, fallback=refusal)
-    return Backends(
-        "fastokens",
-        metadata.version("fastokens"),
-        FAST_WRAPPER(fast, True),
-        FAST_WRAPPER(fast, False) if markup else None,
-        reference_text,
-        reference_markup,
-    )
+    reasons = []
+    for name, opener in FAST_BACKENDS.items():
+        try:
+            text, marking = opener(loaded, markup)
+        except Refused as exc:
+            reasons.append(str(exc))
+            continue
+        why = "; ".join(reasons) or None
+        return Backends(name, metadata.version(name), text, marking, reference_text, reference_markup, why)
+    return replace(hf, fallback="; ".join(reasons))
 
 
 _marking: dict[str, Tokenizer] = {}  # Hugging Face tokenizers that recognize specials, by their tokenizer.json text
@@ -191,7 +233,8 @@ _FAST_MODELS = ("BPE",)
 
 
 def fast_refusal(tokenizer: Tokenizer) -> str | None:
-    """Why fastokens is not used for ``tokenizer``, or None when it is of a kind fastokens reproduces exactly.
+    """Why no fast backend is used for ``tokenizer``, or None when it is of a kind the fast backends reproduce
+    exactly (each may still refuse it: :data:`FAST_BACKENDS`).
 
     Allowed, conservatively (what was checked against Hugging Face on real corpora): a BPE model without dropout,
     byte fallback, unknown token or subword affixes; no normalizer; a ``ByteLevel`` pre-tokenizer (GPT-2's), or a

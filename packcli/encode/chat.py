@@ -7,25 +7,31 @@ The built-in ChatML renders ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per 
 content and its ``<|im_end|>\\n`` are supervised, and so is the document's EOS when the chat ends with an assistant
 turn. A Jinja template (``--chat-template`` or a tokenizer directory's ``tokenizer_config.json``) is rendered
 prefix by prefix: an assistant message's segment is what rendering it adds
-after the generation prompt, so exactly the assistant's words and end marker are supervised.
+after the generation prompt, so exactly the assistant's words and end marker are supervised. Where a later message
+changes the rendering of messages after the last assistant turn (Qwen2.5 closes a run of ``tool`` results after
+the last one only), those messages are one segment.
 
-A chat whose rendering ends with EOS followed only by whitespace (Qwen2.5-Instruct: EOS ``<|im_end|>``, each turn
-ending ``<|im_end|>\\n``) ends at that EOS: the whitespace after it is dropped, and pack appends no second EOS.
+A chat whose rendering ends with EOS followed only by blank characters (Unicode whitespace or format characters
+such as U+200B; Qwen2.5-Instruct: EOS ``<|im_end|>``, each turn ending ``<|im_end|>\\n``) ends at that EOS: the
+blank text after it is dropped, and pack appends no second EOS.
 Under a Jinja template content is tokenized with the markup, so special-token text a message holds becomes special
-tokens (as with ``apply_chat_template``); such messages are counted.
+tokens (as with ``apply_chat_template``); such messages are counted where their content adds special-token text to
+the rendering. A message with null content (an assistant's tool calls, OpenAI style) reaches a Jinja template as
+None; the built-in ChatML refuses it, as it renders no tool calls.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.errors import BadRecordError, PackcliError, UsageError
+from packcli.errors import BadRecordError, PackcliError, UsageError, option
 from packcli.read.fields import ReadCounts
 
 __all__ = ["ChatML", "ChatReader", "JinjaTemplate", "RenderedChat", "Segment", "counted_segments", "load_template"]
@@ -54,7 +60,12 @@ class ChatML:
     def segments(self, messages: Messages, loss_on_all: bool) -> list[Segment]:
         """The chat as segments; assistant turns supervised (every segment with ``loss_on_all``)."""
         out = []
-        for message in messages:
+        for number, message in enumerate(messages, start=1):
+            if message["content"] is None:
+                raise BadRecordError(
+                    f"message {number} has null content, which the built-in ChatML cannot render (nor any "
+                    "tool_calls it carries): pass --chat-template with a template that renders tool calls"
+                )
             supervised = loss_on_all or message["role"] == "assistant"
             out += [
                 Segment(f"<|im_start|>{message['role']}\n", loss_on_all, markup=True),
@@ -97,18 +108,32 @@ class JinjaTemplate:
         """The chat as segments, each what rendering one more message adds (see the module docstring)."""
         out: list[Segment] = []
         done = ""
+        settled = (0, "")  # the segments and text up to the last assistant turn, which no later message may change
         for end, message in enumerate(messages, start=1):
-            supervised = loss_on_all or message["role"] == "assistant"
-            if message["role"] == "assistant":
+            assistant = message["role"] == "assistant"
+            if assistant:
                 prompt = self.render(messages[: end - 1], add_generation_prompt=True)
-                _check_prefix(done, prompt)
-                out.append(Segment(prompt[len(done) :], loss_on_all, markup=True))
-                done = prompt
+                done = _added(out, done, prompt, Segment("", loss_on_all, markup=True), settled)
+                settled = (len(out), done)
             rendered = self.render(messages[:end], add_generation_prompt=False)
-            _check_prefix(done, rendered)
-            out.append(Segment(rendered[len(done) :], supervised, markup=True))
-            done = rendered
+            done = _added(out, done, rendered, Segment("", loss_on_all or assistant, markup=True), settled)
+            if assistant:
+                settled = (len(out), done)
         return out
+
+
+def _added(out: list[Segment], done: str, rendered: str, kind: Segment, settled: tuple[int, str]) -> str:
+    """Appends to ``out`` what ``rendered`` adds to ``done``, as a segment like ``kind``; returns ``rendered``.
+
+    Where ``rendered`` changes text after the last assistant turn (``settled``: Qwen2.5 closes a run of ``tool``
+    results after the last one only), the unsupervised segments since that turn are one segment with the new text.
+    """
+    if not rendered.startswith(done):
+        count, done = settled
+        _check_prefix(done, rendered)
+        del out[count:]
+    out.append(replace(kind, text=rendered[len(done) :]))
+    return rendered
 
 
 @dataclass(frozen=True)
@@ -157,11 +182,39 @@ class ChatReader:
     def __call__(self, values: list[Any]) -> RenderedChat:
         messages = values[0]
         segments = self.template.segments(messages, self.loss_on_all)
+        holding = self.special_text_messages(messages, segments)
         if self.eos_token:
             segments = ended_at_eos(segments, self.eos_token)
-        found = self.specials
-        holding = 0 if found is None else sum(found.search(message["content"]) is not None for message in messages)
         return RenderedChat(segments, holding)
+
+    def special_text_messages(self, messages: Messages, segments: list[Segment]) -> int:
+        """How many of ``messages`` hold special-token text that their rendering (``segments``) carries: a message
+        the template never renders (a ``tool`` message a template skips) is not counted. A message counts when the
+        chat rendered with that message's content emptied holds fewer special-token texts (where the template
+        refuses an empty content: when its content, as given or stripped, is in the rendering). Rendered once more
+        per message holding such text, which few do."""
+        found, template = self.specials, self.template
+        if found is None or not isinstance(template, JinjaTemplate):
+            return 0
+        held = [
+            k
+            for k, message in enumerate(messages)
+            if isinstance(message["content"], str) and found.search(message["content"])
+        ]
+        if not held:
+            return 0
+        rendered = "".join(segment.text for segment in segments)
+        total = len(found.findall(rendered))
+        counted = 0
+        for k in held:
+            content = messages[k]["content"]
+            try:
+                emptied = template.render([*messages[:k], {**messages[k], "content": ""}, *messages[k + 1 :]], False)
+            except BadRecordError:
+                counted += content in rendered or content.strip() in rendered
+                continue
+            counted += len(found.findall(emptied)) < total
+        return counted
 
     def eos_notice(self) -> str | None:
         """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
@@ -171,8 +224,9 @@ class ChatReader:
             rendered = "".join(segment.text for segment in self.template.segments(probe, self.loss_on_all))
         except BadRecordError:
             return None
-        trailing = rendered[len(rendered.rstrip()) :]
-        if not self.eos_token or not trailing or not rendered.rstrip().endswith(self.eos_token):
+        closed = blank_stripped(rendered)
+        trailing = rendered[len(closed) :]
+        if not self.eos_token or not trailing or not closed.endswith(self.eos_token):
             return None
         return (
             f"the chat template renders {trailing!r} after its EOS {self.eos_token}: each chat ends at that EOS, the "
@@ -192,15 +246,27 @@ def ended_at_eos(segments: list[Segment], eos_token: str) -> list[Segment]:
     Example: [..., "Hello<|im_end|>\\n"] with EOS ``<|im_end|>`` -> [..., "Hello<|im_end|>"].
     """
     end = len(segments)
-    while end and not segments[end - 1].text.strip():
+    while end and not blank_stripped(segments[end - 1].text):
         end -= 1
     if not end:
         return segments
     last = segments[end - 1]
-    closed = last.text.rstrip()
+    closed = blank_stripped(last.text)
     if (end == len(segments) and closed == last.text) or not closed.endswith(eos_token):
         return segments
     return [*segments[: end - 1], replace(last, text=closed)]
+
+
+def blank_stripped(text: str) -> str:
+    """``text`` without the blank characters it ends with: Unicode whitespace and format characters (category Cf:
+    a zero-width space U+200B, a byte order mark U+FEFF, a word joiner U+2060), which render as nothing.
+
+    Example: "Hello<|im_end|>\\n\\u200b" -> "Hello<|im_end|>".
+    """
+    end = len(text)
+    while end and (text[end - 1].isspace() or unicodedata.category(text[end - 1]) == "Cf"):
+        end -= 1
+    return text[:end]
 
 
 def _check_prefix(done: str, rendered: str) -> None:
@@ -224,7 +290,7 @@ def load_template(
         file = Path(path)
         if source is None:
             if not file.is_file():
-                raise UsageError(f"--chat-template {path}: no such file")
+                raise UsageError(f"{option('chat_template', path)}: no such file")
             source = file.read_text(encoding="utf-8")
         return JinjaTemplate(source, str(file), bos or "", eos or "")
     configured = _configured_template(tokenizer.config.get("chat_template"))
@@ -234,7 +300,8 @@ def load_template(
     if missing:
         warn(
             f"built-in ChatML with tokenizer {tokenizer.name}, which lacks {' and '.join(missing)} as special "
-            "tokens: the markup is tokenized as plain text (pass --chat-template for this model's own format)"
+            f"tokens: the markup is tokenized as plain text (pass {option('chat_template')} for this model's own "
+            "format)"
         )
     return ChatML()
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from packcli.encode.backends import Backend, HFBackend
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, option
 
 __all__ = ["CHARACTERS_PER_CHECKED", "MEAN_GAP", "MIN_CHARACTERS", "MIN_CHECKED", "CrossCheck", "TokenizerMismatch"]
 
@@ -42,7 +42,7 @@ class TokenizerMismatch(PackcliError):
         wanted = "no token" if expected is None else str(expected)
         super().__init__(
             f"the {backend} tokenizer backend encodes this document otherwise than Hugging Face tokenizers (token "
-            f"{position}: {shown}, expected {wanted}); rerun with --tokenizer-backend hf"
+            f"{position}: {shown}, expected {wanted}); rerun with {option('tokenizer_backend', 'hf')}"
         )
         self.backend, self.index, self.position, self.got, self.expected = backend, index, position, got, expected
         self.document: Any = None

@@ -23,7 +23,7 @@ from packcli.encode.chat import ChatML, ChatReader, JinjaTemplate, Segment, coun
 from packcli.encode.crosscheck import CrossCheck, TokenizerMismatch
 from packcli.encode.documents import Flat, add_specials, kept_records
 from packcli.encode.tokenizer import LoadedTokenizer, special_ids
-from packcli.errors import BadRecordError, UsageError
+from packcli.errors import BadRecordError, UsageError, option
 from packcli.format.columns import IGNORE_INDEX
 from packcli.format.schema import position_ids
 from packcli.options import PackOptions
@@ -141,15 +141,15 @@ class SegmentEncoder:
         self.convert: Callable[[list[Any]], Any] | None = None
         self.template_sha256: str | None = None
         if options.messages_field is not None:
-            self.fields = [Field(options.messages_field, "messages", "--messages-field")]
+            self.fields = [Field(options.messages_field, "messages", option("messages_field"))]
             self.template = load_template(options.chat_template, tokenizer, warn, template_source)
             self.template_sha256 = self.template.sha256
             self.convert = ChatReader.of(self.template, self.loss_on_all, tokenizer, self.eos_id, warn)
         else:
             assert options.prompt_field is not None and options.response_field is not None
             self.fields = [
-                Field(options.prompt_field, flag="--prompt-field"),
-                Field(options.response_field, flag="--response-field"),
+                Field(options.prompt_field, flag=option("prompt_field")),
+                Field(options.response_field, flag=option("response_field")),
             ]
 
     def prepare(self, columns: list[list[Any]], counts: ReadCounts) -> tuple[list[list[Segment]], np.ndarray]:
@@ -248,21 +248,23 @@ class IdsEncoder:
 
     def __init__(self, options: PackOptions, tokenizer: LoadedTokenizer | None) -> None:
         assert options.ids_field is not None
-        self.fields = [Field(options.ids_field, "ids", "--ids-field")]
+        self.fields = [Field(options.ids_field, "ids", option("ids_field"))]
         if options.labels_field is not None:
-            self.fields.append(Field(options.labels_field, "labels", "--labels-field"))
+            self.fields.append(Field(options.labels_field, "labels", option("labels_field")))
         self.supervised = options.labels_field is not None
         self.vocab_size = tokenizer.vocab_size if tokenizer is not None else None
         self.tokenizer_name = tokenizer.name if tokenizer is not None else None
         if tokenizer is None:
             if options.bos:
-                raise UsageError("--bos with --ids-field needs --tokenizer (to know the BOS id)")
+                raise UsageError(
+                    f"{option('bos', True)} with {option('ids_field')} needs {option('tokenizer')} (to know the BOS id)"
+                )
             self.eos_id, self.bos_id = options.eos_id, None
         else:
             self.eos_id, self.bos_id = special_ids(tokenizer, options.eos and options.eos_id is None, options.bos)
             self.eos_id = options.eos_id if options.eos_id is not None else self.eos_id
         if self.eos_id is not None and self.vocab_size is not None and self.eos_id >= self.vocab_size:
-            raise UsageError(f"--eos-id {self.eos_id} is not below the vocabulary size {self.vocab_size}")
+            raise UsageError(f"{option('eos_id', self.eos_id)} is not below the vocabulary size {self.vocab_size}")
         self.convert: Callable[[list[Any]], Any] | None = self._check
 
     def _check(self, values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError, UsageError, option
 from packcli.util.memory import release_free_memory
 
 __all__ = ["LoadedTokenizer", "document_tokenizer", "hf_tokenizer", "load_tokenizer", "special_ids", "use_threads"]
@@ -25,6 +25,9 @@ __all__ = ["LoadedTokenizer", "document_tokenizer", "hf_tokenizer", "load_tokeni
 BUNDLED_NAME = "gpt2 (bundled)"
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
+
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # beside tokenizer_config.json in a recent hub snapshot
 
 
 @dataclass(frozen=True)
@@ -152,18 +155,27 @@ def _locate(spec: str) -> Path:
 
 def _read_config(directory: Path) -> tuple[dict[str, object], str | None]:
     """``tokenizer_config.json`` beside the tokenizer file (a hub snapshot keeps both in one directory) and the
-    sha256 of its bytes; ({}, None) when there is none."""
-    config_path = directory / "tokenizer_config.json"
-    if not config_path.is_file():
-        return {}, None
+    sha256 of its bytes; ({}, None) when there is none. A ``chat_template.jinja`` there (where a recent transformers
+    saves the template) is the config's ``chat_template``, as apply_chat_template takes it, its bytes hashed too."""
+    config_path, template_path = directory / "tokenizer_config.json", directory / CHAT_TEMPLATE_FILE
+    config: object = {}
+    raw = b""
     try:
-        raw = config_path.read_bytes()
-        config = json.loads(raw.decode("utf-8"))
+        if config_path.is_file():
+            raw = config_path.read_bytes()
+            config = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise PackcliError(f"cannot read: {exc}", config_path) from None
     if not isinstance(config, dict):
         raise PackcliError("not a JSON object", config_path)
-    return config, hashlib.sha256(raw).hexdigest()
+    if template_path.is_file():
+        try:
+            template = template_path.read_bytes()
+            config["chat_template"] = template.decode("utf-8")
+        except (OSError, ValueError) as exc:
+            raise PackcliError(f"cannot read: {exc}", template_path) from None
+        raw += b"\0" + template
+    return (config, hashlib.sha256(raw).hexdigest()) if raw else ({}, None)
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:
@@ -199,7 +211,10 @@ def use_threads(threads: int | None) -> None:
 def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | None, int | None]:
     """The EOS and BOS ids to add to every document, or a usage error when one is asked for and missing."""
     if eos and loaded.eos_id is None:
-        raise UsageError(f"tokenizer {loaded.name} has no EOS token that packcli can find; use --eos-token or --no-eos")
+        raise UsageError(
+            f"tokenizer {loaded.name} has no EOS token that packcli can find; use {option('eos_token')} or "
+            f"{option('eos', False)}"
+        )
     if bos and loaded.bos_id is None:
-        raise UsageError(f"tokenizer {loaded.name} has no BOS token; drop --bos")
+        raise UsageError(f"tokenizer {loaded.name} has no BOS token; drop {option('bos', True)}")
     return (loaded.eos_id if eos else None), (loaded.bos_id if bos else None)

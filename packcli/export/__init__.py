@@ -32,6 +32,7 @@ import pyarrow as pa
 from packcli.errors import PackcliError, UsageError
 from packcli.export.base import Exporter, ExportTotals
 from packcli.export.reading import DocumentView, PackedOutput, open_packed, row_batch
+from packcli.export.sources import SourcesFile, require_sources, sources_record
 
 __all__ = ["FORMATS", "ExportResult", "export_output"]
 
@@ -118,7 +119,8 @@ def export_output(
             copy first; the export's record names the URL).
         fmt: a key of :data:`FORMATS`.
         out: the export directory (replaced only if it holds another export, with ``overwrite``).
-        options: format options (``pad_to_multiple`` for bridge).
+        options: format options (``pad_to_multiple`` for bridge; ``sources``: also each sample's sources, in the
+            format's place for them or ``sources.jsonl``, see :mod:`packcli.export.sources`).
         overwrite: replace an export of another source, format or options.
         warn: where notices go (stderr on the command line).
 
@@ -141,6 +143,8 @@ def export_output(
         raise UsageError(f"--to must be one of {', '.join(FORMATS)}, not {fmt!r}")
     options = {key: value for key, value in (options or {}).items() if value is not None}
     packed = open_packed(source)  # an output URL: its shards streamed as they are verified and exported
+    if options.get("sources"):
+        require_sources(packed)
     fingerprint = export_fingerprint(packed.manifest["fingerprint"], fmt, options)
     module, name = FORMATS[fmt]
     make: Callable[[Path, Any, dict[str, Any]], Exporter] = getattr(importlib.import_module(module), name)
@@ -151,7 +155,8 @@ def export_output(
             return ExportResult("up-to-date", json.loads((out / EXPORT_NAME).read_text(encoding="utf-8")))
         exporter = make(publication.staging, packed, options)  # refuses an output the format cannot carry
         try:
-            feed = _export_verified(packed, exporter)
+            sidecar = SourcesFile(publication.staging, packed) if options.get("sources") and fmt != "mds" else None
+            feed = _export_verified(packed, exporter, sidecar)
             split = int(packed.manifest["totals"].get("split_documents", 0))
             if exporter.view == "rows" and split:
                 warn(ROW_FORMAT_SPLITS.format(count=split, fmt=fmt))
@@ -178,14 +183,16 @@ def export_output(
             "fingerprint": fingerprint,
             "files": [{"file": path.name, "bytes": path.stat().st_size} for path in files],
             "totals": totals.to_json(),
+            **({"sources": sources_record(fmt)} if options.get("sources") else {}),
         }
         written = write_record(publication.staging, record)
         publication.commit()
     return ExportResult("exported", written)
 
 
-def _export_verified(packed: PackedOutput, exporter: Exporter) -> _Feed:
-    """Verify ``packed``, handing each batch to ``exporter`` once it is checked; the feed that did (its counts).
+def _export_verified(packed: PackedOutput, exporter: Exporter, sources: SourcesFile | None) -> _Feed:
+    """Verify ``packed``, handing each batch to ``exporter`` (and its sources to ``sources``) once it is checked;
+    the feed that did (its counts).
 
     Raises:
         PackcliError: the output fails verify (its first problem named, the count given); nothing is published.
@@ -193,7 +200,7 @@ def _export_verified(packed: PackedOutput, exporter: Exporter) -> _Feed:
     """
     from packcli.report.verify import verify_output
 
-    feed = _Feed(packed, exporter)
+    feed = _Feed(packed, exporter, sources)
     try:
         report = verify_output(packed.path, feed)
     finally:
@@ -216,9 +223,10 @@ class _Feed:
     the EOS ids that stand inside the documents the exporter takes (``inner_eos``), where a trainer finding
     documents by EOS would cut them."""
 
-    def __init__(self, packed: PackedOutput, exporter: Exporter) -> None:
+    def __init__(self, packed: PackedOutput, exporter: Exporter, sources: SourcesFile | None) -> None:
         self.packed = packed
         self.exporter = exporter
+        self.sources = sources
         self.documents: DocumentView | None = None
         self.error: Exception | None = None
         self.inner_eos = 0
@@ -236,6 +244,8 @@ class _Feed:
         self.pending.clear()
         if self.documents is not None:
             self.documents.close()
+        if self.sources is not None:
+            self.sources.close()
 
     def _write(self, shard: int, first_row: int, batch: pa.RecordBatch) -> None:
         if self.error is not None:
@@ -245,12 +255,16 @@ class _Feed:
             if self.exporter.view == "rows":
                 self._count_inner_eos(rows.tokens, rows.lengths, None)
                 self.exporter.write(rows)
+                if self.sources is not None:
+                    self.sources.rows(rows)
                 return
             if self.documents is None:
                 self.documents = DocumentView(self.packed)
             documents = self.documents.documents(rows)
             self._count_inner_eos(documents.tokens, documents.lengths, documents.ends)
             self.exporter.write(documents)
+            if self.sources is not None:
+                self.sources.documents(rows, documents)
         except Exception as exc:  # raised after verify's verdict, which names damage first
             self.error = exc
 

@@ -21,7 +21,8 @@ as they do inside every span of supervised or unsupervised tokens packcli's enco
 tokens: a prompt, a response and its EOS, a chat turn with its end marker). Where they differ (a span starts or ends
 at the cut), or the labels were given as such (``--labels-field``: spans of any length), it stays unsupervised,
 counted in ``DocumentView.unsure`` for the export to say.
-Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document).
+Memory: one record batch, plus the split pieces' coordinates (a few numbers per piece of a split document); the
+pages of the shards the pieces are read from are let go after each batch (:mod:`packcli.format.mapped`).
 From an output URL the rows stream in; a shard holding a piece read out of order is fetched once into a temporary
 directory (removed at ``close``) and memory-mapped there: from the store, each miss of the cache of a few shards
 would fetch a whole shard again.
@@ -42,7 +43,8 @@ import pyarrow as pa
 
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
-from packcli.format.shards import flat_list_column, read_shard
+from packcli.format.mapped import ReleasableMap
+from packcli.format.shards import flat_list_column
 from packcli.format.sidecars import read_split_pieces
 from packcli.storage.mirror import fetch_checked
 from packcli.storage.urls import UrlPath
@@ -123,6 +125,7 @@ class DocumentBatch:
     lengths: np.ndarray  # int64
     ends: np.ndarray  # bool, one per piece: False only for a split document's pieces before its last
     mask: np.ndarray | None
+    origins: np.ndarray  # int64, one per piece: the row batch's piece at whose place it came out
 
 
 class _Splits:
@@ -154,6 +157,7 @@ class _Splits:
             self.groups.append([(shard, row, index, first) for _, shard, row, index, first in sorted(group_pieces)])
         self.emitted = np.zeros(len(self.groups), dtype=bool)
         self._batches: dict[int, list[RowBatch]] = {}  # a few shards' batches, views of their memory maps
+        self._maps: dict[int, ReleasableMap] = {}  # those maps, their pages let go after each batch's pieces
         self._fetched: Path | None = None  # an output URL's shards the pieces are read from, each fetched once
         self.given_labels = packed.manifest["options"].get("labels_field") is not None
         self.unsure = 0  # joins whose token's supervision the neighbours do not tell (left unsupervised)
@@ -183,8 +187,11 @@ class _Splits:
         """One stored piece's tokens and mask, read from its memory-mapped shard."""
         if shard not in self._batches:
             if len(self._batches) >= 4:
-                self._batches.pop(next(iter(self._batches)))
-            self._batches[shard] = list(_shard_batches(shard, self._local_shard(shard)))
+                evicted = next(iter(self._batches))
+                self._batches.pop(evicted)
+                self._maps.pop(evicted)
+            self._maps[shard] = ReleasableMap(self._local_shard(shard))
+            self._batches[shard] = list(_shard_batches(shard, self._maps[shard].buffer))
         batches = self._batches[shard]
         batch = batches[bisect.bisect_right([batch.first_row for batch in batches], row) - 1]
         local = row - batch.first_row
@@ -206,16 +213,23 @@ class _Splits:
             fetch_checked(path, local, self.packed.manifest["shards"][shard]["sha256"])
         return local
 
+    def release(self) -> None:
+        """Let go of the pages the pieces were read from (copied out by then): read out of order, each piece would
+        otherwise keep the pages the kernel mapped around it (tens of KiB) resident until its shard left the cache."""
+        for mapped in self._maps.values():
+            mapped.release()
+
     def close(self) -> None:
         """Remove the shards fetched for their pieces."""
         self._batches.clear()
+        self._maps.clear()
         if self._fetched is not None:
             shutil.rmtree(self._fetched, ignore_errors=True)
 
 
-def _shard_batches(shard: int, path: Path) -> Iterator[RowBatch]:
+def _shard_batches(shard: int, data: pa.Buffer) -> Iterator[RowBatch]:
     first_row = 0
-    for batch in read_shard(path).to_batches():
+    for batch in pa.ipc.open_stream(data).read_all().to_batches():
         yield row_batch(shard, first_row, batch)
         first_row += batch.num_rows
 
@@ -240,23 +254,27 @@ class DocumentView:
         entries = self.splits.by_shard[batch.shard]
         inside = (entries[:, 0] >= batch.first_row) & (entries[:, 0] < batch.first_row + batch.rows)
         if not inside.any():
-            return DocumentBatch(batch.tokens, batch.lengths, np.ones(len(batch.lengths), dtype=bool), batch.mask)
+            count = len(batch.lengths)
+            return DocumentBatch(batch.tokens, batch.lengths, np.ones(count, dtype=bool), batch.mask, np.arange(count))
         here = entries[inside]
         positions = batch.row_documents[here[:, 0] - batch.first_row] + here[:, 1]
-        return _spliced(batch, positions, here[:, 2], self.splits)
+        spliced = _spliced(batch, positions, here[:, 2], self.splits)  # the pieces copied into it
+        self.splits.release()
+        return spliced
 
 
 def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits: _Splits) -> DocumentBatch:
     """``batch``'s pieces with each split piece replaced by its whole document (first time) or left out (after)."""
     token_starts = np.concatenate(([0], np.cumsum(batch.lengths)))
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]] = []
     done = 0  # pieces of the batch already taken
     for position, group in sorted(zip(positions.tolist(), groups.tolist())):
         if position > done:
             span = slice(int(token_starts[done]), int(token_starts[position]))
             mask = None if batch.mask is None else batch.mask[span]
             count = position - done
-            parts.append((batch.tokens[span], batch.lengths[done:position], np.ones(count, dtype=bool), mask))
+            kept = (batch.tokens[span], batch.lengths[done:position], np.ones(count, dtype=bool), mask)
+            parts.append((*kept, np.arange(done, position)))
         done = position + 1
         if splits.emitted[group]:
             continue
@@ -264,20 +282,25 @@ def _spliced(batch: RowBatch, positions: np.ndarray, groups: np.ndarray, splits:
         pieces = splits.joined(group)
         for number, (tokens, mask) in enumerate(pieces):
             last = number == len(pieces) - 1
-            parts.append((tokens, np.array([len(tokens)], dtype=np.int64), np.array([last]), mask))
+            parts.append(
+                (tokens, np.array([len(tokens)], dtype=np.int64), np.array([last]), mask, np.array([position]))
+            )
     if done < len(batch.lengths):
         span = slice(int(token_starts[done]), None)
         mask = None if batch.mask is None else batch.mask[span]
         rest = len(batch.lengths) - done
-        parts.append((batch.tokens[span], batch.lengths[done:], np.ones(rest, dtype=bool), mask))
+        kept = (batch.tokens[span], batch.lengths[done:], np.ones(rest, dtype=bool), mask)
+        parts.append((*kept, np.arange(done, len(batch.lengths))))
     if not parts:
-        return DocumentBatch(batch.tokens[:0], batch.lengths[:0], np.zeros(0, dtype=bool), _empty(batch.mask))
-    masks = [mask for *_, mask in parts]
+        nothing = np.zeros(0, dtype=np.int64)
+        return DocumentBatch(batch.tokens[:0], batch.lengths[:0], nothing.astype(bool), _empty(batch.mask), nothing)
+    masks = [part[3] for part in parts]
     return DocumentBatch(
-        np.concatenate([tokens for tokens, *_ in parts]),
-        np.concatenate([lengths for _, lengths, _, _ in parts]),
-        np.concatenate([ends for _, _, ends, _ in parts]),
+        np.concatenate([part[0] for part in parts]),
+        np.concatenate([part[1] for part in parts]),
+        np.concatenate([part[2] for part in parts]),
         None if batch.mask is None else np.concatenate([mask for mask in masks if mask is not None]),
+        np.concatenate([part[4] for part in parts]),
     )
 
 

@@ -29,7 +29,8 @@ def at_least(name: str, value: object, low: int, meaning: str) -> int:
 def refuse_split_under_accelerate(rank: int, world_size: int) -> None:
     """Refuse a dataset that keeps only its rank's rows (``world_size`` > 1) when accelerate is what calls it (the
     Hugging Face Trainer, ``accelerator.prepare``): accelerate hands the rows of an iterable dataset out among the
-    processes itself, so each process would train on a part of its part, silently.
+    processes itself, so each process would train on a part of its part, silently. It walks the caller's frames:
+    the dataset asks once, at its first ``set_epoch`` or iteration.
 
     Raises:
         ValueError: naming the fix, ``rank=0, world_size=1``.

@@ -75,7 +75,7 @@ class PackedDataset(IterableDataset[Row]):
         rank, world_size: this process' place in data-parallel training, both or neither; default from
             ``torch.distributed`` when it is initialized, else 0 and 1. Under the Hugging Face Trainer or
             accelerate's ``prepare()``, which hand the rows out among processes themselves: 0 and 1 (a world size
-            above 1 is refused there, when accelerate sets the epoch or iterates).
+            above 1 is refused there, when accelerate first sets the epoch or iterates).
         batch_size: rows per batch of the DataLoader that iterates this dataset. Workers take turns by blocks of
             this many rows, so the DataLoader delivers rows in exactly this rank's order (needed for exact
             resume with workers; :func:`loader` sets it).
@@ -167,6 +167,7 @@ class PackedDataset(IterableDataset[Row]):
         )
         self.epoch = 0
         self.consumed = 0  # rows of this rank's epoch already delivered
+        self._caller_checked = world_size == 1  # a split dataset asks once who drives it (_check_caller)
         self._worker_taken = 0  # in a worker: rows of its own share already yielded
         self._worker_resumes = False  # in a worker: load_state_dict gave it the rows of its share already yielded
         self._tracked = False  # in a worker: its loader records what it delivers (loader() or StatefulDataLoader)
@@ -211,11 +212,18 @@ class PackedDataset(IterableDataset[Row]):
     def set_epoch(self, epoch: int) -> None:
         """Go to the start of epoch ``epoch``; the current epoch keeps its position (see the module docstring)."""
         epoch = at_least("epoch", epoch, 0, "epochs count from 0")
-        refuse_split_under_accelerate(self.rank, self.world_size)  # the Trainer sets every epoch, 0 too
+        self._check_caller()  # the Trainer sets every epoch, 0 too
         if epoch != self.epoch:
             self.epoch, self.consumed, self._worker_taken = epoch, 0, 0
             self._epoch_set_seen = int(self._epoch_set[0]) + 1
             self._epoch_set[0], self._epoch_set[1] = self._epoch_set_seen, epoch
+
+    def _check_caller(self) -> None:
+        """At the first ``set_epoch`` or iteration, refuse a dataset split by rank that accelerate drives; the
+        answer is kept, since the caller that starts the epochs is the one that drives them."""
+        if not self._caller_checked:
+            refuse_split_under_accelerate(self.rank, self.world_size)
+            self._caller_checked = True
 
     def advance(self, rows: int) -> None:
         """Count ``rows`` more rows delivered; the epoch's last row moves the position to the next epoch."""
@@ -298,7 +306,7 @@ class PackedDataset(IterableDataset[Row]):
     def __iter__(self) -> Iterator[Row]:
         info = get_worker_info()
         if info is None:
-            refuse_split_under_accelerate(self.rank, self.world_size)
+            self._check_caller()
             for position in range(self.consumed, self.rows_per_rank):
                 row = self._delivered(position)
                 self.advance(1)

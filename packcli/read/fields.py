@@ -7,6 +7,7 @@ that reaches a batch has passed :func:`check_value`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import BadRecordError
+from packcli.errors import BadRecordError, option
 from packcli.format.columns import IGNORE_INDEX, INT32_MAX
 
 __all__ = [
@@ -48,7 +49,9 @@ class Field:
 
     name: str
     kind: str = "string"
-    flag: str = "--text-field"  # the option that names it, for error messages
+    flag: str = dataclasses.field(
+        default_factory=lambda: option("text_field")
+    )  # the option naming it, as messages say it
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ def check_value(value: Any, field: Field) -> Any:
             raise BadRecordError(f"message {number} of {field.name!r} has no role")
         if message["role"] not in ROLES:
             raise BadRecordError(f"message {number} has unknown role {message['role']!r} (known: {', '.join(ROLES)})")
+        if message.get("content") is None and "content" in message:
+            continue  # a tool-call message (OpenAI style): the template gets None, as apply_chat_template gives it
         if not isinstance(message.get("content"), str):
             raise BadRecordError(f"message {number} of {field.name!r} has no string content")
         _check_text(message["content"], f"message {number} of {field.name!r}")

@@ -5,7 +5,8 @@ sniffed for an array first), so a pipe cannot be read in place. The spool's name
 bytes (gzip, zstd, bzip2 and xz magic; Parquet's ``PAR1``; Arrow's ``ARROW1`` or stream marker; JSON otherwise),
 messages name it ``<stdin>``, and the run identity knows it by the sha256 of its bytes: the same bytes piped twice
 are the same input, so a rerun is "up to date" and ``stats -`` leaves tokens that ``pack -`` reuses. The spool is
-removed when the command ends, and one that a killed run left is removed by the next run that spools.
+a temporary directory, ``$TMPDIR/packcli-stdin-*``, removed when the command ends (an error, Ctrl-C, SIGTERM and
+SIGHUP included); only a run killed outright (kill -9) leaves it there, for the system's cleaning of ``$TMPDIR``.
 
 The spool is a value, a :class:`~packcli.read.inputs.Spool`, handed to the run (``stdin=``): its input takes its
 name and identity from it. Errors raised and warnings given while it lives name ``<stdin>``, never the temporary file.
@@ -16,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import select
-import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -28,7 +27,6 @@ from typing import BinaryIO
 
 from packcli.errors import PackcliError, UsageError
 from packcli.read.inputs import Spool
-from packcli.util.locks import FileLock
 
 __all__ = ["STDIN", "STDIN_NAME", "Spooled", "spooled_stdin"]
 
@@ -37,8 +35,7 @@ STDIN_NAME = "<stdin>"  # how messages and the manifest name it
 
 _CHUNK = 1 << 20
 _WAIT_S = 0.2  # the longest a signal waits while standard input is idle
-_PREFIX = "packcli-stdin-"  # $TMPDIR/packcli-stdin-*: one run's spool and its lock
-_LOCK_NAME = "lock"
+_PREFIX = "packcli-stdin-"  # $TMPDIR/packcli-stdin-*: one run's spool
 _MAGIC = (  # first bytes -> the spool's suffix, which picks the reader
     (b"\x1f\x8b", ".jsonl.gz"),
     (b"\x28\xb5\x2f\xfd", ".jsonl.zst"),
@@ -49,7 +46,6 @@ _MAGIC = (  # first bytes -> the spool's suffix, which picks the reader
     (b"\xff\xff\xff\xff", ".arrow"),  # an Arrow IPC stream (continuation marker)
 )
 _MAGIC_BYTES = max(len(magic) for magic, _ in _MAGIC)
-_SPOOL_NAMES = frozenset({"stdin.jsonl", *(f"stdin{suffix}" for _, suffix in _MAGIC)})
 
 Warn = Callable[[str], None]
 
@@ -94,55 +90,19 @@ def spooled_stdin(
         raise UsageError(
             f"{STDIN} reads standard input, which is {state}: pipe a corpus in (zcat corpus.jsonl.gz | packcli pack -)"
         )
-    directory, lock = _new_spool_directory()
+    root = Path(os.environ.get("TMPDIR") or tempfile.gettempdir())  # read now: tempfile keeps the first it found
     try:
-        spool = Spool(*_spool(sys.stdin.buffer, directory), STDIN_NAME)
+        scratch = tempfile.TemporaryDirectory(prefix=_PREFIX, dir=root.resolve(strict=True), ignore_cleanup_errors=True)
+    except OSError as exc:
+        raise PackcliError(f"cannot keep standard input in {root} (TMPDIR): {exc.strerror or exc}") from None
+    with scratch as directory:
+        spool = Spool(*_spool(sys.stdin.buffer, Path(directory)), STDIN_NAME)
         files = [str(spool.path) if spec == STDIN else spec for spec in specs]
         try:
             yield Spooled(files, spool, lambda message: warn(spool.named(message)))
         except PackcliError as exc:
             spool.rename(exc)
             raise
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-        lock.release()
-
-
-def _new_spool_directory() -> tuple[Path, FileLock]:
-    """A directory ``$TMPDIR/packcli-stdin-*`` (mode 0700) for this run's spool, locked while the run lives, after
-    removing the spools of runs that died. It is locked before it gets the name that other runs look for, so none
-    can mistake a new spool for a dead one."""
-    root = Path(os.environ.get("TMPDIR") or tempfile.gettempdir())
-    try:
-        root = root.resolve(strict=True)
-        _remove_dead_spools(root)
-        fresh = Path(tempfile.mkdtemp(prefix=f".{_PREFIX}new-", dir=root))
-    except OSError as exc:
-        raise PackcliError(f"cannot keep standard input in {root} (TMPDIR): {exc.strerror or exc}") from None
-    lock = FileLock(fresh / _LOCK_NAME)
-    lock.acquire()
-    directory = fresh.rename(root / fresh.name.replace(f".{_PREFIX}new-", _PREFIX))
-    return directory, lock
-
-
-def _remove_dead_spools(root: Path) -> None:
-    """Remove what runs killed outright (kill -9) left: this user's own spool directories (mode 0700, holding only
-    a lock file and a spool) whose lock is free, since a lock dies with its run. Anything else of that name, another
-    user's, a symbolic link, a folder of the user's own, is never touched."""
-    for candidate in root.glob(f"{_PREFIX}*"):
-        try:
-            info = candidate.lstat()
-            if not (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700):
-                continue
-            names = {entry.name for entry in os.scandir(candidate)}
-            if not (names <= {_LOCK_NAME, *_SPOOL_NAMES} and stat.S_ISREG((candidate / _LOCK_NAME).lstat().st_mode)):
-                continue
-        except OSError:  # removed meanwhile, or unreadable
-            continue
-        stale = FileLock(candidate / _LOCK_NAME)
-        if stale.acquire(wait=False):  # the run that made it is gone
-            shutil.rmtree(candidate, ignore_errors=True)
-            stale.release()
 
 
 def _spool(stream: BinaryIO, directory: Path) -> tuple[Path, str]:

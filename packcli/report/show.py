@@ -30,6 +30,7 @@ from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, UsageError
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.replaced import reads_output
 from packcli.format.schema import row_position_ids
 from packcli.format.shards import flat_list_column, open_shard
 from packcli.format.sidecars import Sources, read_sources
@@ -58,6 +59,7 @@ class Row:
     sources: list[dict[str, Any]] | None  # each document's source (None: the output keeps no source index)
 
 
+@reads_output
 def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
     """The manifest and row ``index`` (0-based, over all shards in manifest order) of the output ``out``."""
     manifest = read_manifest(out)
@@ -131,6 +133,7 @@ def _source(sources: Sources, k: int) -> dict[str, Any]:
     }
 
 
+@reads_output
 def find_source(out: Path, spec: str) -> list[dict[str, Any]]:
     """Where the record ``FILE:LINE`` went: each document (piece) of the output that came from it, with its row
     (over all shards), shard, row in the shard and number in the row (from 1). ``FILE`` is an input's name as the
@@ -218,6 +221,7 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
     _check_vocabulary(row, tokenizer)
     decode = tokenizer.tokenizer.decode_batch
     supervised = None if row.labels is None else row.labels != IGNORE_INDEX
+    specials = _SpecialTexts(tokenizer)
     documents = []
     for number, (start, end) in enumerate(zip(row.cu_seqlens[:-1].tolist(), row.cu_seqlens[1:].tolist()), start=1):
         if supervised is None:
@@ -236,6 +240,7 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
                 {"text": text, "tokens": b - a, "supervised": None if supervised is None else bool(supervised[a])}
                 for (a, b), text in zip(spans, texts)
             ],
+            "literal_specials": specials.held_as_text(row.input_ids[start:end]),
         }
         if positions:
             pieces = decode([[token] for token in row.input_ids[start:end].tolist()], skip_special_tokens=False)
@@ -259,6 +264,27 @@ def decode_row(row: Row, tokenizer: LoadedTokenizer, positions: bool = False) ->
         "supervised_tokens": None if supervised is None else int(supervised.sum()),
         "documents": documents,
     }
+
+
+class _SpecialTexts:
+    """Finds special-token text held as plain text: a user's literal ``<|im_end|>`` tokenized as text decodes exactly
+    as the special id does, so ``show`` names it apart."""
+
+    def __init__(self, tokenizer: LoadedTokenizer) -> None:
+        decoder = tokenizer.tokenizer.get_added_tokens_decoder()
+        self.ids = np.array([id for id, token in decoder.items() if token.special and token.content], dtype=np.int64)
+        texts = sorted({decoder[id].content for id in self.ids.tolist()}, key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+        self.decode = tokenizer.tokenizer.decode_batch
+
+    def held_as_text(self, ids: np.ndarray) -> list[str]:
+        """The special-token texts that the runs of ``ids`` between special ids decode to, in order."""
+        if self.pattern is None or not len(ids):
+            return []
+        special = np.isin(ids, self.ids)
+        runs = np.split(ids, np.flatnonzero(np.diff(special.astype(np.int8))) + 1)
+        plain = [run.tolist() for run in runs if not np.isin(run[0], self.ids)]
+        return [found for text in self.decode(plain, skip_special_tokens=False) for found in self.pattern.findall(text)]
 
 
 def _check_vocabulary(row: Row, tokenizer: LoadedTokenizer) -> None:
@@ -295,6 +321,8 @@ def print_row(decoded: dict[str, Any], title: str) -> None:
             ),
             style="bold cyan",
         )
+        for literal in dict.fromkeys(document["literal_specials"]):
+            out.print(Text(f"   text {_visible(repr(literal))} here is plain text, not a special token"))
         if "tokens" in document:
             out.print(_token_table(document["tokens"], decoded["supervised_tokens"] is not None))
             continue

@@ -20,6 +20,7 @@ from packcli.errors import PackcliError
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN
 from packcli.format.listing import check_listing, open_listed_shard
 from packcli.format.manifest import TOTALS, read_manifest
+from packcli.format.replaced import reads_output
 from packcli.format.shards import flat_list_column
 from packcli.loader.balance import row_document_lengths
 from packcli.report.padding import baselines, padded
@@ -118,6 +119,7 @@ class Measured:
         return self.lengths[start : start + int(self.documents_per_row[row])]
 
 
+@reads_output
 def measure_output(out: Path, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0) -> Measured:
     """Stats of a packed output, from its manifest and its ``cu_seqlens`` (and ``labels``) columns alone."""
     manifest = read_manifest(out)

@@ -1,6 +1,7 @@
 """What ``pack`` and ``stats`` print on a terminal or in a log: the ``stats`` view (leading with the compute
-multiple against random batches), the raw-corpus tables, the ``pack`` summary, and the loss warning. Outside a
-terminal nothing is wrapped at 80 columns: a log line or a piped table keeps its shape.
+multiple against random batches), the raw-corpus tables, and the loss warning (``pack``'s summary lines are
+packcli/cli/summary.py's). Outside a terminal nothing is wrapped at 80 columns: a log line or a piped table keeps
+its shape.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from packcli.format.manifest import TOTALS
+from packcli.errors import option
 
 if TYPE_CHECKING:  # rich is imported where it draws: the pack summary is plain lines (spares pack 40 ms)
     from rich.console import Console
@@ -21,7 +22,7 @@ __all__ = [
     "documents_and_pieces",
     "documents_phrase",
     "loss_warning",
-    "pack_summary",
+    "percent",
     "print_corpus_choices",
     "print_model_cost",
     "print_model_cost_candidates",
@@ -32,7 +33,6 @@ __all__ = [
 
 LOSS_WARNING_SHARE = 0.01  # drop/truncate throwing away more than this share of the input tokens is a warning
 _BAR_WIDTH = 40
-_HEADLINE = ("documents", "tokens", "sequences", "input_documents")  # said in the summary's first line
 
 
 def console() -> Console:
@@ -81,14 +81,15 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
         return None
     dropped = int(totals.get("dropped_documents", 0))
     truncated = int(totals.get("truncated_documents", 0))
+    overflow, longest = option("overflow"), option("max_len", f"{max_len:,}")
     how = (
-        f"--overflow drop left out {count(dropped, 'document')} longer than --max-len {max_len:,}"
+        f"{overflow} drop left out {count(dropped, 'document')} longer than {longest}"
         if dropped
-        else f"--overflow truncate cut {count(truncated, 'document')} to --max-len {max_len:,}"
+        else f"{overflow} truncate cut {count(truncated, 'document')} to {longest}"
     )
     return (
-        f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); --overflow split keeps every token, "
-        f"`packcli stats CORPUS` with this run's other options shows what other --max-len values would cost"
+        f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); {overflow} split keeps every token, "
+        f"`packcli stats CORPUS` with this run's other options shows what other {option('max_len')} values would cost"
     )
 
 
@@ -104,57 +105,7 @@ def special_text_warning(totals: dict[str, Any]) -> str | None:
     )
 
 
-def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
-    """The lines ``pack`` prints: input documents and output pieces counted apart, then every other non-zero
-    total by its manifest name, then each mixed source."""
-    documents, pieces = int(summary.get("input_documents", summary["documents"])), int(summary["documents"])
-    tokens = count(summary["tokens"], "token")
-    if summary.get("dropped_documents") or summary.get("truncated_documents"):
-        what = f"{documents_phrase(summary)}, {tokens},"  # the tokens kept, not those lost
-    elif summary.get("split_documents"):
-        what = f"{count(documents, 'document')}, split into {pieces:,} pieces ({tokens}),"
-    else:
-        what = f"{count(documents, 'document')} ({tokens})"
-    capacity = summary["sequences"] * summary["max_len"]
-    lines = [
-        f"packed {what} into {count(summary['sequences'], 'sequence')} of max_len {summary['max_len']:,} "
-        f"({summary['tokens'] / capacity:.2%} full), {count(summary['shards'], 'shard')} in {out}"
-    ]
-    for key in TOTALS:
-        if (
-            key not in _HEADLINE
-            and summary.get(key)
-            and not (key == "input_tokens" and summary[key] == summary["tokens"])
-        ):
-            lines.append(f"  {key.replace('_', ' ')}: {summary[key]:,}")
-    lines += [f"  {_source_line(source)}" for source in summary.get("sources", [])]
-    if "packing_gap" in summary:
-        lines.append(
-            f"  partitions: {summary['partitions']:,} ({summary['partitions_reused']:,} reused); "
-            f"{summary['packing_gap']:+.3%} sequences against the lower bound {summary['lower_bound_sequences']:,}"
-        )
-    return lines
-
-
-def _source_line(source: dict[str, Any]) -> str:
-    """One mixed source in the summary, saying when it was repeated or sampled down."""
-    used = source["repeats"]
-    if used > 1:
-        passes = f"{source['passes']} whole pass{'es' if source['passes'] > 1 else ''}"
-        how = f"repeated: {used:.2f} times its tokens ({passes}, then a sample)"
-    elif source["weight"] > 0 and not source["output_tokens"]:
-        how = "nothing drawn: its share is less than any of its documents"
-    elif used < 1:
-        how = f"sampled down to {_percent(used)} of its tokens"
-    else:
-        how = "used once"
-    return (
-        f"source {source['path']}: {source['output_tokens']:,} tokens, {_percent(source['share'])} of the output "
-        f"(weight {_percent(source['weight'])}); {how}"
-    )
-
-
-def _percent(share: float) -> str:
+def percent(share: float) -> str:
     """A share as a percentage to 0.1%; a positive one below that is ``<0.1%``, never ``0.0%``."""
     return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"
 
@@ -286,10 +237,10 @@ def _print_sources(out: Console, sources: list[dict[str, Any]]) -> None:
     for source in sources:
         table.add_row(
             source["path"],
-            _percent(source["weight"]),
+            percent(source["weight"]),
             f"{source['documents']:,}",
             f"{source['tokens']:,}",
-            _percent(source["share"]),
+            percent(source["share"]),
             f"{source['repeats']:.2f}x",
         )
     out.print(table)

@@ -26,7 +26,10 @@ one except exactly at the document starts; labels equal to -100 or the id); only
 searched row by row for what to name. An export passes a consumer that receives each batch once it is checked, as
 long as nothing is wrong so far, so the export reads the shards once; nothing it writes is published unless the
 whole output verifies. Shards are read one record batch at a time: memory stays bounded whatever the shard size
-(but for a shard at a URL, held whole while it is checked: one shard, never the output).
+(but for a shard at a URL, held whole while it is checked: one shard, never the output). A mapped shard's pages are
+let go once read (:mod:`packcli.format.mapped`): the hash's a chunk at a time, the checks' all but ``KEEP_BEHIND``
+bytes behind the batch just checked (an export's writer reads the batches there), so a 512 MiB shard is not held
+resident whole.
 """
 
 from __future__ import annotations
@@ -43,11 +46,15 @@ import pyarrow as pa
 from packcli.errors import PackcliError
 from packcli.format.columns import LABELS_COLUMN, POSITIONS_COLUMN, TOKEN_COLUMNS
 from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
+from packcli.format.mapped import ReleasableMap
+from packcli.format.replaced import reads_output
+from packcli.format.schema import SHARD_COLUMN_TYPE
 from packcli.format.shards import file_buffer
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.row_checks import Add, Expected, RowChecks, ShardUnderCheck
 from packcli.report.sidecars import sidecar_problems, source_problems
 from packcli.report.splits import SplitPieceCheck
+from packcli.storage.urls import UrlPath
 
 __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
 
@@ -55,7 +62,8 @@ __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
 Consumer = Callable[[int, int, pa.RecordBatch], None]
 
 MAX_LISTED = 20
-COLUMN_TYPE = pa.list_(pa.int32())
+HASH_CHUNK = 1 << 24  # 16 MiB: the hash lets go of each chunk's pages once hashed
+KEEP_BEHIND = 1 << 25  # 32 MiB behind the batch just checked stay mapped: an export writes the batches there
 STORED_ALWAYS = tuple(name for name in TOKEN_COLUMNS if name != POSITIONS_COLUMN)  # the rows cannot be read without
 
 
@@ -120,6 +128,7 @@ def column_problems(manifest: dict[str, Any]) -> list[str]:
     return ["manifest: columns list position_ids, yet options.position_ids is false"]
 
 
+@reads_output  # problems found in an output replaced meanwhile are no finding about either
 def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     """Check a packed output; the report lists what is wrong (nothing when it is intact).
 
@@ -127,6 +136,9 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
         out: the output directory.
         consumer: called with each batch of rows once it is checked, in output order, while no problem has been
             found (an export writes them as they come; it publishes nothing unless the report is clean).
+
+    Raises:
+        OutputReplaced: a local output was replaced (``pack --overwrite``) while it was read.
     """
     report = Report()
     manifest = read_manifest(out)
@@ -175,13 +187,15 @@ def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed 
     if not path.is_file():
         report.add(f"{name}: missing")
         return
-    data = file_buffer(path)  # memory-mapped; from a URL streamed into memory, never to disk
+    mapped = _local_map(path)  # memory-mapped, its pages let go once read; from a URL streamed into memory
+    data = file_buffer(path) if mapped is None else mapped.buffer
     if data.size != entry["bytes"]:
         report.add(f"{name}: {data.size} bytes, the manifest says {entry['bytes']}")
     later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
+    checked = None if mapped is None else lambda batch: mapped.release_before(_batch_start(batch), KEEP_BEHIND)
     with ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
-        digest = hasher.submit(_sha256, data)
-        rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None)
+        digest = hasher.submit(_sha256, data, mapped)
+        rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None, checked)
         if digest.result() != entry["sha256"]:
             report.add(f"{name}: sha256 differs from the manifest (the file was changed or damaged)")
     for problem in later:
@@ -190,15 +204,36 @@ def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed 
     report.tokens += tokens
 
 
-def _sha256(data: pa.Buffer) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _sha256(data: pa.Buffer, mapped: ReleasableMap | None) -> str:
+    """The buffer's sha256, hashed a chunk at a time, each chunk's pages let go once hashed (``mapped``)."""
+    digest = hashlib.sha256()
+    for start in range(0, data.size, HASH_CHUNK):
+        digest.update(data.slice(start, min(HASH_CHUNK, data.size - start)))
+        if mapped is not None:
+            mapped.release(start, start + HASH_CHUNK)
+    return digest.hexdigest()
+
+
+def _local_map(path: Path) -> ReleasableMap | None:
+    """A local shard memory-mapped; None for one at a URL (read into memory)."""
+    return None if isinstance(path, UrlPath) else ReleasableMap(path)
+
+
+def _batch_start(batch: pa.RecordBatch) -> int:
+    """The memory address of the first byte of a record batch's data."""
+    return int(min(buffer.address for column in batch.columns for buffer in column.buffers() if buffer is not None))
 
 
 def _check_contents(
-    name: str, data: pa.Buffer, shard: ShardUnderCheck, problems: list[str], feed: Feed | None
+    name: str,
+    data: pa.Buffer,
+    shard: ShardUnderCheck,
+    problems: list[str],
+    feed: Feed | None,
+    checked: Callable[[pa.RecordBatch], None] | None = None,
 ) -> tuple[int, int]:
     """Check a shard's bytes as an Arrow stream (schema metadata, columns, rows, counts), appending to ``problems``;
-    returns the rows and tokens checked."""
+    returns the rows and tokens checked. ``checked`` is told of each batch once it is checked (and fed)."""
     expected, entry = shard.expected, shard.entry
     try:
         table = pa.ipc.open_stream(data).read_all()
@@ -221,6 +256,8 @@ def _check_contents(
         rows.check(batch)
         if feed is not None and not problems and rows.intact:
             feed(first_row, batch)
+        if checked is not None:
+            checked(batch)
     shard.pieces.shard_read(shard.number)
     rows.report_to(problems.append)
     counts = {"rows": table.num_rows, "documents": rows.documents, "tokens": rows.tokens}
@@ -245,8 +282,8 @@ def _check_columns(name: str, schema: pa.Schema, columns: tuple[str, ...], add: 
         kind = schema.field(column).type
         if column not in columns:
             add(f"{name}: column {column} is not one the manifest lists ({', '.join(columns)})")
-        elif kind != COLUMN_TYPE:
-            add(f"{name}: column {column} is {kind}, expected {COLUMN_TYPE}")
+        elif kind != SHARD_COLUMN_TYPE:
+            add(f"{name}: column {column} is {kind}, expected {SHARD_COLUMN_TYPE}")
             is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
             readable = readable and is_list and pa.types.is_integer(kind.value_type)
     return readable

@@ -11,11 +11,11 @@ import numpy as np
 
 from packcli.encode import cache
 from packcli.encode.corpus import tokenize_corpus
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, option
 from packcli.options import PackOptions
-from packcli.packing.lengths import RowFigures, length_percentiles, max_len_candidates
 from packcli.packing.overflow import apply_overflow
 from packcli.read.inputs import Spool
+from packcli.report.max_len import RowFigures, length_percentiles, max_len_candidates
 from packcli.report.stats import DEFAULT_BATCH_SIZE, Measured, sequence_stats
 from packcli.run.setup import set_up
 from packcli.strategies import available_strategies, run_strategy
@@ -58,7 +58,9 @@ def measure_corpus(
     reporter.stage("comparing strategies")
     pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
     if len(pieces.length) == 0:
-        raise PackcliError(f"every document is longer than --max-len {options.max_len} and --overflow drop")
+        raise PackcliError(
+            f"every document is longer than {option('max_len', options.max_len)} and {option('overflow')} drop"
+        )
     extra = {
         **overflow.to_json(),
         "input_documents": len(tokenized.lengths),
@@ -68,6 +70,8 @@ def measure_corpus(
         "overflow": options.overflow_policy.value,
         "window": options.window,
     }
+    if options.messages_field is not None:  # as pack's manifest has it
+        extra["special_text_messages"] = counts.special_text_messages
     compared, packings = {}, {}
     for name in available_strategies():
         packing = run_strategy(name, pieces.length, options.max_len, options.seed, options.window)

@@ -15,9 +15,9 @@ from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
-from packcli.identity import resolved_options
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile
+from packcli.run.identity import resolved_options
 from packcli.run.plan import Plan
 from packcli.version import __version__
 

@@ -29,7 +29,7 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError, UsageError, option
 from packcli.read.inputs import InputSlice, input_format
 from packcli.read.jsonl import is_json_array
 from packcli.read.streams import COMPRESSIONS, Span
@@ -78,7 +78,7 @@ def partition_count(files: Sequence[Path], partitions: int | None, partition_siz
     if partitions is not None:
         return partitions
     if partition_size is None:
-        raise UsageError("a partitioned run needs --partitions or --partition-size")
+        raise UsageError(f"a partitioned run needs {option('partitions')} or {option('partition_size')}")
     return max(1, math.ceil(sum(path.stat().st_size for path in files) / partition_size))
 
 
@@ -98,9 +98,10 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
     pieces = _file_pieces(files, sizes, partitions)
     if sum(map(len, pieces)) < partitions:  # the heap below fills every partition exactly when there are enough pieces
         raise UsageError(
-            f"{partitions} partitions are more than these inputs can be cut into: ask for --partitions "
-            f"{_accepted_count(files, sizes, partitions)}, which they can (a compressed file or JSON array is one "
-            "piece; plain JSON Lines are cut only at line starts, Parquet at row groups, Arrow at record batches)"
+            f"{partitions} partitions are more than these inputs can be cut into: ask for "
+            f"{option('partitions', _accepted_count(files, sizes, partitions))}, which they can (a compressed file "
+            "or JSON array is one piece; plain JSON Lines are cut only at line starts, Parquet at row groups, Arrow "
+            "at record batches)"
         )
     chosen: list[list[tuple[int, Span | None]]] = [[] for _ in range(partitions)]
     loads = [(0, 0, k) for k in range(partitions)]  # (bytes, pieces, partition): a heap, least loaded first

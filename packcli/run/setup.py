@@ -13,12 +13,12 @@ from packcli.encode.backends import takes_tokens
 from packcli.encode.chat import JinjaTemplate
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, option
 from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.format.manifest import read_manifest
-from packcli.identity import run_identity
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
+from packcli.run.identity import run_identity
 from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
@@ -48,7 +48,7 @@ class Setup:
     unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
 
     def fingerprint(self, plan_hash: str | None = None) -> str:
-        """The output's identity (see :mod:`packcli.identity`); a mixed run's grouping of files is part of it, and
+        """The output's identity (see :mod:`packcli.run.identity`); a mixed run's grouping of files is part of it, and
         a partitioned run's plan."""
         extra: dict[str, Any] = {}
         if self.sources is not None:
@@ -148,9 +148,9 @@ def check_documents(read: int, totals: dict[str, int], files: list[Path], option
         )
     if totals["documents"] == 0:
         raise PackcliError(
-            f"no documents: --target-tokens {options.target_tokens} is less than any document"
+            f"no documents: {option('target_tokens', options.target_tokens)} is less than any document"
             if options.target_tokens is not None and totals["input_documents"] == 0
-            else f"every document is longer than --max-len {options.max_len} and --overflow drop"
+            else f"every document is longer than {option('max_len', options.max_len)} and {option('overflow')} drop"
         )
 
 

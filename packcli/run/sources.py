@@ -3,9 +3,8 @@ each source holds, the mixed document stream that is packed, and the manifest's 
 
 The stream lists store documents, a repeated one as often as it was drawn; its per-source output adds up to the
 totals. A document that ``--overflow drop`` removes is never drawn but enters the stream once, so it is counted as
-dropped exactly as in an unmixed run. A mixture whose run would need more memory than it may use (what the process
-holds, plus an allowance per drawn document, per output row and per further piece of a split document) is refused,
-in one line naming the draws, the pieces, the rows and the source repeated most, before the draws are allocated.
+dropped exactly as in an unmixed run. A mixture larger than the memory the system gives fails where it allocates,
+in the ``MemoryError`` that the command line says in one line (``error: out of memory (...)``).
 """
 
 from __future__ import annotations
@@ -17,12 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError, UsageError, option
 from packcli.options import PackOptions
-from packcli.packing.mixing import Draw, interleave, mix, normalised, quotas
+from packcli.packing.mixing import Draw, interleave, mix, normalised
 from packcli.packing.overflow import Pieces, output_lengths
 from packcli.read.inputs import FileIdentity, file_identity, find_inputs
-from packcli.util.memory import memory_limit, resident_bytes
 
 __all__ = ["Source", "group_inputs", "manifest_weights", "mixed_stream", "source_entries"]
 
@@ -53,7 +51,7 @@ def group_inputs(
     """
     if weights is not None and len(weights) != len(specs):
         raise UsageError(
-            f"--weights has {len(weights)} value(s) for {len(specs)} input(s): give one weight per INPUT "
+            f"{option('weights')} has {len(weights)} value(s) for {len(specs)} input(s): give one weight per INPUT "
             "(a directory or a glob is one input)"
         )
     found = [find_inputs([spec], warn) for spec in specs]
@@ -94,13 +92,9 @@ def mixed_stream(
         if weight > 0 and not part.any():
             raise PackcliError(
                 "no document of this input can go into the output (none read, or all too long for "
-                f"--max-len {options.max_len} with --overflow drop); give it weight 0 or fix it",
+                f"{option('max_len', options.max_len)} with {option('overflow')} drop); give it weight 0 or fix it",
                 given.spec,
             )
-    plan = _DrawPlan(sources, per_source, weights, options.target_tokens, options.max_len)
-    needed, limit = plan.needs(), memory_limit()
-    if needed > limit:  # before allocating: the system would kill the run instead
-        raise plan.refusal(needed, limit)
     draws = mix(per_source, weights, options.target_tokens, options.seed)
     source, position = interleave([len(draw.documents) for draw in draws])
     drawn = np.concatenate([first[k] + draw.documents for k, draw in enumerate(draws)])
@@ -117,61 +111,6 @@ def mixed_stream(
         draws,
         normalised(weights),
     )
-
-
-# What a mixed run's peak grows by, beyond what the process holds when it plans: per drawn document, per output row,
-# per further piece of a split document (each costs more than a whole document: the pieces' arrays, then packing
-# and gathering them), and once. Fitted (least squares) on the peak RSS of `packcli pack` on 2,000 gcide articles,
-# --target-tokens 20M to 400M at --max-len 16, 64, 256 and 4096 (0.16M to 3.3M draws, 49k to 2.5M rows, up to 2.5M
-# further pieces): 93, 121, 651 bytes and 64 MB, then rounded up. Checked on five runs, the estimate covered each
-# peak by 2-11%: 1,299 MB planned for 1,192 used (20M at --max-len 16), 712 for 698 (40M at 64), 747 for 702 (200M
-# at 256), 324 for 291 (50M at 1024), 616 for 598 (400M at 4096).
-_BYTES_PER_DRAW = 100
-_BYTES_PER_ROW = 150
-_BYTES_PER_FURTHER_PIECE = 700
-_BYTES_ONCE = 64_000_000
-
-
-class _DrawPlan:
-    """How many documents a ``--target-tokens`` draws, in how many pieces (a split document's), and how many rows
-    they fill at least, told before drawing them, and the refusal of a run that would need more memory than it may
-    use."""
-
-    def __init__(
-        self,
-        sources: list[Source],
-        per_source: list[np.ndarray],
-        weights: Sequence[float],
-        target: int | None,
-        max_len: int,
-    ) -> None:
-        totals = [int(part.sum()) for part in per_source]
-        counts = [int(np.count_nonzero(part)) for part in per_source]
-        planned = quotas(totals, weights, target)
-        self.passes = [quota // total if total else 0 for quota, total in zip(planned, totals)]
-        self.draws = sum((repeat + 1) * count for repeat, count in zip(self.passes, counts))  # at most
-        pieces = [int((-(-part // max_len)).sum()) for part in per_source]  # a split document's pieces, per source
-        self.pieces = sum((repeat + 1) * count for repeat, count in zip(self.passes, pieces))  # at most
-        self.rows = -(-sum(planned) // max_len)  # at least
-        self.sources = sources
-        self.target = target
-
-    def needs(self) -> int:
-        """The run's peak memory with this plan, about: what the process holds now, plus the draws', rows' and split
-        pieces'."""
-        further = (self.pieces - self.draws) * _BYTES_PER_FURTHER_PIECE
-        return resident_bytes() + self.draws * _BYTES_PER_DRAW + self.rows * _BYTES_PER_ROW + further + _BYTES_ONCE
-
-    def refusal(self, needed: int, limit: int) -> PackcliError:
-        """The one-line error naming the target, the draws and rows it needs, the source repeated most, and the
-        memory ``needed`` (:meth:`needs`) against the ``limit`` this run may use."""
-        most = max(range(len(self.sources)), key=lambda k: self.passes[k])
-        target = "the budget" if self.target is None else f"--target-tokens {self.target:,}"
-        return PackcliError(
-            f"{target} draws about {self.draws:,} documents ({self.passes[most]:,} passes over "
-            f"{self.sources[most].name}) in {self.pieces:,} pieces, into {self.rows:,} rows or more: about "
-            f"{needed / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB this run may use; ask for fewer tokens"
-        )
 
 
 def _first_documents(sources: list[Source], file_documents: np.ndarray) -> np.ndarray:

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from packcli.errors import PackcliError
+from packcli.format.manifest import MANIFEST_NAME
 from packcli.storage.objects import find_objects, glob_objects, is_dir, is_file
 from packcli.storage.urls import UrlPath, location
 
 __all__ = ["Expanded", "expand_url"]
 
-MANIFEST = "manifest.json"
-RUN_PREFIX = "packcli-run-"  # the prefix an output's shards live under in a store
+MANIFEST = MANIFEST_NAME  # write/remote.py's name for it
+RUN_PREFIX = "packcli-run-"  # the prefix an output's shards live under in a store (format.manifest.RUN_PREFIX's start)
 RESUME_PREFIX = "packcli-resume"  # where a partitioned run to an output URL keeps its parts (packcli.run.parts)
 
 
@@ -49,14 +50,14 @@ def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
             found.extend(find_objects(match) if is_dir(match) else [match])
         return Expanded(_inputs_only(found, warn), named=False)
     found = find_objects(str(root))
-    if f"{root}/{MANIFEST}" in found:
+    if f"{root}/{MANIFEST_NAME}" in found:
         raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
     return Expanded(_inputs_only(found, warn), named=False)
 
 
 def _inputs_only(urls: list[str], warn: Callable[[str], None]) -> list[UrlPath]:
     """``urls`` less the objects of packcli outputs (each output named once in a warning)."""
-    outputs = sorted({url.rsplit("/", 1)[0] for url in urls if url.endswith("/" + MANIFEST)})
+    outputs = sorted({url.rsplit("/", 1)[0] for url in urls if url.endswith("/" + MANIFEST_NAME)})
     for output in outputs:
         warn(f"skipping {output}: a packcli output, not input")
     kept = []

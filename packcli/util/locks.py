@@ -4,8 +4,7 @@ An exclusive holder writes its pid into the lock file, so a refused run can say 
 process (the kernel drops it), so a killed run never leaves a lock that blocks forever. A holder may delete the lock
 file as it releases it (``release(remove=True)``): a waiter that then gets the lock on the deleted file sees that
 the path no longer names the file it locked and starts again, so two runs can never both hold the lock of a path.
-write/publish takes the output lock with it, encode/cache the cache lock, and
-read/stdin marks a live spool of standard input with one.
+write/publish takes the output lock with it, encode/cache the cache lock, storage/mirror a cached copy's.
 """
 
 from __future__ import annotations

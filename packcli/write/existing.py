@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, option
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
 from packcli.format.sidecars import SIDECAR_FILE, entry_files
 
@@ -46,7 +46,7 @@ def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:
     if existing == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
-            "missing or not its listed size); pass --overwrite to replace it",
+            f"missing or not its listed size); pass {option('overwrite', True)} to replace it",
             shown,
         )
     return existing == "same"
@@ -56,7 +56,7 @@ def in_use(holder: str, shown: Path) -> PackcliError:
     """The refusal of a second run on an output ``holder`` is writing."""
     return PackcliError(
         f"in use by {holder}: another packcli run is writing this output; wait for it to finish or choose another "
-        "--out",
+        f"{option('out')}",
         shown,
     )
 
@@ -80,14 +80,14 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
         if EXPORT_NAME in names and MANIFEST_NAME not in names:
             raise PackcliError(
                 f"is a packcli export ({EXPORT_NAME}), not an output of packcli pack: pack never replaces one, even "
-                "with --overwrite; choose another --out",
+                f"with {option('overwrite', True)}; choose another {option('out')}",
                 shown,
             ) from None
         stranger = next((name for name in names if not OWN_FILE.fullmatch(name)), names[0])
         why = f"no {MANIFEST_NAME}" if MANIFEST_NAME not in names else f"its manifest is unusable: {exc.message}"
         raise PackcliError(
             f"holds {stranger!r} but is not a packcli output ({why}); packcli replaces only its own outputs or an "
-            "empty directory: choose another --out, or remove it yourself",
+            f"empty directory: choose another {option('out')}, or remove it yourself",
             shown,
         ) from None
     files = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
@@ -108,7 +108,7 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
     if foreign is not None:
         raise PackcliError(
             f"holds {foreign!r}, which is not part of the packcli output there: packcli replaces only its own "
-            "outputs; move that file away or choose another --out",
+            f"outputs; move that file away or choose another {option('out')}",
             shown,
         )
     return "other"
@@ -128,7 +128,7 @@ def directory_names(target: Path, shown: Path) -> list[str]:
     if not target.exists():
         return []
     if not target.is_dir():
-        raise PackcliError("exists and is not a directory; choose another --out", shown)
+        raise PackcliError(f"exists and is not a directory; choose another {option('out')}", shown)
     return sorted(path.name for path in target.iterdir())
 
 

@@ -38,6 +38,7 @@ import ctypes
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -290,11 +291,13 @@ def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
 
 
 def _swap_into_place(staging: Path, target: Path, old: Path) -> Path | None:
-    """Put ``staging`` at ``target``; returns the directory now holding what was there before (to remove), if any.
-    ``old`` is where that goes when the system cannot exchange two directories in one step."""
+    """Put ``staging`` at ``target``, with the mode of the directory it replaces; returns the directory now holding
+    what was there before (to remove), if any. ``old`` is where that goes when the system cannot exchange two
+    directories in one step."""
     if not target.exists():
         os.replace(staging, target)
         return None
+    os.chmod(staging, stat.S_IMODE(target.stat().st_mode))  # the directory keeps the mode its owner gave it
     if _exchange(staging, target):
         return staging
     os.replace(target, old)

@@ -1,0 +1,78 @@
+"""What a `packcli pack` pays before its first token: a fresh process per run, whose backend's first ``encode``
+call prints the wall seconds since the process started and the process' CPU seconds so far (imports, set-up, the
+tokenizer builds, the first batch read), with the default backend, on the 10-40 MB shared corpora with GPT-2 and
+Tekken; median of ROUNDS interleaved. The issue's target: under 0.5 s.
+
+`python bench_first_token.py` measures this tree; with PACKCLI_TREE=DIR, another checkout's packcli (a before
+and after, on the same machine and minute)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import REPO, python, shared, table
+
+ROUNDS = 3
+CASES = [("gcide.jsonl.gz", "gpt2"), ("gcide.jsonl.gz", "tekken"), ("cpython_stdlib.jsonl", "tekken")]
+
+
+def since_start() -> float:
+    """Wall seconds since this process started (Linux: its start time in /proc, in clock ticks since boot)."""
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+
+
+def child(arguments: list[str]) -> None:
+    """Run ``packcli pack arguments``; the first encode of any backend prints the times and ends the process."""
+    from packcli.cli import main
+    from packcli.encode import backends
+
+    classes = [backends.HFBackend, getattr(backends, "FastBackend", None)]
+    classes.append(getattr(sys.modules.get("packcli.encode.gigatoken_backend"), "GigatokenBackend", None))
+
+    def first(self: object, texts: list[str]) -> object:
+        times = os.times()
+        print(json.dumps({"wall": since_start(), "cpu": times.user + times.system}), flush=True)
+        os._exit(0)
+
+    for cls in classes:
+        if cls is not None:
+            cls.encode = first  # type: ignore[method-assign]
+    sys.argv = ["packcli", "pack", *arguments]
+    main()
+
+
+def main() -> None:
+    tree = Path(os.environ.get("PACKCLI_TREE", REPO))
+    rows, figures = [], {case: [] for case in CASES}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(ROUNDS):
+            for corpus, name in CASES:
+                data, tokenizer = shared(f"data/{corpus}"), shared(f"tokenizers/{name}")
+                if data is None or tokenizer is None:
+                    return
+                args = [str(data), "--tokenizer", str(tokenizer), "--out", f"{tmp}/out", "--overwrite", "--quiet"]
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                result = subprocess.run(
+                    python(__file__, "--child", *args, "--max-len", "4096"), capture_output=True, text=True, env=env
+                )
+                figures[corpus, name].append(json.loads(result.stdout.splitlines()[-1]))
+    for (corpus, name), values in figures.items():
+        wall, cpu = (statistics.median(value[key] for value in values) for key in ("wall", "cpu"))
+        rows.append([f"{corpus} / {name}", f"{wall:.2f}", f"{cpu:.2f}"])
+    print(f"before the first token, {tree}: median of {ROUNDS} fresh processes, load {os.getloadavg()[0]:.1f}")
+    table(["corpus / tokenizer", "wall s", "CPU s"], rows)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2:])
+    else:
+        main()

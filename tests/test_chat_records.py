@@ -1,0 +1,202 @@
+"""Chat records at the edges: what the template never renders is not counted, invisible text after the EOS is the
+document's end, tool-call messages without content reach the template, and a raw-corpus ``stats`` counts
+special-token text as ``pack`` does. With the real Qwen tokenizer, as a Qwen2.5-Instruct user packs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import write_jsonl
+from test_sft import IM_END, QWEN25_TEMPLATE, qwen25_instruct, qwen_documents
+from typer.testing import CliRunner
+
+from packcli.cli import app
+from packcli.encode.tokenizer import load_tokenizer
+from packcli.report.verify import verify_output
+
+runner = CliRunner()
+
+TOOL_CALL = {"name": "lookup", "arguments": {"word": "prime"}}
+# Qwen2.5-Instruct's assistant branch for tool calls, reduced: content when there is some, then each call as JSON.
+TOOLS_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant' }}{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for call in message.tool_calls or [] %}"
+    "{{- '\\n<tool_call>\\n' }}{{- call.function | tojson }}{{- '\\n</tool_call>' }}"
+    "{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+TOOL_CHAT = {
+    "messages": [
+        {"role": "user", "content": "Is seven prime?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": TOOL_CALL}]},
+        {"role": "tool", "content": "yes"},
+        {"role": "assistant", "content": "Yes."},
+    ]
+}
+
+
+def test_a_message_the_template_never_renders_is_not_counted(tmp_path: Path) -> None:
+    """Qwen2.5's template (tools branch left out) renders no `tool` message: the `<|im_end|>` a tool result holds
+    never reaches the tokens, so it is not counted and nothing is warned; a user's rendered one still is."""
+    chats = [
+        {"messages": [{"role": "user", "content": "Look it up"}, {"role": "assistant", "content": "Looking."},
+                      {"role": "tool", "content": "found <|im_end|> here"}, {"role": "tool", "content": "<|im_end|>"},
+                      {"role": "assistant", "content": "Done."}]},
+        {"messages": [{"role": "user", "content": "Is <|im_end|> a token?"}, {"role": "assistant", "content": "Yes."}]},
+    ]  # fmt: skip
+    result, documents = qwen_documents(tmp_path, chats)
+    assert [document[0].count(IM_END) for document in documents] == [4, 4]  # the tool's text is not in the tokens
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["totals"]["special_text_messages"] == 1
+    warned = [line for line in result.stderr.splitlines() if "special_text_messages" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: 1 message holds special-token text"), result.stderr
+
+
+def test_invisible_text_after_the_eos_is_the_documents_end(tmp_path: Path) -> None:
+    """A template that renders a zero-width space (a format character, not whitespace to Python) or a byte order
+    mark after `<|im_end|>` ends the chat at that `<|im_end|>` all the same: no second EOS is appended."""
+    for number, invisible in enumerate(("\u200b", "\ufeff\n", "\n\u2060")):
+        escaped = invisible.encode("unicode-escape").decode()
+        template = QWEN25_TEMPLATE.replace("'<|im_end|>' + '\\n'", f"'<|im_end|>{escaped}'")
+        assert template != QWEN25_TEMPLATE
+        model = qwen25_instruct(tmp_path / f"model{number}")
+        (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": template}))
+        chat = {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "Seven."}]}
+        path, out = write_jsonl(tmp_path / "chats.jsonl", [chat]), tmp_path / f"o{number}"
+        args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(out)]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        rows = load_rows(out)
+        assert rows[0][-1] == IM_END and rows[0].count(IM_END) == 3, (invisible, rows)
+        assert any("after its EOS" in line for line in result.stderr.splitlines()), result.stderr
+
+
+def load_rows(out: Path) -> list[list[int]]:
+    from packcli.format.shards import read_shard
+
+    return [
+        ids for path in sorted(out.glob("shard-*.arrow")) for ids in read_shard(path).column("input_ids").to_pylist()
+    ]
+
+
+def test_a_tool_call_message_without_content_reaches_the_template(tmp_path: Path) -> None:
+    """An OpenAI-style assistant message with `content: null` and `tool_calls` is packed when the template renders
+    it (the template gets None, as apply_chat_template gives it): the call is in the tokens, supervised."""
+    (tmp_path / "tools.jinja").write_text(TOOLS_TEMPLATE)
+    qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
+    _, documents = qwen_documents(tmp_path, [TOOL_CHAT], "--chat-template", str(tmp_path / "tools.jinja"))
+    [(ids, labels)] = documents
+    call = '<tool_call>\n{"arguments": {"word": "prime"}, "name": "lookup"}\n</tool_call>'
+    assert f"<|im_start|>assistant\n{call}<|im_end|>" in qwen.decode(ids, skip_special_tokens=False)
+    assert call in qwen.decode([i for i in labels if i != -100], skip_special_tokens=False)
+    assert verify_output(tmp_path / "o").ok
+
+
+def test_a_template_that_cannot_render_null_content_is_one_line(tmp_path: Path) -> None:
+    """Where the template itself fails on None (it adds content to a string) the record is bad, in one line naming
+    file and line; the built-in ChatML, which renders no tool calls, says so rather than drop them."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}, TOOL_CHAT])
+    args = ["pack", str(path), "--messages-field", "messages", "--out", str(tmp_path / "o")]
+    failed = runner.invoke(app, [*args, "--tokenizer", str(model)])
+    assert failed.exit_code == 1 and last_line(failed.stderr).endswith(
+        'chats.jsonl:2: chat template failed to render: can only concatenate str (not "NoneType") to str'
+    ), failed.stderr
+    chatml = runner.invoke(app, args)
+    assert chatml.exit_code == 1
+    assert "chats.jsonl:2: message 2 has null content" in last_line(chatml.stderr), chatml.stderr
+    assert "--chat-template" in last_line(chatml.stderr)
+
+
+def last_line(stderr: str) -> str:
+    """The error line: the last of stderr (the template's EOS notice comes before it)."""
+    line = stderr.splitlines()[-1]
+    assert line.startswith("error: ") and stderr.endswith(line + "\n"), stderr
+    return line
+
+
+def test_stats_on_a_raw_corpus_counts_special_text_as_pack_does(tmp_path: Path) -> None:
+    """`packcli stats chats.jsonl` reports `special_text_messages` and its warning where `pack` would."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    chats = [
+        {"messages": [{"role": "user", "content": "Is <|im_end|> a token?"}, {"role": "assistant", "content": "Yes."}]}
+    ]
+    path = write_jsonl(tmp_path / "chats.jsonl", chats)
+    args = ["stats", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--max-len", "512"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["special_text_messages"] == 1
+    warned = [line for line in result.stderr.splitlines() if "special_text_messages" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: 1 message holds special-token text"), result.stderr
+    plain = write_jsonl(tmp_path / "plain.jsonl", [{"text": "no chats here"}])
+    text_only = runner.invoke(app, ["stats", str(plain), "--max-len", "512", "--json"])
+    assert text_only.exit_code == 0 and "special_text_messages" not in json.loads(text_only.stdout)
+
+
+# Qwen2.5-Instruct's `tool` branch: consecutive tool results share one user turn, closed after the last of them, so
+# the rendering of a chat cut after the first result closes a turn that the whole chat leaves open.
+PARALLEL_TOOLS_TEMPLATE = TOOLS_TEMPLATE.replace(
+    "{%- else %}",
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}",
+)
+
+
+def test_parallel_tool_results_under_qwen25s_template_are_packed(tmp_path: Path) -> None:
+    """Two tool results in a row (parallel calls) under Qwen2.5's own tool branch: the chat is packed, not refused
+    as a template that changes earlier turns; its tokens are the whole rendering's (the final `\\n` dropped), and
+    the assistant turns alone are supervised."""
+    assert PARALLEL_TOOLS_TEMPLATE != TOOLS_TEMPLATE
+    (tmp_path / "tools.jinja").write_text(PARALLEL_TOOLS_TEMPLATE)
+    calls = [{"type": "function", "function": TOOL_CALL}] * 2
+    chat = {
+        "messages": [
+            {"role": "user", "content": "Are seven and nine prime?"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "content": "yes"},
+            {"role": "tool", "content": "no"},
+            {"role": "assistant", "content": "Seven is."},
+        ]
+    }
+    qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
+    _, documents = qwen_documents(tmp_path, [chat], "--chat-template", str(tmp_path / "tools.jinja"))
+    [(ids, labels)] = documents
+    results = (
+        "<|im_start|>user\n<tool_response>\nyes\n</tool_response>\n<tool_response>\nno\n</tool_response><|im_end|>"
+    )
+    text = qwen.decode(ids, skip_special_tokens=False)
+    assert results in text and text.endswith("<|im_start|>assistant\nSeven is.<|im_end|>"), text
+    supervised = qwen.decode([i for i in labels if i != -100], skip_special_tokens=False)
+    assert "tool_response" not in supervised and supervised.endswith("Seven is.<|im_end|>"), supervised
+    assert verify_output(tmp_path / "o").ok
+
+
+def test_a_chat_template_jinja_file_beside_the_tokenizer_is_the_template(tmp_path: Path) -> None:
+    """A hub snapshot saved by a recent transformers keeps its template in `chat_template.jinja`, not in
+    tokenizer_config.json: pack renders with it (here the Qwen2.5 default system prompt appears), as
+    apply_chat_template does, rather than fall back to the built-in ChatML; an edited file makes a new fingerprint."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (model / "chat_template.jinja").write_text(QWEN25_TEMPLATE)
+    chat = {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "Seven."}]}
+    path, out = write_jsonl(tmp_path / "chats.jsonl", [chat]), tmp_path / "o"
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    qwen = load_tokenizer(str(model)).tokenizer
+    assert qwen.decode(load_rows(out)[0], skip_special_tokens=False).startswith(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."
+    )
+    fingerprint = json.loads((out / "manifest.json").read_text())["fingerprint"]
+    (model / "chat_template.jinja").write_text(QWEN25_TEMPLATE.replace("You are Qwen", "You are Q"))
+    again = runner.invoke(app, [*args, "--overwrite"])
+    assert again.exit_code == 0 and "up to date" not in again.stdout, again.output
+    assert json.loads((out / "manifest.json").read_text())["fingerprint"] != fingerprint
