@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "EXIT_DATA",
@@ -56,12 +57,18 @@ class PackcliError(Exception):
     """
 
     exit_code = EXIT_DATA
+    partition: int | None = None  # the partition whose job raised it, for the driver to name
 
     def __init__(self, message: str, path: str | Path | None = None, line: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.path = path
         self.line = line
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as class, arguments and fields, whatever a subclass's ``__init__`` takes: a job's error reaches
+        its run's driver from a worker process or a Ray actor with its file, line and exit code."""
+        return _restore, (type(self), self.args, self.__dict__)
 
     @property
     def path(self) -> str | None:
@@ -77,6 +84,13 @@ class PackcliError(Exception):
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
         return f"{where}{self.message}"
+
+
+def _restore(kind: type[PackcliError], args: tuple[Any, ...], fields: dict[str, Any]) -> PackcliError:
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
 
 
 class UsageError(PackcliError):

@@ -44,7 +44,7 @@ from packcli.encode.gigatoken_backend import GigatokenBackend
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions
-from packcli.run.local import ShippedTokenizer
+from packcli.run.job import Shipped
 from packcli.run.setup import set_up
 from packcli.util.progress import SilentReporter
 
@@ -484,7 +484,7 @@ def test_a_template_post_processor_is_allowed_and_encodes_alike() -> None:
 
 def test_workers_rebuild_the_drivers_tokenizer_and_choose_the_same_backend() -> None:
     loaded = load_tokenizer()
-    rebuilt = pickle.loads(pickle.dumps(ShippedTokenizer(loaded))).load()  # as a worker gets it
+    rebuilt = pickle.loads(pickle.dumps(Shipped(loaded, PackOptions()))).load()  # as a worker gets it
     assert rebuilt is not loaded
     assert rebuilt.source == loaded.source and rebuilt.describe() == loaded.describe()
     assert rebuilt.tokenizer.encode_special_tokens and rebuilt.tokenizer.truncation is None

@@ -4,7 +4,10 @@ several seconds, so the tests that need it are few and marked ``ray``."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +18,8 @@ from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
+from packcli.engines.local import LocalEngine
+from packcli.errors import BadRecordError, PackcliError
 
 runner = CliRunner()
 
@@ -132,3 +137,78 @@ def test_misused_engine_flags_are_usage_errors(corpus: Path, tmp_path: Path, fla
     result = invoke("pack", str(corpus), *flags, "--out", str(tmp_path / "out"))
     assert result.exit_code == 2 and message in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def packcli_errors() -> list[PackcliError]:
+    """One instance of every PackcliError class packcli raises, each with a path, a line and its own fields."""
+    from packcli.encode.crosscheck import TokenizerMismatch
+    from packcli.errors import BadRecordError, MissingExtraError, UsageError
+    from packcli.report.gates import GateFailed
+
+    mismatch = TokenizerMismatch("fastokens", 3, 7, 11, 12)
+    mismatch.path, mismatch.line = "c.jsonl", 5
+    return [
+        PackcliError("bad", "c.jsonl", 5),
+        UsageError("--max-len 0: give a positive number", "c.jsonl", 5),
+        BadRecordError("invalid JSON", "c.jsonl", 5),
+        MissingExtraError("needs ray", "c.jsonl", 5),
+        GateFailed("fill 0.5 below 0.9", "c.jsonl", 5),
+        mismatch,
+    ]
+
+
+@pytest.mark.parametrize("error", packcli_errors(), ids=lambda error: type(error).__name__)
+def test_a_job_error_crosses_a_process_with_its_file_line_and_exit_code(error: PackcliError) -> None:
+    """A job raises; its engine re-raises the error in the driver after pickling it across processes: the class,
+    message, file, line, exit code and a subclass's own fields arrive as they left."""
+    error.partition = 2  # what the job adds: the driver names the partition
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) == f"c.jsonl:5: {error.message}"
+    assert (back.path, back.line, back.exit_code, back.partition) == ("c.jsonl", 5, error.exit_code, 2)
+    assert back.__dict__.keys() == error.__dict__.keys()
+
+
+def test_an_os_error_crosses_a_process_with_its_errno_and_file() -> None:
+    error = OSError(errno.ENOSPC, "No space left on device", "/out/.staging/shard-00000.arrow")
+    error.partition = 1  # type: ignore[attr-defined]
+    back = pickle.loads(pickle.dumps(error))
+    assert (back.errno, back.strerror, back.filename, back.partition) == (
+        errno.ENOSPC,
+        "No space left on device",
+        "/out/.staging/shard-00000.arrow",
+        1,
+    )
+
+
+def note_start(shipped: Path, threads: int | None) -> int:
+    """A worker's start: appends a line to the file it was shipped; its state is the pid that started it."""
+    with shipped.open("a") as handle:
+        handle.write(f"{os.getpid()}\n")
+    return os.getpid()
+
+
+def fail_odd(started_by: int, job: int) -> tuple[int, int]:
+    """A job: its number and the pid that ran its worker's start, or for an odd number a data error naming its
+    file and line."""
+    if job % 2:
+        raise BadRecordError(f"record {job} is bad", "c.jsonl", job)
+    return job, started_by
+
+
+def test_the_local_engine_starts_once_and_its_workers_share_it(tmp_path: Path) -> None:
+    """One worker runs ``start`` (the tokenizer builds) and the others are forked from it: a run pays it once."""
+    started = tmp_path / "started"
+    results: list[tuple[int, int]] = []
+    with LocalEngine(2) as engine:
+        engine.run([0, 2, 4, 6], fail_odd, results.append, note_start, started)
+    assert sorted(job for job, _ in results) == [0, 2, 4, 6]
+    assert len(started.read_text().splitlines()) == 1
+    assert {pid for _, pid in results} == {int(started.read_text())}  # a forked worker has the state it made
+
+
+def test_the_local_engine_raises_the_first_failed_job_in_job_order(tmp_path: Path) -> None:
+    results: list[tuple[int, int]] = []
+    with pytest.raises(BadRecordError) as raised, LocalEngine(2) as engine:
+        engine.run([0, 3, 1, 2], fail_odd, results.append, note_start, tmp_path / "started")
+    assert (raised.value.path, raised.value.line, raised.value.exit_code) == ("c.jsonl", 3, 1)
+    assert {job for job, _ in results} <= {0, 2}

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 __all__ = ["Engine", "OnResult", "Start", "Task", "Unconnected"]
 
-Task = Callable[[Any], Any]  # a job -> its result
-OnResult = Callable[[Any], bool]  # a result -> whether to start further jobs
-Start = Callable[[Any, "int | None"], None]  # (what the driver shipped, the worker's threads): once per worker
+Task = Callable[[Any, Any], Any]  # (the worker's state, a job) -> its result; a job that fails raises
+OnResult = Callable[[Any], None]  # a finished job's result
+Start = Callable[[Any, "int | None"], Any]  # (what the driver shipped, the worker's threads) -> its state: once each
 
 
 class Engine(Protocol):
@@ -29,10 +29,12 @@ class Engine(Protocol):
     ) -> None: ...
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
-        """Run ``task(job)`` for every job, calling ``on_result`` with each result as it comes; it returns False to
-        start no further job (those running finish). A worker calls ``start(shipped, threads)`` once before its
-        first job, ``threads`` its share of the cores (``task``, ``start`` and ``shipped`` must pickle for engines
-        with other processes)."""
+        """Run ``task(state, job)`` for every job, calling ``on_result`` with each result as it comes. A worker
+        makes its ``state = start(shipped, threads)`` once before its first job (None without ``start``), ``threads``
+        its share of the cores: state passed along, not kept in a module, so two runs in one process share none.
+        ``task``, ``start`` and ``shipped`` must pickle for engines with other processes. A job that raises stops
+        the start of further jobs; those running finish, then the error of the first failed job in ``jobs``' order
+        is raised as the job raised it (a :class:`~packcli.errors.PackcliError` keeps its fields through pickling)."""
         ...
 
 

@@ -12,12 +12,13 @@ __all__ = ["InlineEngine"]
 
 
 class InlineEngine(Unconnected):
-    """Runs jobs in this process, in order."""
+    """Runs jobs in this process, in order, with ``threads`` tokenizer threads (None: every core)."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
-        """Run each job in turn; ``start(shipped, None)`` first, as a worker would (None: every core)."""
-        if start is not None:
-            start(shipped, None)
+        """Run each job in turn; ``start(shipped, threads)`` first, as a worker would."""
+        state = start(shipped, self.threads) if start is not None else None
         for job in jobs:
-            if not on_result(task(job)):
-                return
+            on_result(task(state, job))

@@ -1,17 +1,26 @@
-"""The local engine: a pool of worker processes on this machine (``--workers N``, default all cores), each with
-its share of the cores as tokenizer threads. Workers are spawned, not forked (a fork would copy the driver's
-tokenizer thread pool in a broken state), and each runs the driver's ``start`` once (loading what it shipped).
+"""The local engine: worker processes on this machine (``--workers N``, default all cores), each with its share of
+the cores as tokenizer threads.
 
-Once ``on_result`` says stop, no new job starts; those running finish (and stay committed for a rerun).
+The first worker is spawned, not forked from the driver (a fork would copy the driver's threads, the tokenizer's
+pool among them, in a broken state). It runs the driver's ``start`` once, importing packcli and building the
+tokenizers it shipped (about a second of CPU with the fast backend), and then forks the other workers from itself,
+before any encoding started a thread pool: they begin with all of that done, so a run pays it once whatever its
+worker count, and the workers share the built tokenizers' memory.
+
+Each worker takes one job at a time over its own pipe. A job that raises stops the start of further jobs; those
+running finish (and stay committed for a rerun), then the first failed job's error, in job order, is raised. A
+worker that dies (killed, out of memory) is an error; on any error, signal or Ctrl-C the driver kills every worker.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+import signal
+from collections.abc import Sequence
+from contextlib import suppress
+from multiprocessing import resource_tracker
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from packcli.engines import OnResult, Start, Task, Unconnected
@@ -21,50 +30,130 @@ from packcli.errors import PackcliError
 __all__ = ["LocalEngine"]
 
 
-def _start_worker(driver: int, threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
+def _first_worker(driver: int, threads: int, start: Start | None, task: Task, pipes: list[Connection]) -> None:
+    """Worker 0: take what the driver ships, start once, fork one worker for each other pipe, serve its own, then
+    wait for the others."""
     die_with_parent(driver)  # a second guard beside the reaper: a worker never outlives its driver
-    if start is not None:
-        start(shipped, threads)
+    shipped = pipes[0].recv()
+    state = start(shipped, threads) if start is not None else None
+    forked = []
+    for pipe in pipes[1:]:
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for other in pipes:
+                    if other is not pipe:
+                        other.close()
+                die_with_parent(parent)
+                _serve(task, state, pipe)
+            finally:
+                os._exit(0)
+        forked.append(pid)
+        pipe.close()
+    _serve(task, state, pipes[0])
+    for pid in forked:
+        os.waitpid(pid, 0)
+
+
+def _serve(task: Task, state: Any, pipe: Connection) -> None:
+    """Say this worker's pid, then run each job the driver sends until it sends None (or is gone)."""
+    with suppress(EOFError, OSError):
+        pipe.send(os.getpid())
+        while (sent := pipe.recv()) is not None:
+            index, job = sent
+            reply: tuple[int, Any, Exception | None]
+            try:
+                reply = (index, task(state, job), None)
+            except Exception as exc:
+                reply = (index, None, exc)
+            try:
+                pipe.send(reply)
+            except Exception as exc:  # an error that does not pickle: its words still reach the driver
+                pipe.send((index, None, PackcliError(f"{type(reply[2]).__name__}: {reply[2]} ({exc})")))
 
 
 class LocalEngine(Unconnected):
-    """Runs partitions in a process pool; use as a context manager (it holds nothing between runs).
+    """Runs jobs in worker processes; use as a context manager (it holds nothing between runs).
 
     Args:
-        workers: worker processes (None: one per core), never more than there are partitions to run.
+        workers: worker processes (None: one per core), never more than there are jobs.
     """
 
     def __init__(self, workers: int | None) -> None:
         self.workers = workers
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
-        """Run ``task(job)`` for each job, calling ``on_result`` as each finishes; it returns False to start no
-        further job."""
+        """Run ``task(job)`` for each job, calling ``on_result`` as each finishes (see :class:`Engine`)."""
         cores = os.cpu_count() or 1
         size = max(1, min(len(jobs), self.workers or cores))
-        with reaping_descendants():  # no worker outlives this process, even after kill -9
-            self._run(jobs, task, on_result, (os.getpid(), max(1, cores // size), start, shipped), size)
-
-    def _run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, initargs: tuple[Any, ...], size: int) -> None:
         context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(size, mp_context=context, initializer=_start_worker, initargs=initargs)
-        try:
-            with ignoring_ctrl_c():  # workers start ignoring it: the driver stops them itself, with no tracebacks
-                futures: list[Future[Any]] = [pool.submit(task, job) for job in jobs]  # starts the workers
-            for future in as_completed(futures):
-                if future.cancelled():
-                    continue
-                if not on_result(future.result()):
-                    for other in futures:
-                        other.cancel()
-        except BrokenProcessPool:
-            raise PackcliError(
-                "a worker process died (killed, or out of memory?); the partitions it committed are kept: "
-                "rerun the same command to resume"
-            ) from None
-        except BaseException:  # a signal, Ctrl-C or a failed partition: no worker may outlive the run or its lock
-            for process in list(pool._processes.values()):  # no public way to stop them before Python 3.14
-                process.terminate()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pipes = [context.Pipe() for _ in range(size)]
+        theirs = [end for _, end in pipes]
+        first = context.Process(target=_first_worker, args=(os.getpid(), max(1, cores // size), start, task, theirs))
+        pids: list[int] = []
+        with reaping_descendants():  # no worker outlives this process, even after kill -9
+            try:
+                resource_tracker.ensure_running()  # it unblocks Ctrl-C as it starts: not inside the block below
+                with ignoring_ctrl_c():  # workers start ignoring it: the driver stops them itself, with no tracebacks
+                    first.start()
+                for end in theirs:
+                    end.close()  # a worker's end is its own: its death reads as the end of its pipe
+                try:  # over the worker's pipe, not its start-up data: a worker dead before reading it is no hang
+                    pipes[0][0].send(shipped)
+                except OSError:
+                    raise _died() from None
+                _share([mine for mine, _ in pipes], list(jobs), on_result, pids)
+            except BaseException:  # a signal, Ctrl-C or a dead worker: no worker may outlive the run or its lock
+                for pid in pids:
+                    with suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                first.kill()
+                raise
+            finally:
+                for mine, _ in pipes:
+                    mine.close()
+                first.join()
+
+
+def _share(pipes: list[Connection], jobs: list[Any], on_result: OnResult, pids: list[int]) -> None:
+    """Hand the jobs to the workers as each is free, until none is left or one failed; then raise the first
+    failure in job order. ``pids``: filled with the workers' pids as they start."""
+    waiting = list(reversed(list(enumerate(jobs))))
+    failures: dict[int, BaseException] = {}
+    running: set[Connection] = set()
+    open_pipes = list(pipes)
+    while open_pipes:
+        for pipe in wait(open_pipes):
+            assert isinstance(pipe, Connection)
+            try:
+                message = pipe.recv()
+            except (EOFError, OSError):
+                raise _died() from None
+            if pipe in running:
+                running.discard(pipe)
+                index, result, error = message
+                if error is not None:
+                    failures[index] = error
+                else:
+                    on_result(result)
+            else:
+                pids.append(message)  # a worker started
+            try:
+                if waiting and not failures:
+                    pipe.send(waiting.pop())
+                    running.add(pipe)
+                else:
+                    pipe.send(None)
+                    open_pipes.remove(pipe)
+            except OSError:
+                raise _died() from None
+    if failures:
+        raise failures[min(failures)]
+
+
+def _died() -> PackcliError:
+    return PackcliError(
+        "a worker process died (killed, or out of memory?); the partitions it committed are kept: "
+        "rerun the same command to resume"
+    )

@@ -18,8 +18,8 @@ handler in place of the CLI's: ours is put back.
 
 Output: a Ray that packcli starts or connects to prints nothing of its own. A driver echoes the cluster's notices
 (a dead worker's, a full page) to standard output, where ``--json`` writes its object; the run says each failure
-itself, in one line, so that echo is off while the engine is open (Ray's own switch for it, which its debugger
-uses).
+itself, in one line, so while the engine holds a Ray it started, this process's standard output goes nowhere (Ray
+prints those notices whatever ``log_to_driver`` says; the run writes nothing there until it is done).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Sequence
+from contextlib import ExitStack, redirect_stdout
 from types import ModuleType, TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,12 +49,11 @@ LOCAL_OBJECT_STORE = 128 * 2**20  # only the tokenizer (a few MB) goes through i
 class WorkerActor:
     """A Ray actor: runs the driver's ``start`` once, then jobs with the task it is given."""
 
-    def __init__(self, threads: int, start: Callable[[Any, int | None], None] | None, shipped: Any) -> None:
-        if start is not None:
-            start(shipped, threads)
+    def __init__(self, threads: int, start: Start | None, shipped: Any) -> None:
+        self.state = start(shipped, threads) if start is not None else None
 
-    def run(self, task: Callable[[Any], Any], job: Any) -> Any:
-        return task(job)
+    def run(self, task: Task, job: Any) -> Any:
+        return task(self.state, job)
 
 
 def import_ray() -> ModuleType:
@@ -97,7 +96,8 @@ class RayEngine:
         else:
             _check_reachable(self.address)
             options["address"] = self.address
-        self._reaper.callback(_echo_worker_logs, ray, _echo_worker_logs(ray, False))
+        # Ray prints the cluster's notices (a dead worker's page) on standard output whatever log_to_driver says
+        self._reaper.enter_context(redirect_stdout(self._reaper.enter_context(open(os.devnull, "w"))))
         terminate = signal.getsignal(signal.SIGTERM)
         try:
             with signals_held():  # a Ctrl-C waits until Ray is up, and then shuts it down
@@ -128,11 +128,11 @@ class RayEngine:
             self._reaper.close()
 
     def run(self, jobs: Sequence[Any], task: Task, on_result: OnResult, start: Start | None, shipped: Any) -> None:
-        """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes; it returns False to start no
-        further job (the calls in flight finish)."""
+        """Run ``jobs``, one actor call each, calling ``on_result`` as each finishes (see :class:`Engine`)."""
         ray = self._ray
         actors: list[Any] = []
-        running: dict[Any, Any] = {}
+        running: dict[Any, tuple[Any, int]] = {}  # call -> its actor and job
+        failures: dict[int, BaseException] = {}
         try:
             with signals_held():  # each step into Ray whole; a signal takes effect between steps (see above)
                 cpus = float(ray.cluster_resources().get("CPU", 1.0))
@@ -143,44 +143,46 @@ class RayEngine:
                 shipped_ref = ray.put(shipped)
                 # Tokenizer threads: the actor's share of the cores, assuming actors spread evenly over the nodes.
                 actors = [actor_class.remote(max(1, int(cpus) // size), start, shipped_ref) for _ in range(size)]
-            waiting = list(reversed(jobs))
-            go_on = True
-            while running or (waiting and go_on):
+            waiting = list(reversed(list(enumerate(jobs))))
+            while running or (waiting and not failures):
                 with signals_held():
-                    while actors and waiting and go_on:
-                        actor = actors.pop()
-                        running[actor.run.remote(task, waiting.pop())] = actor
+                    while actors and waiting and not failures:
+                        actor, (index, job) = actors.pop(), waiting.pop()
+                        running[actor.run.remote(task, job)] = (actor, index)
                     done, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
-                    results = [(ref, _result(ray, ref)) for ref in done]
-                for ref, result in results:
-                    actors.append(running.pop(ref))
-                    go_on = on_result(result) and go_on
+                    results = []
+                    for ref in done:
+                        actor, index = running.pop(ref)
+                        actors.append(actor)
+                        try:
+                            results.append(_result(ray, ref))
+                        except Exception as error:
+                            if not isinstance(error.__cause__, ray.exceptions.RayTaskError):
+                                raise  # the actor died: no job's failure
+                            failures[index] = error
+                for result in results:
+                    on_result(result)
         finally:
             with signals_held():
-                for actor in [*actors, *running.values()]:
+                for actor in [*actors, *(actor for actor, _ in running.values())]:
                     ray.kill(actor)
-
-
-def _echo_worker_logs(ray: ModuleType, enabled: bool) -> bool:
-    """Turn the driver's echo of the cluster's notices and workers' output on or off; returns what it was."""
-    worker = ray._private.worker
-    was = bool(getattr(worker, "_worker_logs_enabled", True))
-    worker._worker_logs_enabled = enabled
-    return was
+        if failures:
+            raise failures[min(failures)]
 
 
 def _result(ray: Any, ref: Any) -> Any:
+    """A finished call's result. Raises a one-line error for a dead actor, and the job's own error (out of memory,
+    say) for a job that raised, not Ray's page: its ``__cause__`` is Ray's task error."""
     try:
-        result = ray.get(ref)
+        return ray.get(ref)
     except ray.exceptions.RayActorError as exc:
         said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # then a page of Ray's diagnostics
         raise PackcliError(
             f"a Ray actor died (its node lost, or out of memory?): {said}; the partitions committed are kept: "
             "rerun the same command to resume"
         ) from None
-    except ray.exceptions.RayTaskError as exc:  # the job raised: its own error (out of memory, say), not Ray's page
+    except ray.exceptions.RayTaskError as exc:
         raise (exc.cause if isinstance(exc.cause, Exception) else exc) from exc
-    return result
 
 
 def _check_reachable(address: str) -> None:

@@ -1,21 +1,23 @@
 """The one driver of every run: set up -> plan -> engine -> merge -> publish. The only place that knows the order.
 
-A plain run is one job on the in-process engine, its shards ``shard-NNNNN.arrow``, in a fresh staging directory;
-a partitioned run (``--partitions``) is one job per partition of a plan made from the inputs alone, on worker
-processes or Ray, in a parts area that survives a failed or killed run (``.OUT.packcli-resume`` beside a local
-output, the run's ``OUT/packcli-run-.../`` prefix in the store of an output URL) so that a rerun with the same
-fingerprint reuses the committed partitions. Either way each job commits a part, a small output with its own manifest
-(:mod:`packcli.run.parts`); the merge reads the parts' manifests and brings their shards into the output, and the
-output's manifest is written last, the commit: an interrupted run never leaves an output that looks complete, and
-an existing output stays intact until then. A worker needs no path of the driver's: with an output URL its part is
-built on its node's scratch and uploaded to the store.
+Every run is a plan's jobs (:mod:`packcli.run.job`) on an engine. A plain run's plan is one partition reading every
+input whole (:meth:`~packcli.run.plan.Plan.whole`): one job on the in-process engine, reporting as it goes, its
+shards ``shard-NNNNN.arrow`` written straight into a fresh staging directory. A partitioned run (``--partitions``)
+is one job per partition of a plan made from the inputs alone, on worker processes or Ray, each committing a part (a
+small output with its own manifest, :mod:`packcli.run.parts`) in a parts area that survives a failed or killed run
+(``.OUT.packcli-resume`` beside a local output, the run's ``OUT/packcli-run-.../`` prefix in the store of an output
+URL, where the output will list their shards) so that a rerun with the same fingerprint reuses the committed
+partitions. Jobs raise; the engine raises the first failed job's error, which the driver names with its partition.
+The merge takes the parts' manifests and brings their shards into the output, and the output's manifest is written
+last, the commit: an interrupted run never leaves an output that looks complete, and an existing output stays intact
+until then. A worker needs no path of the driver's: with an output URL its part is built on its node's scratch and
+uploaded to the store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from packcli.errors import PackcliError
 from packcli.format.manifest import read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, input_changes
-from packcli.run.local import Job, JobResult, ShippedTokenizer, partition_seed, run_job, run_local, start_worker
+from packcli.run.job import Job, JobResult, Shipped, partition_seed, run_job, start_worker
 from packcli.run.merge import (
     PARTITIONING_WARNING,
     input_facts,
@@ -35,7 +37,7 @@ from packcli.run.merge import (
     run_facts,
 )
 from packcli.run.parts import PartsArea, part_prefix
-from packcli.run.plan import Plan, partition_count, plan_partitions
+from packcli.run.plan import Plan
 from packcli.run.setup import (
     PackResult,
     Setup,
@@ -52,14 +54,7 @@ from packcli.write.publish import Publication
 from packcli.write.remote import RemotePublication, output_state, remove_leftovers, scratch_directory
 from packcli.write.staging import FULL_DISK
 
-__all__ = ["pack_corpus", "partition_plan"]
-
-
-def partition_plan(setup: Setup) -> tuple[Plan, str]:
-    """The plan of ``setup``'s partitioned run and the fingerprint it gives the output (``--dry-run`` prints it)."""
-    options, files = setup.options, setup.files
-    plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
-    return plan, setup.fingerprint(plan.digest)
+__all__ = ["pack_corpus"]
 
 
 def pack_corpus(
@@ -84,73 +79,51 @@ def pack_corpus(
     setup = set_up(inputs, options, warn, stdin, encodes=False)
     local = [path for path in map(location, inputs) if not isinstance(path, UrlPath)]
     read = [*setup.files, *(path for path in local if path.is_dir())]  # what the output may not cover
-    files = setup.files
-    plan, fingerprint = partition_plan(setup) if options.partitioned else (None, setup.fingerprint())
-    details: dict[str, Any] = {} if plan is None else {"partitions": len(plan)}
+    plan, fingerprint = setup.plan()
+    details: dict[str, Any] = {"partitions": len(plan)} if plan.partitioned else {}
     current = takes_output(options.tokenizer_backend)
-    if plan is not None and output_state(out, fingerprint) == "same" and current(out):
+    if plan.partitioned and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint, warn)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
-    count = len(plan) if plan is not None else 1
-    facts = run_facts(fingerprint, plan, count, options, tokenizer_entry(setup), setup.encoder.supervised)
-    shipped = ShippedTokenizer(setup.tokenizer) if setup.tokenizer is not None else None
+    facts = run_facts(fingerprint, plan, len(plan), options, tokenizer_entry(setup), setup.encoder.supervised)
     manifest = base_manifest(setup, fingerprint)
-    if plan is not None:
+    if plan.partitioned:
         manifest["partitions"] = plan.describe()
     part_manifest = {key: value for key, value in manifest.items() if key != "inputs"}  # what the parts share
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
-        _publication(out, fingerprint, overwrite, read, plan is not None, current, warn) as publication,
+        _publication(out, fingerprint, overwrite, read, plan.partitioned, current, warn) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
         area = PartsArea(publication.parts if isinstance(publication, RemotePublication) else publication.staging)
-        reused = area.resume(facts | {"inputs": input_facts(setup.inputs)}, count, warn, options.tokenizer_backend)
+        reused: list[int] = []
+        if plan.partitioned:  # a plain run's one job has nothing to resume
+            run = facts | {"inputs": input_facts(setup.inputs)}
+            reused = area.resume(run, len(plan), warn, options.tokenizer_backend)
+        progress = _Progress(plan, reporter, warn, {k: area.read(k) for k in reused})
+        jobs = [_job(setup, plan, k, area.root, facts, part_manifest) for k in range(len(plan)) if k not in reused]
+        live = None if plan.partitioned else (reporter, warn)  # a plain run's job reports as it goes
+        shipped = Shipped(setup.tokenizer, options, setup.template_source(), live)
         try:
-            if plan is None:  # one job, in this process: live progress and warnings, errors raised as they are
-                job = Job(
-                    0,
-                    tuple(files),
-                    options,
-                    area.root,
-                    facts,
-                    part_manifest,
-                    "shard",
-                    _sources(setup),
-                    setup.cache_key(),
-                    setup.template_source(),
-                    _input_names(setup),
-                )
-                task = partial(
-                    run_local, tokenizer=setup.tokenizer, reporter=reporter, warn=warn, threads=options.workers
-                )
-                engine.run([job], task, bool, None, None)
-            else:
-                progress = _Progress(plan, reporter, warn)
-                progress.start(reused, area)
-                template = setup.template_source()
-                names = _input_names(setup)
-                jobs = [
-                    _partition_job(plan, k, options, area.root, facts, part_manifest, template, names)
-                    for k in range(count)
-                ]
-                jobs = [job for job in jobs if job.partition not in reused]
-                if jobs:
-                    engine.run(jobs, run_job, progress.on_result, start_worker, shipped)
-                progress.raise_first_failure(area.root)
-        except PackcliError:
-            _refuse_changed_inputs(setup.inputs)  # the failure is the change, not a record it cut in two
-            raise
-        _refuse_changed_inputs(setup.inputs)  # the parts read one version of each input: the fingerprint's
-        parts, totals, shards = merge_parts([area.read(k) for k in range(count)], facts)
-        read_documents = sum(int(part["part"]["read_documents"]) for part in parts)
-        check_documents(read_documents if plan is None else totals["input_documents"], totals, files, options)
+            engine.run(jobs, run_job, progress.on_result, start_worker, shipped)
+        except (PackcliError, OSError) as error:
+            said = progress.failed(error, area.root)
+            if isinstance(said, PackcliError):
+                _refuse_changed_inputs(setup.inputs)  # the failure is the change, not a record it cut in two
+            if said is error:
+                raise
+            raise said from None
+        _refuse_changed_inputs(setup.inputs)  # the jobs read one version of each input: the fingerprint's
+        parts, totals, shards = merge_parts([progress.parts.get(k) for k in range(len(plan))], facts)
+        check_documents(sum(int(part["part"]["read_documents"]) for part in parts), totals, setup.files, options)
         manifest["tokenizer"].update(merged_backend(parts))  # which backend encoded: outside the fingerprint
         totals["unread_files"] = setup.unread_files
         manifest.update(totals=totals, shards=shards)
         if "sources" in parts[0]:
             manifest["sources"] = parts[0]["sources"]
-        area.gather(publication.staging, parts)
+        if plan.partitioned:  # a plain run wrote its shards in place
+            area.gather(publication.staging, parts)
         write_manifest(publication.staging, manifest)
         from_cache = bool(parts[0]["part"]["from_cache"])
         if from_cache:
@@ -162,7 +135,7 @@ def pack_corpus(
                 area.remove_records()
                 publication.commit()
     reporter.close()
-    if plan is None:
+    if not plan.partitioned:
         return PackResult(out, "packed", manifest, from_cache)
     gap = packing_gap(totals, options.max_len)
     if gap["packing_gap"] > PARTITIONING_WARNING:
@@ -208,33 +181,23 @@ def _publication(
     return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current, warn=warn)
 
 
-def _sources(setup: Setup) -> tuple[Any, ...] | None:
-    return tuple(setup.sources) if setup.sources is not None else None
-
-
-def _partition_job(
-    plan: Plan,
-    k: int,
-    options: PackOptions,
-    parts: Path,
-    facts: dict[str, Any],
-    manifest: dict[str, Any],
-    template: str | None,
-    names: dict[str, str],
-) -> Job:
-    """Partition ``k``'s job: its slices, its own seed, its shard names, the chat template's text, the inputs'
-    names."""
-    partition_options = replace(options, seed=partition_seed(options.seed, k))
+def _job(setup: Setup, plan: Plan, k: int, root: Path, facts: dict[str, Any], manifest: dict[str, Any]) -> Job:
+    """Partition ``k``'s job: its slices, its seed and shard names (a partitioned run's partition's own), the chat
+    template's text, the inputs' names; a plain run's one job may take the tokens ``stats`` left in the cache."""
+    options, partitioned = setup.options, plan.partitioned
     return Job(
         k,
         plan.partitions[k],
-        partition_options,
-        parts,
+        replace(options, seed=partition_seed(options.seed, k)) if partitioned else options,
+        root,
         facts,
         manifest,
-        part_prefix(k),
-        chat_template=template,
-        input_names=names,
+        part_prefix(k) if partitioned else "shard",
+        tuple(setup.sources) if setup.sources is not None else None,
+        None if partitioned else setup.cache_key(),
+        setup.template_source(),
+        _input_names(setup),
+        resumable=partitioned,
     )
 
 
@@ -244,11 +207,12 @@ def _input_names(setup: Setup) -> dict[str, str]:
 
 
 def _engine(options: PackOptions) -> Engine:
-    """The engine the options name: in-process for a plain run, else worker processes or Ray."""
+    """The engine the options name: in-process for a plain run (``--workers``: its tokenizer threads), else worker
+    processes or Ray."""
     if not options.partitioned:
         from packcli.engines.inline import InlineEngine
 
-        return InlineEngine()
+        return InlineEngine(options.workers)
     if options.engine == "ray":
         from packcli.engines.ray import RayEngine
 
@@ -260,63 +224,56 @@ def _engine(options: PackOptions) -> Engine:
 
 @dataclass
 class _Progress:
-    """Partitions done, reported as they finish; warnings passed on once each; failures kept."""
+    """The jobs' parts as they come. A partitioned run reports the partitions done, passes each warning on once, and
+    names a failure's partition; a plain run's one job reports as it goes, in this process."""
 
     plan: Plan
     reporter: Reporter
     warn: Callable[[str], None]
-    partitions: int = 0  # done so far, and their input bytes, documents and tokens
-    bytes: int = 0
+    parts: dict[int, dict[str, Any] | None]  # partition -> its manifest, the reused ones first
+    bytes: int = 0  # the input bytes, documents and tokens of the partitions done
     documents: int = 0
     tokens: int = 0
-    failures: list[JobResult] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
 
-    def start(self, reused: list[int], area: PartsArea) -> None:
-        """Reading begins, the reused partitions already done."""
-        self.reporter.start(sum(self.plan.weights))
-        for k in reused:
-            record = area.read(k)
-            assert record is not None
-            self._count(k, record["totals"])
+    def __post_init__(self) -> None:
+        if self.plan.partitioned:
+            self.reporter.start(sum(self.plan.weights))
+            for k, manifest in list(self.parts.items()):
+                assert manifest is not None
+                self._count(k, manifest)
 
-    def on_result(self, result: JobResult) -> bool:
+    def on_result(self, result: JobResult) -> None:
         for message in result.warnings:
             if message not in self.seen:
                 self.seen.add(message)
                 self.warn(message)
-        if result.failure is not None or result.totals is None:
-            self.failures.append(result)
-            return False
-        self._count(result.partition, result.totals)
-        return True
+        if self.plan.partitioned:
+            self._count(result.partition, result.manifest)
+        self.parts[result.partition] = result.manifest
 
-    def _count(self, partition: int, totals: dict[str, int]) -> None:
-        self.partitions += 1
+    def _count(self, partition: int, manifest: dict[str, Any]) -> None:
+        self.parts[partition] = manifest
         self.bytes += self.plan.weights[partition]
-        self.documents += totals["input_documents"]
-        self.tokens += totals["input_tokens"]
-        self.reporter.stage(f"partitions {self.partitions}/{len(self.plan)}")
+        self.documents += manifest["totals"]["input_documents"]
+        self.tokens += manifest["totals"]["input_tokens"]
+        self.reporter.stage(f"partitions {len(self.parts)}/{len(self.plan)}")
         self.reporter.advance(self.bytes, self.documents, self.tokens)
 
-    def raise_first_failure(self, parts: Path) -> None:
-        """Raise the failure of the lowest partition id that failed, naming its file and line."""
-        if not self.failures:
-            return
-        first = min(self.failures, key=lambda result: result.partition)
-        assert first.failure is not None
-        if first.failure.errno in FULL_DISK:  # the publication says it, naming the output and what it kept
-            raise OSError(first.failure.errno, first.failure.message, first.failure.path)
+    def failed(self, error: PackcliError | OSError, parts: Path) -> PackcliError | OSError:
+        """A job's error as the run says it: a partition's names the partition and what the run kept (a full disk
+        is the publication's to say, naming the output and what it kept)."""
+        k = getattr(error, "partition", None)
+        if not self.plan.partitioned or k is None or (isinstance(error, OSError) and error.errno in FULL_DISK):
+            return error
         kept = (
-            f"the {self.partitions} partition(s) committed are kept in {parts} and reused by a rerun with the same "
+            f"the {len(self.parts)} partition(s) committed are kept in {parts} and reused by a rerun with the same "
             "inputs and options"
-            if self.partitions
+            if self.parts
             else "no partition was committed"
         )  # a fixed input or --skip-bad-records is another run: it packs every partition again
-        error = PackcliError(
-            f"{first.failure.message} (partition {first.partition} of {len(self.plan)}; {kept})",
-            first.failure.path,
-            first.failure.line,
-        )
-        error.exit_code = first.failure.exit_code
-        raise error
+        if isinstance(error, OSError):
+            error = PackcliError(error.strerror or str(error), error.filename)
+        named = PackcliError(f"{error.message} (partition {k} of {len(self.plan)}; {kept})", error.path, error.line)
+        named.exit_code = error.exit_code
+        return named

@@ -100,13 +100,9 @@ def dry_run(
         "options": options.output_relevant(),
         "unread_files": setup.unread_files,
     }
-    if options.partitioned:
-        from packcli.run.driver import partition_plan
-
-        plan, fingerprint = partition_plan(setup)
+    plan, fingerprint = setup.plan()
+    if plan.partitioned:
         facts["partitions"] = {**plan.describe(), "bytes": list(plan.weights)}
-    else:
-        fingerprint = setup.fingerprint()
     if setup.sources is not None:
         given = options.weights
         shares = manifest_weights(given) if given else [None] * len(setup.sources)  # None: as the corpus is

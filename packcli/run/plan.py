@@ -51,7 +51,19 @@ class Plan:
     files: tuple[Path, ...]
     partitions: tuple[tuple[InputSlice, ...], ...]
     weights: tuple[int, ...]  # bytes on disk each partition reads (compressed files count their compressed size)
-    digest: str
+    digest: str | None  # None: a plain run's plan (see whole)
+
+    @classmethod
+    def whole(cls, files: Sequence[Path], size: int) -> Plan:
+        """A plain run's plan: one partition that reads every input whole, in order (``size`` bytes). It has no
+        digest: a plain run's fingerprint names no plan, and its one job keeps the run's seed and shard names and
+        leaves nothing to resume."""
+        return cls(tuple(files), (tuple(InputSlice(path) for path in files),), (size,), None)
+
+    @property
+    def partitioned(self) -> bool:
+        """A partitioned run's plan (``--partitions``, ``--partition-size``), even of one partition."""
+        return self.digest is not None
 
     def __len__(self) -> int:
         return len(self.partitions)

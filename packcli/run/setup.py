@@ -19,6 +19,7 @@ from packcli.format.manifest import read_manifest
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
 from packcli.run.identity import run_identity
+from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 from packcli.version import __version__
@@ -55,6 +56,15 @@ class Setup:
         if plan_hash is not None:
             extra["partition_plan"] = plan_hash
         return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "output", extra)
+
+    def plan(self) -> tuple[Plan, str]:
+        """The run's plan and the fingerprint it gives the output (``--dry-run`` prints them): a partitioned run's
+        from the inputs alone, else the one job of a plain run (:meth:`Plan.whole`)."""
+        options, files = self.options, self.files
+        if not options.partitioned:
+            return Plan.whole(files, sum(item.size for item in self.inputs)), self.fingerprint()
+        plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
+        return plan, self.fingerprint(plan.digest)
 
     def cache_key(self) -> str:
         """The tokenization cache's key: the identity over what decides the tokens."""

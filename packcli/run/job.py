@@ -1,18 +1,20 @@
-"""One local run, the same for every run and engine: read its inputs (a whole corpus, or a partition's slices),
+"""One job on any engine, the same for every run: read its inputs (a whole corpus, or a partition's slices),
 tokenize (or take the tokens ``stats`` left in the cache), draw a mixture, apply overflow, pack, order the rows,
 write its shards, then commit its part (:mod:`packcli.run.parts`): a small output whose manifest is written last.
 
-A plain run is one such job in-process, its shards ``shard-NNNNN.arrow``; a partitioned run has one per partition,
-``part-NNNNN-shard-MMMMM.arrow``, in worker processes or Ray actors: what crosses the engine is the job (inputs,
-options, where its part goes: a directory, or a prefix in a store) and a small result; tokens only ever go from the
-inputs to files. In a worker, a failure is
-returned, not raised, as a :class:`Failure` naming file and line (exceptions lose their fields when pickled across
-processes, and the other partitions' committed work must survive it).
+A plain run is one job, on the in-process engine, that writes its shards ``shard-NNNNN.arrow`` straight into the
+output being staged (nothing to resume: its manifest goes back to the driver in its result); a partitioned run has
+one per partition, ``part-NNNNN-shard-MMMMM.arrow``, in worker processes or Ray actors, each committing its part for
+a rerun to reuse. What crosses the engine is the job (inputs, options, where its part goes: a directory, or a prefix
+in a store) and a small result; tokens only ever go from the inputs to files. A job that fails raises, its own files
+removed; its error carries the partition, and reaches the driver whole (a
+:class:`~packcli.errors.PackcliError` keeps file, line and exit code through pickling).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -35,50 +37,61 @@ from packcli.run.parts import PartsArea
 from packcli.run.sources import Source, mixed_stream, source_entries
 from packcli.strategies import empty_packing, run_strategy
 from packcli.util.arrays import exclusive_cumsum
+from packcli.util.files import canonical_json
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.write.provenance import write_sources
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.splits import shard_entries, split_pieces
 
 __all__ = [
-    "Failure",
     "Job",
     "JobResult",
     "Packed",
-    "ShippedTokenizer",
+    "Shipped",
+    "Worker",
     "pack_tokens",
     "partition_seed",
     "run_job",
-    "run_local",
     "start_worker",
 ]
 
 
-class ShippedTokenizer:
-    """A loaded tokenizer as the ``tokenizer.json`` text a worker rebuilds it from: the driver's tokenizer, never a
-    worker's own file or hub lookup, so every partition encodes with exactly the same one (and its backend, chosen
-    by the run's ``--tokenizer-backend`` from that same text). In the driver's own process (the in-process engine)
-    :meth:`load` gives back the driver's tokenizer itself."""
+class Shipped:
+    """What the driver gives each worker once: its tokenizer, as the ``tokenizer.json`` text a worker rebuilds it
+    from (the driver's tokenizer, never a worker's own file or hub lookup, so every partition encodes with exactly
+    the same one, and its backend, chosen by the run's ``--tokenizer-backend`` from that same text), the options
+    and chat template its encoders are built from, and ``live``: the run's reporter and warnings, for a job in the
+    driver's own process. Only the text and options travel: a worker's jobs report nothing and send their warnings
+    back in their results."""
 
-    def __init__(self, loaded: LoadedTokenizer) -> None:
-        self.json = loaded.source
+    def __init__(
+        self,
+        loaded: LoadedTokenizer | None,
+        options: PackOptions,
+        template: str | None = None,
+        live: tuple[Reporter, Callable[[str], None]] | None = None,
+    ) -> None:
+        self.json = loaded.source if loaded is not None else None
         # the other fields of LoadedTokenizer: name, hashes, vocab size, EOS/BOS ids, config
-        self.facts = {f.name: getattr(loaded, f.name) for f in fields(loaded) if f.name not in ("tokenizer", "source")}
-        self._loaded: LoadedTokenizer | None = loaded
+        kept = [f.name for f in fields(LoadedTokenizer) if f.name not in ("tokenizer", "source")]
+        self.facts = {name: getattr(loaded, name) for name in kept} if loaded is not None else {}
+        self.options, self.template, self.live = options, template, live
+        self._loaded = loaded
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_loaded": None}  # only the text travels
+        return {**self.__dict__, "_loaded": None, "live": None}  # the text travels; the process's own things stay
 
-    def load(self) -> LoadedTokenizer:
-        """The tokenizer (built once per worker process or actor, whatever the number of its jobs)."""
-        if self._loaded is None:
+    def load(self) -> LoadedTokenizer | None:
+        """The tokenizer (built once per worker process or actor, whatever the number of its jobs); None for
+        pre-tokenized records."""
+        if self._loaded is None and self.json is not None:
             self._loaded = LoadedTokenizer(tokenizer=document_tokenizer(self.json), source=self.json, **self.facts)
         return self._loaded
 
 
 @dataclass(frozen=True)
 class Job:
-    """One local run (a few kilobytes, whatever the corpus size): what to read, how to pack, where to write."""
+    """One job (a few kilobytes, whatever the corpus size): what to read, how to pack, where to write."""
 
     partition: int
     inputs: tuple[Path | InputSlice, ...]
@@ -91,6 +104,7 @@ class Job:
     cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
     chat_template: str | None = None  # the --chat-template file's text as the driver read it: no worker opens its path
     input_names: dict[str, str] = field(default_factory=dict)  # input path -> the name the manifest gives it
+    resumable: bool = True  # commit a part a rerun may reuse; else write the shards straight into ``staging``
 
     def names(self) -> list[str]:
         """The name of each of the job's inputs (``<stdin>`` for standard input's spool), for its source index."""
@@ -99,25 +113,12 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Failure:
-    """Why a job failed: the error's message, file, line and exit code; for an I/O error, its errno (a full disk is
-    the driver's to say, naming the output)."""
-
-    message: str
-    path: str | None
-    line: int | None
-    exit_code: int
-    errno: int | None = None
-
-
-@dataclass(frozen=True)
 class JobResult:
-    """A finished job: its totals (from its committed part), or its failure; warnings either way."""
+    """A finished job: its part's manifest (committed, for a resumable job) and the warnings it sent back."""
 
     partition: int
-    totals: dict[str, int] | None
+    manifest: dict[str, Any]
     warnings: list[str]
-    failure: Failure | None = None
 
 
 def partition_seed(seed: int, partition: int) -> int:
@@ -126,56 +127,51 @@ def partition_seed(seed: int, partition: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-_worker_tokenizer: LoadedTokenizer | None = None  # a worker process's tokenizer (None: pre-tokenized records)
-_worker_threads: int | None = None  # its tokenizer threads: its share of the cores, as its engine gave it
+@dataclass(frozen=True)
+class Worker:
+    """A worker's state, made once by :func:`start_worker`: what it was shipped, its tokenizer, its threads (its
+    share of the cores, as its engine gave it)."""
+
+    shipped: Shipped
+    tokenizer: LoadedTokenizer | None
+    threads: int | None
 
 
-def start_worker(shipped: ShippedTokenizer | None, threads: int | None) -> None:
-    """Start a worker process or actor (its engine calls this once): its thread count, the driver's tokenizer."""
-    global _worker_tokenizer, _worker_threads
-    _worker_threads = threads
+def start_worker(shipped: Shipped, threads: int | None) -> Worker:
+    """Start a worker process or actor (its engine calls this once): its thread count, and the driver's tokenizer
+    with its encoder's backends built (the fast backend's build is cached per process), so that a worker forked
+    from this one, and every job here, finds them built. In the driver's own process, nothing is built before a
+    job asks for it (tokens from the cache need no fast backend)."""
     use_threads(threads)
-    _worker_tokenizer = shipped.load() if shipped is not None else None
+    loaded = shipped.load()
+    if shipped.live is None:
+        make_encoder(shipped.options, loaded, template_source=shipped.template)
+    return Worker(shipped, loaded, threads)
 
 
-def run_job(job: Job) -> JobResult:
-    """:func:`run_local` in a worker, with the tokenizer :func:`start_worker` loaded; a data or I/O error becomes a
-    Failure (the job's own files removed by :func:`run_local`)."""
+def run_job(worker: Worker, job: Job) -> JobResult:
+    """Run one job with what :func:`start_worker` loaded; returns its part's manifest. A failure propagates, naming
+    the job's partition, its part and node-local scratch removed first (no run comes back for what a failed one
+    left there)."""
     warnings: list[str] = []
-    try:
-        totals = run_local(job, _worker_tokenizer, SilentReporter(), warnings.append, _worker_threads)
-    except (PackcliError, OSError) as exc:
-        failure = (
-            Failure(exc.message, exc.path, exc.line, exc.exit_code)
-            if isinstance(exc, PackcliError)
-            else Failure(exc.strerror or str(exc), exc.filename, None, 1, exc.errno)
-        )
-        return JobResult(job.partition, None, warnings, failure)
-    return JobResult(job.partition, totals, warnings)
-
-
-def run_local(
-    job: Job,
-    tokenizer: LoadedTokenizer | None,
-    reporter: Reporter,
-    warn: Callable[[str], None],
-    threads: int | None = None,
-) -> dict[str, int]:
-    """Run one job and commit its part; returns its totals. Errors propagate, the job's part and node-local scratch
-    removed first (no run comes back for what a failed one left there). ``threads``: the tokenizer's (None: every
-    core)."""
+    reporter, warn = worker.shipped.live or (SilentReporter(), warnings.append)
     area = PartsArea(job.staging)
     try:
-        return _build_part(job, area, tokenizer, reporter, warn, threads)
-    except BaseException:
+        manifest = _build_part(job, area, worker.tokenizer, reporter, warn, worker.threads)
+    except BaseException as exc:
         area.clear(job.partition)
+        if isinstance(exc, PackcliError):
+            exc.partition = job.partition
+        elif isinstance(exc, OSError):
+            exc.partition = job.partition  # type: ignore[attr-defined]
         raise
+    return JobResult(job.partition, manifest, warnings)
 
 
 _LEAST_BYTES_PER_TOKEN = 8  # input_ids and position_ids, int32 each; labels and cu_seqlens add to it
 
 
-def _check_room_for_target(options: PackOptions, built: Path) -> None:
+def _check_room_for_target(options: PackOptions, built: Path, shown: Path) -> None:
     """Refuse a ``--target-tokens`` whose shards cannot fit where they are written, before any record is read: a
     run would otherwise tokenize, draw and write until the disk is full.
 
@@ -190,7 +186,7 @@ def _check_room_for_target(options: PackOptions, built: Path) -> None:
         raise PackcliError(
             f"--target-tokens {options.target_tokens:,} makes at least {need / 1e9:,.1f} GB of shards "
             f"({_LEAST_BYTES_PER_TOKEN} bytes a token), more than the {free / 1e9:,.1f} GB free where they are "
-            f"written ({built.parent.parent}); ask for fewer tokens, or make room"
+            f"written ({shown}); ask for fewer tokens, or make room"
         )
 
 
@@ -201,13 +197,13 @@ def _build_part(
     reporter: Reporter,
     warn: Callable[[str], None],
     threads: int | None,
-) -> dict[str, int]:
-    """Build and commit one job's part in ``area``; returns its totals."""
+) -> dict[str, Any]:
+    """Build one job's part (committed in ``area`` when the job is resumable); returns its manifest."""
     k, options = job.partition, job.options
     area.clear(k)  # what an earlier, interrupted attempt left
-    built = area.build_path(k)
-    built.mkdir(parents=True)
-    _check_room_for_target(options, built)
+    built = area.build_path(k) if job.resumable else job.staging
+    built.mkdir(parents=True, exist_ok=not job.resumable)
+    _check_room_for_target(options, built, area.build_path(k).parent.parent)
     area.work_path(k).parent.mkdir(parents=True, exist_ok=True)
     use_threads(threads)
     cached = cache.load(job.cache_key, options.tokenizer_backend) if job.cache_key is not None else None
@@ -238,8 +234,12 @@ def _build_part(
         manifest["sources"] = source_entries(
             list(job.sources), stream, tokenized.file_documents, tokenized.lengths, packed.pieces
         )
-    area.commit(k, manifest)
-    return packed.totals
+    if job.resumable:
+        area.commit(k, manifest)
+    else:
+        area.clear(k)  # its token store's directory and scratch: the shards are in place
+    read: dict[str, Any] = json.loads(canonical_json(manifest))  # as a committed part's is read: keys in order
+    return read
 
 
 @dataclass(frozen=True)
