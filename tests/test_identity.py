@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from packcli import identity
 from packcli.cli import app
 from packcli.options import PackOptions
+from packcli.run import identity
 from packcli.run.setup import Setup, set_up
 from tests.conftest import write_jsonl
 
