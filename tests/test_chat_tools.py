@@ -195,3 +195,21 @@ def test_the_built_in_chatml_refuses_tools_in_one_line(tmp_path: Path) -> None:
     assert "--chat-template" in line and "--tools-field ''" in line
     left_out = runner.invoke(app, [*args, str(tmp_path / "p"), "--tools-field", ""])
     assert left_out.exit_code == 0, left_out.output
+
+
+def test_a_dataset_s_tools_column_reaches_the_template_as_a_file_s_tools_do(tmp_path: Path) -> None:
+    """`packcli.pack(dataset, messages_field=...)` reads the dataset's `tools` column (a row without tools: None)
+    and writes the shards the same records in a file give; `tools_field=""` leaves the tools out."""
+    datasets = pytest.importorskip("datasets")
+    import packcli
+
+    assert pack(tmp_path, [WITH_TOOLS, WITHOUT_TOOLS]).exit_code == 0
+    dataset = datasets.Dataset.from_list([WITH_TOOLS, WITHOUT_TOOLS])
+    options = {"messages_field": "messages", "tokenizer": str(tmp_path / "qwen2.5-instruct"), "shuffle": False}
+    packcli.pack(dataset, max_len=1024, out=tmp_path / "api", **options)
+    packcli.pack(dataset, max_len=1024, out=tmp_path / "off", tools_field="", **options)
+    shards = [
+        [shard["sha256"] for shard in json.loads((tmp_path / out / "manifest.json").read_text())["shards"]]
+        for out in ("o", "api", "off")
+    ]
+    assert shards[0] == shards[1] != shards[2]
