@@ -4,11 +4,12 @@ a ``datasets.Dataset`` memory-mapped from its shards (no copy), ready for a Trai
 
 A dataset is streamed, a thousand records at a time, into one Arrow stream file in a temporary directory holding
 only the columns the options name (``text_field``, ``prompt_field``/``response_field``, ``messages_field`` and
-``tools_field`` where the dataset has that column, ``ids_field``, ``labels_field``), which ``pack`` then reads like any input: the same records from a dataset and
-from a file give the same shards. The file is a spool (:class:`~packcli.read.inputs.Spool`): the output knows it by
-the sha256 of its bytes and names it ``<dataset>``, so packing the same records again is "up to date", and a bad
-record is named ``<dataset>:ROW``. ``datasets`` is imported only here, when called, so the command line never pays
-for it. Needs the ``hf`` extra (``pip install 'packcli[hf]'``).
+``tools_field`` where the dataset has that column, ``ids_field``, ``labels_field``), which ``pack`` then reads like
+any input: the same records from a dataset and from a file give the same shards. The file is a spool
+(:class:`~packcli.read.inputs.Spool`): the output knows it by the sha256 of its bytes and names it ``<dataset>``, so
+packing the same records again is "up to date", and a bad record is named ``<dataset>:ROW``. ``datasets`` is
+imported only here, when called, so the command line never pays for it. Needs the ``hf`` extra (``pip install
+'packcli[hf]'``).
 """
 
 from __future__ import annotations
