@@ -143,7 +143,8 @@ def test_tools_reach_the_template_as_apply_chat_template_passes_them(tmp_path: P
 
 
 def test_an_empty_tools_field_leaves_the_tools_out(tmp_path: Path) -> None:
-    """`--tools-field ''` packs the record as before the option (no tool list), under a new fingerprint."""
+    """`--tools-field ''` packs the record as before the option (no tool list), under a new fingerprint; `stats` of
+    the raw corpus counts the tokens pack writes, with and without the tools."""
     with_tools = pack(tmp_path, [WITH_TOOLS])
     without = pack(tmp_path, [WITH_TOOLS], "--tools-field", "", out="off")
     assert with_tools.exit_code == 0 and without.exit_code == 0, without.output
@@ -152,6 +153,11 @@ def test_an_empty_tools_field_leaves_the_tools_out(tmp_path: Path) -> None:
     manifests = [json.loads((tmp_path / out / "manifest.json").read_text()) for out in ("o", "off")]
     assert [manifest["options"]["tools_field"] for manifest in manifests] == ["tools", ""]
     assert manifests[0]["fingerprint"] != manifests[1]["fingerprint"]
+    model, chats = str(tmp_path / "qwen2.5-instruct"), str(tmp_path / "chats.jsonl")
+    for manifest, flags in zip(manifests, ([], ["--tools-field", ""])):  # stats reads the tools as pack does
+        args = ["stats", chats, "--messages-field", "messages", "--tokenizer", model, "--max-len", "1024", "--json"]
+        stats = runner.invoke(app, [*args, *flags])
+        assert json.loads(stats.stdout)["input_tokens"] == manifest["totals"]["tokens"], stats.output
 
 
 def test_a_text_run_has_no_tools_field_and_it_needs_chats(tmp_path: Path) -> None:
