@@ -3,12 +3,13 @@ paths as on the command line) in, the packed output written as ``packcli pack`` 
 a ``datasets.Dataset`` memory-mapped from its shards (no copy), ready for a Trainer with packcli's collators.
 
 A dataset is streamed, a thousand records at a time, into one Arrow stream file in a temporary directory holding
-only the columns the options name (``text_field``, ``prompt_field``/``response_field``, ``messages_field``,
-``ids_field``, ``labels_field``), which ``pack`` then reads like any input: the same records from a dataset and
-from a file give the same shards. The file is a spool (:class:`~packcli.read.inputs.Spool`): the output knows it by
-the sha256 of its bytes and names it ``<dataset>``, so packing the same records again is "up to date", and a bad
-record is named ``<dataset>:ROW``. ``datasets`` is imported only here, when called, so the command line never pays
-for it. Needs the ``hf`` extra (``pip install 'packcli[hf]'``).
+only the columns the options name (``text_field``, ``prompt_field``/``response_field``, ``messages_field`` and
+``tools_field`` where the dataset has that column, ``ids_field``, ``labels_field``), which ``pack`` then reads like
+any input: the same records from a dataset and from a file give the same shards. The file is a spool
+(:class:`~packcli.read.inputs.Spool`): the output knows it by the sha256 of its bytes and names it ``<dataset>``, so
+packing the same records again is "up to date", and a bad record is named ``<dataset>:ROW``. ``datasets`` is
+imported only here, when called, so the command line never pays for it. Needs the ``hf`` extra (``pip install
+'packcli[hf]'``).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def _pack_source(
         pack_options = _unpartitioned(pack_options)
         with tempfile.TemporaryDirectory(prefix="packcli-dataset-") as scratch:
             path = Path(scratch) / "dataset.arrow"
-            columns = _named_columns(pack_options)
+            columns = _named_columns(pack_options, _column_names(source))
             _write_stream(path, _record_batches(source, columns), columns)
             spool = Spool(path, file_sha256(path), DATASET_NAME)
             try:
@@ -163,12 +164,23 @@ def _pack(
     return pack_corpus(inputs, options, out, overwrite=overwrite, stdin=spool).manifest
 
 
-def _named_columns(options: PackOptions) -> list[str]:
-    """The dataset columns ``pack`` reads under ``options``."""
+def _named_columns(options: PackOptions, present: list[str]) -> list[str]:
+    """The dataset columns ``pack`` reads under ``options``: chats' tools column where the dataset (its columns
+    ``present``) has it, as a record's tools field is read where the record has it."""
     named = [getattr(options, option) for option in FIELD_OPTIONS]
     if options.fine_tuning or options.ids_field is not None:
         named[0] = None  # the text field is not read
+    if options.messages_field is not None and options.tools_field and options.tools_field in present:
+        named.append(options.tools_field)
     return [name for name in named if name is not None]
+
+
+def _column_names(source: Any) -> list[str]:
+    """The dataset's columns; an ``IterableDataset`` whose features are not known before reading: its first
+    record's."""
+    if source.column_names is not None:
+        return list(source.column_names)
+    return list(next(iter(source), {}))
 
 
 def _record_batches(source: Any, columns: Sequence[str]) -> Iterator[Any]:

@@ -49,6 +49,7 @@ class PackOptions:
     response_field: str | None = None
     messages_field: str | None = None
     chat_template: str | None = None
+    tools_field: str = "tools"  # chats: the field of a record's tool definitions, passed to the template ("": none)
     loss_on: str = "assistant"
     shard_size: int = DEFAULT_SHARD_SIZE
     workers: int | None = None  # tokenizer threads; with partitions, worker processes (or Ray actors)
@@ -132,6 +133,8 @@ class PackOptions:
             )
         if self.chat_template is not None and self.messages_field is None:
             raise UsageError(f"{option('chat_template')} needs {option('messages_field')}")
+        if self.tools_field != "tools" and self.messages_field is None:
+            raise UsageError(f"{option('tools_field')} needs {option('messages_field')}")
         if self.loss_on not in ("assistant", "all"):
             raise UsageError(f"{option('loss_on')} must be 'assistant' or 'all', got {self.loss_on!r}")
         if self.overflow is None:  # a conversation is not cut in pieces unless asked: drop and count it
@@ -237,13 +240,16 @@ class PackOptions:
     def output_relevant(self) -> dict[str, Any]:
         """The options that change the output bytes: these enter the fingerprint and the manifest. Not the
         scheduling (``workers``, ``engine``, ``ray_address``), not the tokenizer backend (the tokens are the same),
-        and not how the partition count was asked for: a partitioned run's plan hash stands for its partitions."""
+        and not how the partition count was asked for: a partitioned run's plan hash stands for its partitions.
+        ``tools_field`` only for chats, at its default too: a chat packed before it may hold tools now rendered."""
         out = self.to_json()
         for name in ("workers", "engine", "ray_address", "partitions", "partition_size", "tokenizer_backend"):
             del out[name]
         for name, default in _LATER_DEFAULTS.items():
             if out[name] == default:
                 del out[name]
+        if self.messages_field is None:  # only chats read tools: any other output is as it was before the option
+            del out["tools_field"]
         return out
 
 

@@ -91,7 +91,7 @@ def test_a_tool_call_message_without_content_reaches_the_template(tmp_path: Path
     qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
     _, documents = qwen_documents(tmp_path, [TOOL_CHAT], "--chat-template", str(tmp_path / "tools.jinja"))
     [(ids, labels)] = documents
-    call = '<tool_call>\n{"arguments": {"word": "prime"}, "name": "lookup"}\n</tool_call>'
+    call = '<tool_call>\n{"name": "lookup", "arguments": {"word": "prime"}}\n</tool_call>'  # as HF's tojson
     assert f"<|im_start|>assistant\n{call}<|im_end|>" in qwen.decode(ids, skip_special_tokens=False)
     assert call in qwen.decode([i for i in labels if i != -100], skip_special_tokens=False)
     assert verify_output(tmp_path / "o").ok

@@ -37,6 +37,7 @@ __all__ = [
     "TextFieldOption",
     "TokenizerBackendOption",
     "TokenizerOption",
+    "ToolsFieldOption",
     "WindowOption",
     "local_path",
     "pack_options",
@@ -71,6 +72,13 @@ PromptFieldOption = Annotated[str | None, typer.Option(help="Fine-tuning: the pr
 ResponseFieldOption = Annotated[str | None, typer.Option(help="Fine-tuning: the response field (loss taken on it).")]
 MessagesFieldOption = Annotated[
     str | None, typer.Option(help="Fine-tuning: the field holding a chat, a list of {role, content}.")
+]
+ToolsFieldOption = Annotated[
+    str,
+    typer.Option(
+        help="Chats: the field of a record's tool definitions (a list of JSON-schema function objects), passed to "
+        "the chat template as `tools` where a record has it; '' for none."
+    ),
 ]
 ChatTemplateOption = Annotated[
     str | None,
@@ -128,7 +136,8 @@ SummaryOption = Annotated[
 # The flags that describe the records of a raw corpus and how to pack them: a packed output has fixed them.
 RECORD_FLAGS = (
     "max_len", "tokenizer", "tokenizer_backend", "strategy", "window", "text_field", "overflow", "prompt_field",
-    "response_field", "messages_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token", "skip_bad_records",
+    "response_field", "messages_field", "tools_field", "chat_template", "loss_on", "no_eos", "bos", "eos_token",
+    "skip_bad_records",
 )  # fmt: skip
 _NEGATED = {"no_eos": "eos", "no_shuffle": "shuffle", "no_position_ids": "position_ids"}  # --no-eos sets eos=False
 

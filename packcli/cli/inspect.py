@@ -70,6 +70,7 @@ def stats(
     prompt_field: flags.PromptFieldOption = None,
     response_field: flags.ResponseFieldOption = None,
     messages_field: flags.MessagesFieldOption = None,
+    tools_field: flags.ToolsFieldOption = "tools",
     chat_template: flags.ChatTemplateOption = None,
     loss_on: flags.LossOnOption = "assistant",
     no_eos: flags.NoEosOption = False,

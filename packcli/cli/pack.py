@@ -39,6 +39,7 @@ def pack(
     prompt_field: flags.PromptFieldOption = None,
     response_field: flags.ResponseFieldOption = None,
     messages_field: flags.MessagesFieldOption = None,
+    tools_field: flags.ToolsFieldOption = "tools",
     chat_template: flags.ChatTemplateOption = None,
     loss_on: flags.LossOnOption = "assistant",
     shard_size: Annotated[str, typer.Option(help="Bytes per shard, e.g. 512MiB, 64MB, 0.5GB, 1TB.")] = "512MiB",

@@ -9,7 +9,9 @@ turn. A Jinja template (``--chat-template`` or a tokenizer directory's ``tokeniz
 prefix by prefix: an assistant message's segment is what rendering it adds
 after the generation prompt, so exactly the assistant's words and end marker are supervised. Where a later message
 changes the rendering of messages after the last assistant turn (Qwen2.5 closes a run of ``tool`` results after
-the last one only), those messages are one segment.
+the last one only), those messages are one segment. A record's tool definitions (``--tools-field``) reach a Jinja
+template as ``tools``, as ``apply_chat_template(messages, tools=...)`` passes them; a record without them renders as
+one before the option (no ``tools`` variable). The built-in ChatML renders no tools: a record carrying some is bad.
 
 A chat whose rendering ends with EOS followed only by blank characters (Unicode whitespace or format characters
 such as U+200B; Qwen2.5-Instruct: EOS ``<|im_end|>``, each turn ending ``<|im_end|>\\n``) ends at that EOS: the
@@ -23,6 +25,7 @@ None; the built-in ChatML refuses it, as it renders no tool calls.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 from collections.abc import Callable
@@ -49,6 +52,7 @@ class Segment:
 
 
 Messages = list[dict[str, Any]]
+Tools = list[dict[str, Any]] | None
 
 
 class ChatML:
@@ -57,8 +61,14 @@ class ChatML:
     name = "chatml"
     sha256 = hashlib.sha256(b"packcli chatml v1").hexdigest()
 
-    def segments(self, messages: Messages, loss_on_all: bool) -> list[Segment]:
+    def segments(self, messages: Messages, loss_on_all: bool, tools: Tools = None) -> list[Segment]:
         """The chat as segments; assistant turns supervised (every segment with ``loss_on_all``)."""
+        if tools:
+            raise BadRecordError(
+                f"record has {len(tools)} tool definition(s), which the built-in ChatML cannot render: pass "
+                f"{option('chat_template')} with a template that renders tools, or {option('tools_field', repr(''))} "
+                "to leave them out"
+            )
         out = []
         for number, message in enumerate(messages, start=1):
             if message["content"] is None:
@@ -87,24 +97,28 @@ class JinjaTemplate:
         self.sha256 = hashlib.sha256(source.encode()).hexdigest()
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         environment.globals["raise_exception"] = _raise_exception
+        environment.filters["tojson"] = _tojson
         try:
             self.template = environment.from_string(source)
         except TemplateError as exc:
             raise PackcliError(f"chat template does not compile: {exc}", name) from None
         self.specials = {"bos_token": bos_token, "eos_token": eos_token}
 
-    def render(self, messages: Messages, add_generation_prompt: bool) -> str:
-        """The template's text for ``messages``; any failure is a bad record."""
+    def render(self, messages: Messages, add_generation_prompt: bool, tools: Tools = None) -> str:
+        """The template's text for ``messages`` (and ``tools``, if any); any failure is a bad record."""
+        given = {} if tools is None else {"tools": tools}
         try:
             return str(
-                self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.specials)
+                self.template.render(
+                    messages=messages, add_generation_prompt=add_generation_prompt, **given, **self.specials
+                )
             )
         except BadRecordError:
             raise
         except Exception as exc:  # a template can raise anything; the record is what is bad
             raise BadRecordError(f"chat template failed to render: {exc}") from None
 
-    def segments(self, messages: Messages, loss_on_all: bool) -> list[Segment]:
+    def segments(self, messages: Messages, loss_on_all: bool, tools: Tools = None) -> list[Segment]:
         """The chat as segments, each what rendering one more message adds (see the module docstring)."""
         out: list[Segment] = []
         done = ""
@@ -112,10 +126,10 @@ class JinjaTemplate:
         for end, message in enumerate(messages, start=1):
             assistant = message["role"] == "assistant"
             if assistant:
-                prompt = self.render(messages[: end - 1], add_generation_prompt=True)
+                prompt = self.render(messages[: end - 1], add_generation_prompt=True, tools=tools)
                 done = _added(out, done, prompt, Segment("", loss_on_all, markup=True), settled)
                 settled = (len(out), done)
-            rendered = self.render(messages[:end], add_generation_prompt=False)
+            rendered = self.render(messages[:end], add_generation_prompt=False, tools=tools)
             done = _added(out, done, rendered, Segment("", loss_on_all or assistant, markup=True), settled)
             if assistant:
                 settled = (len(out), done)
@@ -180,14 +194,16 @@ class ChatReader:
         return reader
 
     def __call__(self, values: list[Any]) -> RenderedChat:
-        messages = values[0]
-        segments = self.template.segments(messages, self.loss_on_all)
-        holding = self.special_text_messages(messages, segments)
+        """``values``: the record's messages, then its tools where a tools field is read (None: the record has none;
+        left out: a table without that column)."""
+        messages, tools = values[0], values[1] if len(values) > 1 else None
+        segments = self.template.segments(messages, self.loss_on_all, tools)
+        holding = self.special_text_messages(messages, segments, tools)
         if self.eos_token:
             segments = ended_at_eos(segments, self.eos_token)
         return RenderedChat(segments, holding)
 
-    def special_text_messages(self, messages: Messages, segments: list[Segment]) -> int:
+    def special_text_messages(self, messages: Messages, segments: list[Segment], tools: Tools = None) -> int:
         """How many of ``messages`` hold special-token text that their rendering (``segments``) carries: a message
         the template never renders (a ``tool`` message a template skips) is not counted. A message counts when the
         chat rendered with that message's content emptied holds fewer special-token texts (where the template
@@ -209,11 +225,12 @@ class ChatReader:
         for k in held:
             content = messages[k]["content"]
             try:
-                emptied = template.render([*messages[:k], {**messages[k], "content": ""}, *messages[k + 1 :]], False)
+                emptied = [*messages[:k], {**messages[k], "content": ""}, *messages[k + 1 :]]
+                emptied_text = template.render(emptied, False, tools)
             except BadRecordError:
                 counted += content in rendered or content.strip() in rendered
                 continue
-            counted += len(found.findall(emptied)) < total
+            counted += len(found.findall(emptied_text)) < total
         return counted
 
     def eos_notice(self) -> str | None:
@@ -272,6 +289,14 @@ def blank_stripped(text: str) -> str:
 def _check_prefix(done: str, rendered: str) -> None:
     if not rendered.startswith(done):
         raise BadRecordError("chat template output changes earlier turns as turns are added; cannot mark turns")
+
+
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+) -> str:
+    """JSON as ``apply_chat_template`` renders it (its own ``tojson``): keys in their order, no HTML escapes (Jinja's
+    built-in sorts keys and writes ``<`` as ``\\u003c``), so a tool list or call is the text the model is served."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _raise_exception(message: str) -> None:

@@ -142,6 +142,8 @@ class SegmentEncoder:
         self.template_sha256: str | None = None
         if options.messages_field is not None:
             self.fields = [Field(options.messages_field, "messages", option("messages_field"))]
+            if options.tools_field:  # a record without it renders as one without tools
+                self.fields.append(Field(options.tools_field, "tools", option("tools_field"), optional=True))
             self.template = load_template(options.chat_template, tokenizer, warn, template_source)
             self.template_sha256 = self.template.sha256
             self.convert = ChatReader.of(self.template, self.loss_on_all, tokenizer, self.eos_id, warn)

@@ -44,14 +44,16 @@ class ReadCounts:
 
 @dataclass(frozen=True)
 class Field:
-    """One record field to read: ``kind`` is "string", "messages" (a list of ``{role, content}``), "ids" (a list
-    of token ids, each in [0, 2^31)) or "labels" (the same, or -100 where no loss is taken)."""
+    """One record field to read: ``kind`` is "string", "messages" (a list of ``{role, content}``), "tools" (a
+    list of tool definitions, each an object), "ids" (a list of token ids, each in [0, 2^31)) or "labels" (the
+    same, or -100 where no loss is taken). An ``optional`` field may be missing or null: its value is then None."""
 
     name: str
     kind: str = "string"
     flag: str = dataclasses.field(
         default_factory=lambda: option("text_field")
     )  # the option naming it, as messages say it
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,16 @@ Convert = Callable[[list[Any]], Any]
 def check_value(value: Any, field: Field) -> Any:
     """``value`` if it is of the field's kind; else BadRecordError saying what is wrong."""
     if value is None:
+        if field.optional:
+            return None
         raise BadRecordError(f"field {field.name!r} is null")
+    if field.kind == "tools":
+        if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
+            raise BadRecordError(
+                f"field {field.name!r} is {_kinds(value)}, not a list of tool definitions (JSON objects); name "
+                f"another field with {field.flag}, or none with {option('tools_field', repr(''))}"
+            )
+        return value
     if field.kind == "string":
         if not isinstance(value, str):
             raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a string")
@@ -111,6 +122,13 @@ def check_value(value: Any, field: Field) -> Any:
             raise BadRecordError(f"message {number} of {field.name!r} has no string content")
         _check_text(message["content"], f"message {number} of {field.name!r}")
     return value
+
+
+def _kinds(value: Any) -> str:
+    """What a value that should be a list of objects is: "a string", or "an array holding a string"."""
+    if not isinstance(value, list):
+        return json_kind(value)
+    return f"an array holding {json_kind(next(item for item in value if not isinstance(item, dict)))}"
 
 
 def _check_text(text: str, what: str) -> None:
@@ -158,9 +176,9 @@ def values_of(record: Any, fields: Sequence[Field]) -> list[Any]:
     if not isinstance(record, dict):
         raise BadRecordError(f"record is {json_kind(record)}, not an object")
     for field in fields:
-        if field.name not in record:
+        if field.name not in record and not field.optional:
             raise BadRecordError(f"record has no field {field.name!r} (use {field.flag} to pick another)")
-    return [record[field.name] for field in fields]
+    return [record.get(field.name) for field in fields]
 
 
 class Columns:

@@ -21,6 +21,12 @@ from packcli.storage.sources import arrow_source, parquet_source
 __all__ = ["check_columns", "read_arrow", "read_parquet", "table_records"]
 
 
+def present(schema: pa.Schema, fields: Sequence[Field]) -> list[Field]:
+    """``fields`` less the optional ones the table has no column for (their values are None: the converter is
+    given only the values before them)."""
+    return [field for field in fields if not field.optional or field.name in schema.names]
+
+
 def check_columns(path: Path, schema: pa.Schema, fields: Sequence[Field]) -> list[int]:
     """The column index of each field; string fields must be string columns."""
     indices = []
@@ -93,6 +99,7 @@ def read_parquet(
         parquet = pq.ParquetFile(parquet_source(path))
     except (OSError, pa.ArrowException) as exc:
         raise PackcliError(f"cannot read as Parquet: {exc}", path) from exc
+    fields = present(parquet.schema_arrow, fields)
     check_columns(path, parquet.schema_arrow, fields)
     groups = parquet.metadata.num_row_groups
     first, last = span or (0, groups)
@@ -123,6 +130,7 @@ def read_arrow(
             reader = pa.ipc.open_file(source)
         except pa.ArrowInvalid as exc:
             raise PackcliError(f"cannot read as Arrow IPC: {exc}", path) from exc
+    fields = present(reader.schema, fields)
     indices = check_columns(path, reader.schema, fields)
     batches = (
         reader

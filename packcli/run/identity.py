@@ -26,7 +26,8 @@ __all__ = ["TOKENIZATION_OPTIONS", "Scope", "resolved_options", "run_identity"]
 Scope = Literal["output", "tokens"]
 
 # The options that decide the tokens of each document (the cache key's scope); every output-relevant option decides
-# the output (the fingerprint's scope). Paths (--tokenizer, --chat-template) are replaced by the hashes they resolve to.
+# the output (the fingerprint's scope); tools_field only for chats (see PackOptions.output_relevant). Paths
+# (--tokenizer, --chat-template) are replaced by the hashes they resolve to.
 TOKENIZATION_OPTIONS = (
     "text_field",
     "eos",
@@ -36,6 +37,7 @@ TOKENIZATION_OPTIONS = (
     "prompt_field",
     "response_field",
     "messages_field",
+    "tools_field",
     "loss_on",
     "ids_field",
     "labels_field",
@@ -69,7 +71,8 @@ def run_identity(
         extra: further facts that decide the output (for example a partition plan's hash).
     """
     relevant = resolved_options(options)
-    chosen = relevant if scope == "output" else {name: relevant[name] for name in TOKENIZATION_OPTIONS}
+    tokens = {name: relevant[name] for name in TOKENIZATION_OPTIONS if name in relevant}
+    chosen = relevant if scope == "output" else tokens
     facts = {
         "scope": scope,
         "packcli_version": __version__,
