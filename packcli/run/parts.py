@@ -46,7 +46,7 @@ __all__ = ["PartsArea", "part_name", "part_prefix"]
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
 TOKENS = "tokens"
 _READERS = 16  # part manifests read at once
-_OF_PART = re.compile(r"part-(\d+)[/-]")  # the partition a file under the area belongs to
+_OF_PART = re.compile(r"part-(\d+)(?:[/-]|$)")  # the partition a file (or empty directory) of the area belongs to
 
 
 def part_name(partition: int) -> str:
