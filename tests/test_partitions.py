@@ -580,3 +580,14 @@ def test_a_partitioned_run_without_position_ids_merges_the_same_rows_less_that_c
         return pa.concat_tables([read_shard(packed / shard["file"]) for shard in shards])
 
     assert rows_of(out).equals(rows_of(reference).drop_columns(["position_ids"]))
+
+
+def test_one_partition_says_nothing_of_packing_partitions_apart(tmp_path: Path) -> None:
+    """Rows of one document each (every document over half of max_len) sit far above the lower bound: with two
+    partitions the run warns that packing them apart may cost that; with one there is nothing apart to blame."""
+    corpus = write_jsonl(tmp_path / "wide.jsonl", [{"text": f"{k} " + "word " * 36} for k in range(8)])
+    for partitions, warned in (("1", False), ("2", True)):
+        out = tmp_path / f"out{partitions}"
+        result = invoke("pack", str(corpus), "--max-len", "64", "--partitions", partitions, "--out", str(out))
+        assert result.exit_code == 0, result.output
+        assert ("partitions apart" in result.stderr) is warned, result.stderr

@@ -138,7 +138,7 @@ def pack_corpus(
     if not plan.partitioned:
         return PackResult(out, "packed", manifest, from_cache)
     gap = packing_gap(totals, options.max_len)
-    if gap["packing_gap"] > PARTITIONING_WARNING:
+    if len(plan) > 1 and gap["packing_gap"] > PARTITIONING_WARNING:  # one partition: the gap is the strategy's
         warn(
             f"{totals['sequences']:,} sequences are {gap['packing_gap']:.2%} above the lower bound "
             f"ceil(tokens / max_len) = {gap['lower_bound_sequences']:,}; packing {len(plan)} partitions apart costs "
