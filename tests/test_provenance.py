@@ -209,7 +209,7 @@ def test_show_source_with_a_row_or_positions_is_a_usage_error(outputs: dict[str,
 
 def test_standard_input_is_named_as_the_manifest_names_it(corpus: list[Path], tmp_path: Path) -> None:
     """Records piped in are ``<stdin>`` in the source index (never the temporary file they are spooled to), and
-    ``show --source '<stdin>:LINE'`` finds them."""
+    ``show --source '<stdin>:LINE'`` finds them, as does ``-:LINE``, the input as the command named it."""
     out = tmp_path / "out"
     piped = subprocess.run(
         [sys.executable, "-m", "packcli", "pack", "-", "--max-len", "24", "--skip-bad-records", "--out", str(out)],
@@ -219,6 +219,7 @@ def test_standard_input_is_named_as_the_manifest_names_it(corpus: list[Path], tm
     )
     assert piped.returncode == 0, piped.stderr
     assert {Path(source["input"]).name for _, source in documents_with_sources(out)} == {"<stdin>"}
-    found = runner.invoke(app, ["show", str(out), "--source", "<stdin>:3", "--json"])
-    assert found.exit_code == 0, found.output
-    assert {place["source"]["text"].split(",")[0] for place in json.loads(found.stdout)} == {"<stdin>:3"}
+    for spelling in ("<stdin>:3", "-:3"):  # as the manifest names it, or as the command line read it
+        found = runner.invoke(app, ["show", str(out), "--source", spelling, "--json"])
+        assert found.exit_code == 0, found.output
+        assert {place["source"]["text"].split(",")[0] for place in json.loads(found.stdout)} == {"<stdin>:3"}

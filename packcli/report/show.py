@@ -34,6 +34,7 @@ from packcli.format.replaced import reads_output
 from packcli.format.schema import row_position_ids
 from packcli.format.shards import flat_list_column, open_shard
 from packcli.format.sidecars import Sources, read_sources
+from packcli.read.stdin import STDIN_NAME
 from packcli.report.terminal import console, count
 
 __all__ = ["decode_row", "find_source", "output_tokenizer", "print_found", "print_row", "read_row"]
@@ -137,7 +138,7 @@ def _source(sources: Sources, k: int) -> dict[str, Any]:
 def find_source(out: Path, spec: str) -> list[dict[str, Any]]:
     """Where the record ``FILE:LINE`` went: each document (piece) of the output that came from it, with its row
     (over all shards), shard, row in the shard and number in the row (from 1). ``FILE`` is an input's name as the
-    manifest gives it, the path of a local file, or the end of a name after a ``/``.
+    manifest gives it, the path of a local file, the end of a name after a ``/``, or ``-`` for standard input.
 
     Raises:
         UsageError: ``spec`` is not ``FILE:LINE`` with a line from 1.
@@ -147,7 +148,7 @@ def find_source(out: Path, spec: str) -> list[dict[str, Any]]:
     if not file or not (line.isascii() and line.isdigit()) or int(line) < 1:
         raise UsageError(f"--source {spec!r} is not FILE:LINE (an input's name and a line or row from 1)")
     manifest = read_manifest(out)
-    wanted = {file, str(Path(file).resolve())}
+    wanted = {STDIN_NAME} if file == "-" else {file, str(Path(file).resolve())}  # "-": as the command read it
     found: list[dict[str, Any]] = []
     rows_before = 0
     for entry in manifest["shards"]:
