@@ -6,6 +6,9 @@ written."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +115,40 @@ def test_a_shared_tokenizer_loses_its_added_tokens_and_nothing_else() -> None:
     spec = json.loads(source)
     assert len(spec["added_tokens"]) == 1000
     assert json.loads(without_added_tokens(source)) == {**spec, "added_tokens": []}
+
+
+FORKS = """
+import gzip, os, sys
+import gigatoken
+from packcli.encode import gigatoken_backend as giga
+
+backend = giga.GigatokenBackend(gigatoken.Tokenizer.from_json(gzip.open(sys.argv[1], "rt", encoding="utf-8").read()))
+texts = ["packed documents, one after another " * 40 + str(k) for k in range(400)]
+want = backend.ids(backend.encode(texts, parallel=False))[0].tolist()  # on this thread: no pool started
+
+
+def child_says() -> str:
+    pid = os.fork()
+    if pid == 0:
+        same = backend.ids(backend.encode(texts))[0].tolist() == want
+        os._exit(10 * same + giga._pool_lost)
+    return {10: "parallel", 11: "on its thread"}.get(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), "wrong ids")
+
+
+before = child_says()
+backend.encode(texts)  # the parent starts its pool
+print(before, "|", child_says())
+"""
+
+
+def test_a_worker_forked_before_the_pool_started_encodes_in_parallel_and_one_forked_after_on_its_thread() -> None:
+    """The local engine forks its workers from one that built the tokenizers: a child forked before gigatoken's
+    thread pool started keeps parallel encoding (its own pool); one forked after (where a parallel encode would never
+    return) encodes on its thread. Both give the same ids. (The timeout only keeps a hang from stalling the suite.)"""
+    tokenizer = Path(__file__).resolve().parents[1] / "packcli" / "assets" / "gpt2" / "tokenizer.json.gz"
+    environment = {**os.environ, "RAYON_NUM_THREADS": "2"}
+    result = subprocess.run(
+        [sys.executable, "-c", FORKS, str(tokenizer)], capture_output=True, text=True, env=environment, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["parallel", "|", "on", "its", "thread"]

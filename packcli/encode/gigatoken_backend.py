@@ -33,10 +33,14 @@ class GigatokenBackend:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
 
-    def encode(self, texts: list[str]) -> Any:
-        # Its thread pool is the Rust one RAYON_NUM_THREADS sizes (packcli.encode.tokenizer.use_threads); in a forked
-        # child a pool built before the fork has no threads, so that child encodes on the calling thread.
-        return self.tokenizer.encode_batch(texts, parallel=not _forked and _threads() != "1")
+    def encode(self, texts: list[str], parallel: bool = True) -> Any:
+        # Its thread pool is the Rust one RAYON_NUM_THREADS sizes (packcli.encode.tokenizer.use_threads), started at
+        # the first parallel encode. A child forked after that has the pool but not its threads (a parallel encode
+        # there never returns), so it encodes on the calling thread; a child forked before starts a pool of its own.
+        global _pool_started
+        parallel = parallel and not _pool_lost and _threads() != "1"
+        _pool_started = _pool_started or parallel
+        return self.tokenizer.encode_batch(texts, parallel=parallel)
 
     def ids(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
         layout = encoded.layout
@@ -46,15 +50,16 @@ class GigatokenBackend:
         return tokens, np.diff(offsets)
 
 
-_forked = False
+_pool_started = False  # this process has encoded on gigatoken's thread pool
+_pool_lost = False  # this process was forked from one that had: the pool's threads stayed behind
 
 
-def _mark_forked() -> None:
-    global _forked
-    _forked = True
+def _after_fork() -> None:
+    global _pool_lost
+    _pool_lost = _pool_lost or _pool_started
 
 
-os.register_at_fork(after_in_child=_mark_forked)
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _threads() -> str | None:
@@ -91,7 +96,7 @@ def markup_refusal(loaded: LoadedTokenizer, markup: Any) -> str | None:
     encode each added token's text to Hugging Face's id alone."""
     contents = [token.content for token in loaded.tokenizer.get_added_tokens_decoder().values()]
     backend = GigatokenBackend(markup)
-    tokens, lengths = backend.ids(backend.encode(contents))
+    tokens, lengths = backend.ids(backend.encode(contents, parallel=False))  # a few tokens: no pool started
     for content, count, got in zip(contents, lengths, _firsts(tokens, lengths)):
         want = loaded.tokenizer.token_to_id(content)
         if count != 1 or got != want:
