@@ -270,16 +270,7 @@ def test_rounds_of_four_overwrites_over_a_stale_lock_leave_one_output_and_nothin
     fs, out = s3_server.filesystem(), s3_server.bucket() + "/packed"
     for _ in range(2):
         stale_lock(fs, f"{out}/.packcli-lock")
-        runs = [
-            subprocess.Popen(
-                command(str(corpus), "--max-len", size, "--out", out, "--overwrite"),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for size in ("64", "128", "256", "512")
-        ]
-        results = [(run.wait(180), *run.communicate()) for run in runs]
+        results = concurrent_runs(out, corpus, ("64", "128", "256", "512"))
         assert any(code == 0 for code, _, _ in results), results
         for code, _, stderr in results:
             assert code == 0 or (code == 1 and "in use by" in error_line(stderr)), stderr
@@ -313,8 +304,9 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "packcli", "pack", *args, "--quiet", "--json"]
 
 
-def concurrent_runs(out: str, corpus: Path) -> list[tuple[int, str, str]]:
-    """Two packs of other options started together on one output URL: (exit code, stdout, stderr) of each."""
+def concurrent_runs(out: str, corpus: Path, sizes: tuple[str, ...] = ("256", "128")) -> list[tuple[int, str, str]]:
+    """Packs of other options (one per ``--max-len`` of ``sizes``) started together on one output URL, each with
+    ``--overwrite``: (exit code, stdout, stderr) of each."""
     runs = [
         subprocess.Popen(
             command(str(corpus), "--max-len", size, "--out", out, "--overwrite"),
@@ -322,9 +314,9 @@ def concurrent_runs(out: str, corpus: Path) -> list[tuple[int, str, str]]:
             stderr=subprocess.PIPE,
             text=True,
         )
-        for size in ("256", "128")
+        for size in sizes
     ]
-    return [(run.wait(120), *run.communicate()) for run in runs]
+    return [(run.wait(180), *run.communicate()) for run in runs]
 
 
 def test_two_concurrent_processes_leave_one_whole_output(s3_server: S3Server, corpus: Path) -> None:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from packcli.errors import PackcliError
 
-__all__ = ["OutputReplaced", "reading", "reads_output"]
+__all__ = ["OutputReplaced", "reads_output"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -23,31 +22,23 @@ class OutputReplaced(PackcliError):
     """The output directory is not the one the read began in (exit code 1: read it again)."""
 
 
-@contextmanager
-def reading(out: Path) -> Iterator[None]:
-    """Read ``out`` inside the block; if the directory at its path is not the one the block began with when the
-    block ends (with an error or not), raise :class:`OutputReplaced`: what was read may mix two outputs.
-
-    A store URL is never replaced this way (its manifest names the run whose objects it lists).
-    """
-    began = _identity(out)
-    try:
-        yield
-    except (PackcliError, OSError) as exc:
-        if began is not None and _identity(out) != began:
-            raise _replaced(out) from exc
-        raise
-    if began is not None and _identity(out) != began:
-        raise _replaced(out)
-
-
 def reads_output(read: Callable[Concatenate[Path, P], R]) -> Callable[Concatenate[Path, P], R]:
-    """Run ``read(out, ...)`` inside :func:`reading` of its first argument, the output it reads."""
+    """``read(out, ...)``, raising :class:`OutputReplaced` if, when it ends (with an error or not), the directory at
+    ``out`` is not the one it began with: what was read may mix two outputs. A store URL is never replaced this way
+    (its manifest names the run whose objects it lists)."""
 
     @functools.wraps(read)
     def guarded(out: Path, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with reading(out):
-            return read(out, *args, **kwargs)
+        began = _identity(out)
+        try:
+            result = read(out, *args, **kwargs)
+        except (PackcliError, OSError) as exc:
+            if began is not None and _identity(out) != began:
+                raise _replaced(out) from exc
+            raise
+        if began is not None and _identity(out) != began:
+            raise _replaced(out)
+        return result
 
     return guarded
 

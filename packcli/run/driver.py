@@ -248,12 +248,11 @@ class _Progress:
             if message not in self.seen:
                 self.seen.add(message)
                 self.warn(message)
+        self.parts[result.partition] = result.manifest
         if self.plan.partitioned:
             self._count(result.partition, result.manifest)
-        self.parts[result.partition] = result.manifest
 
     def _count(self, partition: int, manifest: dict[str, Any]) -> None:
-        self.parts[partition] = manifest
         self.bytes += self.plan.weights[partition]
         self.documents += manifest["totals"]["input_documents"]
         self.tokens += manifest["totals"]["input_tokens"]
