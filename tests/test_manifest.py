@@ -16,7 +16,21 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION
-from packcli.format.manifest import SHARD, TOKENIZER, TOP, TOTALS, read_manifest, shard_path, write_manifest
+from packcli.format.manifest import (
+    SHARD,
+    TOKENIZER,
+    TOP,
+    TOTALS,
+    output_manifest,
+    part_facts,
+    part_manifest,
+    read_manifest,
+    run_keys,
+    shard_path,
+    tokenizer_entry,
+    validate_manifest,
+    write_manifest,
+)
 from packcli.options import PackOptions
 from packcli.run.driver import pack_corpus
 from packcli.util.files import canonical_json
@@ -50,6 +64,39 @@ def test_write_then_read_is_canonical_and_leaves_no_temporary(sft_output: Path, 
     assert (tmp_path / "manifest.json").read_text() == canonical_json(manifest)
     assert list(json.loads(canonical_json({"b": 1, "a": 2}))) == ["a", "b"]  # sorted keys
     assert read_manifest(tmp_path) == manifest
+
+
+def test_an_output_manifest_is_built_from_its_parts_as_the_readers_check_it(tmp_path: Path) -> None:
+    """format/ builds a part's and an output's manifest from plain values: each passes the key tables, the output's
+    sums its parts' totals, lists their shards in partition order and names every backend that encoded; the
+    ``part`` block's tokenizer leaves out the name (the path as spelled), a pre-tokenized run's names its EOS."""
+    described = {"name": "gpt2", "sha256": "s", "config_sha256": None, "vocab_size": 50257, "eos_id": 0, "bos_id": None}
+    options = PackOptions(max_len=8).output_relevant()
+    partitions = {"count": 2, "plan_hash": "p"}
+    run = run_keys("f", options, tokenizer_entry(described, True, None, None), False, True, partitions)
+    facts = part_facts(run, "p", 2, options)
+    zero = dict.fromkeys(("dropped_documents", "truncated_tokens", "split_documents", "bad_records"), 0)
+
+    def part(k: int, backend: str) -> dict[str, Any]:
+        shard = {"file": f"part-0000{k}-shard-00000.arrow", "rows": 1, "tokens": 3 + k, "bytes": 9, "sha256": "x"}
+        totals = {"documents": 1, "tokens": 3 + k, "sequences": 1, **zero}
+        built = part_manifest(run, {**facts, "partition": k}, {"backend": backend}, totals, [shard], None)
+        validate_manifest(built, tmp_path / f"part-{k}")
+        return built
+
+    parts = [part(0, "hf"), part(1, "fastokens")]
+    assert parts[0]["part"]["tokenizer"] == {key: value for key, value in run["tokenizer"].items() if key != "name"}
+    write_manifest(tmp_path, output_manifest(run, [("a.jsonl", 5)], parts, 2))
+    manifest = read_manifest(tmp_path)
+    assert manifest["totals"] == {"documents": 2, "tokens": 7, "sequences": 2, **zero, "unread_files": 2}
+    assert [shard["file"] for shard in manifest["shards"]] == [
+        shard["file"] for part in parts for shard in part["shards"]
+    ]
+    assert manifest["tokenizer"]["backend"] == "fastokens+hf" and manifest["tokenizer"]["ran"] is True
+    assert manifest["inputs"] == [{"path": "a.jsonl", "bytes": 5}] and manifest["partitions"] == partitions
+    assert manifest["columns"] == ["input_ids", "position_ids", "cu_seqlens"] and "part" not in manifest
+    unknown = dict.fromkeys(("name", "sha256", "config_sha256", "vocab_size"))
+    assert tokenizer_entry(None, False, 2, None) == {**unknown, "eos_id": 2, "bos_id": None, "ran": False}
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,9 @@
 """manifest.json: the commit point of an output. Written last and atomically; sorted keys, no timestamps.
 
+What a manifest holds is said here twice: the functions that build an output's and a part's manifest from plain
+values (:func:`run_keys`, :func:`part_manifest`, :func:`output_manifest`), and the key tables that check one read
+back.
+
 A directory whose manifest is missing or unreadable is not an output. Readers refuse a newer major format version,
 and :func:`read_manifest` checks every key the readers (``verify``, ``stats``, the loader) use, once, so a damaged
 or hand-edited manifest is one error naming the key, never a ``KeyError`` deep in a reader.
@@ -14,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from packcli.errors import PackcliError
-from packcli.format.columns import FORMAT_VERSION
+from packcli.format.columns import FORMAT_VERSION, column_names
 from packcli.util.files import write_json
 from packcli.version import __version__
 
@@ -31,8 +35,14 @@ __all__ = [
     "TOP",
     "TOTALS",
     "is_output",
+    "merged_backend",
+    "output_manifest",
+    "part_facts",
+    "part_manifest",
     "read_manifest",
+    "run_keys",
     "shard_path",
+    "tokenizer_entry",
     "write_manifest",
 ]
 
@@ -186,3 +196,102 @@ def shard_path(directory: Path, name: object) -> Path:
     if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
         raise PackcliError(f"shard path {name!r} leaves the output directory", directory / MANIFEST_NAME)
     return directory / name
+
+
+def tokenizer_entry(
+    described: dict[str, Any] | None, ran: bool, eos_id: int | None, bos_id: int | None
+) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: the tokenizer's description (its keys null without one), ``ran`` (false for
+    pre-tokenized records), and for pre-tokenized records the EOS/BOS ids actually appended."""
+    entry = dict.fromkeys(("name", "sha256", "config_sha256", "vocab_size")) if described is None else dict(described)
+    if not ran:
+        entry.update(eos_id=eos_id, bos_id=bos_id)
+    return {**entry, "ran": ran}
+
+
+def run_keys(
+    fingerprint: str,
+    options: dict[str, Any],
+    tokenizer: dict[str, Any],
+    supervised: bool,
+    positions: bool,
+    partitions: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The keys an output and each of its parts share: format and packcli versions, the fingerprint, the
+    output-relevant ``options`` (with ``max_len`` and ``strategy``), the ``tokenizer`` entry, the ``columns``, and
+    a partitioned run's ``partitions`` block."""
+    keys = {
+        "format_version": FORMAT_VERSION,
+        "packcli_version": __version__,
+        "fingerprint": fingerprint,
+        "options": options,
+        "tokenizer": tokenizer,
+        "max_len": options["max_len"],
+        "strategy": options["strategy"],
+        "columns": column_names(supervised, positions),
+    }
+    return keys if partitions is None else {**keys, "partitions": partitions}
+
+
+def part_facts(run: dict[str, Any], plan_hash: str | None, partitions: int, options: dict[str, Any]) -> dict[str, Any]:
+    """What every part of a run records in its manifest's ``part`` block, and the merge and a rerun check: the
+    run's keys (:func:`run_keys`) with the tokenizer less its name (the path as spelled: the hashes and ids identify
+    it), the plan hash (None: a plain run), the partition count, and ``options`` as the fingerprint sees them."""
+    return {
+        "fingerprint": run["fingerprint"],
+        "plan_hash": plan_hash,
+        "partitions": partitions,
+        "options": options,
+        "tokenizer": {key: value for key, value in run["tokenizer"].items() if key != "name"},
+        "format_version": run["format_version"],
+        "packcli_version": run["packcli_version"],
+        "columns": run["columns"],
+    }
+
+
+def part_manifest(
+    run: dict[str, Any],
+    part: dict[str, Any],
+    backend: dict[str, Any],
+    totals: dict[str, int],
+    shards: list[dict[str, Any]],
+    sources: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """A part's manifest: the run's keys, the ``part`` block (:func:`part_facts` and the part's own), the tokenizer
+    backend that encoded (outside the fingerprint), its totals, shards and a mixed run's ``sources``."""
+    manifest = {**run, "tokenizer": {**run["tokenizer"], **backend}, "totals": totals, "part": part, "shards": shards}
+    return manifest if sources is None else {**manifest, "sources": sources}
+
+
+def output_manifest(
+    run: dict[str, Any], inputs: list[tuple[str, int]], parts: list[dict[str, Any]], unread_files: int
+) -> dict[str, Any]:
+    """An output's manifest from its parts' (checked to agree, in partition order): the run's keys, the inputs
+    (name, bytes), the backend that encoded (:func:`merged_backend`), the parts' totals summed and their shards in
+    order, and a mixed run's ``sources`` (a mixed run is one part)."""
+    totals = {key: sum(int(part["totals"][key]) for part in parts) for key in parts[0]["totals"]}
+    manifest = {
+        **run,
+        "inputs": [{"path": name, "bytes": size} for name, size in inputs],
+        "tokenizer": {**run["tokenizer"], **merged_backend(parts)},
+        "totals": {**totals, "unread_files": unread_files},
+        "shards": [shard for part in parts for shard in part["shards"]],
+    }
+    return manifest if "sources" not in parts[0] else {**manifest, "sources": parts[0]["sources"]}
+
+
+def merged_backend(manifests: list[dict[str, Any]]) -> dict[str, str]:
+    """The tokenizer backend of a run from its parts' manifests: the one they all used, else every one used, joined
+    by "+" (a part reused from an earlier run, or a worker where the fast backend does not import), with every
+    reason a part fell back for."""
+    used = sorted({json.dumps(_backend(manifest["tokenizer"]), sort_keys=True) for manifest in manifests})
+    backends = [json.loads(entry) for entry in used]
+    if len(backends) == 1:
+        return dict(backends[0])
+    merged = {key: "+".join(str(backend.get(key)) for backend in backends) for key in ("backend", "backend_version")}
+    reasons = sorted({backend["backend_fallback"] for backend in backends if "backend_fallback" in backend})
+    return {**merged, "backend_fallback": "; ".join(reasons)} if reasons else merged
+
+
+def _backend(tokenizer: dict[str, Any]) -> dict[str, Any]:
+    return {key: tokenizer[key] for key in ("backend", "backend_version", "backend_fallback") if key in tokenizer}

@@ -24,29 +24,14 @@ from typing import Any
 from packcli.encode import cache
 from packcli.engines import Engine
 from packcli.errors import PackcliError
-from packcli.format.manifest import read_manifest, write_manifest
+from packcli.format.manifest import output_manifest, read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, input_changes
 from packcli.run.job import Job, JobResult, Shipped, partition_seed, run_job, start_worker
-from packcli.run.merge import (
-    PARTITIONING_WARNING,
-    input_facts,
-    merge_parts,
-    merged_backend,
-    packing_gap,
-    run_facts,
-)
+from packcli.run.merge import PARTITIONING_WARNING, input_facts, merge_parts, packing_gap
 from packcli.run.parts import PartsArea, part_prefix
 from packcli.run.plan import Plan
-from packcli.run.setup import (
-    PackResult,
-    Setup,
-    base_manifest,
-    check_documents,
-    set_up,
-    takes_output,
-    tokenizer_entry,
-)
+from packcli.run.setup import PackResult, Setup, check_documents, set_up, takes_output
 from packcli.storage import UrlPath, location
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.signals import signals_held
@@ -85,11 +70,7 @@ def pack_corpus(
     if plan.partitioned and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint, warn)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
-    facts = run_facts(fingerprint, plan, len(plan), options, tokenizer_entry(setup), setup.encoder.supervised)
-    manifest = base_manifest(setup, fingerprint)
-    if plan.partitioned:
-        manifest["partitions"] = plan.describe()
-    part_manifest = {key: value for key, value in manifest.items() if key != "inputs"}  # what the parts share
+    shared, facts = setup.run_keys(fingerprint, plan)  # the manifest keys the output and its parts share
     with (
         _engine(options) as engine,  # connects first: no staging if it cannot
         _publication(out, fingerprint, overwrite, read, plan.partitioned, current, warn) as publication,
@@ -102,7 +83,7 @@ def pack_corpus(
             run = facts | {"inputs": input_facts(setup.inputs)}
             reused = area.resume(run, len(plan), warn, options.tokenizer_backend)
         progress = _Progress(plan, reporter, warn, {k: area.read(k) for k in reused})
-        jobs = [_job(setup, plan, k, area.root, facts, part_manifest) for k in range(len(plan)) if k not in reused]
+        jobs = [_job(setup, plan, k, area.root, facts, shared) for k in range(len(plan)) if k not in reused]
         live = None if plan.partitioned else (reporter, warn)  # a plain run's job reports as it goes
         shipped = Shipped(setup.tokenizer, options, setup.template_source(), live)
         try:
@@ -115,13 +96,11 @@ def pack_corpus(
                 raise
             raise said from None
         _refuse_changed_inputs(setup.inputs)  # the jobs read one version of each input: the fingerprint's
-        parts, totals, shards = merge_parts([progress.parts.get(k) for k in range(len(plan))], facts)
+        parts = merge_parts([progress.parts.get(k) for k in range(len(plan))], facts)
+        sizes = [(item.name, item.size) for item in setup.inputs]
+        manifest = output_manifest(shared, sizes, parts, setup.unread_files)
+        totals = manifest["totals"]
         check_documents(sum(int(part["part"]["read_documents"]) for part in parts), totals, setup.files, options)
-        manifest["tokenizer"].update(merged_backend(parts))  # which backend encoded: outside the fingerprint
-        totals["unread_files"] = setup.unread_files
-        manifest.update(totals=totals, shards=shards)
-        if "sources" in parts[0]:
-            manifest["sources"] = parts[0]["sources"]
         if plan.partitioned:  # a plain run wrote its shards in place
             area.gather(publication.staging, parts)
         write_manifest(publication.staging, manifest)

@@ -19,7 +19,7 @@ from typing import Any
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
-from packcli.run.setup import set_up, takes_output, tokenizer_entry
+from packcli.run.setup import set_up, takes_output
 from packcli.run.sources import manifest_weights
 from packcli.storage.sources import parquet_source
 from packcli.write.remote import output_state
@@ -96,7 +96,7 @@ def dry_run(
     """
     setup = set_up(inputs, options, warn, stdin, encodes=False)
     facts: dict[str, Any] = {
-        "tokenizer": tokenizer_entry(setup),
+        "tokenizer": setup.tokenizer_entry(),
         "options": options.output_relevant(),
         "unread_files": setup.unread_files,
     }

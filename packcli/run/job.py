@@ -28,6 +28,7 @@ from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, document_tokenizer, use_threads
 from packcli.errors import PackcliError
+from packcli.format.manifest import part_manifest
 from packcli.format.schema import shard_metadata, shard_schema
 from packcli.options import PackOptions
 from packcli.packing.order import shuffle_rows
@@ -97,8 +98,8 @@ class Job:
     inputs: tuple[Path | InputSlice, ...]
     options: PackOptions  # the seed is this job's (a partition's own, derived from the run's)
     staging: Path  # where the run's parts go: a directory every worker sees, or a prefix in a store
-    facts: dict[str, Any]  # what every part of the run agrees on (see packcli.run.merge.run_facts)
-    manifest: dict[str, Any]  # the part manifest's run-wide keys (format and packcli versions, options, tokenizer, ...)
+    facts: dict[str, Any]  # what every part of the run agrees on (packcli.format.manifest.part_facts)
+    manifest: dict[str, Any]  # the manifest keys the run's output and parts share (packcli.format.manifest.run_keys)
     prefix: str = "shard"  # shard names: shard-NNNNN.arrow, or part-NNNNN-shard-MMMMM.arrow
     sources: tuple[Source, ...] | None = None  # a mixed run: its sources (one job reads the whole corpus)
     cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
@@ -226,14 +227,11 @@ def _build_part(
             tokenized.store.remove()
         else:
             tokenized.store.close()
-    # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
-    tokenizer_entry = {**job.manifest["tokenizer"], **tokenized.backend}
-    manifest = {**job.manifest, "tokenizer": tokenizer_entry, "totals": packed.totals, "part": part}
-    manifest["shards"] = packed.entries
+    sources = None
     if job.sources is not None and stream is not None:
-        manifest["sources"] = source_entries(
-            list(job.sources), stream, tokenized.file_documents, tokenized.lengths, packed.pieces
-        )
+        sources = source_entries(list(job.sources), stream, tokenized.file_documents, tokenized.lengths, packed.pieces)
+    # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
+    manifest = part_manifest(job.manifest, part, tokenized.backend, packed.totals, packed.entries, sources)
     if job.resumable:
         area.commit(k, manifest)
     else:

@@ -1,5 +1,6 @@
 """The set-up that ``pack`` and ``stats`` share: resolve the inputs, check the strategy, load the tokenizer, build
-the encoder (every usage error found before a record is read); and the manifest keys every output has.
+the encoder (every usage error found before a record is read); and the values the manifest's builders
+(:mod:`packcli.format.manifest`) take from them.
 """
 
 from __future__ import annotations
@@ -14,24 +15,20 @@ from packcli.encode.chat import JinjaTemplate
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, option
-from packcli.format.columns import FORMAT_VERSION, column_names
-from packcli.format.manifest import read_manifest
+from packcli.format.manifest import part_facts, read_manifest, run_keys, tokenizer_entry
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
-from packcli.run.identity import run_identity
+from packcli.run.identity import resolved_options, run_identity
 from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
-from packcli.version import __version__
 
 __all__ = [
     "PackResult",
     "Setup",
-    "base_manifest",
     "check_documents",
     "set_up",
     "takes_output",
-    "tokenizer_entry",
 ]
 
 
@@ -75,6 +72,21 @@ class Setup:
         later (a job's, a worker's on a node without the driver's disk) takes it rather than the path."""
         template = getattr(self.encoder, "template", None)
         return template.source if isinstance(template, JinjaTemplate) and self.options.chat_template else None
+
+    def tokenizer_entry(self) -> dict[str, Any]:
+        """The manifest's ``tokenizer`` (:func:`~packcli.format.manifest.tokenizer_entry`)."""
+        described = self.tokenizer.describe() if self.tokenizer is not None else None
+        ran = self.options.ids_field is None
+        return tokenizer_entry(described, ran, self.encoder.eos_id, self.encoder.bos_id)
+
+    def run_keys(self, fingerprint: str, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The manifest keys the output and its parts share (:func:`~packcli.format.manifest.run_keys`), and the
+        facts every part records (:func:`~packcli.format.manifest.part_facts`)."""
+        options = self.options
+        partitions = plan.describe() if plan.partitioned else None
+        relevant, supervised, positions = options.output_relevant(), self.encoder.supervised, options.position_ids
+        keys = run_keys(fingerprint, relevant, self.tokenizer_entry(), supervised, positions, partitions)
+        return keys, part_facts(keys, plan.digest, len(plan), resolved_options(options))
 
     def encoder_that_encodes(self) -> Encoder:
         """The encoder a set-up made with ``encodes=False`` would have made: with the backend the options ask for
@@ -152,36 +164,6 @@ def check_documents(read: int, totals: dict[str, int], files: list[Path], option
             if options.target_tokens is not None and totals["input_documents"] == 0
             else f"every document is longer than {option('max_len', options.max_len)} and {option('overflow')} drop"
         )
-
-
-def base_manifest(setup: Setup, fingerprint: str) -> dict[str, Any]:
-    """The manifest keys of every output, before its ``totals`` and ``shards``: format and packcli versions, the
-    output-relevant options, inputs, tokenizer, ``max_len``, strategy, columns."""
-    options = setup.options
-    return {
-        "format_version": FORMAT_VERSION,
-        "packcli_version": __version__,
-        "fingerprint": fingerprint,
-        "options": options.output_relevant(),
-        "inputs": [{"path": item.name, "bytes": item.size} for item in setup.inputs],
-        "tokenizer": tokenizer_entry(setup),
-        "max_len": options.max_len,
-        "strategy": options.strategy,
-        "columns": column_names(setup.encoder.supervised, options.position_ids),
-    }
-
-
-def tokenizer_entry(setup: Setup) -> dict[str, Any]:
-    """The manifest's ``tokenizer``: the tokenizer's description, ``ran`` (false for pre-tokenized records), and
-    for pre-tokenized records the EOS/BOS ids actually appended."""
-    if setup.tokenizer is None:
-        entry: dict[str, Any] = dict.fromkeys(("name", "sha256", "config_sha256", "vocab_size"))
-    else:
-        entry = setup.tokenizer.describe()
-    ran = setup.options.ids_field is None
-    if not ran:
-        entry.update(eos_id=setup.encoder.eos_id, bos_id=setup.encoder.bos_id)
-    return {**entry, "ran": ran}
 
 
 def takes_output(requested: str) -> Callable[[Path], bool]:
