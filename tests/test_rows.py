@@ -16,9 +16,8 @@ from packcli.format.columns import IGNORE_INDEX
 from packcli.format.manifest import read_manifest
 from packcli.format.schema import shard_schema
 from packcli.format.shards import read_shard
-from packcli.packing.overflow import Pieces
-from packcli.strategies import Packing
 from packcli.write import rows
+from packcli.write.layout import Rows
 
 
 def store_of(path: Path, tokens: np.ndarray, mask: np.ndarray | None = None) -> TokenStore:
@@ -43,12 +42,12 @@ def test_rows_hold_their_pieces_across_batches_and_shards(
     lengths = rng.integers(1, 9, size=60).astype(np.int64)
     tokens = rng.integers(0, 50_000, size=int(lengths.sum())).astype(np.int32)
     starts = np.cumsum(lengths) - lengths
-    pieces = Pieces(starts, lengths, np.arange(len(lengths)))
     order = rng.permutation(len(lengths)).astype(np.int64)
     offsets = np.arange(0, len(lengths) + 1, 3, dtype=np.int64)  # 3 pieces a row
     monkeypatch.setattr(rows, "BATCH_BYTES", 200)  # many record batches
     store = store_of(tmp_path / "tokens", tokens)
-    shards = rows.write_rows(tmp_path, store, pieces, Packing(order, offsets), shard_schema({}), shard_size)
+    placed = Rows.packed(starts, lengths, np.arange(len(lengths)), order, offsets)
+    shards = rows.write_rows(tmp_path, store.gather, None, placed, shard_schema({}), shard_size)
     store.remove()
     written = read_rows(tmp_path)
     assert (len(shards) > 1) == (shard_size == 300)
@@ -63,11 +62,11 @@ def test_rows_hold_their_pieces_across_batches_and_shards(
 def test_labels_follow_the_mask_and_supervision_is_counted(tmp_path: Path) -> None:
     tokens = np.arange(1, 9, dtype=np.int32)
     mask = np.array([0, 1, 1, 0, 0, 0, 0, 1], dtype=bool)  # no document's first token: it never takes loss
-    pieces = Pieces(np.array([0, 3, 6]), np.array([3, 3, 2]), np.arange(3))
     store = store_of(tmp_path / "tokens", tokens, mask)
     supervision = rows.Supervision()
-    packing = Packing(np.array([0, 1, 2]), np.array([0, 1, 2, 3]))
-    rows.write_rows(tmp_path, store, pieces, packing, shard_schema({}, labels=True), 10**9, supervision)
+    placed = Rows(np.arange(4), np.array([0, 3, 6]), np.array([3, 3, 2]), np.arange(3), np.zeros(3), np.ones(3))
+    schema = shard_schema({}, labels=True)
+    rows.write_rows(tmp_path, store.gather, store.gather_mask, placed, schema, 10**9, supervision)
     store.remove()
     labels = [row["labels"] for row in read_rows(tmp_path)]
     assert labels[1] == [IGNORE_INDEX] * 3  # no supervised token in the second piece

@@ -19,6 +19,7 @@ from packcli.format.shards import ShardWriter, read_shard
 from packcli.options import Overflow
 from packcli.packing.overflow import apply_overflow
 from packcli.strategies import run_strategy
+from packcli.write.layout import Rows
 from packcli.write.rows import write_rows
 
 
@@ -31,7 +32,8 @@ def write_case(
     store.finish()
     pieces, _ = apply_overflow(lengths, max_len, Overflow.split)
     packing = run_strategy(strategy, pieces.length, max_len)
-    shards = write_rows(directory, store, pieces, packing, shard_schema({"k": "v"}), shard_size)
+    rows = Rows.packed(pieces.start, pieces.length, pieces.document, packing.order, packing.offsets)
+    shards = write_rows(directory, store.gather, None, rows, shard_schema({"k": "v"}), shard_size)
     store.remove()
     return [read_shard(directory / shard.file) for shard in shards]
 

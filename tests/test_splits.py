@@ -21,6 +21,7 @@ from packcli.options import Overflow
 from packcli.packing.order import shuffle_rows
 from packcli.packing.overflow import apply_overflow
 from packcli.strategies import run_strategy
+from packcli.write.layout import Rows
 from packcli.write.splits import split_pieces
 
 runner = CliRunner()
@@ -41,15 +42,16 @@ def test_every_piece_of_every_split_document_is_listed_once_where_it_lies(
     rows = len(packing)
     bounds = sorted({0, rows, *(cut % (rows + 1) for cut in cuts)})
     shards = [ShardInfo(f"shard-{k:05d}.arrow", end - start, 0, 0, 0, "") for k, (start, end) in enumerate(zip(bounds[:-1], bounds[1:]))]  # fmt: skip
-    entries = split_pieces(pieces, packing, shards)
+    entries = split_pieces(
+        Rows.packed(pieces.start, pieces.length, pieces.document, packing.order, packing.offsets), shards
+    )
     found: dict[int, list[int]] = {}
     for shard_index, shard_entries_ in enumerate(entries):
         first_row = bounds[shard_index]
         for row, index, document, piece, stored_at in shard_entries_.tolist():
             assert 0 <= row < shards[shard_index].rows
-            stored = int(packing.order[packing.offsets[first_row + row] + index])
-            assert int(pieces.document[stored]) == document
-            assert stored == stored_at
+            assert stored_at == packing.offsets[first_row + row] + index  # the piece's entry in the rows
+            assert int(pieces.document[packing.order[stored_at]]) == document
             found.setdefault(document, []).append(piece)
     split = [n for n, length in enumerate(lengths) if length > max_len]
     assert sorted(found) == split

@@ -131,6 +131,14 @@ def test_no_import_goes_up_the_layer_order() -> None:
     assert upward == []
 
 
+def test_write_takes_plain_arrays() -> None:
+    """The writers take numpy arrays and callables that gather tokens, not the types of the steps before them (the
+    token store, overflow's pieces, a strategy's packing): a change there does not reach how shards are written."""
+    earlier = ("packcli.encode", "packcli.read", "packcli.packing", "packcli.strategies")
+    reached = [f"{module} -> {target}" for module, targets in GRAPH.items() if module.startswith("packcli.write.") for target in targets if package_of(target) in earlier]  # fmt: skip
+    assert reached == []
+
+
 LOADED = """
 import json, sys
 import packcli.torch

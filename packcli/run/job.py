@@ -40,9 +40,10 @@ from packcli.strategies import empty_packing, run_strategy
 from packcli.util.arrays import exclusive_cumsum
 from packcli.util.files import canonical_json
 from packcli.util.progress import Reporter, SilentReporter
+from packcli.write.layout import Rows
 from packcli.write.provenance import write_sources
 from packcli.write.rows import Supervision, write_rows
-from packcli.write.splits import shard_entries, split_pieces
+from packcli.write.splits import shard_entries
 
 __all__ = [
     "Job",
@@ -277,14 +278,16 @@ def pack_tokens(
         packing = shuffle_rows(packing, options.seed)
     reporter.stage("writing")
     metadata = shard_metadata(options.max_len, tokenizer.sha256 if tokenizer is not None else None, encoder.eos_id)
-    tokenized.store.finish()
+    store = tokenized.store
+    store.finish()
     supervised = encoder.supervised
     schema = shard_schema(metadata, labels=supervised, positions=options.position_ids)
     supervision = Supervision() if supervised else None
+    rows = Rows.packed(pieces.start, pieces.length, pieces.document, packing.order, packing.offsets)
+    mask = store.gather_mask if store.has_mask else None
     shards = []
     if len(packing):
-        store, size = tokenized.store, options.shard_size
-        shards = write_rows(directory, store, pieces, packing, schema, size, supervision, prefix)
+        shards = write_rows(directory, store.gather, mask, rows, schema, options.shard_size, supervision, prefix)
     totals = {
         "documents": len(pieces.length),
         "tokens": int(pieces.length.sum()),
@@ -299,6 +302,6 @@ def pack_tokens(
         totals.update(asdict(supervision))
     if options.messages_field is not None:
         totals["special_text_messages"] = tokenized.counts.special_text_messages
-    entries = shard_entries(directory, shards, split_pieces(pieces, packing, shards), tokenized.store, pieces)
-    write_sources(directory, entries, tokenized, names, pieces, packing, drawn)
+    entries = shard_entries(directory, shards, rows, store.gather, mask)
+    write_sources(directory, entries, rows, names, tokenized.file_documents, tokenized.records, drawn)
     return Packed(totals, entries, pieces)

@@ -1,4 +1,5 @@
-"""Row layout from piece lengths in output order: token gather index, position_ids, cu_seqlens; vectorized.
+"""What the writers take, as plain arrays (:class:`Rows`, and a :data:`Gather` of tokens), and the row layout from
+piece lengths in output order: token gather index, position_ids, cu_seqlens; vectorized.
 
 Example, two rows: [doc a (3 tokens), doc b (2)] and [doc c (2)]:
     input_ids    [a0 a1 a2 b0 b1]   [c0 c1]
@@ -9,12 +10,57 @@ and the Arrow list offsets are [0, 5, 7] for the token columns, [0, 3, 5] for cu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from packcli.format.schema import position_ids
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["cu_seqlens", "gather_index", "row_token_offsets"]
+__all__ = ["Gather", "Rows", "cu_seqlens", "gather_index", "piece_places", "row_token_offsets"]
+
+# The tokens (or the supervision mask, bool) of pieces (start, length), concatenated: the token store's reads.
+Gather = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The packed rows, one entry per piece (a document, or a piece of a split one) in the order the rows hold
+    them: row k holds entries ``offsets[k]:offsets[k + 1]``. Every array int64."""
+
+    offsets: np.ndarray  # one more than the rows
+    start: np.ndarray  # the piece's first token, where a Gather finds it
+    length: np.ndarray
+    document: np.ndarray  # the piece's document in the packed stream, shared by the pieces of a split one
+    piece: np.ndarray  # the piece's number in its document, from 0
+    pieces: np.ndarray  # its document's number of pieces
+
+    @classmethod
+    def packed(
+        cls, start: np.ndarray, length: np.ndarray, document: np.ndarray, order: np.ndarray, offsets: np.ndarray
+    ) -> Rows:
+        """The rows a packing makes of pieces listed in input order (a document's pieces adjacent): ``order`` lists
+        the pieces row by row, row k's at ``order[offsets[k]:offsets[k + 1]]``."""
+        order = np.asarray(order, dtype=np.int64)
+        number, count = piece_places(document)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        return cls(offsets, start[order], length[order], document[order], number[order], count[order])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+
+def piece_places(document: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each piece's number in its document (from 0) and its document's number of pieces, int64, from the pieces'
+    documents in input order (a document's pieces adjacent). Example: [4, 4, 7] -> numbers [0, 1, 0], counts
+    [2, 2, 1]."""
+    if not len(document):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    first = np.concatenate(([True], document[1:] != document[:-1]))
+    start_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
+    group = np.cumsum(first) - 1
+    return np.arange(len(first)) - start_of, np.bincount(group)[group]
 
 
 def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

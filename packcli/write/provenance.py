@@ -18,11 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from packcli.encode.corpus import Tokenized
 from packcli.format.sidecars import SIDECARS, SOURCE_COLUMNS, SOURCES, SOURCES_INPUTS, integer_array, write_sidecar
-from packcli.packing.overflow import Pieces
-from packcli.strategies import Packing
-from packcli.write.splits import piece_places
+from packcli.write.layout import Rows
 
 __all__ = ["write_sources"]
 
@@ -30,31 +27,30 @@ __all__ = ["write_sources"]
 def write_sources(
     directory: Path,
     entries: list[dict[str, Any]],
-    tokenized: Tokenized,
+    rows: Rows,
     names: Sequence[str],
-    pieces: Pieces,
-    packing: Packing,
+    file_documents: np.ndarray,
+    records: np.ndarray,
     drawn: np.ndarray | None,
 ) -> None:
     """Write each shard's ``sources`` sidecar into ``directory`` and name it in the shard's ``entries``.
 
     Args:
-        names: each input file's name (one per entry of ``tokenized.file_documents``).
-        drawn: the documents a mixed run drew, in order (``pieces.document`` indexes it); None: all, in order.
+        names: each input file's name.
+        file_documents: the documents each input file holds, in input order; ``records``: each document's record.
+        drawn: the documents a mixed run drew, in order (``rows.document`` indexes it); None: all, in order.
     """
-    document = pieces.document if drawn is None else np.asarray(drawn, dtype=np.int64)[pieces.document]
-    files = np.repeat(np.arange(len(tokenized.file_documents)), tokenized.file_documents)
+    document = rows.document if drawn is None else np.asarray(drawn, dtype=np.int64)[rows.document]
+    files = np.repeat(np.arange(len(file_documents)), file_documents)
     table = sorted(set(names))
     position = {name: k for k, name in enumerate(table)}
     name_of_file = np.array([position[name] for name in names], dtype=np.int64)
-    columns = (name_of_file[files[document]], tokenized.records[document], *piece_places(pieces))
-    order = np.asarray(packing.order, dtype=np.int64)
+    columns = (name_of_file[files[document]], records[document], rows.piece, rows.pieces)
     row_ends = np.cumsum([entry["rows"] for entry in entries], dtype=np.int64)
-    bounds = np.asarray(packing.offsets, dtype=np.int64)[np.concatenate(([0], row_ends))]
+    bounds = rows.offsets[np.concatenate(([0], row_ends))]
     for entry, start, end in zip(entries, bounds[:-1].tolist(), bounds[1:].tolist()):
-        placed = order[start:end]
-        used, local = np.unique(columns[0][placed], return_inverse=True)
-        values = [local, *(column[placed] for column in columns[1:])]
+        used, local = np.unique(columns[0][start:end], return_inverse=True)
+        values = [local, *(column[start:end] for column in columns[1:])]
         arrays = [integer_array(value, kind) for value, kind in zip(values, SOURCE_COLUMNS.values())]
         metadata = {SOURCES_INPUTS: json.dumps([table[k] for k in used.tolist()])}
         sidecar = pa.table(arrays, names=list(SOURCE_COLUMNS)).replace_schema_metadata(metadata)

@@ -1,4 +1,5 @@
-"""Write packed rows: gather each row's documents from the token store, lay out its columns, write the shards.
+"""Write packed rows: gather each row's pieces' tokens (a :data:`~packcli.write.layout.Gather`, the token store's
+read), lay out its columns, write the shards.
 
 Rows go out in packing order, in record batches of about BATCH_BYTES, rolling shards at the shard size. A
 ``labels`` column (fine-tuning) has -100 at every document's first token, whatever the supervision mask says
@@ -14,13 +15,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from packcli.encode.store import TokenStore
 from packcli.format.columns import IGNORE_INDEX, POSITIONS_COLUMN
 from packcli.format.schema import ignore_document_starts, position_ids
 from packcli.format.shards import ShardInfo, ShardWriter, list_array
-from packcli.packing.overflow import Pieces
-from packcli.strategies import Packing
-from packcli.write.layout import cu_seqlens, row_token_offsets
+from packcli.write.layout import Gather, Rows, cu_seqlens, row_token_offsets
 
 __all__ = ["Supervision", "row_batch", "write_rows"]
 
@@ -38,20 +36,18 @@ class Supervision:
 
 def write_rows(
     directory: Path,
-    store: TokenStore,
-    pieces: Pieces,
-    packing: Packing,
+    tokens: Gather,
+    mask: Gather | None,
+    rows: Rows,
     schema: pa.Schema,
     shard_size: int,
     supervision: Supervision | None = None,
     prefix: str = "shard",
 ) -> list[ShardInfo]:
-    """Gather each row's tokens (and labels, when the store has a mask) and write the rows as rolling shards named
-    ``{prefix}-NNNNN.arrow``."""
-    lengths = pieces.length[packing.order]
-    starts = pieces.start[packing.order]
-    row_tokens = np.diff(row_token_offsets(lengths, packing.offsets))
-    row_documents = np.diff(packing.offsets)
+    """Gather each row's tokens (and labels, given the supervision ``mask``) and write the rows as rolling shards
+    named ``{prefix}-NNNNN.arrow``."""
+    row_tokens = np.diff(row_token_offsets(rows.length, rows.offsets))
+    row_documents = np.diff(rows.offsets)
     token_columns = len(schema.names) - 1  # every column but cu_seqlens holds an int32 per token
     row_bytes = 4 * token_columns * row_tokens + 4 * (row_documents + 1) + 16
     # Batch k holds the rows whose bytes start in [k * budget, (k + 1) * budget): deterministic and vectorized.
@@ -60,9 +56,9 @@ def write_rows(
     cuts = np.concatenate(([0], np.nonzero(np.diff(batch_of_row))[0] + 1, [len(row_bytes)]))
     with ShardWriter(directory, schema, shard_size, prefix) as writer:
         for first, last in zip(cuts[:-1], cuts[1:]):
-            row_offsets = packing.offsets[first : last + 1] - packing.offsets[first]
-            docs = slice(packing.offsets[first], packing.offsets[last])
-            batch = row_batch(store, starts[docs], lengths[docs], row_offsets, schema, supervision)
+            row_offsets = rows.offsets[first : last + 1] - rows.offsets[first]
+            docs = slice(rows.offsets[first], rows.offsets[last])
+            batch = row_batch(tokens, mask, rows.start[docs], rows.length[docs], row_offsets, schema, supervision)
             writer.write(
                 batch,
                 int(row_offsets[-1]),
@@ -73,7 +69,8 @@ def write_rows(
 
 
 def row_batch(
-    store: TokenStore,
+    tokens: Gather,
+    mask: Gather | None,
     starts: np.ndarray,
     lengths: np.ndarray,
     row_offsets: np.ndarray,
@@ -83,14 +80,13 @@ def row_batch(
     """One record batch of rows whose pieces (start, length) are listed in row order."""
     token_offsets = row_token_offsets(lengths, row_offsets)
     cu_values, cu_offsets = cu_seqlens(lengths, row_offsets)
-    tokens = store.gather(starts, lengths)
-    columns = [list_array(token_offsets, tokens)]
+    ids = tokens(starts, lengths)
+    columns = [list_array(token_offsets, ids)]
     if POSITIONS_COLUMN in schema.names:
         columns.append(list_array(token_offsets, position_ids(lengths)))
     columns.append(list_array(cu_offsets, cu_values))
-    if store.has_mask:
-        mask = store.gather_mask(starts, lengths)
-        labels = ignore_document_starts(np.where(mask, tokens, IGNORE_INDEX), lengths)
+    if mask is not None:
+        labels = ignore_document_starts(np.where(mask(starts, lengths), ids, IGNORE_INDEX), lengths)
         columns.append(list_array(token_offsets, labels))
         if supervision is not None:
             taken = (labels != IGNORE_INDEX).astype(np.int64)
