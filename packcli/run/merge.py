@@ -19,16 +19,6 @@ from packcli.read.inputs import InputFile
 __all__ = ["PARTITIONING_WARNING", "input_facts", "merge_parts", "packing_gap"]
 
 PARTITIONING_WARNING = 0.005  # a packing gap above 0.5% is worth a warning
-AGREED = (
-    "fingerprint",
-    "plan_hash",
-    "partitions",
-    "options",
-    "tokenizer",
-    "format_version",
-    "packcli_version",
-    "columns",
-)
 
 
 def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
@@ -45,24 +35,21 @@ def merge_parts(manifests: list[dict[str, Any] | None], facts: dict[str, Any]) -
     """
     if len(manifests) != facts["partitions"]:
         raise PackcliError(f"expected {facts['partitions']} parts, found {len(manifests)}")
-    parts = []
+    parts: list[dict[str, Any]] = []
     for partition, manifest in enumerate(manifests):
         if manifest is None:
             raise PackcliError(f"partition {partition} has no manifest: it did not finish")
         part = manifest["part"]
         if part.get("partition") != partition:
             raise PackcliError(f"the manifest of partition {partition} is for partition {part.get('partition')}")
-        for key in AGREED:
-            if part.get(key) != facts[key]:
-                raise PackcliError(
-                    f"partition {partition} disagrees with the run on {key}: it was packed by another run "
-                    "(another plan, options, tokenizer or packcli); rerun to pack it again"
-                )
-        parts.append(manifest)
-    keys = list(parts[0]["totals"])
-    for partition, manifest in enumerate(parts):
-        if list(manifest["totals"]) != keys:
+        for key in (key for key in facts if part.get(key) != facts[key]):
+            raise PackcliError(
+                f"partition {partition} disagrees with the run on {key}: it was packed by another run "
+                "(another plan, options, tokenizer or packcli); rerun to pack it again"
+            )
+        if parts and list(manifest["totals"]) != list(parts[0]["totals"]):
             raise PackcliError(f"partition {partition} has other totals than partition 0")
+        parts.append(manifest)
     return parts
 
 
