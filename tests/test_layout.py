@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from random import Random
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from packcli.format.schema import position_ids
-from packcli.write.layout import cu_seqlens, gather_index, row_token_offsets
+from packcli.write.layout import Rows, cu_seqlens, row_token_offsets
 
 
 @st.composite
@@ -41,8 +43,17 @@ def test_cu_seqlens_per_row(rows_: list[list[int]]) -> None:
     )
 
 
-@given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 7)), max_size=10))
-def test_gather_index_concatenates_ranges(pieces: list[tuple[int, int]]) -> None:
-    starts = np.array([s for s, _ in pieces], dtype=np.int64)
-    lengths = np.array([n for _, n in pieces], dtype=np.int64)
-    assert gather_index(starts, lengths).tolist() == [s + i for s, n in pieces for i in range(n)]
+@given(st.lists(st.integers(1, 4), max_size=8), st.randoms(use_true_random=False))
+def test_rows_list_each_piece_in_row_order_with_its_place_in_its_document(counts: list[int], random: Random) -> None:
+    """The writers' rows: the pieces (given in input order, a document's pieces adjacent) in the order the rows hold
+    them, each with its number in its document and its document's number of pieces, against plain loops."""
+    document = np.repeat(np.arange(len(counts), dtype=np.int64) * 3, counts)  # documents numbered with gaps
+    n = len(document)
+    start, length = np.arange(n, dtype=np.int64) * 10, np.arange(n, dtype=np.int64) + 1
+    order = np.array(random.sample(range(n), n), dtype=np.int64)
+    offsets = np.array(sorted({0, n // 2, n}), dtype=np.int64)
+    rows = Rows.packed(start, length, document, order, offsets)
+    assert len(rows) == len(offsets) - 1 and rows.offsets.tolist() == offsets.tolist()
+    assert [rows.start.tolist(), rows.length.tolist(), rows.document.tolist()] == [[int(a[k]) for k in order] for a in (start, length, document)]  # fmt: skip
+    assert rows.piece.tolist() == [list(document[:k]).count(document[k]) for k in order]
+    assert rows.pieces.tolist() == [list(document).count(document[k]) for k in order]

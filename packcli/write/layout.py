@@ -1,5 +1,5 @@
 """What the writers take, as plain arrays (:class:`Rows`, and a :data:`Gather` of tokens), and the row layout from
-piece lengths in output order: token gather index, position_ids, cu_seqlens; vectorized.
+piece lengths in output order: row token offsets, cu_seqlens (position_ids: :mod:`packcli.format.schema`).
 
 Example, two rows: [doc a (3 tokens), doc b (2)] and [doc c (2)]:
     input_ids    [a0 a1 a2 b0 b1]   [c0 c1]
@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packcli.format.schema import position_ids
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["Gather", "Rows", "cu_seqlens", "gather_index", "piece_places", "row_token_offsets"]
+__all__ = ["Gather", "Rows", "cu_seqlens", "piece_places", "row_token_offsets"]
 
 # The tokens (or the supervision mask, bool) of pieces (start, length), concatenated: the token store's reads.
 Gather = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -61,13 +60,6 @@ def piece_places(document: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     start_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
     group = np.cumsum(first) - 1
     return np.arange(len(first)) - start_of, np.bincount(group)[group]
-
-
-def gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Indices of every token of pieces (start, length), concatenated in order."""
-    index: np.ndarray = np.repeat(np.asarray(starts, dtype=np.int64), lengths)
-    index += position_ids(lengths)
-    return index
 
 
 def row_token_offsets(lengths: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
