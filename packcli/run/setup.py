@@ -23,13 +23,7 @@ from packcli.run.plan import Plan, partition_count, plan_partitions
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 
-__all__ = [
-    "PackResult",
-    "Setup",
-    "check_documents",
-    "set_up",
-    "takes_output",
-]
+__all__ = ["PackResult", "Setup", "check_documents", "set_up", "takes_output"]
 
 
 @dataclass(frozen=True)
