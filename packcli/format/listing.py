@@ -1,12 +1,13 @@
 """The shards a manifest lists, checked against it on open: what a reader can check cheaply before trusting it.
 
 ``verify`` hashes every byte; a reader (the loader, ``stats``) cannot afford that on every open, but an edited
-manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open: every
-shard file of the directory is listed, once; the shards' rows and tokens add up to the totals; and each shard file
-holds the rows and tokens its entry says (from the record batches' lengths and the offsets of ``input_ids``: no
-token is read), written for the manifest's ``max_len``, tokenizer and EOS (each shard's schema metadata repeats
-them: a manifest edited there, or a shard of another output, would give the loader another padded width or pad
-id). Any mismatch is one error naming the manifest key.
+manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open (depth 2
+of :mod:`packcli.format.integrity`): its names (every shard and sidecar file of the directory listed, once); the
+shards' rows and tokens add up to the totals; and each shard file holds the rows and tokens its entry says (from
+the record batches' lengths and the offsets of ``input_ids``: no token is read), written for the manifest's
+``max_len``, tokenizer and EOS (each shard's schema metadata repeats them: a manifest edited there, or a shard of
+another output, would give the loader another padded width or pad id). Any mismatch is one error naming the
+manifest key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, shard_path
+from packcli.format.integrity import name_damage
+from packcli.format.manifest import MANIFEST_NAME, shard_path
 from packcli.format.schema import shard_metadata
 from packcli.format.shards import list_views, read_shard
 
@@ -27,26 +29,18 @@ REPACK = "the manifest was edited or the output is damaged: run packcli verify, 
 
 
 def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
-    """Each shard file of ``directory`` listed once, and the shards' rows and tokens equal to ``totals.sequences``
-    and ``totals.tokens``. ``manifest`` is validated already (:func:`packcli.format.manifest.read_manifest`).
+    """Each shard and sidecar file of ``directory`` listed once (:func:`~packcli.format.integrity.name_damage`),
+    and the shards' rows and tokens equal to ``totals.sequences`` and ``totals.tokens``. ``manifest`` is validated
+    already (:func:`packcli.format.manifest.read_manifest`).
 
     Raises:
         PackcliError: naming the manifest key at fault.
     """
+    damage = name_damage(manifest, (path.name for path in directory.iterdir()))
+    if damage:
+        more = f" (and {len(damage) - 1} more)" if damage[1:] else ""
+        _fail(directory, "shards", f"does not match the files: {damage[0]}{more}")
     shards = manifest["shards"]
-    seen: dict[str, int] = {}
-    for index, shard in enumerate(shards):
-        if shard["file"] in seen:
-            _fail(directory, f"shards[{index}].file", f"lists {shard['file']} again (shards[{seen[shard['file']]}])")
-        seen[shard["file"]] = index
-    unlisted = sorted(path.name for path in directory.iterdir() if SHARD_FILE.fullmatch(path.name))
-    unlisted = [name for name in unlisted if name not in seen]
-    if unlisted:
-        _fail(
-            directory,
-            "shards",
-            f"leaves out {unlisted[0]}" + (f" and {len(unlisted) - 1} more" if unlisted[1:] else ""),
-        )
     for total, key in (("sequences", "rows"), ("tokens", "tokens")):
         listed = sum(shard[key] for shard in shards)
         if listed != manifest["totals"][total]:

@@ -43,9 +43,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from packcli.errors import PackcliError
 from packcli.format.columns import LABELS_COLUMN, POSITIONS_COLUMN, TOKEN_COLUMNS
-from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
+from packcli.format.integrity import Damage, file_damage
+from packcli.format.manifest import TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.mapped import ReleasableMap
 from packcli.format.replaced import reads_output
 from packcli.format.schema import SHARD_COLUMN_TYPE
@@ -54,7 +54,7 @@ from packcli.report.accounting import Observed, check_totals
 from packcli.report.row_checks import Add, Expected, RowChecks, ShardUnderCheck
 from packcli.report.sidecars import sidecar_problems, source_problems
 from packcli.report.splits import SplitPieceCheck
-from packcli.storage.urls import UrlPath
+from packcli.storage.urls import UrlPath, file_sizes
 
 __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
 
@@ -145,28 +145,29 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     expected = Expected.of(manifest)
     for problem in [*eos_problems(manifest), *column_problems(manifest)]:
         report.add(problem)
+    damage = file_damage(manifest, file_sizes(out))  # names and sizes first: no file read
+    for found in damage:
+        report.add(str(found))
+    said = {(found.file, found.kind) for found in damage}
+    unread = {found.file for found in damage if found.kind != "twice"}  # left out, or of another size: not hashed
     observed = Observed()
     pieces = SplitPieceCheck(out, manifest, LABELS_COLUMN in expected.columns)
     seen: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
-        try:
-            path = shard_path(out, entry["file"])
-        except PackcliError as exc:
-            report.add(exc.message)
+        name = entry["file"]
+        if name in seen or (name, "outside") in said:
             continue
-        if path.name in seen:
-            report.add(f"{path.name}: listed twice in the manifest")
+        seen.add(name)
+        if (name, "missing") in said:
             continue
-        seen.add(path.name)
         shard = ShardUnderCheck(number, entry, expected, observed, pieces)
-        _check_shard(path, shard, report, None if consumer is None else lambda *batch, n=number: consumer(n, *batch))
-    for problem in [*sidecar_problems(out, manifest), *source_problems(out, manifest)]:
+        feed = None if consumer is None else lambda *batch, n=number: consumer(n, *batch)
+        _check_shard(shard_path(out, name), shard, report, feed)
+    for problem in [*sidecar_problems(out, manifest, unread), *source_problems(out, manifest)]:
         report.add(problem)
     for path in sorted(out.iterdir()):
         if path.name.endswith(TEMPORARY_SUFFIX):
             report.add(f"{path.name}: a temporary file left by an interrupted write (not part of the output)")
-        elif SHARD_FILE.fullmatch(path.name) and path.name not in seen:
-            report.add(f"{path.name}: shard file not listed in the manifest")
     for problem in pieces.problems():
         report.add(problem)
     for problem in check_totals(manifest, observed, expected.specials.eos_id is not None):
@@ -184,20 +185,15 @@ def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed 
     """Check one shard against its manifest entry and the format, adding what it holds to ``shard.observed``;
     ``feed`` gets each checked batch while nothing is wrong."""
     name, entry = path.name, shard.entry
-    if not path.is_file():
-        report.add(f"{name}: missing")
-        return
     mapped = _local_map(path)  # memory-mapped, its pages let go once read; from a URL streamed into memory
     data = file_buffer(path) if mapped is None else mapped.buffer
-    if data.size != entry["bytes"]:
-        report.add(f"{name}: {data.size} bytes, the manifest says {entry['bytes']}")
     later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
     checked = None if mapped is None else lambda batch: mapped.release_before(_batch_start(batch), KEEP_BEHIND)
     with ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
         digest = hasher.submit(_sha256, data, mapped)
         rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None, checked)
         if digest.result() != entry["sha256"]:
-            report.add(f"{name}: sha256 differs from the manifest (the file was changed or damaged)")
+            report.add(str(Damage(entry["file"], "sha256")))
     for problem in later:
         report.add(problem)
     report.rows += rows
