@@ -330,7 +330,9 @@ def test_a_manifest_whose_eos_option_was_edited_is_refused_naming_that_option(tm
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["options"]["eos"] = False
     (out / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PackcliError, match=r"manifest key 'options\.eos' is false, shard-00000\.arrow was written "):
+    with pytest.raises(
+        PackcliError, match=r"manifest key 'options\.eos': options\.eos is false, shard-00000\.arrow was written "
+    ):
         PackedDataset(out, shuffle=False).row(0)
 
 

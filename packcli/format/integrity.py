@@ -6,10 +6,11 @@ output makes, at the depth it needs, with one wording per kind of damage.
    caller supplies (a directory's listing, or one listing of a store's objects): a listed file leaving the output,
    listed twice, missing or of another size; a shard or sidecar file present but unlisted. What ``pack``'s
    up-to-date check, a rerun's reuse of a part in a store, a gate and ``verify`` start from.
-2. Counted rows and tokens (:mod:`packcli.format.listing`): the names of depth 1, then the totals and each shard's
-   rows, tokens and metadata from its record batches (no token read): what ``stats`` and the loader check on open.
+2. Counted rows and tokens (:func:`count_damage`, :func:`total_damage`): a shard's counts against its entry, the
+   totals against the shards'. :mod:`packcli.format.listing` checks the names of depth 1 and these from the record
+   batches (no token read, and each shard's metadata): what ``stats`` and the loader check on open.
 3. Everything (``packcli verify``, :mod:`packcli.report.verify`): depth 1, then every byte hashed (a hash that
-   differs is :class:`Damage` ``sha256``) and every row checked.
+   differs is :class:`Damage` ``sha256``), every row checked and counted (depth 2 on what it counted).
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from packcli.errors import PackcliError
 from packcli.format.manifest import SHARD_FILE, shard_path
 from packcli.format.sidecars import SIDECAR_FILE, entry_files
 
-__all__ = ["Damage", "directory_sizes", "file_damage", "listed_files", "name_damage", "size_damage"]
+__all__ = [
+    "Damage",
+    "count_damage",
+    "directory_sizes",
+    "file_damage",
+    "listed_files",
+    "name_damage",
+    "size_damage",
+    "total_damage",
+]
 
 Kind = Literal["outside", "twice", "missing", "size", "sha256", "unlisted"]
 
@@ -100,6 +110,26 @@ def size_damage(manifest: dict[str, Any], present: Mapping[str, int], sidecars: 
 def file_damage(manifest: dict[str, Any], present: Mapping[str, int]) -> list[Damage]:
     """Depth 1: :func:`name_damage` then :func:`size_damage`, shards and sidecars."""
     return [*name_damage(manifest, present), *size_damage(manifest, present)]
+
+
+def count_damage(file: str, entry: Mapping[str, Any], counted: Mapping[str, int]) -> list[tuple[str, str]]:
+    """Depth 2: a shard's counts (``rows``, ``documents``, ``tokens``, as read from its record batches) against its
+    entry, where it has the key: (the key, what differs) for each that differs."""
+    return [
+        (key, f"{file}: holds {value} {key}, the manifest says {entry[key]}")
+        for key, value in counted.items()
+        if entry.get(key, value) != value
+    ]
+
+
+def total_damage(totals: Mapping[str, Any], summed: Mapping[str, int]) -> list[tuple[str, str]]:
+    """Depth 2: the manifest's totals against the shards' counts summed (``sequences``, ``documents``,
+    ``tokens``): (the key, what differs) for each that differs."""
+    return [
+        (f"totals.{key}", f"totals.{key} is {totals[key]}, the shards hold {value}")
+        for key, value in summed.items()
+        if totals[key] != value
+    ]
 
 
 def directory_sizes(directory: Path) -> dict[str, int]:

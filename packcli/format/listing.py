@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.format.integrity import name_damage
+from packcli.format.integrity import count_damage, name_damage, total_damage
 from packcli.format.manifest import MANIFEST_NAME, shard_path
 from packcli.format.schema import shard_metadata
 from packcli.format.shards import list_views, read_shard
@@ -39,12 +39,11 @@ def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
     damage = name_damage(manifest, (path.name for path in directory.iterdir()))
     if damage:
         more = f" (and {len(damage) - 1} more)" if damage[1:] else ""
-        _fail(directory, "shards", f"does not match the files: {damage[0]}{more}")
+        _fail(directory, "shards", f"{damage[0]}{more}")
     shards = manifest["shards"]
-    for total, key in (("sequences", "rows"), ("tokens", "tokens")):
-        listed = sum(shard[key] for shard in shards)
-        if listed != manifest["totals"][total]:
-            _fail(directory, f"totals.{total}", f"is {manifest['totals'][total]}, the shards list {listed} {key}")
+    summed = {"sequences": sum(shard["rows"] for shard in shards), "tokens": sum(shard["tokens"] for shard in shards)}
+    for key, problem in total_damage(manifest["totals"], summed):
+        _fail(directory, key, problem)
 
 
 def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> pa.Table:
@@ -67,9 +66,8 @@ def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> 
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise PackcliError(f"unreadable shard ({reason}): run packcli verify, or repack", path) from None
-    for key, found in (("rows", table.num_rows), ("tokens", tokens)):
-        if found != shard[key]:
-            _fail(directory, f"shards[{index}].{key}", f"is {shard[key]}, {shard['file']} holds {found}")
+    for key, problem in count_damage(shard["file"], shard, {"rows": table.num_rows, "tokens": tokens}):
+        _fail(directory, f"shards[{index}].{key}", problem)
     _check_written_for(directory, manifest, shard["file"], table.schema.metadata or {})
     return table
 
@@ -89,8 +87,9 @@ def _check_written_for(directory: Path, manifest: dict[str, Any], name: str, met
         found = metadata.get(field.encode())
         if found is not None and found.decode(errors="replace") != expected[field]:
             shown = "false" if key == "options.eos" else expected[field] or "null"
-            _fail(directory, key, f"is {shown}, {name} was written with {found.decode(errors='replace') or 'null'}")
+            written = found.decode(errors="replace") or "null"
+            _fail(directory, key, f"{key} is {shown}, {name} was written with {written}")
 
 
 def _fail(directory: Path, key: str, problem: str) -> NoReturn:
-    raise PackcliError(f"manifest key {key!r} {problem}: {REPACK}", directory / MANIFEST_NAME)
+    raise PackcliError(f"manifest key {key!r}: {problem}: {REPACK}", directory / MANIFEST_NAME)

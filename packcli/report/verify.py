@@ -44,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from packcli.format.columns import LABELS_COLUMN, POSITIONS_COLUMN, TOKEN_COLUMNS
-from packcli.format.integrity import Damage, file_damage
+from packcli.format.integrity import Damage, count_damage, file_damage
 from packcli.format.manifest import TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.mapped import ReleasableMap
 from packcli.format.replaced import reads_output
@@ -257,9 +257,7 @@ def _check_contents(
     shard.pieces.shard_read(shard.number)
     rows.report_to(problems.append)
     counts = {"rows": table.num_rows, "documents": rows.documents, "tokens": rows.tokens}
-    for key, value in counts.items():
-        if entry.get(key, value) != value:
-            problems.append(f"{name}: holds {value} {key}, the manifest says {entry[key]}")
+    problems.extend(problem for _, problem in count_damage(name, entry, counts))
     shard.observed.sequences += table.num_rows
     shard.observed.documents += rows.documents
     shard.observed.tokens += rows.tokens
