@@ -1,17 +1,18 @@
 """Re-read a packed output and check every invariant of the format and every checksum of the manifest.
 
-Checks, per shard: listed once, inside the output directory, present, size and sha256 as listed, the columns the
-manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, self-describing metadata, row, document
-and token counts. Per row, each check on its own (so one bad row never hides another): 1..max_len tokens,
-``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
-rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
-every document's first token. Per document (``cu_seqlens`` segment), placed by the shards' ``split_pieces``
-sidecars as a whole document or a piece of a split one, BOS and EOS exactly where pack puts them
-(:mod:`packcli.report.specials`). Then the ``split_pieces`` against the pieces the shards hold, digests included
-(:mod:`packcli.report.splits`), the sidecar files and source indexes (:mod:`packcli.report.sidecars`), the
-manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray temporary
-or unlisted shard files. An output packed with ``--no-position-ids`` stores no ``position_ids``: no
-position check there.
+Checks, first, the names and sizes of :mod:`packcli.format.integrity` (each listed file inside the output, listed
+once, present at its listed size; no shard or sidecar file there unlisted); then per shard: sha256 as listed, the
+columns the manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, self-describing metadata,
+row, document and token counts (depth 2 of :mod:`packcli.format.integrity` on what it counted). Per row, each check
+on its own (so one bad row never hides another): 1..max_len tokens, ``position_ids`` as long as ``input_ids`` and
+restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly rising to the row length, ids in
+``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at every document's first token. Per
+document (``cu_seqlens`` segment), placed by the shards' ``split_pieces`` sidecars as a whole document or a piece of
+a split one, BOS and EOS exactly where pack puts them (:mod:`packcli.report.specials`). Then the ``split_pieces``
+against the pieces the shards hold, digests included (:mod:`packcli.report.splits`), the sidecar files and source
+indexes (:mod:`packcli.report.sidecars`), the manifest's totals against the sums and against each other
+(:mod:`packcli.report.accounting`), and stray temporary files. An output packed with ``--no-position-ids`` stores no
+``position_ids``: no position check there.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
 whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
