@@ -123,9 +123,9 @@ def test_damage_is_named(packed: Path, tmp_path: Path, kind: str) -> None:
 @pytest.mark.parametrize(
     ("kind", "problem"),
     [
-        ("listed twice", "lists shard-00000.arrow again (shards[0])"),
-        ("unlisted shard", "'shards' leaves out shard-"),
-        ("wrong row count", "'totals.sequences' is"),
+        ("listed twice", "'shards': shard-00000.arrow: listed twice in the manifest"),
+        ("unlisted shard", "'shards': shard-"),
+        ("wrong row count", "'totals.sequences': totals.sequences is"),
     ],
 )
 def test_stats_refuses_an_edited_listing(packed: Path, tmp_path: Path, kind: str, problem: str) -> None:

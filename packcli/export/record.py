@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError
+from packcli.format.integrity import directory_sizes
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, write_manifest
 from packcli.util.files import canonical_json
 from packcli.version import __version__
-from packcli.write.existing import Existing, directory_names, has_size
+from packcli.write.existing import Existing, directory_names
 
 __all__ = ["EXPORT_NAME", "LAYOUT_VERSION", "existing_export", "export_fingerprint", "export_identity", "write_record"]
 
@@ -79,7 +80,8 @@ def existing_export(target: Path, fingerprint: str, shown: Path, *, asked: dict[
             "another --out",
             shown,
         )
-    broken = next((name for name, size in files.items() if not has_size(target / name, size)), None)
+    present = directory_sizes(target)
+    broken = next((name for name, size in files.items() if present.get(name) != size), None)
     if same and broken is None:
         return "same"
     if not overwrite:

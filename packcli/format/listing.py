@@ -1,12 +1,13 @@
 """The shards a manifest lists, checked against it on open: what a reader can check cheaply before trusting it.
 
 ``verify`` hashes every byte; a reader (the loader, ``stats``) cannot afford that on every open, but an edited
-manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open: every
-shard file of the directory is listed, once; the shards' rows and tokens add up to the totals; and each shard file
-holds the rows and tokens its entry says (from the record batches' lengths and the offsets of ``input_ids``: no
-token is read), written for the manifest's ``max_len``, tokenizer and EOS (each shard's schema metadata repeats
-them: a manifest edited there, or a shard of another output, would give the loader another padded width or pad
-id). Any mismatch is one error naming the manifest key.
+manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open (depth 2
+of :mod:`packcli.format.integrity`): its names (every shard and sidecar file of the directory listed, once); the
+shards' rows and tokens add up to the totals; and each shard file holds the rows and tokens its entry says (from
+the record batches' lengths and the offsets of ``input_ids``: no token is read), written for the manifest's
+``max_len``, tokenizer and EOS (each shard's schema metadata repeats them: a manifest edited there, or a shard of
+another output, would give the loader another padded width or pad id). Any mismatch is one error naming the
+manifest key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.format.manifest import MANIFEST_NAME, SHARD_FILE, shard_path
+from packcli.format.integrity import count_damage, name_damage, total_damage
+from packcli.format.manifest import MANIFEST_NAME, shard_path
 from packcli.format.schema import shard_metadata
 from packcli.format.shards import list_views, read_shard
 
@@ -27,30 +29,21 @@ REPACK = "the manifest was edited or the output is damaged: run packcli verify, 
 
 
 def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
-    """Each shard file of ``directory`` listed once, and the shards' rows and tokens equal to ``totals.sequences``
-    and ``totals.tokens``. ``manifest`` is validated already (:func:`packcli.format.manifest.read_manifest`).
+    """Each shard and sidecar file of ``directory`` listed once (:func:`~packcli.format.integrity.name_damage`),
+    and the shards' rows and tokens equal to ``totals.sequences`` and ``totals.tokens``. ``manifest`` is validated
+    already (:func:`packcli.format.manifest.read_manifest`).
 
     Raises:
         PackcliError: naming the manifest key at fault.
     """
+    damage = name_damage(manifest, (path.name for path in directory.iterdir()))
+    if damage:
+        more = f" (and {len(damage) - 1} more)" if damage[1:] else ""
+        _fail(directory, "shards", f"{damage[0]}{more}")
     shards = manifest["shards"]
-    seen: dict[str, int] = {}
-    for index, shard in enumerate(shards):
-        if shard["file"] in seen:
-            _fail(directory, f"shards[{index}].file", f"lists {shard['file']} again (shards[{seen[shard['file']]}])")
-        seen[shard["file"]] = index
-    unlisted = sorted(path.name for path in directory.iterdir() if SHARD_FILE.fullmatch(path.name))
-    unlisted = [name for name in unlisted if name not in seen]
-    if unlisted:
-        _fail(
-            directory,
-            "shards",
-            f"leaves out {unlisted[0]}" + (f" and {len(unlisted) - 1} more" if unlisted[1:] else ""),
-        )
-    for total, key in (("sequences", "rows"), ("tokens", "tokens")):
-        listed = sum(shard[key] for shard in shards)
-        if listed != manifest["totals"][total]:
-            _fail(directory, f"totals.{total}", f"is {manifest['totals'][total]}, the shards list {listed} {key}")
+    summed = {"sequences": sum(shard["rows"] for shard in shards), "tokens": sum(shard["tokens"] for shard in shards)}
+    for key, problem in total_damage(manifest["totals"], summed):
+        _fail(directory, key, problem)
 
 
 def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> pa.Table:
@@ -73,9 +66,8 @@ def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> 
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise PackcliError(f"unreadable shard ({reason}): run packcli verify, or repack", path) from None
-    for key, found in (("rows", table.num_rows), ("tokens", tokens)):
-        if found != shard[key]:
-            _fail(directory, f"shards[{index}].{key}", f"is {shard[key]}, {shard['file']} holds {found}")
+    for key, problem in count_damage(shard["file"], shard, {"rows": table.num_rows, "tokens": tokens}):
+        _fail(directory, f"shards[{index}].{key}", problem)
     _check_written_for(directory, manifest, shard["file"], table.schema.metadata or {})
     return table
 
@@ -95,8 +87,9 @@ def _check_written_for(directory: Path, manifest: dict[str, Any], name: str, met
         found = metadata.get(field.encode())
         if found is not None and found.decode(errors="replace") != expected[field]:
             shown = "false" if key == "options.eos" else expected[field] or "null"
-            _fail(directory, key, f"is {shown}, {name} was written with {found.decode(errors='replace') or 'null'}")
+            written = found.decode(errors="replace") or "null"
+            _fail(directory, key, f"{key} is {shown}, {name} was written with {written}")
 
 
 def _fail(directory: Path, key: str, problem: str) -> NoReturn:
-    raise PackcliError(f"manifest key {key!r} {problem}: {REPACK}", directory / MANIFEST_NAME)
+    raise PackcliError(f"manifest key {key!r}: {problem}: {REPACK}", directory / MANIFEST_NAME)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from packcli.format.integrity import total_damage
+
 __all__ = ["Observed", "check_totals"]
 
 
@@ -47,11 +49,8 @@ def check_totals(manifest: dict[str, Any], observed: Observed, eos_appended: boo
         if not holds:
             problems.append(f"manifest {what}")
 
-    for key in ("sequences", "documents", "tokens"):
-        expect(
-            totals[key] == getattr(observed, key),
-            f"totals.{key} is {totals[key]}, the shards hold {getattr(observed, key)}",
-        )
+    counted = {key: getattr(observed, key) for key in ("sequences", "documents", "tokens")}
+    problems.extend(f"manifest {problem}" for _, problem in total_damage(totals, counted))
     if observed.labelled:
         for key in ("supervised_tokens", "unsupervised_sequences"):
             if key in totals:

@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import EXIT_GATE, PackcliError, UsageError
-from packcli.format.manifest import read_manifest, shard_path
+from packcli.format.integrity import file_damage
+from packcli.format.manifest import read_manifest
 from packcli.report.accounting import Observed, check_totals
 from packcli.report.stats import Measured, measure_output
 from packcli.report.terminal import token_loss
+from packcli.storage.urls import file_sizes
 
 __all__ = ["Gate", "GateFailed", "check_gates", "failure", "measure_checked", "parse_gates"]
 
@@ -164,20 +166,15 @@ def failure(gates: list[Gate], results: list[dict[str, Any]], where: str) -> Gat
 
 
 def measure_checked(out: Path, batch_size: int, seed: int) -> Measured:
-    """``measure_output`` behind verify's cheap checks: every listed shard present at its listed size before any is
-    read, then the manifest's totals against what was read (the identities ``verify`` checks, without the ids).
+    """``measure_output`` behind verify's cheap checks: its names and sizes (:mod:`packcli.format.integrity`) before
+    any shard is read, then the manifest's totals against what was read (the identities ``verify`` checks, without
+    the ids).
 
     Raises:
         PackcliError: the output fails a check (the first problem named, and ``packcli verify`` for the rest).
     """
     manifest = read_manifest(out)
-    problems = []
-    for entry in manifest["shards"]:
-        path = shard_path(out, entry["file"])
-        if not path.is_file():
-            problems.append(f"{entry['file']}: missing")
-        elif path.stat().st_size != entry["bytes"]:
-            problems.append(f"{entry['file']}: {path.stat().st_size} bytes, the manifest says {entry['bytes']}")
+    problems = [str(damage) for damage in file_damage(manifest, file_sizes(out))]
     measured = None
     if not problems:
         measured = measure_output(out, batch_size, seed)

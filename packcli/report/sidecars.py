@@ -1,5 +1,5 @@
-"""verify's check of the shards' sidecar files (:mod:`packcli.format.sidecars`): each one a shard entry names is
-inside the output, present, and of the size and sha256 listed; no sidecar file lies there unlisted. The source
+"""verify's check of the shards' sidecar files (:mod:`packcli.format.sidecars`): beyond the names and sizes
+(:mod:`packcli.format.integrity`), each one a shard entry names has the sha256 listed. The source
 index (``sources``) holds one entry per document of its shard, every shard has one when any has, each entry piece
 k of n (k < n) of a record numbered from 1, and its split pieces are those the ``split_pieces`` sidecar lists; the
 split pieces themselves are checked against the shards by :mod:`packcli.report.splits`. In an output at a URL
@@ -13,40 +13,28 @@ from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError
+from packcli.format.integrity import Damage
 from packcli.format.manifest import shard_path
 from packcli.format.shards import file_buffer
-from packcli.format.sidecars import SIDECAR_FILE, SIDECARS, SOURCES, entry_files, read_sources, read_split_pieces
+from packcli.format.sidecars import SIDECARS, SOURCES, entry_files, read_sources, read_split_pieces
 
 __all__ = ["sidecar_problems", "source_problems"]
 
 
-def sidecar_problems(out: Path, manifest: dict[str, Any]) -> list[str]:
-    """What is wrong with the sidecar files of ``out`` against ``manifest``, one line each (empty when nothing)."""
+def sidecar_problems(out: Path, manifest: dict[str, Any], unread: set[str]) -> list[str]:
+    """What is wrong with the sidecar entries of ``manifest`` and the bytes of the sidecar files of ``out``, one line
+    each (empty when nothing); their names and sizes are checked with the shards' (:mod:`packcli.format.integrity`),
+    and the files in ``unread`` (missing, of another size, or outside the output) are not read."""
     problems: list[str] = []
-    listed: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
         sidecars = entry.get(SIDECARS, {})
         items = entry_files(entry)[1:]
         if not isinstance(sidecars, dict) or len(items) != len(sidecars):
             problems.append(f"manifest: shards[{number}].sidecars is not an object of {{file, bytes, sha256}} entries")
         for item in items:
-            try:
-                path = shard_path(out, item["file"])
-            except PackcliError as exc:
-                problems.append(exc.message)
-                continue
-            listed.add(path.name)
-            if not path.is_file():
-                problems.append(f"{path.name}: missing (a sidecar of {entry['file']})")
-                continue
-            data = file_buffer(path)  # memory-mapped; from a URL read into memory (one sidecar), never to disk
-            if data.size != item.get("bytes"):
-                problems.append(f"{path.name}: {data.size} bytes, the manifest says {item.get('bytes')}")
-            elif hashlib.sha256(data).hexdigest() != item.get("sha256"):
-                problems.append(f"{path.name}: sha256 differs from the manifest (the file was changed or damaged)")
-    for path in sorted(out.iterdir()):
-        if SIDECAR_FILE.fullmatch(path.name) and path.name not in listed:
-            problems.append(f"{path.name}: sidecar file not listed in the manifest")
+            data = None if item["file"] in unread else file_buffer(shard_path(out, item["file"]))
+            if data is not None and hashlib.sha256(data).hexdigest() != item.get("sha256"):
+                problems.append(str(Damage(item["file"], "sha256")))
     return problems
 
 

@@ -1,17 +1,18 @@
 """Re-read a packed output and check every invariant of the format and every checksum of the manifest.
 
-Checks, per shard: listed once, inside the output directory, present, size and sha256 as listed, the columns the
-manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, self-describing metadata, row, document
-and token counts. Per row, each check on its own (so one bad row never hides another): 1..max_len tokens,
-``position_ids`` as long as ``input_ids`` and restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly
-rising to the row length, ids in ``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at
-every document's first token. Per document (``cu_seqlens`` segment), placed by the shards' ``split_pieces``
-sidecars as a whole document or a piece of a split one, BOS and EOS exactly where pack puts them
-(:mod:`packcli.report.specials`). Then the ``split_pieces`` against the pieces the shards hold, digests included
-(:mod:`packcli.report.splits`), the sidecar files and source indexes (:mod:`packcli.report.sidecars`), the
-manifest's totals against the sums and against each other (:mod:`packcli.report.accounting`), and stray temporary
-or unlisted shard files. An output packed with ``--no-position-ids`` stores no ``position_ids``: no
-position check there.
+Checks, first, the names and sizes of :mod:`packcli.format.integrity` (each listed file inside the output, listed
+once, present at its listed size; no shard or sidecar file there unlisted); then per shard: sha256 as listed, the
+columns the manifest implies (``labels`` for fine-tuning outputs), each ``list<int32>``, self-describing metadata,
+row, document and token counts (depth 2 of :mod:`packcli.format.integrity` on what it counted). Per row, each check
+on its own (so one bad row never hides another): 1..max_len tokens, ``position_ids`` as long as ``input_ids`` and
+restarting exactly at ``cu_seqlens``, ``cu_seqlens`` from 0 strictly rising to the row length, ids in
+``[0, vocab_size)``, labels (where present) -100 or the input id and -100 at every document's first token. Per
+document (``cu_seqlens`` segment), placed by the shards' ``split_pieces`` sidecars as a whole document or a piece of
+a split one, BOS and EOS exactly where pack puts them (:mod:`packcli.report.specials`). Then the ``split_pieces``
+against the pieces the shards hold, digests included (:mod:`packcli.report.splits`), the sidecar files and source
+indexes (:mod:`packcli.report.sidecars`), the manifest's totals against the sums and against each other
+(:mod:`packcli.report.accounting`), and stray temporary files. An output packed with ``--no-position-ids`` stores no
+``position_ids``: no position check there.
 
 The EOS checks follow the EOS id the manifest implies, and an edited manifest cannot switch them off: a manifest
 whose ``tokenizer.eos_id`` is null (or missing) while its options say EOS was appended (``eos`` true, and a
@@ -43,9 +44,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from packcli.errors import PackcliError
 from packcli.format.columns import LABELS_COLUMN, POSITIONS_COLUMN, TOKEN_COLUMNS
-from packcli.format.manifest import SHARD_FILE, TEMPORARY_SUFFIX, read_manifest, shard_path
+from packcli.format.integrity import Damage, count_damage, file_damage
+from packcli.format.manifest import TEMPORARY_SUFFIX, read_manifest, shard_path
 from packcli.format.mapped import ReleasableMap
 from packcli.format.replaced import reads_output
 from packcli.format.schema import SHARD_COLUMN_TYPE
@@ -54,7 +55,7 @@ from packcli.report.accounting import Observed, check_totals
 from packcli.report.row_checks import Add, Expected, RowChecks, ShardUnderCheck
 from packcli.report.sidecars import sidecar_problems, source_problems
 from packcli.report.splits import SplitPieceCheck
-from packcli.storage.urls import UrlPath
+from packcli.storage.urls import UrlPath, file_sizes
 
 __all__ = ["MAX_LISTED", "Consumer", "verify_output"]
 
@@ -145,28 +146,29 @@ def verify_output(out: Path, consumer: Consumer | None = None) -> Report:
     expected = Expected.of(manifest)
     for problem in [*eos_problems(manifest), *column_problems(manifest)]:
         report.add(problem)
+    damage = file_damage(manifest, file_sizes(out))  # names and sizes first: no file read
+    for found in damage:
+        report.add(str(found))
+    said = {(found.file, found.kind) for found in damage}
+    unread = {found.file for found in damage if found.kind != "twice"}  # left out, or of another size: not hashed
     observed = Observed()
     pieces = SplitPieceCheck(out, manifest, LABELS_COLUMN in expected.columns)
     seen: set[str] = set()
     for number, entry in enumerate(manifest["shards"]):
-        try:
-            path = shard_path(out, entry["file"])
-        except PackcliError as exc:
-            report.add(exc.message)
+        name = entry["file"]
+        if name in seen or (name, "outside") in said:
             continue
-        if path.name in seen:
-            report.add(f"{path.name}: listed twice in the manifest")
+        seen.add(name)
+        if (name, "missing") in said:
             continue
-        seen.add(path.name)
         shard = ShardUnderCheck(number, entry, expected, observed, pieces)
-        _check_shard(path, shard, report, None if consumer is None else lambda *batch, n=number: consumer(n, *batch))
-    for problem in [*sidecar_problems(out, manifest), *source_problems(out, manifest)]:
+        feed = None if consumer is None else lambda *batch, n=number: consumer(n, *batch)
+        _check_shard(shard_path(out, name), shard, report, feed)
+    for problem in [*sidecar_problems(out, manifest, unread), *source_problems(out, manifest)]:
         report.add(problem)
     for path in sorted(out.iterdir()):
         if path.name.endswith(TEMPORARY_SUFFIX):
             report.add(f"{path.name}: a temporary file left by an interrupted write (not part of the output)")
-        elif SHARD_FILE.fullmatch(path.name) and path.name not in seen:
-            report.add(f"{path.name}: shard file not listed in the manifest")
     for problem in pieces.problems():
         report.add(problem)
     for problem in check_totals(manifest, observed, expected.specials.eos_id is not None):
@@ -184,20 +186,15 @@ def _check_shard(path: Path, shard: ShardUnderCheck, report: Report, feed: Feed 
     """Check one shard against its manifest entry and the format, adding what it holds to ``shard.observed``;
     ``feed`` gets each checked batch while nothing is wrong."""
     name, entry = path.name, shard.entry
-    if not path.is_file():
-        report.add(f"{name}: missing")
-        return
     mapped = _local_map(path)  # memory-mapped, its pages let go once read; from a URL streamed into memory
     data = file_buffer(path) if mapped is None else mapped.buffer
-    if data.size != entry["bytes"]:
-        report.add(f"{name}: {data.size} bytes, the manifest says {entry['bytes']}")
     later: list[str] = []  # found while the hash runs: reported after its verdict, in the order of the checks
     checked = None if mapped is None else lambda batch: mapped.release_before(_batch_start(batch), KEEP_BEHIND)
     with ThreadPoolExecutor(1, thread_name_prefix="packcli-verify") as hasher:
         digest = hasher.submit(_sha256, data, mapped)
         rows, tokens = _check_contents(name, data, shard, later, feed if report.ok else None, checked)
         if digest.result() != entry["sha256"]:
-            report.add(f"{name}: sha256 differs from the manifest (the file was changed or damaged)")
+            report.add(str(Damage(entry["file"], "sha256")))
     for problem in later:
         report.add(problem)
     report.rows += rows
@@ -261,9 +258,7 @@ def _check_contents(
     shard.pieces.shard_read(shard.number)
     rows.report_to(problems.append)
     counts = {"rows": table.num_rows, "documents": rows.documents, "tokens": rows.tokens}
-    for key, value in counts.items():
-        if entry.get(key, value) != value:
-            problems.append(f"{name}: holds {value} {key}, the manifest says {entry[key]}")
+    problems.extend(problem for _, problem in count_damage(name, entry, counts))
     shard.observed.sequences += table.num_rows
     shard.observed.documents += rows.documents
     shard.observed.tokens += rows.tokens

@@ -32,11 +32,11 @@ from typing import Any
 
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
+from packcli.format.integrity import listed_files, size_damage
 from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_manifest
-from packcli.format.sidecars import entry_files
 from packcli.report.verify import verify_output
-from packcli.storage import UrlPath
-from packcli.storage.objects import object_sizes, remove_objects, upload_files, write_object
+from packcli.storage.objects import remove_objects, upload_files, write_object
+from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, staging_family
@@ -104,7 +104,7 @@ class PartsArea:
         part = self.part(partition)
         if self.remote:
             built = self.build_path(partition)
-            upload_files({str(built / item["file"]): f"{self.root}/{item['file']}" for item in _listed_files(manifest)})
+            upload_files({str(built / item["file"]): f"{self.root}/{item['file']}" for item in listed_files(manifest)})
             write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         else:
             write_manifest(part, manifest)
@@ -212,10 +212,8 @@ class PartsArea:
         if not self.remote:  # on a disk, the whole check: a manifest edited to other totals is not reused
             report = verify_output(self.part(partition))
             return None if report.ok else f"it fails verify ({report.problems[0]})"
-        for item in _listed_files(manifest):
-            if files.get(str(item["file"])) != item["bytes"]:
-                return f"{item['file']} is missing or not {item['bytes']} bytes as listed"
-        return None
+        damage = size_damage(manifest, files)
+        return str(damage[0]) if damage else None
 
     def _remove_unlisted(self, committed: list[int], files: list[str], warn: Callable[[str], None]) -> None:
         """Remove every file of ``files`` that no committed part's manifest lists: this run wrote none of them."""
@@ -224,7 +222,7 @@ class PartsArea:
             manifest = self.read(partition) or {"shards": []}
             shards = "" if self.remote else f"{part_name(partition)}/"
             listed.add(f"{part_name(partition)}/{MANIFEST_NAME}")
-            listed.update(f"{shards}{item['file']}" for item in _listed_files(manifest))
+            listed.update(f"{shards}{item['file']}" for item in listed_files(manifest))
         stray = [name for name in files if name not in listed]
         if stray:
             warn(f"removing {len(stray)} file(s) no committed partition wrote from {self.root}: {stray[0]}")
@@ -237,7 +235,7 @@ class PartsArea:
             return
         for manifest in manifests:
             partition = int(manifest["part"]["partition"])
-            for item in _listed_files(manifest):
+            for item in listed_files(manifest):
                 os.replace(self.part(partition) / str(item["file"]), into / str(item["file"]))
 
     def remove_records(self) -> None:
@@ -252,7 +250,7 @@ class PartsArea:
         """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
         self._read_parts(list(range(partitions)))
         for partition, manifest in self._read.items():
-            for item in _listed_files(manifest):
+            for item in listed_files(manifest):
                 name = str(item["file"])
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
@@ -265,16 +263,11 @@ def _partition_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every file a part's manifest lists: its shards and their sidecars."""
-    return [item for shard in manifest["shards"] for item in entry_files(shard)]
-
-
 def _files(root: Path) -> dict[str, int]:
     """Every file under ``root`` by its path relative to it, sorted, with its size: in a store from one listing; in
     a local directory its links (never followed) and empty directories too, of size 0."""
     if isinstance(root, UrlPath):
-        return {url[len(f"{root}/") :]: size for url, size in object_sizes(str(root)).items()}
+        return file_sizes(root)
     if not root.is_dir():
         return {}
     found = (path for path in root.rglob("*") if path.is_symlink() or not path.is_dir() or not any(path.iterdir()))

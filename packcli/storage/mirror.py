@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError, UsageError
+from packcli.format.integrity import Damage, listed_files
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
 from packcli.format.sidecars import entry_files
 from packcli.storage.objects import open_object
@@ -67,7 +68,7 @@ def held_copy(
             room under it without removing copies in use.
     """
     manifest = read_manifest(url)
-    size = sum(int(item["bytes"]) for shard in manifest["shards"] for item in _copied_files(shard, sidecars))
+    size = sum(int(item["bytes"]) for item in listed_files(manifest, sidecars))
     if limit_bytes is not None and size > limit_bytes:
         raise PackcliError(f"the output's {size:,} bytes exceed the cache limit of {limit_bytes:,} bytes", url)
     key = hashlib.sha256(f"{url}\n{manifest['fingerprint']}".encode()).hexdigest()[:24]
@@ -92,20 +93,20 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> N
     intact = _read_json(local / INTACT) or {}
     found: dict[str, list[Any]] = {}
     refetched = 0
-    for shard in manifest["shards"]:
-        for item in _copied_files(shard, sidecars):
-            name, path = str(item["file"]), shard_path(local, item["file"])
-            state = _state(path)
-            if state is not None and state[0] == item["bytes"]:
-                if intact.get(name) == [*state, item["sha256"]]:
-                    continue  # as it was when last found intact
-                if file_sha256(path) == item["sha256"]:
-                    found[name] = [*state, item["sha256"]]
-                    continue
-            # a complete copy lacked the shard (a sidecar: the copy was made without them), or held another
-            refetched += state is not None or (earlier is not None and item is shard)
-            fetch_checked(shard_path(url, item["file"]), path, item["sha256"])
-            found[name] = [*_state_of(path), item["sha256"]]
+    for item in listed_files(manifest, sidecars):
+        name, path = str(item["file"]), shard_path(local, item["file"])
+        state = _state(path)
+        if state is not None and state[0] == item["bytes"]:
+            if intact.get(name) == [*state, item["sha256"]]:
+                continue  # as it was when last found intact
+            if file_sha256(path) == item["sha256"]:
+                found[name] = [*state, item["sha256"]]
+                continue
+        # a complete copy lacked the shard (a sidecar, which has no rows: the copy was made without them), or held
+        # another
+        refetched += state is not None or (earlier is not None and "rows" in item)
+        fetch_checked(shard_path(url, item["file"]), path, item["sha256"])
+        found[name] = [*_state_of(path), item["sha256"]]
     text = canonical_json(manifest)
     rewritten = earlier is not None and earlier != json.loads(text)
     if refetched or rewritten:
@@ -124,11 +125,6 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> N
         for name in _names(earlier) - _names(manifest):  # only the earlier manifest listed them
             with suppress(FileNotFoundError, PackcliError):
                 shard_path(local, name).unlink()
-
-
-def _copied_files(shard: dict[str, Any], sidecars: bool) -> list[dict[str, Any]]:
-    """The files of a shard entry that a copy holds: the shard, and its sidecars where ``sidecars``."""
-    return entry_files(shard)[: None if sidecars else 1]
 
 
 def _names(manifest: dict[str, Any]) -> set[str]:
@@ -197,7 +193,7 @@ def fetch_checked(source: Path, path: Path, sha256: str) -> None:
         raise
     if digest.hexdigest() != sha256:
         partial.unlink()
-        raise PackcliError("sha256 differs from the manifest (the object was changed or damaged)", source)
+        raise PackcliError(Damage(source.name, "sha256").problem, source)
     os.replace(partial, path)
 
 

@@ -17,8 +17,9 @@ from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from packcli.errors import UsageError
+from packcli.format.integrity import directory_sizes
 
-__all__ = ["UrlPath", "is_url", "location"]
+__all__ = ["UrlPath", "file_sizes", "is_url", "location"]
 
 # a scheme of two letters or more (one letter is a Windows drive) followed by "://"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
@@ -126,3 +127,14 @@ class UrlPath(PosixPath):
         from packcli.storage.objects import open_object
 
         return open_object(self.url)
+
+
+def file_sizes(root: Path) -> dict[str, int]:
+    """The files of an output at ``root`` by their names relative to it, with their sizes, from one listing (what
+    :mod:`packcli.format.integrity` checks a manifest against): under a URL every object at any depth, in a
+    directory its plain files."""
+    if not isinstance(root, UrlPath):
+        return directory_sizes(root)
+    from packcli.storage.objects import object_sizes
+
+    return {url[len(f"{root}/") :]: size for url, size in object_sizes(str(root)).items()}

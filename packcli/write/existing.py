@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Literal
 
 from packcli.errors import PackcliError, option
-from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest, shard_path
-from packcli.format.sidecars import SIDECAR_FILE, entry_files
+from packcli.format.integrity import directory_sizes, listed_files, size_damage
+from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest
+from packcli.format.sidecars import SIDECAR_FILE
 
 __all__ = [
     "DERIVED_CACHE",
@@ -17,7 +18,6 @@ __all__ = [
     "Existing",
     "directory_names",
     "existing_output",
-    "has_size",
     "in_use",
     "up_to_date",
 ]
@@ -90,13 +90,9 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             f"empty directory: choose another {option('out')}, or remove it yourself",
             shown,
         ) from None
-    files = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
-    listed = {MANIFEST_NAME, *(item["file"] for item in files)}
-    intact = manifest["fingerprint"] == fingerprint and all(
-        has_size(shard_path(target, item["file"]), item["bytes"]) for item in files
-    )
-    if intact:
+    if manifest["fingerprint"] == fingerprint and not size_damage(manifest, directory_sizes(target)):
         return "same"
+    listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(manifest))}
     foreign = next(
         (
             name
@@ -130,8 +126,3 @@ def directory_names(target: Path, shown: Path) -> list[str]:
     if not target.is_dir():
         raise PackcliError(f"exists and is not a directory; choose another {option('out')}", shown)
     return sorted(path.name for path in target.iterdir())
-
-
-def has_size(path: Path, size: int) -> bool:
-    """Whether ``path`` is a file of ``size`` bytes (a listed file of an output or export, intact as listed)."""
-    return path.is_file() and path.stat().st_size == size

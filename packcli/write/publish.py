@@ -44,8 +44,8 @@ from pathlib import Path
 from types import TracebackType
 
 from packcli.errors import PackcliError
+from packcli.format.integrity import listed_files
 from packcli.format.manifest import MANIFEST_NAME, read_manifest
-from packcli.format.sidecars import entry_files
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
 from packcli.write.existing import Existing, existing_output, in_use, up_to_date
@@ -185,8 +185,7 @@ class Publication:
         its own record, is not a pack output and is not checked here."""
         if not (self.staging / MANIFEST_NAME).is_file():
             return
-        shards = read_manifest(self.staging)["shards"]
-        listed = {MANIFEST_NAME, *(str(item["file"]) for shard in shards for item in entry_files(shard))}
+        listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(read_manifest(self.staging)))}
         foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
         if foreign:
             raise PackcliError(

@@ -39,8 +39,9 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from packcli.errors import PackcliError
+from packcli.format.integrity import listed_files, size_damage
 from packcli.format.manifest import MANIFEST_NAME, RUN_DIRECTORY, RUN_PREFIX, SHARD_FILE, read_manifest
-from packcli.format.sidecars import SIDECAR_FILE, entry_files
+from packcli.format.sidecars import SIDECAR_FILE
 from packcli.storage.inputs import RESUME_PREFIX
 from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import (
@@ -51,7 +52,7 @@ from packcli.storage.objects import (
     upload_files,
     write_object,
 )
-from packcli.storage.urls import UrlPath
+from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
 from packcli.write.existing import Existing, existing_output, in_use, up_to_date
@@ -196,13 +197,13 @@ class RemotePublication:
         """Put a plain run's shards under the run prefix (a partitioned run's are there), then write the manifest
         (the commit), then remove the previous output and the parts' records."""
         manifest = json.loads((self.staging / MANIFEST_NAME).read_text(encoding="utf-8"))
-        items = [item for shard in manifest["shards"] for item in entry_files(shard)]  # shards and sidecars
+        items = listed_files(manifest)  # shards and sidecars
         if not self.resumable:
             upload_files({str(self.staging / item["file"]): f"{self.out}/{self.run}/{item['file']}" for item in items})
         for item in items:
             item["file"] = f"{self.run}/{item['file']}"
         listed = {f"{self.out}/{item['file']}" for item in items}
-        previous = [url for url in object_sizes(str(self.out)) if _RUN_OBJECT.fullmatch(url[len(f"{self.out}/") :])]
+        previous = [f"{self.out}/{name}" for name in file_sizes(self.out) if _RUN_OBJECT.fullmatch(name)]
         self._lock.check()
         write_object(f"{self.out}/{MANIFEST_NAME}", canonical_json(manifest).encode())
         self._committed = True
@@ -247,7 +248,7 @@ def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = 
     if not isinstance(out, UrlPath):
         remove_dead_runs(out, lambda area: parts_fingerprint(area) in (None, fingerprint), warn)
         return
-    if not any(_is_record(url[len(f"{out}/") :]) for url in object_sizes(str(out))):
+    if not any(_is_record(name) for name in file_sizes(out)):
         return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
     if not lock.acquire():
@@ -322,7 +323,7 @@ def remote_output(out: Path, fingerprint: str) -> Found:
             out,
         )
     prefix = f"{out}/"
-    sizes = {url[len(prefix) :]: size for url, size in object_sizes(str(out)).items()}
+    sizes = file_sizes(out)
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
     foreign = [name for name in sizes if name not in (MANIFEST_NAME, LOCK_NAME) and not name.startswith(own)]
     runs = [name for name in sizes if name.startswith(own)]
@@ -339,7 +340,7 @@ def remote_output(out: Path, fingerprint: str) -> Found:
             ) from None
     if foreign:
         raise _not_packcli(foreign[0], out)
-    listed = {item["file"] for shard in manifest["shards"] for item in entry_files(shard)} if manifest else set()
+    listed = {item["file"] for item in listed_files(manifest)} if manifest else set()
     live = {name.split("/", 1)[0] for name in listed}
     areas = {name.split("/", 1)[0] for name in runs if _is_record(name)} - live
     parts: dict[str, dict[str, int]] = {area: {} for area in areas}
@@ -349,11 +350,7 @@ def remote_output(out: Path, fingerprint: str) -> Found:
             parts[name.split("/", 1)[0]][prefix + name] = sizes[name]
         elif name not in listed and name not in strangers:
             debris.append(prefix + name)
-    intact = (
-        manifest is not None
-        and manifest["fingerprint"] == fingerprint
-        and all(sizes.get(shard["file"]) == shard["bytes"] for shard in manifest["shards"])
-    )
+    intact = manifest is not None and manifest["fingerprint"] == fingerprint and not size_damage(manifest, sizes)
     if strangers and not intact:  # an up-to-date output leaves them; a run that replaces it would remove them
         raise _not_packcli(strangers[0], out)
     if manifest is None:
