@@ -81,13 +81,17 @@ def pack(
 
 def data_losses(manifest: dict[str, Any]) -> list[str]:
     """What ``packcli pack`` warns of as lost or changed in this output: tokens dropped or truncated (over 1% of
-    them), chat messages whose special-token text became special tokens, files found but not read, and bad records
-    skipped."""
+    them), chat messages whose special-token text became special tokens, a ``tools_field`` no record holds, files
+    found but not read, and bad records skipped."""
     from packcli.read.inputs import FORMATS_READ
-    from packcli.report.terminal import count, loss_warning, special_text_warning
+    from packcli.report.terminal import count, loss_warning, special_text_warning, tools_warning
 
     totals = manifest["totals"]
-    losses = [loss_warning(totals, manifest["max_len"]), special_text_warning(totals)]
+    losses = [
+        loss_warning(totals, manifest["max_len"]),
+        special_text_warning(totals),
+        tools_warning(totals, manifest["options"].get("tools_field", "")),
+    ]
     if totals.get("unread_files"):
         losses.append(
             f"{count(totals['unread_files'], 'file')} found in the inputs not read (packcli reads {FORMATS_READ}): "

@@ -21,6 +21,7 @@ __all__ = ["DEFAULT_MAX_LEN", "Overflow", "PackOptions", "parse_count", "parse_s
 
 DEFAULT_MAX_LEN = 4096
 DEFAULT_SHARD_SIZE = 512 * 2**20
+DEFAULT_TOOLS_FIELD = "tools"
 ENGINES = ("local", "ray")
 TOKENIZER_BACKENDS = ("auto", "hf")  # the backend never changes a token (see packcli.encode.backends)
 # Options added after format 1 whose default writes the bytes written before they existed: left out of the manifest
@@ -49,7 +50,9 @@ class PackOptions:
     response_field: str | None = None
     messages_field: str | None = None
     chat_template: str | None = None
-    tools_field: str = "tools"  # chats: the field of a record's tool definitions, passed to the template ("": none)
+    tools_field: str = (
+        DEFAULT_TOOLS_FIELD  # chats: the field of a record's tool definitions, passed to the template ("": none)
+    )
     loss_on: str = "assistant"
     shard_size: int = DEFAULT_SHARD_SIZE
     workers: int | None = None  # tokenizer threads; with partitions, worker processes (or Ray actors)
@@ -133,7 +136,7 @@ class PackOptions:
             )
         if self.chat_template is not None and self.messages_field is None:
             raise UsageError(f"{option('chat_template')} needs {option('messages_field')}")
-        if self.tools_field != "tools" and self.messages_field is None:
+        if self.tools_field != DEFAULT_TOOLS_FIELD and self.messages_field is None:
             raise UsageError(f"{option('tools_field')} needs {option('messages_field')}")
         if self.loss_on not in ("assistant", "all"):
             raise UsageError(f"{option('loss_on')} must be 'assistant' or 'all', got {self.loss_on!r}")

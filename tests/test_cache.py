@@ -237,3 +237,21 @@ def test_an_entry_written_before_records_were_numbered_is_replaced_not_served(
     packed = runner.invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "o"), "--json"])
     assert packed.exit_code == 0 and json.loads(packed.stdout)["tokenized_from_cache"] is True
     assert runner.invoke(app, ["show", str(tmp_path / "o"), "--source", "corpus.jsonl:40"]).exit_code == 0
+
+
+def test_an_entry_that_counted_other_things_is_replaced_not_served(
+    tmp_path: Path, records: list[dict[str, str]]
+) -> None:
+    """An entry whose counts lack one this packcli keeps (``records_with_tools`` came later) would give a manifest a
+    made-up 0: the next stats tokenizes again and replaces it, and the pack after it uses the new one."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records[:40])
+    assert runner.invoke(app, ["stats", str(corpus), "--max-len", "512", "--json"]).exit_code == 0
+    (entry,) = entries()
+    counts_file = cache_dir() / entry / "counts.json"
+    counts = json.loads(counts_file.read_text())
+    del counts["records_with_tools"]
+    counts_file.write_text(json.dumps(counts))
+    assert runner.invoke(app, ["stats", str(corpus), "--max-len", "512", "--json"]).exit_code == 0
+    assert "records_with_tools" in json.loads(counts_file.read_text())
+    packed = runner.invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "o"), "--json"])
+    assert packed.exit_code == 0 and json.loads(packed.stdout)["tokenized_from_cache"] is True

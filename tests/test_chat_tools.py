@@ -219,3 +219,36 @@ def test_a_dataset_s_tools_column_reaches_the_template_as_a_file_s_tools_do(tmp_
         for out in ("o", "api", "off")
     ]
     assert shards[0] == shards[1] != shards[2]
+
+
+def test_a_tools_field_no_record_holds_is_a_warning_in_pack_stats_and_the_python_api(tmp_path: Path) -> None:
+    """A mistyped `--tools-field` renders every chat without its tools: pack (one process and partitions), stats of
+    the raw corpus and `packcli.pack()` say so, and the manifest counts the records that held tools there. The
+    default field, which most corpora lack, is no warning."""
+    import packcli
+    from packcli.errors import PackcliDataLossWarning
+
+    renamed = {"messages": WITH_TOOLS["messages"], "functions": [WEATHER]}
+    records = [renamed, WITHOUT_TOOLS, WITHOUT_TOOLS]
+    warned = "no record holds tool definitions in the field 'nope' that --tools-field names"
+    for out, flags in (("o", []), ("p", ["--partitions", "2"])):
+        typo = pack(tmp_path, records, "--tools-field", "nope", *flags, out=out)
+        assert typo.exit_code == 0, typo.output
+        assert warned in typo.stderr
+        assert json.loads((tmp_path / out / "manifest.json").read_text())["totals"]["records_with_tools"] == 0
+    named = pack(tmp_path, records, "--tools-field", "functions", out="named")
+    assert named.exit_code == 0 and "--tools-field names" not in named.stderr, named.output
+    assert json.loads((tmp_path / "named" / "manifest.json").read_text())["totals"]["records_with_tools"] == 1
+    default = pack(tmp_path, [WITHOUT_TOOLS], out="default")
+    assert default.exit_code == 0 and "--tools-field names" not in default.stderr, default.output
+    assert "records_with_tools" not in json.loads((tmp_path / "default" / "manifest.json").read_text())["totals"]
+    model, chats = str(tmp_path / "qwen2.5-instruct"), str(tmp_path / "chats.jsonl")
+    stats = runner.invoke(
+        app, ["stats", chats, "--messages-field", "messages", "--tokenizer", model, "--tools-field", "nope", "--json"]
+    )
+    assert stats.exit_code == 0 and warned in stats.stderr, stats.output
+    assert json.loads(stats.stdout)["records_with_tools"] == 0
+    with pytest.warns(PackcliDataLossWarning, match="in the field 'nope' that tools_field names"):
+        packcli.pack(
+            chats, max_len=1024, out=tmp_path / "api", messages_field="messages", tokenizer=model, tools_field="nope"
+        )

@@ -52,7 +52,7 @@ def sft_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for r in read_jsonl(SAMPLE)[:30]
     ]
     corpus = write_jsonl(tmp / "sft.jsonl", records)
-    options = PackOptions(max_len=256, messages_field="messages", overflow="truncate")  # type: ignore[arg-type]
+    options = PackOptions(max_len=256, messages_field="messages", overflow="truncate", tools_field="functions")  # type: ignore[arg-type]
     pack_corpus([str(corpus)], options, tmp / "out")
     return tmp / "out"
 

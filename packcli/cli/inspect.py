@@ -144,6 +144,7 @@ def stats(
         print_model_cost_candidates,
         print_stats,
         special_text_warning,
+        tools_warning,
     )
     from packcli.run.analysis import measure_corpus
     from packcli.storage import location
@@ -181,9 +182,12 @@ def stats(
                 measured = measure_corpus(
                     given.files, options, batch_size, given.warn, reporter, given.spool, per_candidate
                 )
-                special_text = special_text_warning(measured.figures)  # as pack says it
-                if special_text is not None:
-                    warnings(special_text)
+                for warning in (  # as pack says them
+                    special_text_warning(measured.figures),
+                    tools_warning(measured.figures, options.tools_field),
+                ):
+                    if warning is not None:
+                        warnings(warning)
         finally:
             reporter.close()
             warnings.close()

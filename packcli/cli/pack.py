@@ -178,12 +178,13 @@ def _report(result: PackResult, out: str, json_output: bool, summary: Path | Non
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
     from packcli.cli.summary import pack_summary
     from packcli.report.markdown import pack_markdown
-    from packcli.report.terminal import loss_warning, special_text_warning
+    from packcli.report.terminal import loss_warning, special_text_warning, tools_warning
 
     figures = result.summary()
-    special_text = special_text_warning(figures)
-    if special_text is not None:
-        warnings(special_text)
+    tools_field = result.manifest["options"].get("tools_field", "")
+    for warning in (special_text_warning(figures), tools_warning(figures, tools_field)):
+        if warning is not None:
+            warnings(warning)
     lost = loss_warning(figures, figures["max_len"])
     warn_loss(lost)
     shown = [*warnings.first, *([lost] if lost else [])]

@@ -20,7 +20,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
@@ -131,8 +131,15 @@ def discard(key: str) -> None:
 
 def _complete(entry: Path) -> bool:
     """Whether an entry is complete and of this packcli: not one written by a packcli that did not count documents
-    per file, name its backend or number each document's record (replaced when saved again)."""
-    return all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", "records.npy", _BACKEND))
+    per file, name its backend, number each document's record or count what this one counts (replaced when saved
+    again)."""
+    if not all((entry / name).is_file() for name in (_COMPLETE, "file_documents.npy", "records.npy", _BACKEND)):
+        return False
+    try:
+        counted = json.loads((entry / _COMPLETE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(counted, dict) and set(counted) == {field.name for field in fields(ReadCounts)}
 
 
 def _open(entry: Path) -> Tokenized | None:

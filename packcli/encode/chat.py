@@ -35,9 +35,19 @@ from typing import Any
 
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import BadRecordError, PackcliError, UsageError, option
+from packcli.options import DEFAULT_TOOLS_FIELD, PackOptions
 from packcli.read.fields import ReadCounts
 
-__all__ = ["ChatML", "ChatReader", "JinjaTemplate", "RenderedChat", "Segment", "counted_segments", "load_template"]
+__all__ = [
+    "ChatML",
+    "ChatReader",
+    "JinjaTemplate",
+    "RenderedChat",
+    "Segment",
+    "chat_totals",
+    "counted_segments",
+    "load_template",
+]
 
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
 
@@ -152,10 +162,12 @@ def _added(out: list[Segment], done: str, rendered: str, kind: Segment, settled:
 
 @dataclass(frozen=True)
 class RenderedChat:
-    """One chat record as segments, and how many of its messages hold text the template turns into special tokens."""
+    """One chat record as segments, how many of its messages hold text the template turns into special tokens, and
+    whether it had tools."""
 
     segments: list[Segment]
     special_text_messages: int
+    with_tools: bool = False
 
 
 class ChatReader:
@@ -201,7 +213,7 @@ class ChatReader:
         holding = self.special_text_messages(messages, segments, tools)
         if self.eos_token:
             segments = ended_at_eos(segments, self.eos_token)
-        return RenderedChat(segments, holding)
+        return RenderedChat(segments, holding, tools is not None)
 
     def special_text_messages(self, messages: Messages, segments: list[Segment], tools: Tools = None) -> int:
         """How many of ``messages`` hold special-token text that their rendering (``segments``) carries: a message
@@ -252,9 +264,23 @@ class ChatReader:
 
 
 def counted_segments(chats: list[RenderedChat], counts: ReadCounts) -> list[list[Segment]]:
-    """The chats' segments; their messages holding special-token text are added to ``counts``."""
+    """The chats' segments; their messages holding special-token text, and those with tools, are added to
+    ``counts``."""
     counts.special_text_messages += sum(chat.special_text_messages for chat in chats)
+    counts.records_with_tools += sum(chat.with_tools for chat in chats)
     return [chat.segments for chat in chats]
+
+
+def chat_totals(counts: ReadCounts, options: PackOptions) -> dict[str, int]:
+    """What a chat run's manifest totals (and ``stats``) count of its chats: the messages holding special-token
+    text, and, where ``--tools-field`` names a field other than the default, the records holding tools there (none
+    is then a warning: a mistyped field would render every chat without its tools). A run of other records: {}."""
+    if options.messages_field is None:
+        return {}
+    totals = {"special_text_messages": counts.special_text_messages}
+    if options.tools_field not in ("", DEFAULT_TOOLS_FIELD):
+        totals["records_with_tools"] = counts.records_with_tools
+    return totals
 
 
 def ended_at_eos(segments: list[Segment], eos_token: str) -> list[Segment]:

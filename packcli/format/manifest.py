@@ -98,6 +98,7 @@ TOTALS: dict[str, tuple[Kind, bool]] = {
     **{key: (COUNT, False) for key in ("empty_documents", "supervised_tokens", "unsupervised_sequences")},
     "unread_files": (COUNT, False),
     "special_text_messages": (COUNT, False),
+    "records_with_tools": (COUNT, False),
 }
 SHARD: dict[str, tuple[Kind, bool]] = {
     "file": (TEXT, True),

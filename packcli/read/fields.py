@@ -40,6 +40,7 @@ class ReadCounts:
     bad_records: int = 0
     empty_documents: int = 0
     special_text_messages: int = 0  # chat messages whose content the template turns into special tokens
+    records_with_tools: int = 0  # chat records whose tools field held tool definitions
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ __all__ = [
     "print_stats",
     "special_text_warning",
     "token_loss",
+    "tools_warning",
 ]
 
 LOSS_WARNING_SHARE = 0.01  # drop/truncate throwing away more than this share of the input tokens is a warning
@@ -90,6 +91,17 @@ def loss_warning(totals: dict[str, Any], max_len: int) -> str | None:
     return (
         f"{how}: {lost:,} of {total:,} input tokens lost ({lost / total:.2%}); {overflow} split keeps every token, "
         f"`packcli stats CORPUS` with this run's other options shows what other {option('max_len')} values would cost"
+    )
+
+
+def tools_warning(totals: dict[str, Any], tools_field: str) -> str | None:
+    """The warning for a ``--tools-field`` that no chat record holds (a mistyped name renders every chat without its
+    tools), or None: the field held tools, or the run counted none (the default field, or no chats)."""
+    if totals.get("records_with_tools", 1):
+        return None
+    return (
+        f"no record holds tool definitions in the field {tools_field!r} that {option('tools_field')} names: every "
+        "chat was rendered without tools (manifest total records_with_tools)"
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from packcli.encode import cache
+from packcli.encode.chat import chat_totals
 from packcli.encode.corpus import tokenize_corpus
 from packcli.errors import PackcliError, option
 from packcli.options import PackOptions
@@ -70,8 +71,7 @@ def measure_corpus(
         "overflow": options.overflow_policy.value,
         "window": options.window,
     }
-    if options.messages_field is not None:  # as pack's manifest has it
-        extra["special_text_messages"] = counts.special_text_messages
+    extra.update(chat_totals(counts, options))  # as pack's manifest has them
     compared, packings = {}, {}
     for name in available_strategies():
         packing = run_strategy(name, pieces.length, options.max_len, options.seed, options.window)

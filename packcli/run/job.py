@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from packcli.encode import cache
+from packcli.encode.chat import chat_totals
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, document_tokenizer, use_threads
@@ -300,8 +301,7 @@ def pack_tokens(
     }
     if supervision is not None:
         totals.update(asdict(supervision))
-    if options.messages_field is not None:
-        totals["special_text_messages"] = tokenized.counts.special_text_messages
+    totals.update(chat_totals(tokenized.counts, options))
     entries = shard_entries(directory, shards, rows, store.gather, mask)
     write_sources(directory, entries, rows, names, tokenized.file_documents, tokenized.records, drawn)
     return Packed(totals, entries, pieces)
