@@ -1,6 +1,6 @@
 """Read and tokenize a corpus into a token store: every document's tokens in input order, its length, and (for
-fine-tuning records) which tokens are supervised. Memory: O(documents) plus two batches in flight
-(about 1 MB each, up to MAX_BATCH_CHARS when joined).
+fine-tuning records) which tokens are supervised. Memory: O(documents) plus READ_AHEAD + 3 batches in flight (read
+ahead, being read, being encoded, being stored; about 1 MB each, up to MAX_BATCH_CHARS when joined).
 
 The tokenizer spreads a batch's documents over its threads but encodes each document on one thread, so a batch
 whose largest document holds more than 1/threads of its text leaves threads idle while that document is encoded
@@ -15,12 +15,13 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from packcli.encode.ahead import ReadAhead
 from packcli.encode.crosscheck import TokenizerMismatch
 from packcli.encode.documents import without_empty
 from packcli.encode.encoders import Encoder
@@ -35,6 +36,8 @@ __all__ = ["Tokenized", "balanced", "tokenize_corpus"]
 # Batches encoded at once in helper threads; more only contend for the cores (measured: 2 was slower on short
 # documents). Skewed batches are joined instead (balanced below).
 IN_FLIGHT = 1
+# Batches read and prepared ahead of the encoding, in a reading thread of its own (:mod:`packcli.encode.ahead`).
+READ_AHEAD = 2
 # A joined batch stops growing at this much text, so memory stays bounded whatever one document's size: a document
 # over MAX_BATCH_CHARS / threads then leaves some threads idle for part of its encoding.
 MAX_BATCH_CHARS = 8 << 20
@@ -68,13 +71,15 @@ def tokenize_corpus(
     """Tokenize every record of ``files`` (whole files, or the slices a partition plan cut) into a token store, in
     input order.
 
-    Batches are encoded in helper threads (the tokenizer releases the GIL) while this thread reads the next and
-    stores finished ones in order, so reading and storing hide behind tokenization.
+    A reading thread reads, parses and prepares batches ahead (:class:`~packcli.encode.ahead.ReadAhead`); batches
+    are encoded in helper threads (the tokenizer releases the GIL) while this thread stores finished ones in order,
+    so reading, encoding and storing overlap. An error while reading is raised here, as it was.
     """
     store = TokenStore(store_path, with_mask=encoder.supervised)
     lengths: list[np.ndarray] = []
     records: list[np.ndarray] = []
     counts = ReadCounts()
+    read_counts = ReadCounts()  # the reading thread's own: merged into counts once it has ended
     slices = [item if isinstance(item, InputSlice) else InputSlice(item) for item in files]
     file_documents = np.zeros(len(slices), dtype=np.int64)
     reporter.start(sum(item.path.stat().st_size for item in slices))
@@ -99,16 +104,23 @@ def tokenize_corpus(
         bytes_before = 0
         for file, item in enumerate(slices):
             path = item.path
-            for batch in read_records(path, encoder.fields, counts, skip_bad_records, warn, encoder.convert, item.span):
-                prepared, kept = encoder.prepare(batch.columns, counts)
+            wanted, convert = encoder.fields, encoder.convert
+            for batch in read_records(path, wanted, read_counts, skip_bad_records, warn, convert, item.span):
+                prepared, kept = encoder.prepare(batch.columns, read_counts)
                 if prepared:
                     yield prepared, bytes_before + batch.position, file, batch.records[kept]
             bytes_before += path.stat().st_size
 
+    def joined() -> Iterator[Batch]:
+        return balanced(batches(), encoder.sizes, threads or available_cores())
+
     try:
-        with ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="packcli-encode") as pool:
+        with (
+            ReadAhead(joined, READ_AHEAD, "packcli-read") as read,
+            ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="packcli-encode") as pool,
+        ):
             in_flight: deque[tuple[Future[Any], int, int, np.ndarray]] = deque()
-            for prepared, bytes_done, file, numbers in balanced(batches(), encoder.sizes, threads or available_cores()):
+            for prepared, bytes_done, file, numbers in read:
                 in_flight.append((pool.submit(encoder.encode, prepared), bytes_done, file, numbers))
                 if len(in_flight) > IN_FLIGHT:
                     store_batch(*in_flight.popleft())
@@ -117,9 +129,16 @@ def tokenize_corpus(
     except BaseException:
         store.remove()
         raise
+    _merge(counts, read_counts)
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     all_records = np.concatenate(records) if records else np.zeros(0, dtype=np.int64)
     return Tokenized(store, all_lengths, counts, file_documents, all_records, encoder.backend)
+
+
+def _merge(counts: ReadCounts, more: ReadCounts) -> None:
+    """Add ``more``'s counts to ``counts``."""
+    for name in (item.name for item in fields(counts)):
+        setattr(counts, name, getattr(counts, name) + getattr(more, name))
 
 
 def available_cores() -> int:
