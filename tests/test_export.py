@@ -38,7 +38,12 @@ from tests.conftest import (
     write_jsonl,
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning"),
+    # under make test (-n 2 --dist loadgroup) the module keeps to one worker: its packed outputs (module fixtures,
+    # nine packs) are built once, not once on each worker
+    pytest.mark.xdist_group("export"),
+]
 
 RUNNER = CliRunner()
 

@@ -204,6 +204,7 @@ def test_a_one_mebibyte_line_across_a_cut_is_read_once(tmp_path: Path) -> None:
     assert documents(tmp_path / "parted") == documents(tmp_path / "single")
 
 
+@pytest.mark.xdist_group("partitions-reference")  # under make test: ``reference`` built once
 def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
     plain: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,6 +243,7 @@ def test_worker_counts_give_identical_bytes_and_the_merged_output_verifies(
     assert len(rows) == totals["sequences"] and sum(len(row["input_ids"]) for row in rows) == totals["tokens"]
 
 
+@pytest.mark.xdist_group("partitions-reference")  # under make test: ``reference`` built once
 def test_resume_after_a_kill_ends_identical_and_refuses_other_runs_parts(
     plain: Path, reference: Path, tmp_path: Path
 ) -> None:
@@ -355,6 +357,7 @@ def test_an_explicit_hf_run_packs_again_the_partitions_another_backend_encoded(t
     assert PartsArea(area.root).resume(run, 4, warnings.append, "auto") == [0, 1, 2]
 
 
+@pytest.mark.xdist_group("partitions-reference")  # under make test: ``reference`` built once
 def test_an_up_to_date_rerun_removes_the_output_a_killed_run_retired_and_another_runs_parts(
     plain: Path, reference: Path, tmp_path: Path
 ) -> None:
@@ -562,6 +565,7 @@ def test_a_chat_template_travels_with_the_jobs_not_as_the_drivers_path(
     assert files_of(tmp_path / "removed") == files_of(tmp_path / "present")
 
 
+@pytest.mark.xdist_group("partitions-reference")  # under make test: ``reference`` built once
 def test_a_partitioned_run_without_position_ids_merges_the_same_rows_less_that_column(
     plain: Path, reference: Path, tmp_path: Path
 ) -> None:

@@ -417,6 +417,7 @@ def files_of(out: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in out.iterdir()}
 
 
+@pytest.mark.xdist_group("ray")  # not a Ray test: it shares ``uninterrupted`` with the Ray test below, built once
 def test_a_run_killed_over_an_output_holding_datasets_caches_is_finished_by_its_rerun(
     plain_sample: Path, uninterrupted: dict[str, bytes], tiny_corpus: Path, tmp_path: Path
 ) -> None:

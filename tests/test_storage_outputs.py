@@ -404,6 +404,7 @@ def store_bytes(url: str) -> int:
     return sum(int(shard["bytes"]) for shard in read_manifest(location(url))["shards"])
 
 
+@pytest.mark.xdist_group("two-outputs")  # under make test: ``two_outputs`` built once
 def test_a_cached_copy_in_use_is_never_evicted_and_a_limit_it_leaves_no_room_under_is_refused(
     two_outputs: list[str], tmp_path: Path
 ) -> None:
@@ -422,6 +423,7 @@ def test_a_cached_copy_in_use_is_never_evicted_and_a_limit_it_leaves_no_room_und
     assert [path.name for path in cache.iterdir()] == [second.path.name]
 
 
+@pytest.mark.xdist_group("two-outputs")  # under make test: ``two_outputs`` built once
 def test_loaders_filling_one_cache_together_each_get_the_whole_copy(two_outputs: list[str], tmp_path: Path) -> None:
     torch_module = pytest.importorskip("packcli.torch", reason="needs the torch extra")
     from concurrent.futures import ThreadPoolExecutor

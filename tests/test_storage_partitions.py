@@ -83,6 +83,7 @@ def assert_same_shards(fs: Any, out: str, reference: Path) -> dict[str, Any]:
     return dict(theirs)
 
 
+@pytest.mark.xdist_group("ray")  # not a Ray test: it shares ``reference`` with the Ray test, built once
 def test_a_partitioned_run_from_and_to_a_store_is_the_partitioned_run_on_disk(
     s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,6 +127,7 @@ def killed_once_a_part_is_committed(fs: Any, out: str, args: list[str]) -> list[
     return committed()
 
 
+@pytest.mark.xdist_group("ray")  # not a Ray test: it shares ``reference`` with the Ray test, built once
 def test_a_partitioned_run_killed_mid_way_resumes_from_the_parts_in_the_store(
     s3_server: S3Server, corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

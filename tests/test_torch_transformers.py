@@ -48,6 +48,16 @@ CONFIG: dict[str, Any] = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
 }
+# The Trainer tests' model: what they check is which rows each step trains on and what it counts, not the logits,
+# so one layer of half the width (a step costs the vocabulary's logits and their gradient, whatever the layers).
+TRAIN_CONFIG: dict[str, Any] = {
+    **CONFIG,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +237,7 @@ def test_trainer_runs_on_packed_shards(packed: Path, tmp_path: Path) -> None:
 
     dataset = PackedDataset(packed, seed=0, batch_size=4)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG))
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **TRAIN_CONFIG))
     before = model.model.embed_tokens.weight.detach().clone()
     arguments = TrainingArguments(
         output_dir=str(tmp_path / "run"),
@@ -263,11 +273,11 @@ def test_a_trainer_with_gradient_accumulation_on_a_balanced_dataset(packed: Path
             counted.append((int(inputs["num_items_in_batch"]), int(num_items_in_batch)))
             return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch, **kwargs)
 
-    cost = RowCost.from_config(CONFIG)
+    cost = RowCost.from_config(TRAIN_CONFIG)
     dataset = PackedDataset(packed, seed=0, batch_size=2, grad_accum=3, balance=cost, rank=0, world_size=1,
                             balance_ranks=1)  # fmt: skip
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG))
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **TRAIN_CONFIG))
     arguments = TrainingArguments(
         output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=2,
         learning_rate=1e-3, remove_unused_columns=False, use_cpu=True, report_to="none", save_strategy="no",
@@ -324,7 +334,7 @@ def test_trainer_with_dataloader_workers_sees_each_row_once_per_epoch(tmp_path: 
         dataloader_num_workers=2,
     )
     collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
-    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **CONFIG))
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **TRAIN_CONFIG))
     RecordingTrainer(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
     epochs = [[row for batch in seen[e * steps_per_epoch : (e + 1) * steps_per_epoch] for row in batch] for e in (0, 1)]
     expected = []
@@ -363,7 +373,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 from packcli.torch import PackedDataset, RowCost, collate_padded
 
-packed, out, steps = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+packed, out, steps, config = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
 
 def train(recipe):
     # "balanced": the balanced recipe of docs/loader.md (balance_ranks=2, dispatch_batches=False); "accelerate": the
@@ -388,8 +398,7 @@ def train(recipe):
             return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch, **kwargs)
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(use_cache=False, vocab_size=50257, hidden_size=16, intermediate_size=32,
-        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    model = LlamaForCausalLM(LlamaConfig(use_cache=False, **config))
     collator = partial(collate_padded, max_len=dataset.max_len, pad_id=dataset.pad_id)
     Recording(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
     (out / f"seen-{recipe}-{arguments.process_index}.json").write_text(json.dumps(seen))
@@ -424,7 +433,7 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     script.write_text(TRAINER_SCRIPT)
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-         str(work / "packed"), str(work), json.dumps(steps)],
+         str(work / "packed"), str(work), json.dumps(steps), json.dumps(TRAIN_CONFIG)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     return {"work": work, "done": done, "rows": rows, "placed": placed, "steps": steps}
