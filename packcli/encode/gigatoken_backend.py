@@ -84,8 +84,7 @@ def load_gigatoken(loaded: LoadedTokenizer, markup: bool) -> Any:
 def refusal(loaded: LoadedTokenizer) -> str | None:
     """Why gigatoken is not used for ``loaded`` (whose kind fast_refusal allows), known before any build: an added
     token that is not special, which the tokenizer built without the added tokens would lose."""
-    decoder = loaded.tokenizer.get_added_tokens_decoder()
-    ordinary = [token.content for token in decoder.values() if not token.special]
+    ordinary = [token.content for token in loaded.facts.added.values() if not token.special]
     if ordinary:
         return f"gigatoken cannot keep special-token text as text where an added token is not special ({ordinary[0]!r})"
     return None
@@ -94,11 +93,11 @@ def refusal(loaded: LoadedTokenizer) -> str | None:
 def markup_refusal(loaded: LoadedTokenizer, markup: Any) -> str | None:
     """Why gigatoken is not used for template markup: ``markup`` (its tokenizer with the added tokens) does not
     encode each added token's text to Hugging Face's id alone."""
-    contents = [token.content for token in loaded.tokenizer.get_added_tokens_decoder().values()]
+    contents = [token.content for token in loaded.facts.added.values()]
     backend = GigatokenBackend(markup)
     tokens, lengths = backend.ids(backend.encode(contents, parallel=False))  # a few tokens: no pool started
     for content, count, got in zip(contents, lengths, _firsts(tokens, lengths)):
-        want = loaded.tokenizer.token_to_id(content)
+        want = loaded.facts.token_to_id(content)
         if count != 1 or got != want:
             return f"added token {content!r} is not id {want} alone to gigatoken"
     return None
