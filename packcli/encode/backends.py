@@ -63,6 +63,10 @@ class HFBackend:
 
     @property
     def tokenizer(self) -> Tokenizer:
+        return self.build()
+
+    def build(self) -> Tokenizer:
+        """The tokenizer, built now if it was not (no encoding: that would start its thread pool)."""
         if not isinstance(self._tokenizer, Tokenizer):
             self._tokenizer = self._tokenizer()
         return self._tokenizer
@@ -116,6 +120,13 @@ class Backends:
     reference_text: HFBackend | None
     reference_markup: HFBackend | None
     fallback: str | None = None  # why auto passed over the fast backends before this one (None: none, or hf asked)
+
+    def build_references(self) -> None:
+        """Build the cross-check's Hugging Face tokenizers now rather than at its first sample: a worker process
+        does, before it forks the others, which then share them instead of each building its own."""
+        for reference in (self.reference_text, self.reference_markup):
+            if reference is not None:
+                reference.build()
 
     def describe(self) -> dict[str, str]:
         """The manifest's record of the backend that ran (outside the fingerprint), and why auto fell back."""

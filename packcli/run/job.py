@@ -145,7 +145,7 @@ def start_worker(shipped: Shipped, threads: int | None) -> Worker:
     use_threads(threads)
     loaded = shipped.load()
     if shipped.live is None:
-        make_encoder(shipped.options, loaded, template_source=shipped.template)
+        make_encoder(shipped.options, loaded, template_source=shipped.template, built=True)
     return Worker(shipped, loaded, threads)
 
 
