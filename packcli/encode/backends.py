@@ -121,12 +121,15 @@ class Backends:
     reference_markup: HFBackend | None
     fallback: str | None = None  # why auto passed over the fast backends before this one (None: none, or hf asked)
 
-    def build_references(self) -> None:
-        """Build the cross-check's Hugging Face tokenizers now rather than at its first sample: a worker process
-        does, before it forks the others, which then share them instead of each building its own."""
+    def build_all(self) -> None:
+        """Build now what encoding would build or import on first use: the cross-check's Hugging Face tokenizers,
+        and gigatoken's array library. A worker process does, before it forks the others, which then share them
+        instead of each building its own."""
         for reference in (self.reference_text, self.reference_markup):
             if reference is not None:
                 reference.build()
+        if self.name == "gigatoken":
+            gigatoken_backend.import_arrays()
 
     def describe(self) -> dict[str, str]:
         """The manifest's record of the backend that ran (outside the fingerprint), and why auto fell back."""

@@ -327,14 +327,14 @@ def make_encoder(
 ) -> TextEncoder | SegmentEncoder | IdsEncoder:
     """The encoder for the options' record kind: text, prompt/response, chat messages, or token ids (the only
     kind that needs no tokenizer). ``template_source``: the ``--chat-template`` file's text, read by the driver.
-    ``built``: the cross-check's tokenizers are built now, not at its first sample (a worker about to fork)."""
+    ``built``: what encoding builds or imports on first use is built now (a worker about to fork)."""
     if options.ids_field is not None:
         return IdsEncoder(options, tokenizer)
     assert tokenizer is not None
     markup = options.messages_field is not None
     backends = open_backends(tokenizer, options.tokenizer_backend, markup)
     if built:
-        backends.build_references()
+        backends.build_all()
     if options.fine_tuning:
         return SegmentEncoder(options, tokenizer, backends, warn, template_source)
     return TextEncoder(options, tokenizer, backends)
