@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -12,9 +13,11 @@ from conftest import shared_path
 from tokenizers import Tokenizer
 
 from packcli.encode.backends import open_backends
+from packcli.encode.encoders import make_encoder
 from packcli.encode.facts import built_facts, read_facts
 from packcli.encode.tokenizer import document_tokenizer, load_tokenizer
 from packcli.errors import PackcliError
+from packcli.options import PackOptions
 
 
 @pytest.mark.parametrize("name", ["bundled", "gpt2", "tekken", "qwen", "minilm"])
@@ -84,12 +87,18 @@ def test_a_broken_file_is_hugging_faces_error(tmp_path: Any) -> None:
 
 def test_nothing_builds_hugging_faces_tokenizer_before_the_cross_check_draws() -> None:
     document_tokenizer.cache_clear()
-    loaded = load_tokenizer(str(shared_path("tokenizers/tekken")))
-    backends = open_backends(loaded, "auto", True)
+    loaded = load_tokenizer()
+    backends = open_backends(loaded, "auto", False)
     assert backends.name == "gigatoken" and backends.reference_text is not None
     assert document_tokenizer.cache_info().currsize == 0
-    texts = ["a first document", "and a second"]
-    assert backends.reference_text.id_lists(texts) == [
-        e.ids for e in Tokenizer.from_str(loaded.source).encode_batch(texts, add_special_tokens=False)
-    ]
+    assert backends.reference_text.id_lists(["a first document"]) == [[64, 717, 3188]]
     assert document_tokenizer.cache_info().currsize == 1
+
+
+def test_a_worker_about_to_fork_builds_what_encoding_would_build_on_first_use() -> None:
+    document_tokenizer.cache_clear()
+    loaded = load_tokenizer()
+    make_encoder(PackOptions(max_len=64), loaded)
+    assert document_tokenizer.cache_info().currsize == 0
+    make_encoder(PackOptions(max_len=64), loaded, built=True)  # as start_worker does before forking
+    assert document_tokenizer.cache_info().currsize == 1 and "awkward" in sys.modules
