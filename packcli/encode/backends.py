@@ -128,8 +128,8 @@ class Backends:
         for reference in (self.reference_text, self.reference_markup):
             if reference is not None:
                 reference.build()
-        if self.name == "gigatoken":
-            gigatoken_backend.import_arrays()
+        if isinstance(self.text, GigatokenBackend):
+            self.text.import_arrays()
 
     def describe(self) -> dict[str, str]:
         """The manifest's record of the backend that ran (outside the fingerprint), and why auto fell back."""

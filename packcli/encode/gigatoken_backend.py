@@ -23,7 +23,7 @@ import numpy as np
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.util.memory import release_free_memory
 
-__all__ = ["GigatokenBackend", "import_arrays", "load_gigatoken", "markup_refusal", "refusal", "without_added_tokens"]
+__all__ = ["GigatokenBackend", "load_gigatoken", "markup_refusal", "refusal", "without_added_tokens"]
 
 
 class GigatokenBackend:
@@ -42,18 +42,17 @@ class GigatokenBackend:
         _pool_started = _pool_started or parallel
         return self.tokenizer.encode_batch(texts, parallel=parallel)
 
+    def import_arrays(self) -> None:
+        """Encode nothing, on this thread: what the first encode imports (awkward, in which gigatoken returns each
+        batch: about 0.2-0.4 CPU s) is imported now (a worker, before it forks the others, which then need not)."""
+        self.encode([], parallel=False)
+
     def ids(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
         layout = encoded.layout
         offsets = np.asarray(layout.offsets)
         # ids are below the vocabulary size, so the uint32 values read as int32 unchanged: no copy
         tokens = np.asarray(layout.content.data)[offsets[0] : offsets[-1]].view("<i4")
         return tokens, np.diff(offsets)
-
-
-def import_arrays() -> None:
-    """Import awkward, in which gigatoken returns each batch: its first encode would (about 0.2 CPU s; a worker
-    imports it before it forks the others, which then need not)."""
-    import awkward  # noqa: F401
 
 
 _pool_started = False  # this process has encoded on gigatoken's thread pool
