@@ -41,7 +41,7 @@ from packcli.encode.corpus import tokenize_corpus
 from packcli.encode.crosscheck import CHARACTERS_PER_CHECKED, MIN_CHARACTERS, MIN_CHECKED, CrossCheck
 from packcli.encode.encoders import SegmentEncoder, TextEncoder, make_encoder
 from packcli.encode.gigatoken_backend import GigatokenBackend
-from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions
 from packcli.run.job import Shipped
@@ -380,7 +380,7 @@ def edited(change: dict[str, Any]) -> LoadedTokenizer:
     spec = json.loads(load_tokenizer().source)
     spec.update(change)
     source = json.dumps(spec)
-    return LoadedTokenizer(hf_tokenizer(source), source, "edited", "0" * 64, 50257, 50256, None)
+    return LoadedTokenizer(source, "edited", "0" * 64, 50257, 50256, None)
 
 
 @pytest.mark.parametrize(
@@ -405,7 +405,7 @@ def edited(change: dict[str, Any]) -> LoadedTokenizer:
 )
 def test_the_fallback_names_its_reason(change: dict[str, Any], reason: str) -> None:
     loaded = edited(change)
-    assert fast_refusal(loaded.tokenizer) == reason
+    assert fast_refusal(loaded.facts) == reason
     backends = open_backends(loaded, "auto", False)
     assert backends.describe() == {"backend": "hf", "backend_version": backends.version, "backend_fallback": reason}
 
@@ -588,7 +588,7 @@ def test_every_split_regex_fastokens_runs_natively_gives_hugging_faces_ids_and_n
     Face's ids; the same regex wrapped in (?:...) is refused, saying why."""
     regex = NATIVE_SPLIT_REGEXES[name]
     loaded = edited({"pre_tokenizer": split_pre_tokenizer(regex)})
-    assert fast_refusal(loaded.tokenizer) is None
+    assert fast_refusal(loaded.facts) is None
     alphabet = [*"ab Z1.\n'\t/s", *"\u180e\u093e\u09be\u4e2d\u00a0\u3000\u0301\u2028\u200b\u0c3e\u1680\u0085"]
     alphabet += [*"\u3005\u30fc\u02b0\u01c5\u0663\u2163"]
     generator = random.Random(0)
@@ -604,6 +604,4 @@ def test_every_split_regex_fastokens_runs_natively_gives_hugging_faces_ids_and_n
     tokens, lengths = backends.text.ids(backends.text.encode(texts))
     assert [ids.tolist() for ids in np.split(tokens, np.cumsum(lengths)[:-1])] == want
     wrapped = edited({"pre_tokenizer": split_pre_tokenizer(f"(?:{regex})")})
-    assert (fast_refusal(wrapped.tokenizer) or "").startswith(
-        "its Split regex is none of those fastokens runs natively"
-    )
+    assert (fast_refusal(wrapped.facts) or "").startswith("its Split regex is none of those fastokens runs natively")

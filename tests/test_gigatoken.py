@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.encode.backends import HFBackend, open_backends
 from packcli.encode.gigatoken_backend import without_added_tokens
-from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer, load_tokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.format.shards import read_shard
 
 runner = CliRunner()
@@ -67,7 +67,7 @@ def test_markup_passes_gigatoken_over_where_a_special_token_is_not_its_id_alone(
     added = {"id": 50257, "content": "ab", "single_word": False, "lstrip": False, "rstrip": False}
     spec["added_tokens"].append(added | {"normalized": False, "special": True})
     source = json.dumps(spec)
-    loaded = LoadedTokenizer(hf_tokenizer(source), source, "edited", "0" * 64, 50258, 50256, None)
+    loaded = LoadedTokenizer(source, "edited", "0" * 64, 50258, 50256, None)
     markup = open_backends(loaded, "auto", True)
     assert (markup.name, markup.fallback) == (
         "hf",

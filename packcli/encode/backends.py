@@ -16,7 +16,6 @@ A backend encodes in two steps, so a helper thread does the encoding and the mai
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -26,6 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from packcli.encode import gigatoken_backend
+from packcli.encode.facts import TokenizerFacts
 from packcli.encode.gigatoken_backend import GigatokenBackend
 from packcli.encode.tokenizer import LoadedTokenizer, hf_tokenizer
 from packcli.util.memory import release_free_memory
@@ -55,10 +55,21 @@ class Backend(Protocol):
 
 
 class HFBackend:
-    """Hugging Face ``tokenizers``: the reference."""
+    """Hugging Face ``tokenizers``: the reference. Given a function that builds it, it is built on first use: a run
+    whose fast backend encodes builds it as the cross-check draws its first sample, not before the first token."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Tokenizer | Callable[[], Tokenizer]) -> None:
+        self._tokenizer = tokenizer
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.build()
+
+    def build(self) -> Tokenizer:
+        """The tokenizer, built now if it was not (no encoding: that would start its thread pool)."""
+        if not isinstance(self._tokenizer, Tokenizer):
+            self._tokenizer = self._tokenizer()
+        return self._tokenizer
 
     def encode(self, texts: list[str]) -> list[Any]:
         return self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
@@ -109,6 +120,16 @@ class Backends:
     reference_text: HFBackend | None
     reference_markup: HFBackend | None
     fallback: str | None = None  # why auto passed over the fast backends before this one (None: none, or hf asked)
+
+    def build_all(self) -> None:
+        """Build now what encoding would build or import on first use: the cross-check's Hugging Face tokenizers,
+        and gigatoken's array library. A worker process does, before it forks the others, which then share them
+        instead of each building its own."""
+        for reference in (self.reference_text, self.reference_markup):
+            if reference is not None:
+                reference.build()
+        if isinstance(self.text, GigatokenBackend):
+            self.text.import_arrays()
 
     def describe(self) -> dict[str, str]:
         """The manifest's record of the backend that ran (outside the fingerprint), and why auto fell back."""
@@ -172,7 +193,7 @@ def _open_fastokens(loaded: LoadedTokenizer, markup: bool) -> Opened:
         raise Refused(f"fastokens cannot be imported ({exc})") from None
     except Exception as exc:  # fastokens raises ValueError or its own errors on what it cannot load
         raise Refused(f"fastokens cannot load it ({_first_line(exc)})") from None
-    reason = _added_ids_refusal(loaded.tokenizer, fast)
+    reason = _added_ids_refusal(loaded.facts, fast)
     if reason is not None:
         raise Refused(reason)
     return FastBackend(fast, True), FastBackend(fast, False) if markup else None
@@ -196,12 +217,12 @@ def open_backends(loaded: LoadedTokenizer, requested: str, markup: bool) -> Back
     """The backends for ``--tokenizer-backend requested`` ("auto" or "hf"); ``markup``: also one that recognizes
     special tokens. Where auto passes over a fast backend, the reason is recorded (``fallback``, in the manifest),
     not said on stderr: the user asked for no backend in particular, and there is nothing for them to do."""
-    reference_text = HFBackend(loaded.tokenizer)
-    reference_markup = HFBackend(_with_specials(loaded)) if markup else None
+    reference_text = HFBackend(lambda: loaded.tokenizer)
+    reference_markup = HFBackend(lambda: _with_specials(loaded)) if markup else None
     hf = Backends("hf", metadata.version("tokenizers"), reference_text, reference_markup, None, None)
     if requested == "hf":
         return hf
-    refusal = fast_refusal(loaded.tokenizer)
+    refusal = fast_refusal(loaded.facts)
     if refusal is not None:
         return replace(hf, fallback=refusal)
     reasons = []
@@ -232,9 +253,9 @@ def _with_specials(loaded: LoadedTokenizer) -> Tokenizer:
 _FAST_MODELS = ("BPE",)
 
 
-def fast_refusal(tokenizer: Tokenizer) -> str | None:
-    """Why no fast backend is used for ``tokenizer``, or None when it is of a kind the fast backends reproduce
-    exactly (each may still refuse it: :data:`FAST_BACKENDS`).
+def fast_refusal(facts: TokenizerFacts) -> str | None:
+    """Why no fast backend is used for a tokenizer (its ``facts``), or None when it is of a kind the fast backends
+    reproduce exactly (each may still refuse it: :data:`FAST_BACKENDS`).
 
     Allowed, conservatively (what was checked against Hugging Face on real corpora): a BPE model without dropout,
     byte fallback, unknown token or subword affixes; no normalizer; a ``ByteLevel`` pre-tokenizer (GPT-2's), or a
@@ -243,36 +264,33 @@ def fast_refusal(tokenizer: Tokenizer) -> str | None:
     ``normalized`` or ``single_word``; no post-processor other than ``ByteLevel`` or ``TemplateProcessing``
     (packcli adds no special tokens on encode).
     """
-    model = tokenizer.model
-    kind = type(model).__name__
+    kind = facts.model["type"]
     if kind not in _FAST_MODELS:
         return f"its model is {kind}, not byte-level BPE"
-    for attribute in ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix"):
-        if getattr(model, attribute, None):
+    for attribute in ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"):
+        if facts.model.get(attribute):
             return f"its BPE model sets {attribute}"
-    if getattr(model, "byte_fallback", False):
-        return "its BPE model sets byte_fallback"
-    if tokenizer.normalizer is not None:
-        return f"it has a normalizer ({_component_type(tokenizer.normalizer)})"
-    refusal = _pre_tokenizer_refusal(_component(tokenizer.pre_tokenizer))
+    if facts.normalizer is not None:
+        return f"it has a normalizer ({facts.normalizer.get('type')})"
+    refusal = _pre_tokenizer_refusal(facts.pre_tokenizer or {})
     if refusal is not None:
         return refusal
-    post = _component(tokenizer.post_processor)
+    post = facts.post_processor or {}
     post_kinds = [step.get("type") for step in post.get("processors", [post])] if post else []
     if any(kind not in ("ByteLevel", "TemplateProcessing") for kind in post_kinds):
         return f"its post-processor is {'+'.join(map(str, post_kinds))}"
-    for token in tokenizer.get_added_tokens_decoder().values():
+    for token in facts.added.values():
         flags = [flag for flag in ("lstrip", "rstrip", "normalized", "single_word") if getattr(token, flag)]
         if flags:
             return f"added token {token.content!r} sets {', '.join(flags)}"
     return None
 
 
-def _added_ids_refusal(tokenizer: Tokenizer, fast: Any) -> str | None:
+def _added_ids_refusal(facts: TokenizerFacts, fast: Any) -> str | None:
     """Why fastokens is not used when it gives an added token another id than Hugging Face does (a tokenizer.json
     whose added token has the content of a vocabulary entry under another id: Hugging Face takes the entry's)."""
-    for token in tokenizer.get_added_tokens_decoder().values():
-        ours, theirs = tokenizer.token_to_id(token.content), fast.token_to_id(token.content)
+    for token in facts.added.values():
+        ours, theirs = facts.token_to_id(token.content), fast.token_to_id(token.content)
         if ours != theirs:
             return f"added token {token.content!r} is id {theirs} to fastokens, {ours} to Hugging Face"
     return None
@@ -314,7 +332,7 @@ def _pre_tokenizer_refusal(pre: dict[str, Any]) -> str | None:
             return "its ByteLevel pre-tokenizer adds a prefix space"
         if kinds == ["ByteLevel"]:
             return None
-        if byte_level.get("use_regex"):
+        if byte_level.get("use_regex", True):  # Hugging Face's default, where the file leaves it out
             return "its ByteLevel pre-tokenizer runs its own regex after a Split"
         if steps[0]["pattern"]["Regex"] not in NATIVE_SPLIT_REGEXES.values():
             return (
@@ -328,15 +346,3 @@ def _pre_tokenizer_refusal(pre: dict[str, Any]) -> str | None:
 
 def _isolating_regex(split: dict[str, Any]) -> bool:
     return split.get("behavior") == "Isolated" and not split.get("invert") and "Regex" in split.get("pattern", {})
-
-
-def _component(component: Any) -> dict[str, Any]:
-    """A tokenizer component (pre-tokenizer, post-processor) as its JSON object; {} for none."""
-    if component is None:
-        return {}
-    state: dict[str, Any] = json.loads(component.__getstate__())
-    return state
-
-
-def _component_type(component: Any) -> str:
-    return str(_component(component).get("type", type(component).__name__))

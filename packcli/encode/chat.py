@@ -197,8 +197,8 @@ class ChatReader:
         warn: Callable[[str], None],
     ) -> ChatReader:
         """The reader for ``tokenizer`` appending ``eos_id`` (None: no EOS); says :meth:`eos_notice` to ``warn``."""
-        eos = tokenizer.tokenizer.id_to_token(eos_id) if eos_id is not None else None
-        specials = [token.content for token in tokenizer.tokenizer.get_added_tokens_decoder().values() if token.special]
+        eos = tokenizer.facts.id_to_token(eos_id) if eos_id is not None else None
+        specials = [token.content for token in tokenizer.facts.added.values() if token.special]
         reader = cls(template, loss_on_all, eos, specials)
         notice = reader.eos_notice()
         if notice is not None:
@@ -335,8 +335,8 @@ def load_template(
     """The template for chat records: ``--chat-template`` file, else the one in the tokenizer's
     ``tokenizer_config.json``, else ChatML (with a warning when the tokenizer lacks its markers as special tokens).
     ``source``: the ``--chat-template`` file's text as the driver read it (a worker then never opens ``path``)."""
-    bos = tokenizer.tokenizer.id_to_token(tokenizer.bos_id) if tokenizer.bos_id is not None else None
-    eos = tokenizer.tokenizer.id_to_token(tokenizer.eos_id) if tokenizer.eos_id is not None else None
+    bos = tokenizer.facts.id_to_token(tokenizer.bos_id) if tokenizer.bos_id is not None else None
+    eos = tokenizer.facts.id_to_token(tokenizer.eos_id) if tokenizer.eos_id is not None else None
     if path is not None:
         file = Path(path)
         if source is None:

@@ -323,14 +323,18 @@ def make_encoder(
     tokenizer: LoadedTokenizer | None,
     warn: Callable[[str], None] = lambda message: None,
     template_source: str | None = None,
+    built: bool = False,
 ) -> TextEncoder | SegmentEncoder | IdsEncoder:
     """The encoder for the options' record kind: text, prompt/response, chat messages, or token ids (the only
-    kind that needs no tokenizer). ``template_source``: the ``--chat-template`` file's text, read by the driver."""
+    kind that needs no tokenizer). ``template_source``: the ``--chat-template`` file's text, read by the driver.
+    ``built``: what encoding builds or imports on first use is built now (a worker about to fork)."""
     if options.ids_field is not None:
         return IdsEncoder(options, tokenizer)
     assert tokenizer is not None
     markup = options.messages_field is not None
     backends = open_backends(tokenizer, options.tokenizer_backend, markup)
+    if built:
+        backends.build_all()
     if options.fine_tuning:
         return SegmentEncoder(options, tokenizer, backends, warn, template_source)
     return TextEncoder(options, tokenizer, backends)

@@ -42,6 +42,11 @@ class GigatokenBackend:
         _pool_started = _pool_started or parallel
         return self.tokenizer.encode_batch(texts, parallel=parallel)
 
+    def import_arrays(self) -> None:
+        """Encode nothing, on this thread: what the first encode imports (awkward, in which gigatoken returns each
+        batch: about 0.2-0.4 CPU s) is imported now (a worker, before it forks the others, which then need not)."""
+        self.encode([], parallel=False)
+
     def ids(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
         layout = encoded.layout
         offsets = np.asarray(layout.offsets)
@@ -84,8 +89,7 @@ def load_gigatoken(loaded: LoadedTokenizer, markup: bool) -> Any:
 def refusal(loaded: LoadedTokenizer) -> str | None:
     """Why gigatoken is not used for ``loaded`` (whose kind fast_refusal allows), known before any build: an added
     token that is not special, which the tokenizer built without the added tokens would lose."""
-    decoder = loaded.tokenizer.get_added_tokens_decoder()
-    ordinary = [token.content for token in decoder.values() if not token.special]
+    ordinary = [token.content for token in loaded.facts.added.values() if not token.special]
     if ordinary:
         return f"gigatoken cannot keep special-token text as text where an added token is not special ({ordinary[0]!r})"
     return None
@@ -94,11 +98,11 @@ def refusal(loaded: LoadedTokenizer) -> str | None:
 def markup_refusal(loaded: LoadedTokenizer, markup: Any) -> str | None:
     """Why gigatoken is not used for template markup: ``markup`` (its tokenizer with the added tokens) does not
     encode each added token's text to Hugging Face's id alone."""
-    contents = [token.content for token in loaded.tokenizer.get_added_tokens_decoder().values()]
+    contents = [token.content for token in loaded.facts.added.values()]
     backend = GigatokenBackend(markup)
     tokens, lengths = backend.ids(backend.encode(contents, parallel=False))  # a few tokens: no pool started
     for content, count, got in zip(contents, lengths, _firsts(tokens, lengths)):
-        want = loaded.tokenizer.token_to_id(content)
+        want = loaded.facts.token_to_id(content)
         if count != 1 or got != want:
             return f"added token {content!r} is not id {want} alone to gigatoken"
     return None

@@ -1,4 +1,6 @@
-"""Load a tokenizer (bundled default, file, directory or cached hub name) as Hugging Face `tokenizers` builds it.
+"""Load a tokenizer (bundled default, file, directory or cached hub name) as Hugging Face `tokenizers` builds it:
+what a run needs of it before encoding is read from the file (:mod:`packcli.encode.facts`), and the build waits
+for its first use.
 
 Document text is encoded as text: special-token strings inside it (``<|endoftext|>``, ``</s>``) stay text, and
 EOS/BOS are added by id. Truncation and padding configured in a ``tokenizer.json`` are switched off.
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from packcli.encode.facts import TokenizerFacts, built_facts, read_facts
 from packcli.errors import PackcliError, UsageError, option
 from packcli.util.memory import release_free_memory
 
@@ -32,10 +35,11 @@ CHAT_TEMPLATE_FILE = "chat_template.jinja"  # beside tokenizer_config.json in a 
 
 @dataclass(frozen=True)
 class LoadedTokenizer:
-    """A ready tokenizer with what the manifest records about it."""
+    """A tokenizer with what the manifest records about it. What a run needs before it encodes (vocabulary size,
+    EOS/BOS ids, added tokens, the fast backends' gate) is read from the ``tokenizer.json`` text
+    (:attr:`facts`); Hugging Face's tokenizer (:attr:`tokenizer`) is built on first use, once per process."""
 
-    tokenizer: Tokenizer
-    source: str  # the tokenizer.json text it was built from (other backends and workers build from it too)
+    source: str  # the tokenizer.json text (the backends and workers build from it too)
     name: str
     sha256: str
     vocab_size: int
@@ -43,6 +47,17 @@ class LoadedTokenizer:
     bos_id: int | None
     config: dict[str, object] = field(default_factory=dict)  # tokenizer_config.json beside the file, if any
     config_sha256: str | None = None  # of that file's bytes: an edited eos_token or chat template changes it
+
+    @property
+    def facts(self) -> TokenizerFacts:
+        """The tokenizer as read from its file, without building it (once per process)."""
+        return _facts(self.source, self.name)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """Hugging Face's tokenizer, set to encode documents: built on first use (the cross-check's first sample,
+        ``--tokenizer-backend hf``, decoding), once per process."""
+        return _built(self.source, self.name)
 
     def describe(self) -> dict[str, object]:
         """The manifest's ``tokenizer`` entry; ``specials_in_text`` (only where true) when text may encode to the
@@ -62,7 +77,7 @@ class LoadedTokenizer:
     def specials_in_text(self) -> bool:
         """Whether the BOS or EOS id is no special added token (a tokenizer_config.json may name an ordinary one):
         documents are encoded with special-token strings as text, so only special tokens stay out of their ids."""
-        added = self.tokenizer.get_added_tokens_decoder()
+        added = self.facts.added
         return any(
             token_id is not None and not (token_id in added and added[token_id].special)
             for token_id in (self.bos_id, self.eos_id)
@@ -70,7 +85,7 @@ class LoadedTokenizer:
 
     def is_special(self, token: str) -> bool:
         """True when ``token`` is one of the tokenizer's special (added, control) tokens."""
-        return any(t.content == token and t.special for t in self.tokenizer.get_added_tokens_decoder().values())
+        return any(t.content == token and t.special for t in self.facts.added.values())
 
 
 def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> LoadedTokenizer:
@@ -92,23 +107,26 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         raw = path.read_bytes()
         config, config_sha256 = _read_config(path.parent)  # the same directory however --tokenizer is spelled
     source = raw.decode("utf-8")
+    facts = _facts(source, name)
+    eos = _token_id(facts, eos_token or _configured(config, "eos_token"), _EOS_NAMES, name, "EOS")
+    bos = _token_id(facts, _configured(config, "bos_token"), _BOS_NAMES, name, "BOS")
+    sha256 = hashlib.sha256(raw).hexdigest()
+    return LoadedTokenizer(source, name, sha256, facts.vocab_size, eos, bos, config, config_sha256)
+
+
+@functools.lru_cache(maxsize=2)
+def _facts(source: str, name: str) -> TokenizerFacts:
+    """The facts of a tokenizer.json text: read from it, or from Hugging Face's build where the reader does not
+    take the file (a broken file is then Hugging Face's error, named); once per process (the last two kept)."""
+    facts = read_facts(source)
+    return facts if facts is not None else built_facts(_built(source, name))
+
+
+def _built(source: str, name: str) -> Tokenizer:
     try:
-        tokenizer = document_tokenizer(source)
+        return document_tokenizer(source)
     except Exception as exc:  # tokenizers raises a bare Exception on a corrupt file
-        raise PackcliError(f"not a valid tokenizer.json: {exc}", spec) from None
-    eos = _token_id(tokenizer, eos_token or _configured(config, "eos_token"), _EOS_NAMES, name, "EOS")
-    bos = _token_id(tokenizer, _configured(config, "bos_token"), _BOS_NAMES, name, "BOS")
-    return LoadedTokenizer(
-        tokenizer=tokenizer,
-        source=source,
-        name=name,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
-        eos_id=eos,
-        bos_id=bos,
-        config=config,
-        config_sha256=config_sha256,
-    )
+        raise PackcliError(f"not a valid tokenizer.json: {exc}", None if name == BUNDLED_NAME else name) from None
 
 
 @functools.lru_cache(maxsize=2)
@@ -185,14 +203,14 @@ def _configured(config: dict[str, object], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _token_id(tokenizer: Tokenizer, wanted: str | None, known: tuple[str, ...], name: str, what: str) -> int | None:
+def _token_id(facts: TokenizerFacts, wanted: str | None, known: tuple[str, ...], name: str, what: str) -> int | None:
     if wanted is not None:
-        token_id = tokenizer.token_to_id(wanted)
+        token_id = facts.token_to_id(wanted)
         if token_id is None:
             raise UsageError(f"{what} token {wanted!r} is not in the vocabulary of tokenizer {name}")
         return int(token_id)
     # Only special (added) tokens qualify: "<s>" can also be an ordinary BPE token, as in Qwen's vocabulary.
-    specials = {token.content: token_id for token_id, token in tokenizer.get_added_tokens_decoder().items()}
+    specials = {token.content: token_id for token_id, token in facts.added.items()}
     for candidate in known:
         if candidate in specials:
             return int(specials[candidate])

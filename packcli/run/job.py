@@ -27,7 +27,7 @@ from packcli.encode import cache
 from packcli.encode.chat import chat_totals
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
-from packcli.encode.tokenizer import LoadedTokenizer, document_tokenizer, use_threads
+from packcli.encode.tokenizer import LoadedTokenizer, use_threads
 from packcli.errors import PackcliError
 from packcli.format.manifest import part_manifest
 from packcli.format.schema import shard_metadata, shard_schema
@@ -76,7 +76,7 @@ class Shipped:
     ) -> None:
         self.json = loaded.source if loaded is not None else None
         # the other fields of LoadedTokenizer: name, hashes, vocab size, EOS/BOS ids, config
-        kept = [f.name for f in fields(LoadedTokenizer) if f.name not in ("tokenizer", "source")]
+        kept = [f.name for f in fields(LoadedTokenizer) if f.name != "source"]
         self.facts = {name: getattr(loaded, name) for name in kept} if loaded is not None else {}
         self.options, self.template, self.live = options, template, live
         self._loaded = loaded
@@ -88,7 +88,7 @@ class Shipped:
         """The tokenizer (built once per worker process or actor, whatever the number of its jobs); None for
         pre-tokenized records."""
         if self._loaded is None and self.json is not None:
-            self._loaded = LoadedTokenizer(tokenizer=document_tokenizer(self.json), source=self.json, **self.facts)
+            self._loaded = LoadedTokenizer(source=self.json, **self.facts)
         return self._loaded
 
 
@@ -148,7 +148,7 @@ def start_worker(shipped: Shipped, threads: int | None) -> Worker:
     use_threads(threads)
     loaded = shipped.load()
     if shipped.live is None:
-        make_encoder(shipped.options, loaded, template_source=shipped.template)
+        make_encoder(shipped.options, loaded, template_source=shipped.template, built=True)
     return Worker(shipped, loaded, threads)
 
 

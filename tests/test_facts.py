@@ -1,0 +1,104 @@
+"""What a run reads of its tokenizer from the file, without building it: equal to what Hugging Face's build gives,
+key by key, on every shared tokenizer and the bundled one; and the build waits for the cross-check's first sample."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Any
+
+import pytest
+from conftest import shared_path
+from tokenizers import Tokenizer
+
+from packcli.encode.backends import open_backends
+from packcli.encode.encoders import make_encoder
+from packcli.encode.facts import built_facts, read_facts
+from packcli.encode.tokenizer import document_tokenizer, load_tokenizer
+from packcli.errors import PackcliError
+from packcli.options import PackOptions
+
+
+@pytest.mark.parametrize("name", ["bundled", "gpt2", "tekken", "qwen", "minilm"])
+def test_the_facts_read_from_the_file_are_hugging_faces(name: str) -> None:
+    source = load_tokenizer(None if name == "bundled" else str(shared_path(f"tokenizers/{name}"))).source
+    built = Tokenizer.from_str(source)
+    read, want = read_facts(source), built_facts(built)
+    assert read is not None
+    for key in (field.name for field in dataclasses.fields(want)):
+        assert getattr(read, key) == getattr(want, key), key
+    assert read.vocab_size == built.get_vocab_size(with_added_tokens=True)
+    for token_id, token in want.added.items():
+        assert read.token_to_id(token.content) == built.token_to_id(token.content) == token_id
+    for token_id in (0, 1, 3, 1000, 50256, len(want.vocab) - 1):
+        assert read.id_to_token(token_id) == built.id_to_token(token_id)
+
+
+def _added(token_id: int, content: str, **flags: Any) -> dict[str, Any]:
+    base = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    return {"id": token_id, "content": content, **base, **flags}
+
+
+@pytest.mark.parametrize(
+    "added",
+    [
+        [_added(3, "<x>"), _added(4, "<y>")],
+        [_added(10, "<x>"), _added(4, "<y>")],  # the file's ids are not Hugging Face's
+        [_added(1, "<x>")],  # an id the model has
+        [_added(5, "b")],  # a text the model has: its id
+        [_added(3, "<x>"), _added(3, "<y>")],
+        [_added(3, "<x>"), _added(4, "<x>")],  # the same token twice
+        [_added(3, "<x>"), _added(4, "<x>", special=False)],  # the same text, other flags
+        [_added(7, ""), _added(3, "<x>", lstrip=True, normalized=True)],
+    ],
+)
+def test_added_tokens_are_numbered_as_hugging_face_numbers_them(added: list[dict[str, Any]]) -> None:
+    spec = json.loads(load_tokenizer().source)
+    spec["model"]["vocab"], spec["model"]["merges"] = {"a": 0, "b": 1, "c": 2}, []
+    spec["added_tokens"] = added
+    source = json.dumps(spec)
+    read = read_facts(source)
+    assert read == built_facts(Tokenizer.from_str(source))
+    assert read is not None and read.vocab_size == Tokenizer.from_str(source).get_vocab_size(with_added_tokens=True)
+
+
+def test_keys_after_the_merges_are_read_and_a_file_laid_out_otherwise_is_built() -> None:
+    spec = json.loads(load_tokenizer().source)
+    model = spec.pop("model")
+    merges = model.pop("merges")
+    later = {"type": "BPE", "merges": merges, "dropout": 0.5, "vocab": model.pop("vocab")}
+    source = json.dumps({"model": later, **spec, "normalizer": {"type": "NFC"}})
+    read = read_facts(source)
+    assert read is not None and read.model == {"type": "BPE", "dropout": 0.5} and read.normalizer == {"type": "NFC"}
+    assert read == built_facts(Tokenizer.from_str(source))
+    spec["added_tokens"][0].pop("special")  # Hugging Face refuses it, naming the field
+    assert read_facts(json.dumps({**spec, "model": later})) is None
+
+
+def test_a_broken_file_is_hugging_faces_error(tmp_path: Any) -> None:
+    spec = json.loads(load_tokenizer().source)
+    spec["pre_tokenizer"] = {"type": "NoSuchPreTokenizer"}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    loaded = load_tokenizer(str(tmp_path))  # read without a build: the build that needs it says what is wrong
+    with pytest.raises(PackcliError, match=r"not a valid tokenizer\.json"):
+        open_backends(loaded, "hf", False).text.encode(["text"])
+
+
+def test_nothing_builds_hugging_faces_tokenizer_before_the_cross_check_draws() -> None:
+    document_tokenizer.cache_clear()
+    loaded = load_tokenizer()
+    backends = open_backends(loaded, "auto", False)
+    assert backends.name == "gigatoken" and backends.reference_text is not None
+    assert document_tokenizer.cache_info().currsize == 0
+    assert backends.reference_text.id_lists(["a first document"]) == [[64, 717, 3188]]
+    assert document_tokenizer.cache_info().currsize == 1
+
+
+def test_a_worker_about_to_fork_builds_what_encoding_would_build_on_first_use() -> None:
+    document_tokenizer.cache_clear()
+    loaded = load_tokenizer()
+    make_encoder(PackOptions(max_len=64), loaded)
+    assert document_tokenizer.cache_info().currsize == 0
+    make_encoder(PackOptions(max_len=64), loaded, built=True)  # as start_worker does before forking
+    assert document_tokenizer.cache_info().currsize == 1 and "awkward" in sys.modules
