@@ -74,7 +74,7 @@ class S3Server:
 
     @contextmanager
     def cut_reads(self) -> Iterator[CuttingProxy]:
-        """Inside the block, processes of this session reach the server through a :class:`CuttingProxy` (a fresh
+        """Inside the block, this process reaches the server through a :class:`CuttingProxy` (a fresh
         s3fs client, whose endpoint is the proxy's, then again the server's after it)."""
         import s3fs
 
@@ -99,10 +99,12 @@ class S3Server:
 
 class CuttingProxy(ThreadingHTTPServer):
     """A proxy to the S3 server that sends the next ``cuts`` answers to a ranged GET half their body, then closes the
-    connection (as a reset does part way): a transient failure, which another request mends."""
+    connection (as a reset does part way), and answers the next ``busy`` PUTs 503 "slow down" unsent: transient
+    failures, which another request mends."""
 
     upstream: tuple[str, int]
     cuts = 0
+    busy = 0
 
 
 class _Forward(BaseHTTPRequestHandler):
@@ -114,6 +116,14 @@ class _Forward(BaseHTTPRequestHandler):
 
     def forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.command == "PUT" and self.server.busy > 0:
+            self.server.busy -= 1
+            refusal = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            self.send_response(503)
+            self.send_header("Content-Length", str(len(refusal)))
+            self.end_headers()
+            self.wfile.write(refusal)
+            return
         upstream = http.client.HTTPConnection(*self.server.upstream, timeout=30)
         upstream.request(self.command, self.path, body, dict(self.headers))
         answer = upstream.getresponse()
