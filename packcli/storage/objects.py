@@ -81,7 +81,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     with requires_extra("cloud", f"the URL {url}"):
         import fsspec.core
     try:
-        fs, path = fsspec.core.url_to_fs(url, use_listings_cache=False)  # another process may have written since
+        fs, path = fsspec.core.url_to_fs(url)
         return fs, str(path)
     except ImportError:
         raise MissingExtraError(
@@ -146,6 +146,7 @@ def object_info(url: str) -> ObjectInfo:
     """The facts of the object (or prefix) at ``url``."""
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
+        fs.invalidate_cache()
         info = fs.info(path)
     return ObjectInfo(int(info.get("size") or 0), _mtime_ns(info), _tag(info), info.get("type") == "directory")
 
@@ -153,6 +154,7 @@ def object_info(url: str) -> ObjectInfo:
 def exists(url: str) -> bool:
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
+        fs.invalidate_cache()
         return bool(fs.exists(path))
 
 
@@ -161,6 +163,7 @@ def is_file(url: str) -> bool:
     raised, never taken for an absent object (fsspec's ``isfile`` answers False to any error)."""
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
+        fs.invalidate_cache()
         try:
             return bool(fs.info(path).get("type") == "file")
         except FileNotFoundError:
@@ -170,6 +173,7 @@ def is_file(url: str) -> bool:
 def is_dir(url: str) -> bool:
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
+        fs.invalidate_cache()
         return bool(fs.isdir(path))
 
 
@@ -181,6 +185,7 @@ def list_children(url: str) -> list[str]:
     """The objects and prefixes directly under ``url``, as URLs, sorted."""
     fs, path = filesystem(url)
     with _named(url, "cannot list"):
+        fs.invalidate_cache()
         return _urls(fs, fs.ls(path, detail=False))
 
 
@@ -191,6 +196,7 @@ def object_sizes(url: str) -> dict[str, int]:
     itself, which s3fs lists as a directory when an object appears under it while it looks."""
     fs, path = filesystem(url)
     with _named(url, "cannot list", writing=True):
+        fs.invalidate_cache()
         found = fs.find(path, detail=True)
         return {
             str(fs.unstrip_protocol(name)): int(info.get("size") or 0)
@@ -203,6 +209,7 @@ def glob_objects(url: str) -> list[str]:
     """What the pattern ``url`` matches (objects and prefixes), as URLs, sorted."""
     fs, path = filesystem(url)
     with _named(url, "cannot list"):
+        fs.invalidate_cache()
         return _urls(fs, fs.glob(path))
 
 
@@ -251,6 +258,7 @@ def open_object(url: str) -> IO[bytes]:
     only cache (the store's file keeps none), and each read past it fetches ``READ_BLOCK`` bytes in one request."""
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
+        fs.invalidate_cache()  # its size and version tag from the store, not from a listing
         file = fs.open(path, "rb", block_size=READ_BLOCK, cache_type="none")
         if getattr(file, "details", {}).get("type") == "directory":
             file.close()
@@ -292,6 +300,7 @@ def remove_object_if(url: str, tag: str) -> bool:
     bucket, key, _ = fs.split_path(path)
     with _named(url, "cannot remove"), _unless_changed() as changed:
         fs.call_s3("delete_object", Bucket=bucket, Key=key, **{_if_match(fs, url): f'"{tag}"'})
+    fs.invalidate_cache(path)
     return not changed
 
 
@@ -331,6 +340,7 @@ def _written_tag(fs: Any, path: str, response: Any) -> str:
     """The version tag of an object just written: from the store's answer, else from its facts ("" if none)."""
     tag = _tag(response) if isinstance(response, dict) else None
     if tag is None:
+        fs.invalidate_cache()
         tag = _tag(fs.info(path))
     return tag or ""
 
