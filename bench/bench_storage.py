@@ -11,6 +11,10 @@ Then a resume: a 16-partition run to ``s3://`` whose last partition fails (its i
 committed 15 parts; the rerun reuses them, trusting their manifests and the shard sizes of one listing, then packs
 the 16th again (which fails again: the run is timed up to there). Against it: one listing of the run prefix, and
 reading every committed byte (what a resume cost when it hashed each committed shard).
+
+Last, the read of one large object (256 MiB) through ``open_object`` in 1 MiB reads, as a reader of inputs or the
+loader's copy streams it, against s3fs's ``cat_file`` of it whole: wall and CPU seconds (the reading process alone,
+moto's apart) and peak memory, which holds at most ``READ_BLOCK`` of the stream beside the interpreter's own.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ ROUNDS = 3
 ENVIRONMENT = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
+LARGE_BYTES = 256 << 20
 RESUME_PARTITIONS = 16
 PARTITIONED = ["--partitions", "4", "--workers", "2"]
 
@@ -82,6 +87,7 @@ def main() -> None:
             fs.put_file(str(plain), f"bench/corpus/{plain.name}")
             against_local(fs, plain, "uncompressed, 4 partitions, 2 workers", PARTITIONED)
             resume(fs, plain)
+        large_read(fs)
     finally:
         server.terminate()
         server.wait()
@@ -164,6 +170,35 @@ def resume(fs: Any, plain: Path) -> None:
             ["reading every committed shard", f"{reading:.2f}", " ".join(f"{s:.2f}" for s in read_s)],
         ],
     )
+
+
+def large_read(fs: Any) -> None:
+    """Print the read of a LARGE_BYTES object through ``open_object`` against ``cat_file``, medians of ROUNDS, each
+    in a fresh process, which says its CPU seconds and peak memory (``VmHWM``: the child's own, where ``wait4``'s
+    peak is this process's, the child being a vfork of it)."""
+    fs.pipe("bench/large.bin", os.urandom(1 << 20) * (LARGE_BYTES >> 20))
+    streamed = (
+        "from packcli.storage.objects import open_object\n"
+        "with open_object('s3://bench/large.bin') as stream:\n"
+        "    total = sum(len(block) for block in iter(lambda: stream.read(1 << 20), b''))\n"
+    )
+    whole = "import s3fs\ntotal = len(s3fs.S3FileSystem(skip_instance_cache=True).cat_file('bench/large.bin'))\n"
+    said = (
+        f"assert total == {LARGE_BYTES}\nimport re, time\n"
+        "peak = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "print(time.process_time(), int(peak) / 1024)"
+    )
+    rows = []
+    for name, code in (("open_object, 1 MiB reads", streamed), ("s3fs cat_file, whole", whole)):
+        runs = []
+        for _ in range(ROUNDS):
+            start = time.perf_counter()
+            child = subprocess.run(python("-c", code + said), capture_output=True, text=True, check=True)
+            runs.append((time.perf_counter() - start, *map(float, child.stdout.split())))
+        wall, cpu, peak = (statistics.median(run[k] for run in runs) for k in range(3))
+        rows.append([name, f"{wall:.2f}", f"{cpu:.2f}", f"{LARGE_BYTES / wall / 1e6:.0f}", f"{peak:.0f}"])
+    print(f"\nread of one {LARGE_BYTES >> 20} MiB object from s3:// on moto's server, median of {ROUNDS}")
+    table(["read", "wall s", "CPU s", "MB/s", "peak MiB"], rows)
 
 
 if __name__ == "__main__":

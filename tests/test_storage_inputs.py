@@ -13,10 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pytest
 from conftest import error_line, sample_lines, write_jsonl
-from fsspec.implementations.memory import MemoryFileSystem
 from s3_server import S3Server
 from typer.testing import CliRunner
 
@@ -27,7 +25,7 @@ from packcli.run.merge import input_facts
 from packcli.run.sources import group_inputs
 from packcli.storage import UrlPath, location, objects
 from packcli.storage.lock import ObjectLock
-from packcli.storage.objects import READ_ATTEMPTS, open_object
+from packcli.storage.objects import READ_BLOCK, open_object
 
 runner = CliRunner()
 
@@ -147,33 +145,58 @@ def test_partitions_read_their_byte_ranges_from_the_store(s3_server: S3Server, t
     same_output(tmp_path / "local", tmp_path / "remote")
 
 
-class FlakyMemoryFileSystem(MemoryFileSystem):  # type: ignore[misc]
-    """fsspec's in-memory store with injected transient faults: the first ``faults`` range reads fail."""
-
-    protocol = "flakymemory"
-    faults = 0
-
-    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
-        if FlakyMemoryFileSystem.faults:
-            FlakyMemoryFileSystem.faults -= 1
-            raise ConnectionResetError("connection reset by peer")
-        return bytes(super().cat_file(path, start=start, end=end, **kwargs))
-
-
-def test_reads_are_retried_on_transient_faults_then_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(objects, "_BACKOFF_S", 0.0)  # the same attempts, without the waits between them
-    fsspec.register_implementation("flakymemory", FlakyMemoryFileSystem, clobber=True)
+def test_reads_and_writes_are_retried_by_the_store_library_then_named(s3_server: S3Server, tmp_path: Path) -> None:
+    """A read whose body the network cuts short, a write or an upload the store asks to slow down, are mended by the
+    store library's own retries (s3fs asks for the range again, botocore sends the PUT again); a read that fails on
+    every attempt is one line naming the URL."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
     data = bytes(range(256)) * 100
-    fs, path = fsspec.core.url_to_fs("flakymemory://flaky/blob.bin")
-    fs.pipe_file(path, data)
-    FlakyMemoryFileSystem.faults = READ_ATTEMPTS - 1
-    with open_object("flakymemory://flaky/blob.bin") as stream:
-        assert stream.read() == data and FlakyMemoryFileSystem.faults == 0
-    FlakyMemoryFileSystem.faults = READ_ATTEMPTS
-    with pytest.raises(PackcliError, match="connection reset") as caught:
-        open_object("flakymemory://flaky/blob.bin").read()
-    assert caught.value.path == "flakymemory://flaky/blob.bin"
-    assert caught.value.message == "cannot read bytes 0-25,600 after 5 attempts: connection reset by peer"
+    url = f"{bucket}/blob.bin"
+    fs.pipe_file(url, data)
+    with s3_server.cut_reads() as proxy:
+        proxy.cuts = 2
+        with open_object(url) as stream:
+            assert stream.read() == data and proxy.cuts == 0
+        proxy.busy = 1
+        objects.write_object(f"{bucket}/written.bin", data)
+        assert proxy.busy == 0 and fs.cat_file(f"{bucket}/written.bin") == data
+        (tmp_path / "up.bin").write_bytes(data[::-1])
+        proxy.busy = 1
+        objects.upload_files({str(tmp_path / "up.bin"): f"{bucket}/uploaded.bin"})
+        assert proxy.busy == 0 and fs.cat_file(f"{bucket}/uploaded.bin") == data[::-1]
+        proxy.cuts = 1000  # every attempt the library makes
+        with pytest.raises(PackcliError) as caught:
+            open_object(url).read()
+    assert caught.value.path == url and caught.value.message.startswith("cannot read: "), caught.value.message
+
+
+def test_a_stream_fetches_read_block_bytes_a_request(s3_server: S3Server) -> None:
+    """Small reads of a stream are served from one ``READ_BLOCK`` fetched at once (the memory a stream holds), and
+    reading the rest of it whole is one request, not one for each 8 KiB."""
+    bucket, fs = s3_server.bucket(), s3_server.filesystem()
+    url, size = f"{bucket}/blob.bin", READ_BLOCK * 5 // 2
+    fs.pipe_file(url, bytes(size))
+    with s3_server.recorded() as requests, open_object(url) as stream:
+        assert sum(len(block) for block in iter(lambda: stream.read(1 << 20), b"")) == size
+    assert [method for method, _ in requests].count("GET") == 3
+    with s3_server.recorded() as requests, open_object(url) as stream:
+        assert len(stream.read(100)) == 100 and len(stream.read()) == size - 100
+    assert [method for method, _ in requests].count("GET") == 2
+
+
+def test_listings_and_facts_come_from_the_store_each_time(s3_server: S3Server) -> None:
+    """Another process may write between two looks at a prefix: each listing and each object's facts are the
+    store's answer then, never a cache of an earlier one."""
+    bucket, other = s3_server.bucket(), s3_server.filesystem()
+    first, second = f"{bucket}/p/a.bin", f"{bucket}/p/b.bin"
+    other.pipe_file(first, b"1")
+    assert objects.object_sizes(f"{bucket}/p") == {first: 1} and objects.list_children(f"{bucket}/p") == [first]
+    assert objects.object_info(first).size == 1
+    other.pipe_file(first, b"333")
+    other.pipe_file(second, b"22")
+    assert objects.object_sizes(f"{bucket}/p") == {first: 3, second: 2}
+    assert objects.list_children(f"{bucket}/p") == [first, second] and objects.object_info(first).size == 3
+    assert objects.glob_objects(f"{bucket}/p/*.bin") == [first, second]
 
 
 def test_an_object_removed_after_it_was_opened_is_named_and_a_released_lock_is_free(s3_server: S3Server) -> None:
@@ -320,13 +343,13 @@ def test_every_object_under_a_prefix_or_glob_is_read_each_once(s3_server: S3Serv
     bucket, fs = s3_server.bucket(), s3_server.filesystem()
     for name in ("a", "b", "c"):
         fs.pipe_file(f"{bucket}/corpus/{name}.jsonl", f'{{"text": "document {name}"}}\n'.encode())
-    objects = [f"{bucket}/corpus/{name}.jsonl" for name in ("a", "b", "c")]
-    assert [str(path) for path in find_inputs([f"{bucket}/corpus/"]).files] == objects
-    assert [str(path) for path in find_inputs([f"{bucket}/corpus/*.jsonl", objects[1]]).files] == objects
-    alias = objects[0].replace("s3://", "s3a://", 1)  # the same store by another of its protocol's names
-    assert [str(path) for path in find_inputs([objects[0], alias]).files] == objects[:1]
+    keys = [f"{bucket}/corpus/{name}.jsonl" for name in ("a", "b", "c")]
+    assert [str(path) for path in find_inputs([f"{bucket}/corpus/"]).files] == keys
+    assert [str(path) for path in find_inputs([f"{bucket}/corpus/*.jsonl", keys[1]]).files] == keys
+    alias = keys[0].replace("s3://", "s3a://", 1)  # the same store by another of its protocol's names
+    assert [str(path) for path in find_inputs([keys[0], alias]).files] == keys[:1]
     packed = pack(f"{bucket}/corpus", "--out", str(tmp_path / "out"))
     assert packed.exit_code == 0, packed.output
     assert json.loads(packed.stdout)["documents"] == 3
-    sources = group_inputs([objects[0], f"{bucket}/corpus/[bc].jsonl"], [1.0, 1.0], lambda message: None)
-    assert [[str(path) for path in source.files] for source in sources] == [objects[:1], objects[1:]]  # two sources
+    sources = group_inputs([keys[0], f"{bucket}/corpus/[bc].jsonl"], [1.0, 1.0], lambda message: None)
+    assert [[str(path) for path in source.files] for source in sources] == [keys[:1], keys[1:]]  # two sources

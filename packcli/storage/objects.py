@@ -1,11 +1,13 @@
-"""Object store operations through fsspec: the filesystem of a URL, an object's facts, reading it (streamed and
-retried), listing a prefix, writing and removing objects (conditionally, on S3: only if absent, or only if still at
-a version; several at once by the store's own batch calls).
+"""Object store operations through fsspec: the filesystem of a URL, an object's facts, reading it (streamed),
+listing a prefix, writing and removing objects (conditionally, on S3: only if absent, or only if still at a version;
+several at once by the store's own batch calls).
 
 Invariants: fsspec and the protocol libraries are imported only here, under ``requires_extra("cloud")``; every
 failure is a :class:`PackcliError` naming the URL, with the values of credential variables scrubbed from the
-store's message; listings are never served from a cache (another process may have written since); a read reads at
-most ``READ_BLOCK`` bytes at once and retries a transient failure ``READ_ATTEMPTS`` times, backing off.
+store's message; listings are never served from a cache (another process may have written since); a stream holds at
+most ``READ_BLOCK`` bytes. A transient failure is retried by the store's library, reads and writes alike, as it
+retries any request (s3fs: botocore retries an answer 5xx, a throttle or a lost connection, and s3fs a body cut short
+or a "slow down", both backing off): packcli adds no retry loop of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import glob
 import io
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from typing import IO, Any
 from packcli.errors import MissingExtraError, PackcliError, requires_extra
 
 __all__ = [
-    "READ_ATTEMPTS",
     "READ_BLOCK",
     "ObjectInfo",
     "create_object",
@@ -46,8 +46,6 @@ __all__ = [
 ]
 
 READ_BLOCK = 8 << 20  # bytes a read fetches at once: the memory a stream holds
-READ_ATTEMPTS = 5
-_BACKOFF_S = 0.2
 # what the store libraries read credentials from; their values never appear in a message
 _SECRET_VARIABLES = (
     "AWS_SECRET_ACCESS_KEY",
@@ -57,8 +55,6 @@ _SECRET_VARIABLES = (
     "AZURE_STORAGE_CONNECTION_STRING",
     "AZURE_CLIENT_SECRET",
 )
-# failures that another attempt cannot mend
-_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
 # the keyword a store's library takes for "only if the object is still at this version tag" (S3's If-Match, which
 # takes the ETag quoted, as HTTP does)
 _IF_MATCH = {"s3": "IfMatch", "s3a": "IfMatch"}
@@ -224,12 +220,12 @@ def read_object(url: str) -> bytes:
         return bytes(fs.cat_file(path))
 
 
-class _RetryingReader(io.RawIOBase):
-    """An object as a seekable raw stream: each read fetches one byte range, retried on a transient failure."""
+class _NamedFile(io.RawIOBase):
+    """The store library's file of an object as a raw stream whose failures name the URL: each read is one byte range,
+    retried as the library retries any request."""
 
-    def __init__(self, fs: Any, path: str, url: str, size: int) -> None:
-        self.fs, self.path, self.url, self.size = fs, path, url, size
-        self.position = 0
+    def __init__(self, file: Any, url: str) -> None:
+        self.file, self.url = file, url
 
     def readable(self) -> bool:
         return True
@@ -238,59 +234,36 @@ class _RetryingReader(io.RawIOBase):
         return True
 
     def tell(self) -> int:
-        return self.position
+        return int(self.file.tell())
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
+        return int(self.file.seek(offset, whence))
 
     def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        end = min(self.size, self.position + len(view), self.position + READ_BLOCK)
-        if end <= self.position:
-            return 0
-        data = self._fetch(self.position, end)
-        view[: len(data)] = data
-        self.position += len(data)
-        return len(data)
+        with _named(self.url, "cannot read"):  # an object removed after it was opened too: no raw error
+            return int(self.file.readinto(buffer))
 
     def readall(self) -> bytes:
-        """The rest of the object, fetched ``READ_BLOCK`` bytes at a time (not the default's 8 KiB)."""
-        blocks = []
-        while block := self.read(READ_BLOCK):
-            blocks.append(block)
-        return b"".join(blocks)
+        """The rest of the object in one request (not the default's 8 KiB at a time)."""
+        with _named(self.url, "cannot read"):
+            return bytes(self.file.read())
 
-    def _fetch(self, start: int, end: int) -> bytes:
-        for attempt in range(READ_ATTEMPTS):
-            try:
-                data = self.fs.cat_file(self.path, start=start, end=end)
-                if len(data) == end - start:
-                    return bytes(data)
-                failure: Exception = OSError(f"the store returned {len(data)} of {end - start} bytes")
-            except _PERMANENT:
-                with _named(self.url, "cannot read"):
-                    raise  # named: an object removed after it was opened (a lock released meanwhile) is no raw error
-            except Exception as exc:
-                failure = exc
-            if attempt + 1 < READ_ATTEMPTS:
-                time.sleep(_BACKOFF_S * 2**attempt)
-        raise PackcliError(
-            f"cannot read bytes {start:,}-{end:,} after {READ_ATTEMPTS} attempts: {_scrubbed(failure)}", self.url
-        )
+    def close(self) -> None:
+        self.file.close()
+        super().close()
 
 
 def open_object(url: str) -> IO[bytes]:
-    """A buffered, seekable stream of the object at ``url``, holding at most ``READ_BLOCK`` bytes."""
+    """A buffered, seekable stream of the object at ``url``, holding at most ``READ_BLOCK`` bytes: the buffer is the
+    only cache (the store's file keeps none), and each read past it fetches ``READ_BLOCK`` bytes in one request."""
     fs, path = filesystem(url)
     with _named(url, "cannot read"):
-        fs.invalidate_cache()
-        info = fs.info(path)
-        if info.get("type") == "directory":
+        fs.invalidate_cache()  # its size and version tag from the store, not from a listing
+        file = fs.open(path, "rb", block_size=READ_BLOCK, cache_type="none")
+        if getattr(file, "details", {}).get("type") == "directory":
+            file.close()
             raise IsADirectoryError(path)
-    raw = _RetryingReader(fs, path, url, int(info.get("size") or 0))
-    return io.BufferedReader(raw, buffer_size=READ_BLOCK)
+    return io.BufferedReader(_NamedFile(file, url), buffer_size=READ_BLOCK)
 
 
 def write_object(url: str, data: bytes) -> None:
