@@ -10,16 +10,21 @@ A file this reader does not take (a model without a vocabulary object, an added 
 by Hugging Face instead, and the same facts taken from the build (:func:`built_facts`), which also raises Hugging
 Face's own error for a broken file.
 
+The model's vocabulary is parsed once, for the vocabulary size and the added tokens' ids, and not kept (Tekken's
+131,072 entries held as a dict were about 15 MiB on top of every run's peak): the rare look-up of a token that is
+not an added one (an ``eos_token`` named in tokenizer_config.json that is an ordinary token) parses it again.
+
 Invariant: wherever :func:`read_facts` reads a file, its facts equal :func:`built_facts` of Hugging Face's build of
-it, key by key (tests/test_facts.py, on every shared tokenizer).
+it, key by key, vocabulary included (tests/test_facts.py, on every shared tokenizer).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["AddedToken", "TokenizerFacts", "built_facts", "read_facts"]
@@ -56,25 +61,22 @@ class TokenizerFacts:
     pre_tokenizer: dict[str, Any] | None
     post_processor: dict[str, Any] | None
     added: dict[int, AddedToken]  # by the id Hugging Face gives each
-    vocab: dict[str, int]  # the model's, without the added tokens
-
-    @property
-    def vocab_size(self) -> int:
-        """Hugging Face's ``get_vocab_size(with_added_tokens=True)``: the distinct token texts."""
-        return len(self.vocab.keys() | {token.content for token in self.added.values()})
+    vocab_size: int  # Hugging Face's ``get_vocab_size(with_added_tokens=True)``: the distinct token texts
+    # the model's vocabulary, without the added tokens, made anew at each call (not kept: see the module's docstring)
+    vocabulary: Callable[[], dict[str, int]] = field(compare=False, repr=False)
 
     def token_to_id(self, content: str) -> int | None:
         """The id of ``content``: an added token's first, else the model's (None: neither)."""
         for token_id, token in self.added.items():
             if token.content == content:
                 return token_id
-        return self.vocab.get(content)
+        return self.vocabulary().get(content)
 
     def id_to_token(self, token_id: int) -> str | None:
         """The text of ``token_id``: an added token's first, else the model's (None: neither)."""
         if token_id in self.added:
             return self.added[token_id].content
-        return next((content for content, number in self.vocab.items() if number == token_id), None)
+        return next((content for content, number in self.vocabulary().items() if number == token_id), None)
 
 
 def built_facts(tokenizer: Any) -> TokenizerFacts:
@@ -89,21 +91,28 @@ def built_facts(tokenizer: Any) -> TokenizerFacts:
         token_id: AddedToken(token.content, *(bool(getattr(token, flag)) for flag in FLAGS))
         for token_id, token in tokenizer.get_added_tokens_decoder().items()
     }
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
     return TokenizerFacts(
         {"type": type(model).__name__, **{name: value for name, value in settings.items() if value}},
         normalizer,
         pre_tokenizer,
         post_processor,
         dict(sorted(added.items())),
-        tokenizer.get_vocab(with_added_tokens=False),
+        _size(vocab, added.values()),
+        functools.partial(tokenizer.get_vocab, with_added_tokens=False),
     )
+
+
+def _size(vocab: dict[str, int], added: Iterable[AddedToken]) -> int:
+    """Hugging Face's ``get_vocab_size(with_added_tokens=True)``: the distinct texts of the model and added tokens."""
+    return len(vocab.keys() | {token.content for token in added})
 
 
 def read_facts(source: str) -> TokenizerFacts | None:
     """The facts of a ``tokenizer.json`` text, without building it; None where this reader does not take the file
     (then :func:`built_facts` of Hugging Face's build gives them)."""
     try:
-        top = _read(source)
+        top, vocab_at = _read(source)
         model, tokens = top["model"], top.get("added_tokens") or []
         vocab = model["vocab"]
         if not isinstance(vocab, dict) or not isinstance(model["type"], str) or not isinstance(tokens, list):
@@ -118,14 +127,24 @@ def read_facts(source: str) -> TokenizerFacts | None:
     normalizer, pre_tokenizer, post_processor = components
     model_facts = {"type": model["type"], **{name: value for name, value in settings.items() if value}}
     numbered = dict(sorted(_numbered(added, vocab).items()))
-    return TokenizerFacts(model_facts, normalizer, pre_tokenizer, post_processor, numbered, vocab)
+    vocabulary = functools.partial(_vocab_at, source, vocab_at)
+    return TokenizerFacts(
+        model_facts, normalizer, pre_tokenizer, post_processor, numbered, _size(vocab, numbered.values()), vocabulary
+    )
 
 
-def _read(source: str) -> dict[str, Any]:
+def _vocab_at(source: str, at: int) -> dict[str, int]:
+    """The vocabulary object of a tokenizer.json text, parsed from its position ``at``."""
+    vocab: dict[str, int] = _DECODER.raw_decode(source, at)[0]
+    return vocab
+
+
+def _read(source: str) -> tuple[dict[str, Any], int]:
     """The top-level object of a tokenizer.json text, its model's ``merges`` left unread (absent) where no key
-    that matters follows them."""
+    that matters follows them; and where the model's ``vocab`` value starts (-1: no vocab read)."""
     scan = _Scanner(source)
     top: dict[str, Any] = {}
+    vocab_at = -1
     for key in scan.members():
         if key != "model":
             top[key] = scan.value()
@@ -134,9 +153,11 @@ def _read(source: str) -> dict[str, Any]:
         top["model"] = model
         for name in scan.members():
             if name == "merges" and _LATER_KEY.search(source, scan.at) is None:
-                return top  # nothing after the merges is read
+                return top, vocab_at  # nothing after the merges is read
+            if name == "vocab":
+                vocab_at = scan.start()
             model[name] = scan.value()
-    return top
+    return top, vocab_at
 
 
 class _Scanner:
@@ -146,7 +167,7 @@ class _Scanner:
         self.text, self.at = text, 0
 
     def value(self) -> Any:
-        value, self.at = _DECODER.raw_decode(self.text, self._skip())
+        value, self.at = _DECODER.raw_decode(self.text, self.start())
         return value
 
     def members(self) -> Iterator[str]:
@@ -165,12 +186,13 @@ class _Scanner:
             if not self._take(","):
                 raise ValueError("not a JSON object")
 
-    def _skip(self) -> int:
+    def start(self) -> int:
+        """Where the next value starts (past any white space)."""
         self.at = _SPACE.match(self.text, self.at).end()  # type: ignore[union-attr]
         return self.at
 
     def _take(self, char: str) -> bool:
-        if self.text[self._skip() : self.at + 1] == char:
+        if self.text[self.start() : self.at + 1] == char:
             self.at += 1
             return True
         return False
