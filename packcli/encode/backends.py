@@ -55,8 +55,8 @@ class Backend(Protocol):
 
 
 class HFBackend:
-    """Hugging Face ``tokenizers``: the reference. Given a function that builds it, it is built on first use: a run
-    whose fast backend encodes builds it as the cross-check draws its first sample, not before the first token."""
+    """Hugging Face ``tokenizers``: the reference. Given a function that builds it, it is built on first use (a
+    set-up that only describes the run builds none); the cross-check's is built as the fast backend opens."""
 
     def __init__(self, tokenizer: Tokenizer | Callable[[], Tokenizer]) -> None:
         self._tokenizer = tokenizer
@@ -225,6 +225,12 @@ def open_backends(loaded: LoadedTokenizer, requested: str, markup: bool) -> Back
     refusal = fast_refusal(loaded.facts)
     if refusal is not None:
         return replace(hf, fallback=refusal)
+    # The cross-check's Hugging Face build first, while the process holds little: its scratch (Tekken: about 180
+    # MiB, given back after it) then lands on an almost empty heap, not on the fast backend's tokenizer and the
+    # batches in flight, where it raised a whole run's peak by 70 MiB and left the heap fragmented (docs/performance.md)
+    reference_text.build()
+    if reference_markup is not None:
+        reference_markup.build()
     reasons = []
     for name, opener in FAST_BACKENDS.items():
         try:
