@@ -1,5 +1,6 @@
 """What a run reads of its tokenizer from the file, without building it: equal to what Hugging Face's build gives,
-key by key, on every shared tokenizer and the bundled one; and the build waits for the cross-check's first sample."""
+key by key, on every shared tokenizer and the bundled one; and the cross-check's build comes before the fast
+backend's, while the heap is almost empty (a whole run's peak), not at its first sample."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from conftest import shared_path
 from tokenizers import Tokenizer
 
+from packcli.encode import backends
 from packcli.encode.backends import open_backends
 from packcli.encode.encoders import make_encoder
 from packcli.encode.facts import built_facts, read_facts
@@ -89,20 +91,32 @@ def test_a_broken_file_is_hugging_faces_error(tmp_path: Any) -> None:
         open_backends(loaded, "hf", False).text.encode(["text"])
 
 
-def test_nothing_builds_hugging_faces_tokenizer_before_the_cross_check_draws() -> None:
+def test_the_cross_checks_build_comes_before_the_fast_backends_and_a_description_builds_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     document_tokenizer.cache_clear()
     loaded = load_tokenizer()
-    backends = open_backends(loaded, "auto", False)
-    assert backends.name == "gigatoken" and backends.reference_text is not None
+    open_backends(loaded, "hf", False)  # as a driver's set-up describes the run: nothing built
     assert document_tokenizer.cache_info().currsize == 0
-    assert backends.reference_text.id_lists(["a first document"]) == [[64, 717, 3188]]
-    assert document_tokenizer.cache_info().currsize == 1
+    built_first = []
+    opener = backends.FAST_BACKENDS["gigatoken"]
+
+    def recording(loaded: Any, markup: bool) -> Any:
+        built_first.append(document_tokenizer.cache_info().currsize == 1)
+        return opener(loaded, markup)
+
+    monkeypatch.setitem(backends.FAST_BACKENDS, "gigatoken", recording)
+    opened = open_backends(loaded, "auto", False)
+    assert opened.name == "gigatoken" and opened.reference_text is not None and built_first == [True]
+    assert opened.reference_text.id_lists(["a first document"]) == [[64, 717, 3188]]
 
 
 def test_a_worker_about_to_fork_builds_what_encoding_would_build_on_first_use() -> None:
     document_tokenizer.cache_clear()
     loaded = load_tokenizer()
-    make_encoder(PackOptions(max_len=64), loaded)
+    make_encoder(PackOptions(max_len=64, tokenizer_backend="hf"), loaded)
     assert document_tokenizer.cache_info().currsize == 0
-    make_encoder(PackOptions(max_len=64), loaded, built=True)  # as start_worker does before forking
-    assert document_tokenizer.cache_info().currsize == 1 and "awkward" in sys.modules
+    make_encoder(PackOptions(max_len=64, tokenizer_backend="hf"), loaded, built=True)  # as start_worker does
+    assert document_tokenizer.cache_info().currsize == 1
+    make_encoder(PackOptions(max_len=64), loaded, built=True)
+    assert "awkward" in sys.modules

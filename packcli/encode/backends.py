@@ -122,12 +122,13 @@ class Backends:
     fallback: str | None = None  # why auto passed over the fast backends before this one (None: none, or hf asked)
 
     def build_all(self) -> None:
-        """Build now what encoding would build or import on first use: the cross-check's Hugging Face tokenizers,
-        and gigatoken's array library. A worker process does, before it forks the others, which then share them
-        instead of each building its own."""
-        for reference in (self.reference_text, self.reference_markup):
-            if reference is not None:
-                reference.build()
+        """Build now what encoding would build or import on first use: the Hugging Face tokenizers (the
+        cross-check's, already built where a fast backend opened; those that encode with ``hf``), and gigatoken's
+        array library. A worker process does, before it forks the others, which then share them instead of each
+        building its own."""
+        for backend in (self.text, self.markup, self.reference_text, self.reference_markup):
+            if isinstance(backend, HFBackend):
+                backend.build()
         if isinstance(self.text, GigatokenBackend):
             self.text.import_arrays()
 

@@ -40,6 +40,7 @@ from packcli.run.sources import Source, mixed_stream, source_entries
 from packcli.strategies import empty_packing, run_strategy
 from packcli.util.arrays import exclusive_cumsum
 from packcli.util.files import canonical_json
+from packcli.util.memory import release_free_memory
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.write.layout import Rows
 from packcli.write.provenance import write_sources
@@ -278,6 +279,9 @@ def pack_tokens(
     if options.shuffle:
         packing = shuffle_rows(packing, options.seed)
     reporter.stage("writing")
+    # What tokenizing freed (its batches, the builds' leftovers) back to the system before the shards' buffers, the
+    # run's peak, are taken: glibc keeps freed blocks of up to 32 MiB resident (gcide / Tekken: 339 MiB against 348)
+    release_free_memory()
     metadata = shard_metadata(options.max_len, tokenizer.sha256 if tokenizer is not None else None, encoder.eos_id)
     store = tokenized.store
     store.finish()
