@@ -1,8 +1,8 @@
 """What packcli knows of a tokenizer before it encodes anything, read from its ``tokenizer.json`` text without building
 it: the model's kind and settings, the normalizer, pre-tokenizer and post-processor, the added tokens numbered as
-Hugging Face numbers them, and the model's vocabulary. These give the manifest's vocabulary size and EOS/BOS ids,
-the fast backends' gate and the chat checks; Hugging Face's build (Tekken: about 0.7 CPU s, holding the GIL) is
-left to what encodes or decodes with it (the cross-check, ``--tokenizer-backend hf``, ``show``).
+Hugging Face numbers them, and the size of the model's vocabulary. These give the manifest's vocabulary size and
+EOS/BOS ids, the fast backends' gate and the chat checks; Hugging Face's build (Tekken: about 0.7 CPU s, holding the
+GIL) is left to what encodes or decodes with it (the cross-check, ``--tokenizer-backend hf``, ``show``).
 
 Only what is needed is parsed: the top-level keys in order, and in the model every key up to ``merges``, most of the
 file (its parse alone takes longer than the rest): the keys after it are read only where one that matters follows.

@@ -55,8 +55,8 @@ class LoadedTokenizer:
 
     @property
     def tokenizer(self) -> Tokenizer:
-        """Hugging Face's tokenizer, set to encode documents: built on first use (the cross-check's first sample,
-        ``--tokenizer-backend hf``, decoding), once per process."""
+        """Hugging Face's tokenizer, set to encode documents: built on first use (as a fast backend opens, for its
+        cross-check; ``--tokenizer-backend hf``; decoding), once per process."""
         return _built(self.source, self.name)
 
     def describe(self) -> dict[str, object]:
