@@ -30,9 +30,11 @@ COMPONENTS = ("normalizer", "pre_tokenizer", "post_processor")
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
-# A key that matters, after the model's merges: only a key is a string directly followed by a colon.
+# A key that matters, after the model's merges: only a key is a string directly followed by a colon. A key spelled
+# with an escape (``"added_\u0074okens"``) may be any of them, so it is read too.
 _LATER_KEYS = "|".join(("type", "vocab", "added_tokens", *SETTINGS, *COMPONENTS))
-_LATER_KEY = re.compile(rf'"(?:{_LATER_KEYS})"[ \t\n\r]*:')
+_ESCAPED_KEY = r'(?:[^"\\]*\\.)+[^"\\]*'
+_LATER_KEY = re.compile(rf'"(?:{_LATER_KEYS}|{_ESCAPED_KEY})"[ \t\n\r]*:')
 
 
 @dataclass(frozen=True)
@@ -177,9 +179,13 @@ class _Scanner:
 
 
 def _added_token(entry: Any) -> AddedToken:
-    """One ``added_tokens`` entry (Hugging Face refuses one without each flag: so does this reader)."""
+    """One ``added_tokens`` entry (Hugging Face refuses one without its id or each flag: so does this reader)."""
     values = [entry["content"], *(entry[flag] for flag in FLAGS)]
-    if not isinstance(values[0], str) or not all(isinstance(value, bool) for value in values[1:]):
+    if (
+        not isinstance(entry["id"], int)
+        or not isinstance(values[0], str)
+        or not all(isinstance(value, bool) for value in values[1:])
+    ):
         raise ValueError("not an added token")
     return AddedToken(*values)
 
