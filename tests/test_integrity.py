@@ -99,7 +99,7 @@ def test_an_output_listing_a_shard_twice_or_holding_an_unlisted_one_is_not_up_to
             shutil.copy(out / manifest["shards"][0]["file"], out / "shard-09999.arrow")
         for dry in ([], ["--dry-run"]):
             refused = runner.invoke(app, [*args, str(out), *dry])
-            assert refused.exit_code == 1 and "holds another packcli output" in refused.stderr, (damage, dry)
+            assert refused.exit_code == 1 and "listed twice or not listed" in error_line(refused.stderr), (damage, dry)
         replaced = runner.invoke(app, [*args, str(out), "--overwrite"])
         assert replaced.exit_code == 0 and json.loads(replaced.stdout)["status"] == "packed", replaced.output
         assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
@@ -122,3 +122,20 @@ def test_an_output_url_listing_a_shard_twice_is_not_up_to_date(s3_server: S3Serv
     replaced = runner.invoke(app, [*args, "--overwrite"])
     assert replaced.exit_code == 0 and json.loads(replaced.stdout)["status"] == "packed", replaced.output
     assert runner.invoke(app, ["verify", out]).exit_code == 0
+
+
+def test_a_shard_entry_whose_sidecars_are_not_entries_is_named_by_its_manifest_key(
+    packed_text: Path, tmp_path: Path
+) -> None:
+    """verify and export met a ``sidecars`` that is not an object of file entries with 'unexpected AttributeError':
+    the manifest's validation names the key, as it does for a shard's own keys."""
+    manifest = read_manifest(packed_text)
+    for key, sidecars, at in (("list", [1], "sidecars"), ("entry", {"sources": {"file": "x"}}, "sidecars.sources")):
+        copy = tmp_path / key
+        shutil.copytree(packed_text, copy)
+        edited = {**manifest, "shards": [{**manifest["shards"][0], "sidecars": sidecars}, *manifest["shards"][1:]]}
+        (copy / "manifest.json").write_text(json.dumps(edited))
+        for command in (["verify", str(copy)], ["export", str(copy), "--to", "megatron", "--out", str(tmp_path / "e")]):
+            result = runner.invoke(app, command)
+            assert result.exit_code == 1, result.output
+            assert f"manifest key 'shards[0].{at}" in error_line(result.stderr), result.stderr

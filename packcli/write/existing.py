@@ -46,7 +46,8 @@ def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:
     if existing == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
-            f"missing or not its listed size); pass {option('overwrite', True)} to replace it",
+            "missing, not its listed size, listed twice or not listed); "
+            f"pass {option('overwrite', True)} to replace it",
             shown,
         )
     return existing == "same"
