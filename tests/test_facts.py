@@ -12,6 +12,7 @@ import pytest
 from conftest import shared_path
 from tokenizers import Tokenizer
 
+from packcli.encode import facts as facts_module
 from packcli.encode.backends import open_backends
 from packcli.encode.encoders import make_encoder
 from packcli.encode.facts import built_facts, read_facts
@@ -84,6 +85,10 @@ def test_a_key_spelled_with_escapes_after_the_merges_is_read() -> None:
     text = json.dumps({**spec, "model": model})[:-1] + ', "added_\\u0074okens": ' + json.dumps(added) + "}"
     read = read_facts(text)  # not the file without its added tokens: a vocabulary short of Hugging Face's
     assert read == built_facts(Tokenizer.from_str(text))
+    for name in ("gpt2", "tekken", "qwen"):  # an escaped quote in a merge ('\\" :') is no key: merges stay unread
+        assert (
+            "merges" not in facts_module._read(load_tokenizer(str(shared_path(f"tokenizers/{name}"))).source)["model"]
+        )
 
 
 def test_an_added_token_without_an_id_is_built_as_hugging_face_refuses_it() -> None:

@@ -31,10 +31,11 @@ COMPONENTS = ("normalizer", "pre_tokenizer", "post_processor")
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 # A key that matters, after the model's merges: only a key is a string directly followed by a colon. A key spelled
-# with an escape (``"added_\u0074okens"``) may be any of them, so it is read too.
+# with an escape (``"added_\u0074okens"``) may be any of them: its last escape, the rest of it (no escaped quote)
+# and the colon.
 _LATER_KEYS = "|".join(("type", "vocab", "added_tokens", *SETTINGS, *COMPONENTS))
-_ESCAPED_KEY = r'(?:[^"\\]*\\.)+[^"\\]*'
-_LATER_KEY = re.compile(rf'"(?:{_LATER_KEYS}|{_ESCAPED_KEY})"[ \t\n\r]*:')
+_LATER_KEY = re.compile(rf'"(?:{_LATER_KEYS})"[ \t\n\r]*:')
+_ESCAPED_KEY = re.compile(r'\\[^"\\]+"[ \t\n\r]*:')
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _read(source: str) -> dict[str, Any]:
         model: dict[str, Any] = {}
         top["model"] = model
         for name in scan.members():
-            if name == "merges" and _LATER_KEY.search(source, scan.at) is None:
+            if name == "merges" and not any(key.search(source, scan.at) for key in (_LATER_KEY, _ESCAPED_KEY)):
                 return top  # nothing after the merges is read
             model[name] = scan.value()
     return top
