@@ -231,7 +231,7 @@ def test_a_tools_field_no_record_holds_is_a_warning_in_pack_stats_and_the_python
     renamed = {"messages": WITH_TOOLS["messages"], "functions": [WEATHER]}
     records = [renamed, WITHOUT_TOOLS, WITHOUT_TOOLS]
     warned = "no record holds tool definitions in the field 'nope' that --tools-field names"
-    for out, flags in (("o", []), ("p", ["--partitions", "2"])):
+    for out, flags in (("o", []), ("p", ["--partitions", "2", "--quiet"])):  # said even with --quiet
         typo = pack(tmp_path, records, "--tools-field", "nope", *flags, out=out)
         assert typo.exit_code == 0, typo.output
         assert warned in typo.stderr

@@ -14,6 +14,7 @@ from conftest import shared_path
 from tokenizers import Tokenizer
 
 from packcli.encode import backends
+from packcli.encode import facts as facts_module
 from packcli.encode.backends import open_backends
 from packcli.encode.encoders import make_encoder
 from packcli.encode.facts import built_facts, read_facts
@@ -80,6 +81,34 @@ def test_keys_after_the_merges_are_read_and_a_file_laid_out_otherwise_is_built()
     assert read == built_facts(Tokenizer.from_str(source))
     spec["added_tokens"][0].pop("special")  # Hugging Face refuses it, naming the field
     assert read_facts(json.dumps({**spec, "model": later})) is None
+
+
+def test_a_key_spelled_with_escapes_after_the_merges_is_read() -> None:
+    spec = json.loads(load_tokenizer().source)
+    added = [*spec.pop("added_tokens"), _added(0, "<z>")]
+    model = spec.pop("model")
+    model["merges"] = model.pop("merges")  # the model's last key
+    text = json.dumps({**spec, "model": model})[:-1] + ', "added_\\u0074okens": ' + json.dumps(added) + "}"
+    read = read_facts(text)  # not the file without its added tokens: a vocabulary short of Hugging Face's
+    assert read == built_facts(Tokenizer.from_str(text))
+    for name in ("gpt2", "tekken", "qwen"):  # an escaped quote in a merge ('\\" :') is no key: merges stay unread
+        assert (
+            "merges"
+            not in facts_module._read(load_tokenizer(str(shared_path(f"tokenizers/{name}"))).source)[0]["model"]
+        )
+
+
+def test_an_added_token_without_an_id_is_built_as_hugging_face_refuses_it() -> None:
+    spec = json.loads(load_tokenizer().source)
+    spec["added_tokens"][0].pop("id")
+    assert read_facts(json.dumps(spec)) is None
+
+
+def test_a_tokenizer_file_not_in_utf8_is_named(tmp_path: Any) -> None:
+    (tmp_path / "tokenizer.json").write_bytes(b'{"model": "\xff"}')
+    with pytest.raises(PackcliError, match=r"not a valid tokenizer\.json: not UTF-8") as caught:
+        load_tokenizer(str(tmp_path))
+    assert str(tmp_path) in str(caught.value)
 
 
 def test_a_broken_file_is_hugging_faces_error(tmp_path: Any) -> None:

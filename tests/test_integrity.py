@@ -73,3 +73,69 @@ def test_an_output_url_missing_a_sidecar_is_not_up_to_date(s3_server: S3Server, 
     replaced = runner.invoke(app, [*args, "--overwrite"])
     assert replaced.exit_code == 0 and json.loads(replaced.stdout)["status"] == "packed", replaced.output
     assert runner.invoke(app, ["verify", out]).exit_code == 0
+
+
+def _list_the_first_shard_twice(manifest: dict[str, object]) -> bytes:
+    """The manifest with the second shard's entry naming the first shard's files (the second's left unlisted)."""
+    shards = manifest["shards"]
+    assert isinstance(shards, list) and len(shards) > 1
+    return json.dumps({**manifest, "shards": [shards[0], shards[0], *shards[2:]]}).encode()
+
+
+def test_an_output_listing_a_shard_twice_or_holding_an_unlisted_one_is_not_up_to_date(tmp_path: Path) -> None:
+    """pack's up-to-date check took an output as up to date on its listed files' sizes alone: a manifest listing a
+    shard twice (another left out), or a shard file no entry lists, passed it, though stats, the loader and verify
+    refuse that output. Each is damage, as a gate says: the run refuses it, --overwrite replaces it."""
+    packed = tmp_path / "packed"
+    args = [*_pack_args(tmp_path), "--out"]
+    assert runner.invoke(app, [*args, str(packed)]).exit_code == 0
+    manifest = read_manifest(packed)
+    for damage in ("twice", "unlisted"):
+        out = tmp_path / damage
+        shutil.copytree(packed, out)
+        if damage == "twice":
+            (out / "manifest.json").write_bytes(_list_the_first_shard_twice(manifest))
+        else:
+            shutil.copy(out / manifest["shards"][0]["file"], out / "shard-09999.arrow")
+        for dry in ([], ["--dry-run"]):
+            refused = runner.invoke(app, [*args, str(out), *dry])
+            assert refused.exit_code == 1 and "listed twice or not listed" in error_line(refused.stderr), (damage, dry)
+        replaced = runner.invoke(app, [*args, str(out), "--overwrite"])
+        assert replaced.exit_code == 0 and json.loads(replaced.stdout)["status"] == "packed", replaced.output
+        assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
+
+
+def _pack_args(tmp_path: Path) -> list[str]:
+    """pack's arguments, less --out, for a corpus of several shards."""
+    corpus = tmp_path / "slice.jsonl"
+    corpus.write_bytes(sample_lines(6))
+    return ["pack", str(corpus), "--max-len", "256", "--shard-size", "20KB", "--quiet", "--json"]
+
+
+def test_an_output_url_listing_a_shard_twice_is_not_up_to_date(s3_server: S3Server, tmp_path: Path) -> None:
+    fs, out = s3_server.filesystem(), f"{s3_server.bucket()}/packed"
+    args = [*_pack_args(tmp_path), "--out", out]
+    assert runner.invoke(app, args).exit_code == 0
+    fs.pipe_file(f"{out}/manifest.json", _list_the_first_shard_twice(json.loads(fs.cat(f"{out}/manifest.json"))))
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 1 and "holds another packcli output" in refused.stderr, refused.output
+    replaced = runner.invoke(app, [*args, "--overwrite"])
+    assert replaced.exit_code == 0 and json.loads(replaced.stdout)["status"] == "packed", replaced.output
+    assert runner.invoke(app, ["verify", out]).exit_code == 0
+
+
+def test_a_shard_entry_whose_sidecars_are_not_entries_is_named_by_its_manifest_key(
+    packed_text: Path, tmp_path: Path
+) -> None:
+    """verify and export met a ``sidecars`` that is not an object of file entries with 'unexpected AttributeError':
+    the manifest's validation names the key, as it does for a shard's own keys."""
+    manifest = read_manifest(packed_text)
+    for key, sidecars, at in (("list", [1], "sidecars"), ("entry", {"sources": {"file": "x"}}, "sidecars.sources")):
+        copy = tmp_path / key
+        shutil.copytree(packed_text, copy)
+        edited = {**manifest, "shards": [{**manifest["shards"][0], "sidecars": sidecars}, *manifest["shards"][1:]]}
+        (copy / "manifest.json").write_text(json.dumps(edited))
+        for command in (["verify", str(copy)], ["export", str(copy), "--to", "megatron", "--out", str(tmp_path / "e")]):
+            result = runner.invoke(app, command)
+            assert result.exit_code == 1, result.output
+            assert f"manifest key 'shards[0].{at}" in error_line(result.stderr), result.stderr

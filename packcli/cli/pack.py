@@ -181,14 +181,16 @@ def _report(result: PackResult, out: str, json_output: bool, summary: Path | Non
     from packcli.report.terminal import loss_warning, special_text_warning, tools_warning
 
     figures = result.summary()
-    tools_field = result.manifest["options"].get("tools_field", "")
-    for warning in (special_text_warning(figures), tools_warning(figures, tools_field)):
-        if warning is not None:
-            warnings(warning)
-    lost = loss_warning(figures, figures["max_len"])
-    warn_loss(lost)
-    shown = [*warnings.first, *([lost] if lost else [])]
-    write_summary(pack_markdown(figures, out, shown, warnings.count + bool(lost)), summary)
+    special_text = special_text_warning(figures)
+    if special_text is not None:
+        warnings(special_text)
+    # printed even with --quiet, as a loss is: a mistyped field silently changes every chat
+    untooled = tools_warning(figures, result.manifest["options"].get("tools_field", ""))
+    lost = [warning for warning in (untooled, loss_warning(figures, figures["max_len"])) if warning is not None]
+    for warning in lost:
+        warn_loss(warning)
+    shown = [*warnings.first, *lost]
+    write_summary(pack_markdown(figures, out, shown, warnings.count + len(lost)), summary)
     if json_output:
         print(json.dumps(figures, sort_keys=True))
     elif result.status == "up-to-date":

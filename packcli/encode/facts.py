@@ -35,9 +35,12 @@ COMPONENTS = ("normalizer", "pre_tokenizer", "post_processor")
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
-# A key that matters, after the model's merges: only a key is a string directly followed by a colon.
+# A key that matters, after the model's merges: only a key is a string directly followed by a colon. A key spelled
+# with an escape (``"added_\u0074okens"``) may be any of them: its last escape, the rest of it (no escaped quote)
+# and the colon.
 _LATER_KEYS = "|".join(("type", "vocab", "added_tokens", *SETTINGS, *COMPONENTS))
 _LATER_KEY = re.compile(rf'"(?:{_LATER_KEYS})"[ \t\n\r]*:')
+_ESCAPED_KEY = re.compile(r'\\[^"\\]+"[ \t\n\r]*:')
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ def _read(source: str) -> tuple[dict[str, Any], int]:
         model: dict[str, Any] = {}
         top["model"] = model
         for name in scan.members():
-            if name == "merges" and _LATER_KEY.search(source, scan.at) is None:
+            if name == "merges" and not any(key.search(source, scan.at) for key in (_LATER_KEY, _ESCAPED_KEY)):
                 return top, vocab_at  # nothing after the merges is read
             if name == "vocab":
                 vocab_at = scan.start()
@@ -199,9 +202,13 @@ class _Scanner:
 
 
 def _added_token(entry: Any) -> AddedToken:
-    """One ``added_tokens`` entry (Hugging Face refuses one without each flag: so does this reader)."""
+    """One ``added_tokens`` entry (Hugging Face refuses one without its id or each flag: so does this reader)."""
     values = [entry["content"], *(entry[flag] for flag in FLAGS)]
-    if not isinstance(values[0], str) or not all(isinstance(value, bool) for value in values[1:]):
+    if (
+        not isinstance(entry["id"], int)
+        or not isinstance(values[0], str)
+        or not all(isinstance(value, bool) for value in values[1:])
+    ):
         raise ValueError("not an added token")
     return AddedToken(*values)
 

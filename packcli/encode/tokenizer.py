@@ -106,7 +106,10 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         name = spec
         raw = path.read_bytes()
         config, config_sha256 = _read_config(path.parent)  # the same directory however --tokenizer is spelled
-    source = raw.decode("utf-8")
+    try:
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackcliError(f"not a valid tokenizer.json: not UTF-8 ({exc.reason} at byte {exc.start})", name) from None
     facts = _facts(source, name)
     eos = _token_id(facts, eos_token or _configured(config, "eos_token"), _EOS_NAMES, name, "EOS")
     bos = _token_id(facts, _configured(config, "bos_token"), _BOS_NAMES, name, "BOS")

@@ -108,6 +108,8 @@ SHARD: dict[str, tuple[Kind, bool]] = {
     "sha256": (TEXT, True),
     "documents": (COUNT, False),
 }
+# A shard entry's ``sidecars`` (format/sidecars.py; an object, where present), each by kind: the keys of each.
+SIDECAR: dict[str, tuple[Kind, bool]] = {"file": (TEXT, True), "bytes": (COUNT, True), "sha256": (TEXT, True)}
 
 
 def write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFEST_NAME) -> Path:
@@ -169,6 +171,14 @@ def validate_manifest(manifest: dict[str, Any], path: Path) -> None:
         if not isinstance(shard, dict):
             _fail(f"shards[{index}]", f"must be {OBJECT[0]}, not {_shown(shard)}", path)
         _check_block(shard, SHARD, f"shards[{index}].", path)
+        sidecars = shard.get("sidecars", {})
+        if not isinstance(sidecars, dict):
+            _fail(f"shards[{index}].sidecars", f"must be {OBJECT[0]}, not {_shown(sidecars)}", path)
+        for kind, sidecar in sidecars.items():
+            key = f"shards[{index}].sidecars.{kind}"
+            if not isinstance(sidecar, dict):
+                _fail(key, f"must be {OBJECT[0]}, not {_shown(sidecar)}", path)
+            _check_block(sidecar, SIDECAR, f"{key}.", path)
 
 
 def _check_block(block: dict[str, Any], keys: dict[str, tuple[Kind, bool]], prefix: str, path: Path) -> None:

@@ -114,7 +114,7 @@ def dry_run(
     if output == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
-            "missing or not its listed size): the run would refuse it without --overwrite",
+            "missing, not its listed size, listed twice or not listed): the run would refuse it without --overwrite",
             out,
         )
     status = "up-to-date" if output == "same" and takes_output(options.tokenizer_backend)(out) else "would-pack"

@@ -17,7 +17,6 @@ from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from packcli.errors import UsageError
-from packcli.format.integrity import directory_sizes
 
 __all__ = ["UrlPath", "file_sizes", "is_url", "location"]
 
@@ -134,6 +133,8 @@ def file_sizes(root: Path) -> dict[str, int]:
     :mod:`packcli.format.integrity` checks a manifest against): under a URL every object at any depth, in a
     directory its plain files."""
     if not isinstance(root, UrlPath):
+        from packcli.format.integrity import directory_sizes  # here: `packcli --help` loads no numpy (via sidecars)
+
         return directory_sizes(root)
     from packcli.storage.objects import object_sizes
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from packcli.errors import PackcliError, option
-from packcli.format.integrity import directory_sizes, listed_files, size_damage
+from packcli.format.integrity import directory_sizes, file_damage, listed_files
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest
 from packcli.format.sidecars import SIDECAR_FILE
 
@@ -46,7 +46,8 @@ def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:
     if existing == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
-            f"missing or not its listed size); pass {option('overwrite', True)} to replace it",
+            "missing, not its listed size, listed twice or not listed); "
+            f"pass {option('overwrite', True)} to replace it",
             shown,
         )
     return existing == "same"
@@ -90,7 +91,7 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             f"empty directory: choose another {option('out')}, or remove it yourself",
             shown,
         ) from None
-    if manifest["fingerprint"] == fingerprint and not size_damage(manifest, directory_sizes(target)):
+    if manifest["fingerprint"] == fingerprint and not file_damage(manifest, directory_sizes(target)):
         return "same"
     listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(manifest))}
     foreign = next(

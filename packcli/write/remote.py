@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from packcli.errors import PackcliError
-from packcli.format.integrity import listed_files, size_damage
+from packcli.format.integrity import file_damage, listed_files
 from packcli.format.manifest import MANIFEST_NAME, RUN_DIRECTORY, RUN_PREFIX, SHARD_FILE, read_manifest
 from packcli.format.sidecars import SIDECAR_FILE
 from packcli.storage.inputs import RESUME_PREFIX
@@ -350,7 +350,7 @@ def remote_output(out: Path, fingerprint: str) -> Found:
             parts[name.split("/", 1)[0]][prefix + name] = sizes[name]
         elif name not in listed and name not in strangers:
             debris.append(prefix + name)
-    intact = manifest is not None and manifest["fingerprint"] == fingerprint and not size_damage(manifest, sizes)
+    intact = manifest is not None and manifest["fingerprint"] == fingerprint and not file_damage(manifest, sizes)
     if strangers and not intact:  # an up-to-date output leaves them; a run that replaces it would remove them
         raise _not_packcli(strangers[0], out)
     if manifest is None:
