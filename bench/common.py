@@ -26,13 +26,30 @@ def shared(relative: str) -> Path | None:
 
 
 def run_child(args: list[str]) -> tuple[float, int]:
-    """Run a command; return its wall seconds and peak RSS in MiB (from wait4, that child only)."""
+    """Run a command; return its wall seconds and peak RSS in MiB (that command only; see run_measured)."""
     seconds, _, mib = run_measured(args)
     return seconds, mib
 
 
 class CommandFailed(SystemExit):
     """A benchmark command exited non-zero: it ends a benchmark, unless the benchmark catches it (a peer's)."""
+
+
+# Started between this process and the command. A child that subprocess starts (by vfork) takes over this
+# process's high-water RSS when it execs, so a large benchmark process would inflate every peak it reads: the
+# command is started by this small launcher instead, which passes back on a pipe the command's own peak and wall
+# time, and its own CPU, to be taken off (its interpreter start counts in neither figure).
+_LAUNCHER = """
+import os, resource, sys, time
+start = time.perf_counter()
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - start
+own = resource.getrusage(resource.RUSAGE_SELF)
+os.write(int(sys.argv[1]), f"{usage.ru_maxrss} {own.ru_utime + own.ru_stime} {wall}".encode())
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
 
 
 def run_measured(
@@ -47,18 +64,25 @@ def run_measured(
     forkserver and its workers, which outlive the main process) is reaped here, not by init, its CPU lost."""
     if tree:
         _become_subreaper()
-    start = time.perf_counter()
-    with open(log or os.devnull, "wb") as sink:
-        process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT if log else None, env=env)
+    read, write = os.pipe()
+    with open(log or os.devnull, "wb") as sink, os.fdopen(read, "rb") as report:
+        launcher = [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(write), *args]
+        process = subprocess.Popen(
+            launcher, stdout=sink, stderr=subprocess.STDOUT if log else None, env=env, pass_fds=(write,)
+        )
+        os.close(write)
         _, status, usage = os.wait4(process.pid, 0)
-        cpu, peak = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        peak_text, launcher_cpu, wall = report.read().split() or (b"0", b"0", b"0")
+        cpu = usage.ru_utime + usage.ru_stime - float(launcher_cpu)
+        seconds, peak = float(wall), int(peak_text)
+        start = time.perf_counter()
         while tree:
             try:
                 _, _, usage = os.wait4(-1, 0)
             except ChildProcessError:
                 break
             cpu, peak = cpu + usage.ru_utime + usage.ru_stime, max(peak, usage.ru_maxrss)
-    seconds = time.perf_counter() - start
+        seconds += time.perf_counter() - start  # the orphans' tail, with TREE
     if os.waitstatus_to_exitcode(status) != 0:
         raise CommandFailed(f"benchmark command failed: {' '.join(args)}" + (f" (output in {log})" if log else ""))
     return seconds, cpu, peak // 1024
