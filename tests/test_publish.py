@@ -130,6 +130,17 @@ def test_a_symlinked_out_is_written_through(tmp_path: Path, corpus: Path, target
         assert [p.name for p in work.iterdir()] == ["packed"] and [p.name for p in scratch.iterdir()] == ["packed"]
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_an_out_in_a_symlink_loop_is_refused_naming_it(tmp_path: Path, corpus: Path, dry_run: bool) -> None:
+    """A link loop (a -> b -> a), as --out or above it, is a one-line error naming --out, not 'unexpected'."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for out in (tmp_path / "a", tmp_path / "a" / "packed"):
+        code, stderr = pack(corpus, out, *(["--dry-run"] if dry_run else []))
+        assert code == 1 and error_line(stderr) == f"error: {out}: a loop of symbolic links; choose another --out"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "corpus.jsonl"]
+
+
 # --- one writer at a time ---------------------------------------------------------------------------------------
 
 

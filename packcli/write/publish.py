@@ -56,6 +56,7 @@ from packcli.write.staging import (
     remove_debris,
     remove_path,
     remove_resume_area,
+    resolved_out,
     sibling,
 )
 
@@ -91,7 +92,7 @@ class Publication:
         warn: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.out = out
-        self.target = out.resolve()  # where the output lives: through any link
+        self.target = resolved_out(out)  # where the output lives: through any link
         self.fingerprint = fingerprint
         self.overwrite = overwrite
         self.inputs = list(inputs)
@@ -220,7 +221,7 @@ def remove_dead_runs(
     kill between the swap and the removal leaves the replaced output there), else saying so with its size. For a run
     that finds its output up to date and so takes no publication; one that cannot take the lock (a live run, a
     directory it may not write) leaves everything."""
-    target = out.resolve()
+    target = resolved_out(out)
     lock = FileLock(sibling(target, "lock"))
     try:
         if not lock.acquire(wait=False):

@@ -57,7 +57,7 @@ from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
 from packcli.write.existing import Existing, existing_output, in_use, up_to_date
 from packcli.write.publish import remove_dead_runs
-from packcli.write.staging import RUN_RECORD, out_of_room, parts_fingerprint, parts_removed
+from packcli.write.staging import RUN_RECORD, out_of_room, parts_fingerprint, parts_removed, resolved_out
 
 __all__ = [
     "LOCK_NAME",
@@ -296,7 +296,7 @@ def output_state(out: Path, fingerprint: str) -> Existing:
     :func:`~packcli.write.existing.existing_output`)."""
     if isinstance(out, UrlPath):
         return remote_output(out, fingerprint).existing
-    return existing_output(out.resolve(), fingerprint, out)
+    return existing_output(resolved_out(out), fingerprint, out)
 
 
 class Found(NamedTuple):

@@ -25,6 +25,7 @@ __all__ = [
     "remove_debris",
     "remove_path",
     "remove_resume_area",
+    "resolved_out",
     "sibling",
     "staging_family",
 ]
@@ -36,6 +37,21 @@ _ONE_RUN_STAGING = re.compile(rf"(\..+\.packcli-{STAGING})-\d+-[0-9a-f]+")
 _DEBRIS = (f"{STAGING}-*", "old-*", "partial", "old")
 # Errors of a write that ran out of room: the disk or quota is full, or a file reached its size limit.
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def resolved_out(out: Path) -> Path:
+    """Where the output directory ``out`` lives, through any link: its siblings go beside that.
+
+    Raises:
+        PackcliError: naming ``out``, where a loop of links (a -> b -> a) stands on its path, which Python's
+            ``resolve`` reports as a RuntimeError (an OSError from 3.13).
+    """
+    try:
+        return out.resolve()
+    except (RuntimeError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.ELOOP:
+            raise
+        raise PackcliError("a loop of symbolic links; choose another --out", out) from None
 
 
 def sibling(target: Path, kind: str) -> Path:
