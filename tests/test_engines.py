@@ -212,3 +212,57 @@ def test_the_local_engine_raises_the_first_failed_job_in_job_order(tmp_path: Pat
         engine.run([0, 3, 1, 2], fail_odd, results.append, note_start, tmp_path / "started")
     assert (raised.value.path, raised.value.line, raised.value.exit_code) == ("c.jsonl", 3, 1)
     assert {job for job, _ in results} <= {0, 2}
+
+
+_START_METHOD_SCRIPT = """
+import sys, threading
+from pathlib import Path
+from packcli.engines.local import LocalEngine
+
+
+def command_line(state, job):
+    return Path("/proc/self/cmdline").read_bytes()
+
+
+def workers_command_lines(fork):
+    lines = []
+    with LocalEngine(2, fork=fork) as engine:
+        engine.run([0, 1, 2], command_line, lines.append, None, None)
+    return set(lines)
+
+
+if __name__ == "__main__":
+    mine = Path("/proc/self/cmdline").read_bytes()
+    print("fork", workers_command_lines(True) == {mine})
+    print("declined", workers_command_lines(False) == {mine})
+    stop = threading.Event()
+    waiting = threading.Thread(target=stop.wait)
+    waiting.start()
+    print("threaded", workers_command_lines(True) == {mine})
+    stop.set()
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the local engine forks its first worker on Linux only")
+def test_the_first_worker_is_forked_from_a_driver_with_no_other_thread_else_spawned(tmp_path: Path) -> None:
+    """A forked worker runs with the driver's command line and imports; a spawned one is a fresh interpreter. The
+    engine forks only when its caller allows it (no tokenizer pool started) and no other thread of Python runs."""
+    script = tmp_path / "start_method.py"
+    script.write_text(_START_METHOD_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:3] == ["fork True", "declined False", "threaded False"]
+
+
+def test_a_process_that_encoded_spawns_its_partition_workers(corpus: Path, tmp_path: Path) -> None:
+    """A process whose tokenizer pool may run (it packed before) does not fork it into workers: the pool's threads
+    would stay behind (Hugging Face then disables its parallelism, saying so on stderr; gigatoken would hang)."""
+    from packcli.encode.tokenizer import encoding_started
+    from packcli.options import PackOptions
+    from packcli.run.driver import _engine
+
+    result = invoke("pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "plain"), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert encoding_started()
+    engine = _engine(PackOptions(max_len=512, partitions=2))
+    assert isinstance(engine, LocalEngine) and not engine.fork

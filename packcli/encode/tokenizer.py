@@ -23,7 +23,15 @@ from packcli.encode.facts import TokenizerFacts, built_facts, read_facts
 from packcli.errors import PackcliError, UsageError, option
 from packcli.util.memory import release_free_memory
 
-__all__ = ["LoadedTokenizer", "document_tokenizer", "hf_tokenizer", "load_tokenizer", "special_ids", "use_threads"]
+__all__ = [
+    "LoadedTokenizer",
+    "document_tokenizer",
+    "encoding_started",
+    "hf_tokenizer",
+    "load_tokenizer",
+    "special_ids",
+    "use_threads",
+]
 
 BUNDLED_NAME = "gpt2 (bundled)"
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -222,13 +230,25 @@ def _token_id(facts: TokenizerFacts, wanted: str | None, known: tuple[str, ...],
     return None
 
 
+_encoding_started = False  # use_threads ran in this process: a tokenizer's thread pool may be running
+
+
 def use_threads(threads: int | None) -> None:
     """Size the tokenizer's thread pool: ``threads`` (None: every core). The Rust pool reads ``RAYON_NUM_THREADS``
     once, as it starts on the first encode, so this is the one place packcli sets it, from the option's value
-    (``--workers``, or a worker's share of the cores); once the pool runs, nothing changes it."""
+    (``--workers``, or a worker's share of the cores); once the pool runs, nothing changes it. Every encoding
+    job calls it first."""
+    global _encoding_started
+    _encoding_started = True
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     if threads is not None:
         os.environ["RAYON_NUM_THREADS"] = str(threads)
+
+
+def encoding_started() -> bool:
+    """Whether this process may have started a tokenizer's thread pool (it ran an encoding job): a process forked
+    from it would inherit the pool without its threads."""
+    return _encoding_started
 
 
 def special_ids(loaded: LoadedTokenizer, eos: bool, bos: bool) -> tuple[int | None, int | None]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.encode import cache
+from packcli.encode.tokenizer import encoding_started
 from packcli.engines import Engine
 from packcli.errors import PackcliError
 from packcli.format.manifest import output_manifest, read_manifest, write_manifest
@@ -198,7 +199,7 @@ def _engine(options: PackOptions) -> Engine:
         return RayEngine(options.workers, options.ray_address)
     from packcli.engines.local import LocalEngine
 
-    return LocalEngine(options.workers)
+    return LocalEngine(options.workers, fork=not encoding_started())
 
 
 @dataclass
