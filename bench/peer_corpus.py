@@ -41,6 +41,7 @@ def build(gcide: Path, scratch: Path, size: str) -> tuple[Path, Path]:
     if not out.exists():
         copies, limit, code_bytes, prose_bytes = SIZES[size]
         partial = out.with_suffix(".partial")
+        scratch.mkdir(parents=True, exist_ok=True)  # a fresh clone has no build/ yet
         with partial.open("w", encoding="utf-8") as handle:
             for record in _records(gcide, copies, limit, code_bytes, prose_bytes):
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
