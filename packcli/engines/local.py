@@ -93,7 +93,7 @@ class LocalEngine(Unconnected):
         cores = os.cpu_count() or 1
         size = max(1, min(len(jobs), self.workers or cores))
         forked = self.fork and sys.platform == "linux" and threading.active_count() == 1
-        context = multiprocessing.get_context("fork" if forked else "spawn")
+        context = multiprocessing.get_context("fork") if forked else multiprocessing.get_context("spawn")
         pipes = [context.Pipe() for _ in range(size)]
         theirs = [end for _, end in pipes]
         first = context.Process(target=_first_worker, args=(os.getpid(), max(1, cores // size), start, task, theirs))
