@@ -59,6 +59,39 @@ def test_rows_hold_their_pieces_across_batches_and_shards(
         assert row["cu_seqlens"] == [0, *np.cumsum(lengths[docs]).tolist()]
 
 
+def test_the_next_batch_is_gathered_on_a_helper_thread_and_its_error_stops_the_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write phase uses two threads: the store is read for the next batch while this one is written. A read
+    that fails is raised as it was, after the batch before it, and leaves no shard behind."""
+    import threading
+
+    lengths = np.full(40, 5, dtype=np.int64)
+    tokens = np.arange(200, dtype=np.int32)
+    starts = np.cumsum(lengths) - lengths
+    monkeypatch.setattr(rows, "BATCH_BYTES", 100)  # a batch or two per row
+    store = store_of(tmp_path / "tokens", tokens)
+    placed = Rows.packed(starts, lengths, np.arange(40), np.arange(40, dtype=np.int64), np.arange(41, dtype=np.int64))
+    gathered: list[str] = []
+
+    def gather(where: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        gathered.append(threading.current_thread().name)
+        if len(gathered) == 7:
+            raise OSError("the token store is shorter than expected")
+        return store.gather(where, sizes)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(OSError, match="shorter than expected"):
+        rows.write_rows(out, gather, None, placed, shard_schema({}), 10**9)
+    assert len(gathered) == 7 and all(name.startswith("packcli-gather") for name in gathered)
+    assert list(out.iterdir()) == []
+    shards = rows.write_rows(out, store.gather, None, placed, shard_schema({}), 10**9)
+    store.remove()
+    assert sum(shard.rows for shard in shards) == 40
+    assert [row["input_ids"] for row in read_rows(out)] == [list(range(5 * k, 5 * k + 5)) for k in range(40)]
+
+
 def test_labels_follow_the_mask_and_supervision_is_counted(tmp_path: Path) -> None:
     tokens = np.arange(1, 9, dtype=np.int32)
     mask = np.array([0, 1, 1, 0, 0, 0, 0, 1], dtype=bool)  # no document's first token: it never takes loss

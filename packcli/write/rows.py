@@ -9,6 +9,7 @@ lives, and the loader uses it too.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,14 +55,25 @@ def write_rows(
     budget = min(shard_size, BATCH_BYTES)
     batch_of_row = (np.cumsum(row_bytes) - row_bytes) // budget
     cuts = np.concatenate(([0], np.nonzero(np.diff(batch_of_row))[0] + 1, [len(row_bytes)]))
-    with ShardWriter(directory, schema, shard_size, prefix) as writer:
-        for first, last in zip(cuts[:-1], cuts[1:]):
-            row_offsets = rows.offsets[first : last + 1] - rows.offsets[first]
-            docs = slice(rows.offsets[first], rows.offsets[last])
-            batch = row_batch(tokens, mask, rows.start[docs], rows.length[docs], row_offsets, schema, supervision)
+
+    def batch_of(first: int, last: int) -> pa.RecordBatch:
+        row_offsets = rows.offsets[first : last + 1] - rows.offsets[first]
+        docs = slice(rows.offsets[first], rows.offsets[last])
+        return row_batch(tokens, mask, rows.start[docs], rows.length[docs], row_offsets, schema, supervision)
+
+    # The next batch is gathered on a helper thread while this one is written (the store's reads and the shard's
+    # writes release the GIL): one batch ahead, in order, so the bytes are those of one thread. On an error the
+    # executor waits for that one batch, no more.
+    with ShardWriter(directory, schema, shard_size, prefix) as writer, ThreadPoolExecutor(1, "packcli-gather") as ahead:
+        spans = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+        pending = ahead.submit(batch_of, *spans[0]) if spans else None
+        for index, (first, last) in enumerate(spans):
+            assert pending is not None
+            batch = pending.result()
+            pending = ahead.submit(batch_of, *spans[index + 1]) if index + 1 < len(spans) else None
             writer.write(
                 batch,
-                int(row_offsets[-1]),
+                int(rows.offsets[last] - rows.offsets[first]),
                 int(row_tokens[first:last].sum()),
                 int(row_bytes[first:last].sum()),
             )
