@@ -13,13 +13,15 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 PIECE = 8 << 20
+BLOCK_BYTES = 16 << 20  # as floor.py reads: blocks of whole lines, room for a long document
 
 
 def main() -> None:
     path, size, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     stream = pa.input_stream(path, compression="gzip" if path.endswith(".gz") else None)
+    read = pa_json.ReadOptions(block_size=BLOCK_BYTES)  # a block holds whole lines: room for a long document
     parse = pa_json.ParseOptions(explicit_schema=pa.schema([("text", pa.string())]), unexpected_field_behavior="ignore")
-    texts = pa_json.read_json(stream, parse_options=parse).column("text").to_pylist()
+    texts = pa_json.read_json(stream, read, parse).column("text").to_pylist()
     data = "".join(texts[:1000]).encode()  # some real bytes to write, repeated
     piece = (data * (PIECE // max(len(data), 1) + 1))[:PIECE]
     digest = hashlib.sha256()
