@@ -266,3 +266,40 @@ def test_a_process_that_encoded_spawns_its_partition_workers(corpus: Path, tmp_p
     assert encoding_started()
     engine = _engine(PackOptions(max_len=512, partitions=2))
     assert isinstance(engine, LocalEngine) and not engine.fork
+
+
+_TERMINATED_WORKER_SCRIPT = """
+import os, signal, sys, time
+from packcli.engines.local import LocalEngine
+from packcli.errors import PackcliError
+from packcli.util.signals import ending_by_signal
+
+
+def terminate_self(state, job):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+    return "survived"
+
+
+if __name__ == "__main__":
+    results = []
+    with ending_by_signal():  # as packcli's main installs it: the driver's SIGTERM unwinds the driver
+        try:
+            with LocalEngine(1, fork=sys.argv[1] == "fork") as engine:
+                engine.run([0], terminate_self, results.append, None, None)
+            print("survived", results)
+        except PackcliError as exc:
+            print("ended:", exc)
+"""
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_worker_sent_sigterm_ends_and_the_driver_says_so(tmp_path: Path, start: str) -> None:
+    """A worker ends on SIGTERM as a process does by default, however it was started: a forked one does not keep
+    the driver's handler, which would hold the signal back for good (the driver forks inside a block that holds
+    signals)."""
+    script = tmp_path / "terminated_worker.py"
+    script.write_text(_TERMINATED_WORKER_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), start], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ended: a worker process died"), result.stdout

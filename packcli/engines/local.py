@@ -37,6 +37,8 @@ __all__ = ["LocalEngine"]
 def _first_worker(driver: int, threads: int, start: Start | None, task: Task, pipes: list[Connection]) -> None:
     """Worker 0: take what the driver ships, start once, fork one worker for each other pipe, serve its own, then
     wait for the others."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # a forked worker has the driver's handler, which holds them
+        signal.signal(signum, signal.SIG_DFL)  # back here for good: they end it, as they do a spawned one
     die_with_parent(driver)  # a second guard beside the reaper: a worker never outlives its driver
     shipped = pipes[0].recv()
     state = start(shipped, threads) if start is not None else None
