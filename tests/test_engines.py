@@ -264,8 +264,37 @@ def test_a_process_that_encoded_spawns_its_partition_workers(corpus: Path, tmp_p
     result = invoke("pack", str(corpus), "--max-len", "512", "--out", str(tmp_path / "plain"), "--quiet")
     assert result.exit_code == 0, result.output
     assert encoding_started()
-    engine = _engine(PackOptions(max_len=512, partitions=2))
+    engine = _engine(PackOptions(max_len=512, partitions=2), fork_workers=True)
     assert isinstance(engine, LocalEngine) and not engine.fork
+
+
+_SAY_FORK = (
+    "import packcli.engines.local as local; init = local.LocalEngine.__init__; "
+    "local.LocalEngine.__init__ = lambda self, workers, fork=False: "
+    "(print('fork', fork, file=sys.stderr), init(self, workers, fork))[1]"
+)
+
+
+def test_packcli_s_own_command_forks_its_first_worker_and_a_python_caller_s_process_does_not(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """The command's process holds only packcli's threads and pools; a Python caller's may hold a tokenizer pool
+    packcli cannot see (Hugging Face's, after the caller encoded, hangs in a forked child when
+    TOKENIZERS_PARALLELISM is set), so ``packcli.pack`` spawns."""
+    result = run_packcli(
+        "pack", str(corpus), "--max-len", "512", "--partitions", "2", "--out", str(tmp_path / "cli"), "--quiet",
+        prelude=_SAY_FORK,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "fork True" in result.stderr.splitlines()
+    code = (
+        f"import sys; {_SAY_FORK}; import packcli; "
+        f"packcli.pack({str(corpus)!r}, max_len=512, out={str(tmp_path / 'api')!r}, partitions=2)"
+    )
+    api = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert api.returncode == 0, api.stderr
+    assert "fork False" in api.stderr.splitlines()
+    assert files_of(tmp_path / "cli") == files_of(tmp_path / "api")
 
 
 _TERMINATED_WORKER_SCRIPT = """

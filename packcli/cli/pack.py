@@ -163,7 +163,7 @@ def pack(
     try:
         with spooled_stdin(inputs, options.partitioned, warnings) as given:
             result = pack_corpus(
-                given.files, options, location(out), overwrite, reporter, given.warn, stdin=given.spool
+                given.files, options, location(out), overwrite, reporter, given.warn, given.spool, fork_workers=True
             )
     finally:
         reporter.close()

@@ -2,12 +2,13 @@
 the cores as tokenizer threads.
 
 The first worker is forked from the driver where that is safe: on Linux, when the driver runs no thread of
-Python's but its own and has started no tokenizer's thread pool (the caller says so), so that the worker finds
-packcli and its libraries imported (about 0.3 CPU s less per run than a fresh interpreter). Otherwise (a progress
-display's thread, a process that encoded before, another system) it is spawned: a fork would copy those threads'
-state without the threads. It runs the driver's ``start`` once, building the tokenizers it shipped, and then forks
-the other workers from itself, before any encoding started a thread pool: they begin with all of that done, so a
-run pays it once whatever its worker count, and the workers share the built tokenizers' memory.
+Python's but its own and holds no tokenizer's thread pool (the caller says so: packcli's own command, before any
+encoding), so that the worker finds packcli and its libraries imported (about 0.3 CPU s less per run than a fresh
+interpreter). Otherwise (a progress display's thread, a Python caller's process, another system) it is spawned: a
+fork would copy those threads' state without the threads (a tokenizer's pool would hang). It runs the driver's
+``start`` once, building the tokenizers it shipped, and then forks the other workers from itself, before any
+encoding started a thread pool: they begin with all of that done, so a run pays it once whatever its worker count,
+and the workers share the built tokenizers' memory.
 
 Each worker takes one job at a time over its own pipe. A job that raises stops the start of further jobs; those
 running finish (and stay committed for a rerun), then the first failed job's error, in job order, is raised. A

@@ -51,6 +51,7 @@ def pack_corpus(
     reporter: Reporter | None = None,
     warn: Callable[[str], None] = lambda message: None,
     stdin: Spool | None = None,
+    fork_workers: bool = False,
 ) -> PackResult:
     """Pack ``inputs`` into ``out`` (Arrow shards + manifest.json) under ``options``.
 
@@ -58,7 +59,9 @@ def pack_corpus(
     An existing output with another fingerprint is replaced only with ``overwrite``. An output URL (a
     :class:`~packcli.storage.UrlPath`) is published by :class:`~packcli.write.remote.RemotePublication`; a
     partitioned run to one keeps its parts in the store. ``stdin``: the spool of standard input among ``inputs``
-    (see :mod:`packcli.read.stdin`).
+    (see :mod:`packcli.read.stdin`). ``fork_workers``: this process is packcli's own command, every thread and
+    thread pool in it packcli's, so the local engine may fork its first worker from it (a Python caller's process
+    may hold a tokenizer pool packcli cannot see: its worker is spawned).
     """
     reporter = reporter or SilentReporter()
     scratch_directory()  # a PACKCLI_SCRATCH that is no directory is refused before any work, not by a worker
@@ -73,7 +76,7 @@ def pack_corpus(
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     shared, facts = setup.run_keys(fingerprint, plan)  # the manifest keys the output and its parts share
     with (
-        _engine(options) as engine,  # connects first: no staging if it cannot
+        _engine(options, fork_workers) as engine,  # connects first: no staging if it cannot
         _publication(out, fingerprint, overwrite, read, plan.partitioned, current, warn) as publication,
     ):
         if publication.up_to_date:
@@ -186,7 +189,7 @@ def _input_names(setup: Setup) -> dict[str, str]:
     return {str(item.path): item.name for item in setup.inputs}
 
 
-def _engine(options: PackOptions) -> Engine:
+def _engine(options: PackOptions, fork_workers: bool = False) -> Engine:
     """The engine the options name: in-process for a plain run (``--workers``: its tokenizer threads), else worker
     processes or Ray."""
     if not options.partitioned:
@@ -199,7 +202,7 @@ def _engine(options: PackOptions) -> Engine:
         return RayEngine(options.workers, options.ray_address)
     from packcli.engines.local import LocalEngine
 
-    return LocalEngine(options.workers, fork=not encoding_started())
+    return LocalEngine(options.workers, fork=fork_workers and not encoding_started())
 
 
 @dataclass
