@@ -31,7 +31,7 @@ OTHER_TOOLS_FLAGS = {  # flags the docs give to other tools' commands, never to 
     "--data-path", "--split", "--tokenizer-type",  # Megatron-LM's pretrain_gpt.py
     "--nproc_per_node",  # torchrun
     "--head", "--address",  # ray start, ray job submit
-    "--threads", "--idle",  # py-spy record
+    "--threads", "--idle", "--native",  # py-spy record
 }  # fmt: skip
 FLAG = r"(?<![\w-])--[a-z][a-z0-9_-]*"
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
