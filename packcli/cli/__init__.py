@@ -148,6 +148,7 @@ app.command(cls=Command)(export.export)
 
 def main() -> None:
     """Console entry point."""
+    pack.as_own_command()
     try:
         app()
     finally:

@@ -15,6 +15,18 @@ from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summ
 from packcli.options import DEFAULT_MAX_LEN
 from packcli.util.signals import Interrupted
 
+# The console entry point (``packcli``, ``python -m packcli``) runs: this process is packcli's own command, every
+# thread and tokenizer pool in it packcli's, so the local engine may fork its first worker from it. The app invoked
+# in a caller's process (typer's CliRunner, a test suite) may sit beside the caller's tokenizer pool: it spawns.
+_own_command = False
+
+
+def as_own_command() -> None:
+    """Say that this process is packcli's command (the console entry point calls it, before the app runs)."""
+    global _own_command
+    _own_command = True
+
+
 if TYPE_CHECKING:
     from packcli.run.setup import PackResult
 
@@ -163,7 +175,14 @@ def pack(
     try:
         with spooled_stdin(inputs, options.partitioned, warnings) as given:
             result = pack_corpus(
-                given.files, options, location(out), overwrite, reporter, given.warn, given.spool, fork_workers=True
+                given.files,
+                options,
+                location(out),
+                overwrite,
+                reporter,
+                given.warn,
+                given.spool,
+                fork_workers=_own_command,
             )
     finally:
         reporter.close()
