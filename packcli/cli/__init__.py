@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -148,10 +149,18 @@ app.command(cls=Command)(export.export)
 
 def main() -> None:
     """Console entry point."""
-    pack.as_own_command()
+    if _is_the_program():
+        pack.as_own_command()
     try:
         app()
     finally:
         # The process ends here, every output closed: frozen, the heap is left out of the interpreter's collections
         # at exit, which would only walk every object (50-70 ms with typer, pydantic, numpy and pyarrow loaded).
         gc.freeze()
+
+
+def _is_the_program() -> bool:
+    """Whether packcli is this process' program (the ``packcli`` command, ``python -m packcli``), not a function a
+    caller's script called: only then are every thread and tokenizer pool in it packcli's."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return (spec is not None and spec.name == "packcli.__main__") or Path(sys.argv[0]).name == "packcli"
