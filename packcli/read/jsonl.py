@@ -12,11 +12,12 @@ so a piece's records are exactly its lines' records whichever parser reads it: n
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -77,15 +78,15 @@ def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before
 
 
 def _whole_lines(path: Path, offset: int, lines_before: int) -> int:
-    """The line ends a damaged compressed file yields before it breaks (nearly all: a decompressor may hold back
-    its last few kilobytes). The read that broke lost its decompressed bytes with the error, so the stream is
-    read again: its first ``offset`` bytes (``lines_before`` line ends) in large steps, then in small ones."""
+    """The line ends a damaged compressed file yields before it breaks. The read that broke lost its decompressed
+    bytes with the error, so the stream is read again: its first ``offset`` bytes (``lines_before`` line ends) in
+    large steps, then in small ones of one raw read each, so that the read that breaks again holds no bytes."""
     count = lines_before
     try:
         with open_decompressed(path) as (stream, _):
             while offset > 0 and (skipped := stream.read(min(offset, _BLOCK_BYTES))):
                 offset -= len(skipped)
-            while block := stream.read(1 << 12):
+            while block := cast(io.BufferedIOBase, stream).read1(1 << 12):  # every decompressed stream has it
                 count += block.count(b"\n")
     except STREAM_ERRORS:
         pass
