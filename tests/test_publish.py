@@ -387,3 +387,35 @@ def test_the_output_keeps_the_permissions_of_the_directory_it_replaces(
     assert code == 0
     assert oct(out.stat().st_mode & 0o7777) == oct(0o2750)
     assert verified(out)
+
+
+_FORK_WITH_A_LOCK = """
+import os, sys, time
+from packcli.util.locks import FileLock
+lock = FileLock(__import__("pathlib").Path(sys.argv[1]))
+assert lock.acquire()
+started, ready = os.pipe()
+child = os.fork()
+if child == 0:  # a worker forked while its driver holds the output's lock, outliving it a moment
+    os.write(ready, b"1")
+    time.sleep(30)
+    os._exit(0)
+os.read(started, 1)  # the child runs
+lock.release()  # as a killed driver's reference goes
+print("free" if FileLock(__import__("pathlib").Path(sys.argv[1])).acquire(wait=False) else "held")
+os.kill(child, 9)
+os.waitpid(child, 0)
+"""
+
+
+def test_a_forked_child_holds_none_of_its_parent_s_locks(tmp_path: Path) -> None:
+    """A run's lock is free once the run is gone, even while a worker it forked lives on a moment (a kill -9 of the
+    driver, then an immediate rerun: the rerun was refused as 'in use by pid N', N the dead driver)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _FORK_WITH_A_LOCK, str(tmp_path / ".out.packcli-lock")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "free"

@@ -4,7 +4,9 @@ An exclusive holder writes its pid into the lock file, so a refused run can say 
 process (the kernel drops it), so a killed run never leaves a lock that blocks forever. A holder may delete the lock
 file as it releases it (``release(remove=True)``): a waiter that then gets the lock on the deleted file sees that
 the path no longer names the file it locked and starts again, so two runs can never both hold the lock of a path.
-write/publish takes the output lock with it, encode/cache the cache lock, storage/mirror a cached copy's.
+write/publish takes the output lock with it, encode/cache the cache lock, storage/mirror a cached copy's. A lock
+is its process's alone: a forked child (a partition worker) holds none of its parent's, so a killed run's lock is
+free as soon as the run is gone, not once its last worker is.
 """
 
 from __future__ import annotations
@@ -14,6 +16,23 @@ import os
 from pathlib import Path
 
 __all__ = ["FileLock"]
+
+_held: set[int] = set()  # the descriptors of the locks this process holds
+
+
+def _leave_locks_to_parent() -> None:
+    """In a forked child: each inherited lock descriptor is pointed at /dev/null, which drops the child's share of
+    its parent's lock while the descriptor stays a valid one (closed by nobody else in the meantime)."""
+    if not _held:
+        return
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    for fd in _held:
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_leave_locks_to_parent)
 
 
 class FileLock:
@@ -51,6 +70,7 @@ class FileLock:
                 break
             os.close(fd)  # the previous holder removed the file as it released: lock the path's new file
         self._fd = fd
+        _held.add(fd)
         if not shared:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -70,6 +90,7 @@ class FileLock:
             return
         if remove:
             self.path.unlink(missing_ok=True)
+        _held.discard(self._fd)
         os.close(self._fd)  # closing the last descriptor releases the flock
         self._fd = None
 
