@@ -13,25 +13,18 @@ from __future__ import annotations
 import os
 import sys
 
-import pyarrow as pa
-import pyarrow.json as pa_json
+from io_floor import read_texts
 
 from packcli.encode.tokenizer import load_tokenizer
 
 BATCH_TEXT_BYTES = 1 << 20
-BLOCK_BYTES = (
-    16 << 20
-)  # pyarrow reads in blocks of whole lines: 16 MiB holds the longest document of the real corpus (2.4 MB)
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def main() -> None:
     path = sys.argv[1]
     tokenizer = load_tokenizer(sys.argv[2] if len(sys.argv) > 2 else None).tokenizer
-    stream = pa.input_stream(path, compression="gzip" if path.endswith(".gz") else None)
-    read = pa_json.ReadOptions(block_size=BLOCK_BYTES)  # a block holds whole lines: room for a long document
-    parse = pa_json.ParseOptions(explicit_schema=pa.schema([("text", pa.string())]), unexpected_field_behavior="ignore")
-    texts = pa_json.read_json(stream, read, parse).column("text").to_pylist()
+    texts = read_texts(path)
     tokens = 0
     batch: list[str] = []
     size = longest = 0
