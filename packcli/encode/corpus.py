@@ -15,7 +15,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -129,16 +129,10 @@ def tokenize_corpus(
     except BaseException:
         store.remove()
         raise
-    _merge(counts, read_counts)
+    counts.add(read_counts)
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     all_records = np.concatenate(records) if records else np.zeros(0, dtype=np.int64)
     return Tokenized(store, all_lengths, counts, file_documents, all_records, encoder.backend)
-
-
-def _merge(counts: ReadCounts, more: ReadCounts) -> None:
-    """Add ``more``'s counts to ``counts``."""
-    for name in (item.name for item in fields(counts)):
-        setattr(counts, name, getattr(counts, name) + getattr(more, name))
 
 
 def available_cores() -> int:

@@ -42,6 +42,11 @@ class ReadCounts:
     special_text_messages: int = 0  # chat messages whose content the template turns into special tokens
     records_with_tools: int = 0  # chat records whose tools field held tool definitions
 
+    def add(self, other: ReadCounts) -> None:
+        """Add ``other``'s counts to these (another reader's: a reading thread's, once it has ended)."""
+        for item in dataclasses.fields(self):
+            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+
 
 @dataclass(frozen=True)
 class Field:
