@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from conftest import error_line, write_jsonl
 from hypothesis import given
@@ -329,6 +330,18 @@ def test_bytes_after_a_whole_gzip_stream_name_its_last_line(tmp_path: Path, docu
     result = pack(str(path), "--out", str(tmp_path / "out"))
     assert result.exit_code == 1 and error_line(result.stderr), result.stderr
     assert f"tail.jsonl.gz: the compressed data is damaged or cut short after line {documents:,}: " in result.stderr
+
+
+@pytest.mark.parametrize("documents", [100, 1500])
+def test_bytes_after_a_whole_zstd_frame_name_its_last_line(tmp_path: Path, documents: int) -> None:
+    """A zstd file with bytes after its frame names its last line, as a gzip one does: the read that broke lost the
+    lines it had decompressed (it named a line 12 before the last, after line 2,988 of 3,000)."""
+    text = b"".join(line(f"document {i} " * 200) for i in range(documents))
+    path = tmp_path / "tail.jsonl.zst"
+    path.write_bytes(pa.compress(text, "zstd", asbytes=True) + b"GARBAGE")
+    result = pack(str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and error_line(result.stderr), result.stderr
+    assert f"tail.jsonl.zst: the compressed data is damaged or cut short after line {documents:,}: " in result.stderr
 
 
 @pytest.mark.parametrize("partitioned", [False, True])

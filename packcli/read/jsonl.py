@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -80,17 +80,25 @@ def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before
 def _whole_lines(path: Path, offset: int, lines_before: int) -> int:
     """The line ends a damaged compressed file yields before it breaks. The read that broke lost its decompressed
     bytes with the error, so the stream is read again: its first ``offset`` bytes (``lines_before`` line ends) in
-    large steps, then in small ones of one raw read each, so that the read that breaks again holds no bytes."""
-    count = lines_before
-    try:
-        with open_decompressed(path) as (stream, _):
-            while offset > 0 and (skipped := stream.read(min(offset, _BLOCK_BYTES))):
-                offset -= len(skipped)
-            while block := cast(io.BufferedIOBase, stream).read1(1 << 12):  # every decompressed stream has it
-                count += block.count(b"\n")
-    except STREAM_ERRORS:
-        pass
-    return count
+    large steps, then in steps of 4 KiB; a step that breaks may lose what it had decompressed (zstd's does), so
+    that last step is read once more a byte at a time."""
+    count, step = lines_before, 1 << 12
+    while True:
+        try:
+            with open_decompressed(path) as (stream, _):
+                # unbuffered, so that a step asks the decompressor for no more than ``step`` bytes
+                source = stream.raw if isinstance(stream, io.BufferedReader) else stream
+                left = offset
+                while left > 0 and (skipped := source.read(min(left, _BLOCK_BYTES))):
+                    left -= len(skipped)
+                while block := source.read(step):
+                    count += block.count(b"\n")
+                    offset += len(block)
+            return count
+        except STREAM_ERRORS:
+            if step == 1:
+                return count
+            step = 1
 
 
 def _damaged(path: Path, exc: Exception, lines_before: int, read: int) -> PackcliError:
