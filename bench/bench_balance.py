@@ -151,14 +151,33 @@ def measured(times: Path, documents: list[list[int]]) -> None:
         f"a fit of the times, seconds = a * tokens + b * sum(l^2) + c: b / a = {per_square / per_token:.3g} "
         f"against the model's {cost.per_square / cost.per_token:.3g}; c = {fixed * 1e3:.2f} ms"
     )
+    imbalance_table(f"{record['layers']} decoder layer(s)", model, seconds)
+    if "head" in record:  # the whole model: every layer as the measured ones, and the output head per token
+        (head_per_token, head_fixed), *_ = np.linalg.lstsq(
+            np.column_stack([[t for t, _ in record["head"]], np.ones(len(record["head"]))]),
+            np.array([s for _, s in record["head"]]),
+        )
+        whole = LLAMA_3_8B["num_hidden_layers"] / record["layers"] * seconds + head_per_token * tokens + head_fixed
+        print(f"\nthe output head: {head_per_token * MAX_LEN * 1e3:.1f} ms for {MAX_LEN:,} tokens")
+        imbalance_table("the whole model (measured layers times 32, plus the head)", full_model(documents), whole)
+
+
+def full_model(documents: list[list[int]]) -> np.ndarray:
+    """The cost model's figure of every row for the whole LLAMA_3_8B model."""
+    lengths = np.concatenate([np.asarray(row, dtype=np.float64) for row in documents])
+    offsets = np.concatenate([[0], np.cumsum([len(row) for row in documents])]).astype(np.int64)
+    return RowCost.from_config(LLAMA_3_8B).row_costs(lengths, offsets)
+
+
+def imbalance_table(what: str, model: np.ndarray, seconds: np.ndarray) -> None:
+    """The step imbalance the cost model predicts (plain, balanced) and the one measured in ``seconds`` (plain,
+    balanced by the model, balanced by the seconds themselves)."""
     rows = []
     for batch_size, grad_accum in SHAPES:
         predicted = [imbalances(model, batch_size, grad_accum, placed) for placed in (None, model)]
         figures = [imbalances(seconds, batch_size, grad_accum, placed) for placed in (None, model, seconds)]
         rows.append([f"B={batch_size}, A={grad_accum}", *(f"{figure:.1%}" for figure in predicted + figures)])
-    print(
-        f"\nstep imbalance of these layers, {WORLD_SIZE} ranks, {EPOCHS} seeded epochs: the cost model's figures, then measured"
-    )
+    print(f"\nstep imbalance of {what}, {WORLD_SIZE} ranks, {EPOCHS} seeded epochs: the cost model's, then measured")
     header = [
         "micro-batch, steps",
         "model: plain",

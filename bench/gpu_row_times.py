@@ -2,7 +2,8 @@
 4096, intermediate 14336, 32 heads, 8 key-value heads, SwiGLU, RMSNorm) over each row, with causal attention inside
 each of the row's documents, on random activations of the row's real document lengths (the values do not change
 the time; the lengths do). The row cost model (:class:`packcli.torch.RowCost`) predicts these times up to a scale;
-``bench_balance.py --times`` compares the two and measures the balanced placement against the times.
+``bench_balance.py --times`` compares the two and measures the balanced placement against the times. The output
+head (projection to the vocabulary and the loss) is timed apart, for a few row lengths.
 
 Needs CUDA and torch alone (no packcli): ``python gpu_row_times.py ROWS.json TIMES.json [LAYERS]``, ROWS.json as
 ``bench_balance.py --rows`` writes it."""
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-HIDDEN, INTERMEDIATE, HEADS, KV_HEADS = 4096, 14336, 32, 8
+HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, VOCABULARY = 4096, 14336, 32, 8, 128256
 HEAD_DIM = HIDDEN // HEADS
 REPEATS = 2  # timed passes per row (the minimum is kept), after WARMUP untimed passes over the first rows
 WARMUP = 3
@@ -102,6 +103,28 @@ def choose_attention(device: torch.device) -> tuple[str, Attend]:
     return "varlen_attn", attend
 
 
+def head_times(device: torch.device, sizes: tuple[int, ...] = (8192, 16384, 32768)) -> list[list[float]]:
+    """The output head's time (projection to the vocabulary and the loss, forward and backward) for rows of
+    ``sizes`` tokens, best of REPEATS: a per-token cost, the same for every row of one length."""
+    head = nn.Linear(HIDDEN, VOCABULARY, bias=False).to(device, torch.bfloat16)
+    found = []
+    for tokens in sizes:
+        best = float("inf")
+        for _ in range(REPEATS + 1):  # the first pass warms up
+            x = torch.randn(tokens, HIDDEN, device=device, dtype=torch.bfloat16, requires_grad=True)
+            targets = torch.randint(0, VOCABULARY, (tokens,), device=device)
+            head.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            F.cross_entropy(head(x).float(), targets).backward()
+            end.record()
+            torch.cuda.synchronize()
+            best = min(best, start.elapsed_time(end) / 1000)
+        found.append([tokens, best])
+    return found
+
+
 def main() -> None:
     rows_path, times_path = sys.argv[1], sys.argv[2]
     layers = int(sys.argv[3]) if len(sys.argv) > 3 else 1
@@ -139,6 +162,7 @@ def main() -> None:
         "repeats": REPEATS,
         "tokens": sum(map(sum, rows)),
         "seconds": seconds,
+        "head": head_times(device),
     }
     Path(times_path).write_text(json.dumps(record))
     print(
