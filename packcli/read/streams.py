@@ -59,7 +59,7 @@ class _Streams(io.RawIOBase):
     ``bzcat`` and ``xzcat`` read them: bytes after a whole stream must be another stream, or xz's stream padding (null
     bytes, 4 at a time, after an xz stream, skipped), else reading raises one of ``STREAM_ERRORS`` there, after the
     last byte of the stream before. Python's BZ2File and LZMAFile end the file at such bytes instead, dropping them
-    and any stream after them (xz padding included) unsaid."""
+    unsaid, and at xz's padding too, dropping every stream after it."""
 
     def __init__(self, raw: IO[bytes], first: Decompressor, following: Callable[[], Decompressor]) -> None:
         self._raw = raw
