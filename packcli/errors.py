@@ -1,7 +1,8 @@
 """Errors users see: one line naming the file (and line) at fault, and the exit code it maps to.
 
 Exit codes: 0 success, 1 a data or runtime error (:class:`PackcliError`), 2 a usage error (:class:`UsageError`), 3 a
-``stats`` gate failed (:class:`packcli.report.gates.GateFailed`).
+``stats`` gate failed (:class:`packcli.report.gates.GateFailed`); a command whose standard output is closed by its
+reader ends by SIGPIPE, 141 in a shell (:mod:`packcli.cli.closed_stdout`).
 A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here
 rather than alone.
 

@@ -321,27 +321,66 @@ def test_a_cut_stream_names_the_last_whole_line(tmp_path: Path, suffix: str, doc
     assert named and int(named[1].replace(",", "")) == intact, result.stderr
 
 
-@pytest.mark.parametrize("documents", [100, 1500])
-def test_bytes_after_a_whole_gzip_stream_name_its_last_line(tmp_path: Path, documents: int) -> None:
-    """A gzip file with bytes after its stream (an append gone wrong) names the line where its data ends: every line
-    before is whole, none is left out of the count."""
-    path = tmp_path / "tail.jsonl.gz"
-    path.write_bytes(gzip.compress(b"".join(line(f"document {i} " * 200) for i in range(documents))) + b"GARBAGE")
-    result = pack(str(path), "--out", str(tmp_path / "out"))
-    assert result.exit_code == 1 and error_line(result.stderr), result.stderr
-    assert f"tail.jsonl.gz: the compressed data is damaged or cut short after line {documents:,}: " in result.stderr
+WHOLE = {**COMPRESSORS, ".zst": lambda data: pa.compress(data, "zstd", asbytes=True)}
 
 
 @pytest.mark.parametrize("documents", [100, 1500])
-def test_bytes_after_a_whole_zstd_frame_name_its_last_line(tmp_path: Path, documents: int) -> None:
-    """A zstd file with bytes after its frame names its last line, as a gzip one does: the read that broke lost the
-    lines it had decompressed (it named a line 12 before the last, after line 2,988 of 3,000)."""
-    text = b"".join(line(f"document {i} " * 200) for i in range(documents))
-    path = tmp_path / "tail.jsonl.zst"
-    path.write_bytes(pa.compress(text, "zstd", asbytes=True) + b"GARBAGE")
+@pytest.mark.parametrize("suffix", sorted(WHOLE))
+def test_bytes_after_a_whole_stream_name_its_last_line(tmp_path: Path, suffix: str, documents: int) -> None:
+    """A compressed file with bytes after its stream (an append gone wrong) names the line where its data ends:
+    every line before is whole, none is left out of the count, none of the bytes after is ignored. zstd's read that
+    broke lost the lines it had decompressed (it named line 2,988 of 3,000); Python's bzip2 and xz readers dropped
+    what follows a stream when it is no stream (the file read as whole)."""
+    path = tmp_path / f"tail.jsonl{suffix}"
+    path.write_bytes(WHOLE[suffix](b"".join(line(f"document {i} " * 200) for i in range(documents))) + b"GARBAGE")
     result = pack(str(path), "--out", str(tmp_path / "out"))
     assert result.exit_code == 1 and error_line(result.stderr), result.stderr
-    assert f"tail.jsonl.zst: the compressed data is damaged or cut short after line {documents:,}: " in result.stderr
+    assert f"{path.name}: the compressed data is damaged or cut short after line {documents:,}: " in result.stderr
+
+
+def streams(suffix: str, *parts: bytes) -> bytes:
+    """The texts 'a 0'.. 'a 99' in one stream, 'b 0'.. 'b 99' in the next, and so on, each part in its place."""
+    letters = iter("abcd")
+    made = [part if part != b"stream" else next(letters) for part in parts]
+    return b"".join(
+        COMPRESSORS[suffix](b"".join(line(f"{part} {i}") for i in range(100))) if isinstance(part, str) else part
+        for part in made
+    )
+
+
+@pytest.mark.parametrize(
+    ("suffix", "parts"),
+    [
+        (".bz2", [b"stream", b"stream"]),
+        (".xz", [b"stream", b"stream"]),  # what `cat a.xz b.xz` makes, as xz reads it
+        (".xz", [b"stream", b"\0" * 4, b"stream", b"\0" * 8]),  # xz's stream padding: nulls, 4 at a time
+    ],
+)
+def test_concatenated_streams_and_xz_padding_read_whole(tmp_path: Path, suffix: str, parts: list[bytes]) -> None:
+    path = tmp_path / f"many.jsonl{suffix}"
+    path.write_bytes(streams(suffix, *parts))
+    texts = [f"{letter} {i}" for letter in "ab" for i in range(100)]
+    for line_parser in (False, True):
+        assert read(path, line_parser)[0] == texts
+
+
+@pytest.mark.parametrize(
+    ("suffix", "parts"),
+    [
+        (".xz", [b"stream", b"\0" * 3]),  # padding is 4 nulls at a time: `xzcat` calls this corrupt
+        (".xz", [b"stream", b"\0" * 4, b"JUNK", b"stream"]),
+        (".bz2", [b"stream", b"\0" * 4]),  # bzip2 has no padding: `bzcat` warns of trailing garbage
+        (".bz2", [b"stream", b"JUNK", b"stream"]),
+    ],
+)
+def test_bytes_between_or_after_streams_that_are_no_stream_name_the_line(
+    tmp_path: Path, suffix: str, parts: list[bytes]
+) -> None:
+    path = tmp_path / f"junk.jsonl{suffix}"
+    path.write_bytes(streams(suffix, *parts))
+    result = pack(str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and error_line(result.stderr), result.stderr
+    assert f"{path.name}: the compressed data is damaged or cut short after line 100: " in result.stderr
 
 
 @pytest.mark.parametrize("partitioned", [False, True])

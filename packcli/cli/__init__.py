@@ -20,6 +20,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from packcli.cli import export, inspect, pack
+from packcli.cli.closed_stdout import ReaderGone, end_by_sigpipe, reader_gone_raised
 
 __all__ = ["Command", "OneLineErrors", "app", "main"]
 
@@ -47,16 +48,22 @@ class OneLineErrors(TyperGroup):
     ``error: ...`` line on stderr; anything unforeseen is one line too, with a hint. ``--debug`` (anywhere) lets the
     traceback through. The one signal handler is installed here (:mod:`packcli.util.signals`): SIGTERM and SIGHUP
     unwind the command's cleanups, then end it by the signal; Ctrl-C unwinds them, says what it left and exits 130.
-    Bare ``packcli`` prints the help and exits 0."""
+    Standard output closed by its reader unwinds them too, then ends the command quietly by SIGPIPE
+    (:mod:`packcli.cli.closed_stdout`). Bare ``packcli`` prints the help and exits 0."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _untyped_flags(super().get_params(ctx))
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with reader_gone_raised():  # ``packcli --help``, ``--version``: printed while the command line is parsed
+            return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx: Any) -> Any:
         from packcli.errors import PackcliError
 
         try:
-            return super().invoke(ctx)
+            with reader_gone_raised():  # the command's output, a command's ``--help``
+                return super().invoke(ctx)
         except EOFError as exc:  # typer would print a blank line and lose the message ("aborted")
             raise PackcliError(str(exc) or "unexpected end of input") from None
 
@@ -69,13 +76,17 @@ class OneLineErrors(TyperGroup):
         arguments = [argument for argument in arguments if argument != "--debug"]
         kwargs["standalone_mode"] = False
         try:
-            with ending_by_signal():  # SIGTERM/SIGHUP unwind every cleanup first
-                code = super().main(arguments, *rest, **kwargs)
-        except click_exceptions.NoArgsIsHelpError as exc:
-            shown = exc.format_message()  # the help, made as the error was: empty where typer's rich printed it then
-            if shown:
-                print(shown)
-            sys.exit(0)
+            with ending_by_signal(), reader_gone_raised():  # SIGTERM/SIGHUP unwind every cleanup first
+                try:
+                    code = super().main(arguments, *rest, **kwargs)
+                except click_exceptions.NoArgsIsHelpError as exc:
+                    shown = exc.format_message()  # the help, made as the error was: empty where typer's rich printed it
+                    if shown:
+                        print(shown)
+                    code = 0
+                sys.stdout.flush()  # what print left buffered meets a closed reader here, not in the interpreter's exit
+        except ReaderGone:
+            end_by_sigpipe()
         except click_exceptions.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "packcli"
             _fail(f"{exc.format_message()} (see '{command} --help')", 2)

@@ -1,6 +1,7 @@
 """Opening an input file as a stream of decompressed bytes: plain, gzip, zstd, bzip2 or xz, chosen by the file
 name's last suffix (any case). The raw file's position says how far into the file on disk reading has come, for
-progress; a damaged compressed stream raises one of ``STREAM_ERRORS`` while it is read.
+progress; a damaged compressed stream raises one of ``STREAM_ERRORS`` while it is read, and so do bytes after a
+whole stream that are no stream (an append gone wrong): every byte of the file is read or refused, never dropped.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import gzip
 import io
 import lzma
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -48,15 +50,80 @@ class _ByteRange(io.RawIOBase):
         return count
 
 
+Decompressor = bz2.BZ2Decompressor | lzma.LZMADecompressor
+_RAW_BLOCK = io.DEFAULT_BUFFER_SIZE  # what BZ2File and LZMAFile read at a time
+
+
+class _Streams(io.RawIOBase):
+    """The decompressed bytes of a bzip2 or xz file of one stream or more (``cat a.xz b.xz`` makes two), read as
+    ``bzcat`` and ``xzcat`` read them: bytes after a whole stream must be another stream, or xz's stream padding (null
+    bytes, 4 at a time, after an xz stream, skipped), else reading raises one of ``STREAM_ERRORS`` there, after the
+    last byte of the stream before. Python's BZ2File and LZMAFile end the file at such bytes instead, dropping them
+    unsaid, and at xz's padding too, dropping every stream after it."""
+
+    def __init__(self, raw: IO[bytes], first: Decompressor, following: Callable[[], Decompressor]) -> None:
+        self._raw = raw
+        self._decompressor = first
+        self._following = following
+        self._padded = isinstance(first, lzma.LZMADecompressor)
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        with memoryview(buffer) as view, view.cast("B") as out:
+            data = self._decompressed(len(out))
+            out[: len(data)] = data
+        return len(data)
+
+    def _decompressed(self, size: int) -> bytes:
+        """Up to ``size`` decompressed bytes; b"" only at the file's end."""
+        while size and not self._ended:
+            if self._decompressor.eof:
+                after = self._after_padding(self._decompressor.unused_data or self._raw.read(_RAW_BLOCK))
+                if not after:
+                    self._ended = True
+                    break
+                self._decompressor = self._following()
+                try:
+                    data = self._decompressor.decompress(after, size)
+                except STREAM_ERRORS as exc:
+                    raise type(exc)(f"bytes after a whole stream are no stream ({exc})") from None
+            elif self._decompressor.needs_input:
+                block = self._raw.read(_RAW_BLOCK)
+                if not block:
+                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+                data = self._decompressor.decompress(block, size)
+            else:
+                data = self._decompressor.decompress(b"", size)
+            if data:
+                return data
+        return b""
+
+    def _after_padding(self, after: bytes) -> bytes:
+        """The bytes after a stream from the first that is not xz's stream padding on (read on as needed; b"" at the
+        file's end); bzip2 has no padding."""
+        padding = 0
+        while self._padded and after.startswith(b"\0"):
+            rest = after.lstrip(b"\0")
+            padding += len(after) - len(rest)
+            after = rest or self._raw.read(_RAW_BLOCK)
+        if padding % 4:
+            raise lzma.LZMAError(f"stream padding of {padding:,} null bytes, not a multiple of 4")
+        return after
+
+
 def _decompress(raw: IO[bytes], suffix: str) -> IO[bytes]:
     if suffix == ".gz":
         return cast(IO[bytes], gzip.GzipFile(fileobj=raw))
     if suffix == ".zst":
         return cast(IO[bytes], io.BufferedReader(pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd")))
     if suffix == ".bz2":
-        return cast(IO[bytes], bz2.BZ2File(raw))
-    if suffix == ".xz":
-        return cast(IO[bytes], lzma.LZMAFile(raw))
+        return cast(IO[bytes], io.BufferedReader(_Streams(raw, bz2.BZ2Decompressor(), bz2.BZ2Decompressor)))
+    if suffix == ".xz":  # the first stream may be legacy .lzma, as LZMAFile reads it; xz takes only .xz after it
+        following = partial(lzma.LZMADecompressor, lzma.FORMAT_XZ)
+        return cast(IO[bytes], io.BufferedReader(_Streams(raw, lzma.LZMADecompressor(), following)))
     return raw
 
 

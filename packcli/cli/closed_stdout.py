@@ -1,0 +1,61 @@
+"""Standard output closed by its reader before the command is done with it (``packcli show out | head -1``): the
+command ends as coreutils and git do, quietly by SIGPIPE (exit status 141 in a shell), once every cleanup on its way
+out has run.
+
+Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError instead; left alone, typer ends it as a
+silent exit 1 (an error, by packcli's exit codes) and the interpreter's last flush as an ``Exception ignored ...
+BrokenPipeError`` line, and rich's console as a silent exit 1 too. The error mapper
+(:class:`packcli.cli.OneLineErrors`) raises each as :class:`ReaderGone` wherever typer would meet it
+(:func:`reader_gone_raised`), and ends the process by :func:`end_by_sigpipe`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["ReaderGone", "end_by_sigpipe", "reader_gone_raised"]
+
+
+class ReaderGone(Exception):
+    """Standard output's reader closed it. Not an OSError, so that typer lets it through to the error mapper."""
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe (poll says POLLERR) or a socket (POLLHUP) whose reader has closed it: a
+    broken pipe to anything else (a worker process, a server) stays an error like any other."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # POLLERR and POLLHUP are reported whatever is asked
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):  # no file behind it (a test's capture), or closed
+        return False
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in events)
+
+
+@contextmanager
+def reader_gone_raised() -> Iterator[None]:
+    """Within the block, a BrokenPipeError of standard output, its reader gone, is raised as :class:`ReaderGone`."""
+    try:
+        yield
+    except BrokenPipeError as exc:
+        if not _stdout_reader_gone():
+            raise
+        raise ReaderGone(str(exc)) from exc
+    except SystemExit as exc:
+        # rich's console (typer's help, stats, show) ends a broken pipe of its own (Console.on_broken_pipe): it
+        # points standard output at /dev/null, then raises SystemExit(1) while it handles the BrokenPipeError
+        if not isinstance(exc.__context__, BrokenPipeError):
+            raise
+        raise ReaderGone(str(exc.__context__)) from exc
+
+
+def end_by_sigpipe() -> None:
+    """End the process by SIGPIPE, as a program that keeps the signal's default ends at the write that met the
+    closed pipe: nothing on stderr, and no flush of what is left in standard output's buffer (main thread only)."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)

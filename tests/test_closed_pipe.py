@@ -1,0 +1,61 @@
+"""A reader that closes standard output before the command is done with it (``packcli show out | head -1``): every
+command ends quietly by SIGPIPE, as coreutils and git do (exit status 141 in a shell), with no error line, no
+traceback and no ``Exception ignored`` line; a pack still publishes its whole output first.
+
+Each test runs the real process with its standard output a pipe whose reader is already closed, so that its first
+write to it (or the flush of what it buffered) meets the closed pipe at once: no timing involved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROGRESS_PREFIX
+from typer.testing import CliRunner
+
+from packcli.cli import app
+
+
+def with_stdout_closed(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m packcli ARGS``, its standard output a pipe nobody reads any more."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        command = [sys.executable, "-m", "packcli", *args]
+        return subprocess.run(command, stdout=writer, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+    finally:
+        os.close(writer)
+
+
+def assert_ended_quietly_by_sigpipe(result: subprocess.CompletedProcess[str]) -> None:
+    said = [line for line in result.stderr.splitlines() if not line.startswith(PROGRESS_PREFIX)]
+    assert (result.returncode, said) == (-signal.SIGPIPE, []), result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["strategies"],  # a few lines, buffered: met at the flush once the command is done
+        ["--help"],  # printed while the command line is parsed, before any command runs
+        ["show", "{out}"],  # rich's console (stats, show), while the command runs
+    ],
+    ids=["strategies", "help", "show"],
+)
+def test_a_closed_stdout_ends_the_command_quietly_by_sigpipe(packed_text: Path, args: list[str]) -> None:
+    assert_ended_quietly_by_sigpipe(with_stdout_closed(*(arg.format(out=packed_text) for arg in args)))
+
+
+def test_a_pack_whose_stdout_is_closed_publishes_its_whole_output(tmp_path: Path, tiny_corpus: Path) -> None:
+    """The summary is printed once the output is in place: a closed stdout ends the command after it, not midway."""
+    out = tmp_path / "out"
+    result = with_stdout_closed("pack", str(tiny_corpus), "--max-len", "512", "--out", str(out), "--json", "--quiet")
+    assert_ended_quietly_by_sigpipe(result)
+    verified = CliRunner().invoke(app, ["verify", str(out), "--json"])
+    assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
+    assert json.loads((out / "manifest.json").read_text())["totals"]["documents"] > 0
