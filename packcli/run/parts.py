@@ -1,10 +1,7 @@
-"""The parts of a run, and what a rerun may reuse of them. A part is one job's shards and its ``manifest.json``, a
-real packcli manifest with a ``part`` block of the run's facts that the merge and a rerun check, written last (on a
-disk atomically, in a store in one PUT after every shard): a part without one is not done, whatever files it left.
-The run record says which run the parts belong to. A rerun of the same run (same fingerprint) reuses every
-committed part whose shards still check out; the parts of another run are removed, saying why they cannot be
-reused, and so is every file no reused part lists. Layout, in the staging directory of a local output, or under the
-run prefix of an output URL::
+"""The parts of a run, what a rerun may reuse of them, and their merge. A part is one job's shards and its
+``manifest.json`` with a ``part`` block of the run's facts, written last (in a store, one PUT after every shard): a
+part without one is not done. The run record says which run the parts belong to: a rerun of the same run reuses
+every committed part whose shards still check out; other runs' parts, and every file no reused part lists, go::
 
     .OUT.packcli-resume/                                   s3://bucket/OUT/packcli-run-.../
         run.json                                           run.json
@@ -12,11 +9,9 @@ run prefix of an output URL::
         part-00000/part-00000-shard-00000.arrow ...        part-00000-shard-00000.arrow ...
         part-00001/tokens
 
-On a disk a part is an output of its own (``packcli verify .OUT.packcli-resume/part-00003``); the merge moves its
-shards into the output. In a store a part is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else
-the temporary directory) and its shards uploaded where the output lists them: the commit writes only the output's
-manifest. A rerun there trusts a committed part's manifest and its shards' sizes in one listing (as ``pack``'s
-up-to-date check trusts an output's), reading no shard: ``packcli verify`` is the deep check.
+On a disk a part is an output of its own (``packcli verify``-able) whose shards the merge moves into the output. In
+a store a part is built on node-local scratch (``$PACKCLI_SCRATCH``, else the temporary directory) and its shards
+uploaded where the output lists them; a rerun there trusts a part's manifest and its shards' listed sizes.
 """
 
 from __future__ import annotations
@@ -33,7 +28,8 @@ from typing import Any
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
 from packcli.format.integrity import listed_files, size_damage
-from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_manifest
+from packcli.format.manifest import MANIFEST_NAME, validate_manifest
+from packcli.read.inputs import InputFile
 from packcli.report.verify import verify_output
 from packcli.storage.objects import remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
@@ -41,7 +37,7 @@ from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, staging_family
 
-__all__ = ["PartsArea", "part_name", "part_prefix"]
+__all__ = ["PartsArea", "input_facts", "merge_parts", "part_name", "part_prefix"]
 
 SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
 TOKENS = "tokens"
@@ -78,19 +74,18 @@ class PartsArea:
         return scratch_directory() / f"packcli-{scratch_key(owner)}-{part_name(partition)}"
 
     def build_path(self, partition: int) -> Path:
-        """Where a running part writes its shards: the part's own directory, or for a store its scratch directory
-        (uploaded on commit)."""
+        """Where a running part writes its shards: its own directory, or in a store its scratch (uploaded on commit)."""
         return self._scratch(partition) if self.remote else self.part(partition)
 
     def work_path(self, partition: int) -> Path:
-        """Where a running part keeps its token store: ``$PACKCLI_SCRATCH`` (a node-local directory, for a cluster
-        whose staging is on shared storage) or the part's scratch directory in a store, else its own directory."""
+        """Where a running part keeps its token store: its scratch with ``$PACKCLI_SCRATCH`` (node-local, for a
+        cluster whose staging is on shared storage) or in a store, else its own directory."""
         local = self.remote or bool(os.environ.get(SCRATCH_VARIABLE))
         return (self._scratch(partition) if local else self.part(partition)) / TOKENS
 
     def clear(self, partition: int) -> None:
-        """Remove a part: its manifest, shards, token store and scratch. In a store, its manifest (no listing a
-        job): the next attempt writes its shards over, the commit or the next resume removes what none lists."""
+        """Remove a part: its files and scratch; in a store only its manifest (a job lists nothing): the next attempt
+        writes its shards over, and the commit or the next resume removes what no manifest lists."""
         self._read.pop(partition, None)
         if self.remote:
             remove_objects([f"{self.part(partition)}/{MANIFEST_NAME}"])
@@ -99,26 +94,21 @@ class PartsArea:
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def commit(self, partition: int, manifest: dict[str, Any]) -> None:
-        """Commit a built part: in a store, upload its shards then its manifest; on a disk, write its manifest
-        atomically. The part is done once its manifest exists."""
-        part = self.part(partition)
+        """Commit a built part: its manifest, written atomically (in a store, after uploading its shards)."""
         if self.remote:
             built = self.build_path(partition)
             upload_files({str(built / item["file"]): f"{self.root}/{item['file']}" for item in listed_files(manifest)})
-            write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
-        else:
-            write_manifest(part, manifest)
+        self._write(self.part(partition) / MANIFEST_NAME, manifest)
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def read(self, partition: int) -> dict[str, Any] | None:
-        """A part's manifest, or None when the part is not committed (or its manifest is damaged). A committed
-        part changes only when cleared, so its manifest is read once."""
+        """A committed part's manifest (read once: it changes only when cleared), or None."""
         if partition not in self._read:
             self._read_parts([partition])
         return self._read.get(partition)
 
     def _read_parts(self, partitions: list[int]) -> None:
-        """Read the manifests of ``partitions`` not read yet, several at once (in a store, a request each)."""
+        """Read the manifests of ``partitions`` not read yet, several at once."""
         wanted = [k for k in partitions if k not in self._read]
         with ThreadPoolExecutor(_READERS) as pool:
             for partition, manifest in zip(wanted, pool.map(self._read_one, wanted)):
@@ -126,7 +116,7 @@ class PartsArea:
                     self._read[partition] = manifest
 
     def _read_one(self, partition: int) -> dict[str, Any] | None:
-        """A part's manifest, read whole (one request in a store) and checked; None for none, or a damaged one."""
+        """A part's manifest, read whole and checked; None for none, or a damaged one."""
         path = self.part(partition) / MANIFEST_NAME
         try:
             manifest = json.loads(path.read_bytes())
@@ -140,12 +130,9 @@ class PartsArea:
     def resume(
         self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
     ) -> list[int]:
-        """Claim the area for ``run`` (its facts and inputs); returns the committed partitions reused.
-
-        The parts of another run are removed (with a warning naming what differs); a committed part whose manifest
-        or shards do not check out, or whose tokens ``--tokenizer-backend requested`` does not take (another
-        backend encoded them, and the run asks for ``hf``), is packed again (with a warning saying why).
-        """
+        """Claim the area for ``run`` (its facts and inputs); returns the committed partitions reused. Another run's
+        parts are removed, and a part that does not check out or whose tokens ``--tokenizer-backend requested`` does
+        not take is packed again, each with a warning saying why."""
         earlier = _read_json(self.root / RUN_RECORD)
         if earlier == run and not self.remote:
             self._regather(partitions)
@@ -160,7 +147,7 @@ class PartsArea:
                 )
             _remove_files(self.root, list(files))
             self._read.clear()
-            self._write_record(run)
+            self._write(self.root / RUN_RECORD, run)
             return []
         committed = self._committed(files, partitions)
         unfinished = set(range(partitions)) - set(committed)
@@ -192,18 +179,19 @@ class PartsArea:
         self._read_parts(listed)
         return [k for k in listed if k in self._read]
 
-    def _write_record(self, run: dict[str, Any]) -> None:
+    def _write(self, path: Path, value: dict[str, Any]) -> None:
+        """Write ``value`` as canonical JSON, whole: one PUT in a store, atomically on a disk."""
         if self.remote:
-            write_object(f"{self.root}/{RUN_RECORD}", canonical_json(run).encode())
+            write_object(str(path), canonical_json(value).encode())
         else:
-            self.root.mkdir(parents=True, exist_ok=True)
-            write_json(self.root / RUN_RECORD, run)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, value)
 
     def _check(
         self, partition: int, manifest: dict[str, Any], run: dict[str, Any], files: dict[str, int]
     ) -> str | None:
         """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed (in a
-        store, their sizes in the listing ``files``; on a disk, the whole of ``verify``)."""
+        store, their sizes in the listing ``files``; on a disk, all of ``verify``)."""
         if manifest["part"].get("partition") != partition:
             return f"its manifest is for partition {manifest['part'].get('partition')}"
         for key, value in manifest["part"].items():
@@ -229,8 +217,7 @@ class PartsArea:
         _remove_files(self.root, stray)
 
     def gather(self, into: Path, manifests: list[dict[str, Any]]) -> None:
-        """Bring the parts' shards into the output being built in ``into``, under their own names: on a disk they
-        are moved there (:meth:`remove_records` then removes the parts); in a store they are there already."""
+        """Move the parts' shards into the output being built in ``into`` (in a store they are there already)."""
         if self.remote:
             return
         for manifest in manifests:
@@ -239,15 +226,14 @@ class PartsArea:
                 os.replace(self.part(partition) / str(item["file"]), into / str(item["file"]))
 
     def remove_records(self) -> None:
-        """On a disk, remove the run record and the parts' manifests once their shards are gathered: the last step
-        before the output is published (a rerun after an interrupt before it finds every part still committed). In
-        a store the publication's commit removes them, with what the previous output held."""
+        """On a disk, remove the run record and the parts once their shards are gathered, the last step before the
+        output is published (in a store, the publication's commit removes them)."""
         for path in self.root.iterdir():
             if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
                 _remove_tree(path)
 
     def _regather(self, partitions: int) -> None:
-        """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
+        """Put back into their parts the shards that an interrupted merge had moved out."""
         self._read_parts(list(range(partitions)))
         for partition, manifest in self._read.items():
             for item in listed_files(manifest):
@@ -304,11 +290,8 @@ def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
         return _inputs_difference(earlier.get("inputs") or [], run.get("inputs") or [])
     if earlier.get("plan_hash") != run.get("plan_hash"):
         return f"its partition plan differs: {earlier.get('partitions')} partitions then, {run.get('partitions')} now"
-    changed = sorted(
-        key
-        for key in set(earlier.get("options", {})) | set(run.get("options", {}))
-        if earlier.get("options", {}).get(key) != run.get("options", {}).get(key)
-    )
+    before, after = earlier.get("options", {}), run.get("options", {})
+    changed = sorted(key for key in set(before) | set(after) if before.get(key) != after.get(key))
     if changed:
         return f"options differ: {', '.join(changed)}"
     if earlier.get("tokenizer") != run.get("tokenizer"):
@@ -338,3 +321,37 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, PackcliError):
         return None
+
+
+def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
+    """The inputs as the run record keeps them (path, size, mtime or an object's ETag): a rerun after an input
+    changed reuses nothing."""
+    return [[str(item.path), item.size, item.version] for item in inputs]
+
+
+def merge_parts(manifests: list[dict[str, Any] | None], facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The parts' manifests checked, in partition order, for :func:`~packcli.format.manifest.output_manifest`,
+    which sums them: every part agrees on the run's facts and totals keys, so the merged manifest is the same
+    whatever engine or worker count produced the parts.
+
+    Raises:
+        PackcliError: a partition is not committed, or a part disagrees with the run on one of the facts.
+    """
+    if len(manifests) != facts["partitions"]:
+        raise PackcliError(f"expected {facts['partitions']} parts, found {len(manifests)}")
+    parts: list[dict[str, Any]] = []
+    for partition, manifest in enumerate(manifests):
+        if manifest is None:
+            raise PackcliError(f"partition {partition} has no manifest: it did not finish")
+        part = manifest["part"]
+        if part.get("partition") != partition:
+            raise PackcliError(f"the manifest of partition {partition} is for partition {part.get('partition')}")
+        for key in (key for key in facts if part.get(key) != facts[key]):
+            raise PackcliError(
+                f"partition {partition} disagrees with the run on {key}: it was packed by another run "
+                "(another plan, options, tokenizer or packcli); rerun to pack it again"
+            )
+        if parts and list(manifest["totals"]) != list(parts[0]["totals"]):
+            raise PackcliError(f"partition {partition} has other totals than partition 0")
+        parts.append(manifest)
+    return parts
