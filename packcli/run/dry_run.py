@@ -1,12 +1,7 @@
-"""``pack --dry-run``: what a run would do, decided from the inputs' names and sizes, the tokenizer and the options,
-without reading a record. It is the cache key of a CI step: the fingerprint it reports is the one the run writes.
-
-Invariant: nothing is tokenized and nothing is written (no output or staging directory, no lock, no tokenization
-cache entry). It resolves the run exactly as ``pack`` does (:func:`packcli.run.setup.set_up`, the fingerprint, the
-partition plan, :func:`packcli.write.existing.existing_output`), so the two cannot disagree. What it checks is what
-can be known without reading records: the inputs exist and open, the tokenizer loads, the options combine, the
-partitions can be cut, and ``--out`` holds nothing packcli would refuse to replace. A bad record is found only by
-the run itself.
+"""``pack --dry-run``: what a run would do, from the inputs' names and sizes, the tokenizer and the options, without
+reading a record: nothing is tokenized or written (no staging, lock or cache entry). It resolves the run as ``pack``
+does (set-up, fingerprint, plan, what ``--out`` holds), so the fingerprint it reports, a CI step's cache key, is the
+one the run writes; a bad record is found only by the run.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ from packcli.write.remote import output_state
 
 __all__ = ["DryRun", "dry_run"]
 
-# What a dry run checked, said in its report so that nobody takes "would pack" for "the records are good".
+# said in the report: "would pack" is not "the records are good"
 CHECKED = "inputs exist and open, tokenizer loads, options combine; records are not read"
 
 

@@ -1,11 +1,7 @@
-"""The run identity: one hash over the resolved facts that decide the output bytes. The output fingerprint and the
-tokenization-cache key are the same function over two scopes, so they cannot drift apart.
-
-Facts, not spellings: inputs by resolved path, size and mtime (standard input by its bytes' sha256); the
-tokenizer by the sha256 of its file and of its ``tokenizer_config.json``; the EOS/BOS ids actually appended and the
-chat template actually used; packcli's version.
-``--tokenizer tok``, ``./tok/`` and ``/abs/tok/tokenizer.json`` give the same identity. Pre-tokenized records
-without a tokenizer: the ids field (and labels field) and the EOS id appended decide the bytes, and those are hashed.
+"""The run identity: one hash over the resolved facts that decide the output bytes; the output fingerprint and the
+tokenization-cache key are the same function over two scopes, so they cannot drift apart. Facts, not spellings:
+inputs by resolved path, size and mtime; the tokenizer by the sha256 of its file and config (``--tokenizer tok`` and
+``./tok/tokenizer.json`` are one identity); the EOS/BOS ids and chat template actually used; packcli's version.
 """
 
 from __future__ import annotations
@@ -25,9 +21,8 @@ __all__ = ["TOKENIZATION_OPTIONS", "Scope", "resolved_options", "run_identity"]
 
 Scope = Literal["output", "tokens"]
 
-# The options that decide the tokens of each document (the cache key's scope); every output-relevant option decides
-# the output (the fingerprint's scope); tools_field only for chats (see PackOptions.output_relevant). Paths
-# (--tokenizer, --chat-template) are replaced by the hashes they resolve to.
+# The options that decide each document's tokens (the cache key's scope); every output-relevant option decides the
+# output (the fingerprint's scope).
 TOKENIZATION_OPTIONS = (
     "text_field",
     "eos",
@@ -48,7 +43,7 @@ _PATH_OPTIONS = ("tokenizer", "chat_template")
 
 def resolved_options(options: PackOptions) -> dict[str, Any]:
     """The output-relevant options less the paths (``--tokenizer``, ``--chat-template``), which the identity
-    replaces by the hashes they resolve to: two spellings of one tokenizer give the same options here."""
+    replaces by the hashes they resolve to."""
     return {name: value for name, value in options.output_relevant().items() if name not in _PATH_OPTIONS}
 
 
@@ -60,16 +55,8 @@ def run_identity(
     scope: Scope,
     extra: dict[str, Any] | None = None,
 ) -> str:
-    """The sha256 (hex) of the facts that decide the output (``scope="output"``) or only the tokens ("tokens").
-
-    Args:
-        inputs: the input files, as ``find_inputs`` resolved them, each stat-ed once.
-        tokenizer: the loaded tokenizer (its file and config hashes); None for pre-tokenized records without one.
-        encoder: the encoder, for the EOS/BOS ids and chat template it actually uses.
-        options: the run's options.
-        scope: "output" for the manifest fingerprint, "tokens" for the tokenization-cache key.
-        extra: further facts that decide the output (for example a partition plan's hash).
-    """
+    """The sha256 (hex) of the facts that decide the output (``scope="output"``, the manifest's fingerprint) or
+    only the tokens ("tokens", the cache key); ``extra``: further facts, such as a partition plan's hash."""
     relevant = resolved_options(options)
     tokens = {name: relevant[name] for name in TOKENIZATION_OPTIONS if name in relevant}
     chosen = relevant if scope == "output" else tokens
@@ -92,8 +79,7 @@ def run_identity(
 
 
 def _describe_input(item: InputFile) -> list[Any]:
-    """A file by resolved path, size and mtime; standard input's spool (a new file each run) by its bytes' sha256;
-    an object in a store by URL, size and ETag (its modification time where the store gives no ETag)."""
+    """A file by resolved path, size and mtime (an object's ETag); standard input's spool by its bytes' sha256."""
     if item.digest is not None:
         return [item.name, item.size, item.digest]
     return [str(item.path.resolve()), item.size, item.version]

@@ -28,7 +28,7 @@ from packcli.options import PackOptions
 from packcli.packing.order import shuffle_rows
 from packcli.packing.overflow import Pieces, apply_overflow
 from packcli.read.inputs import InputSlice
-from packcli.run.parts import PartsArea, part_prefix
+from packcli.run.parts import PartsArea, part_name
 from packcli.run.sources import Source, mixed_stream, source_entries
 from packcli.strategies import empty_packing, run_strategy
 from packcli.util.arrays import exclusive_cumsum
@@ -157,7 +157,7 @@ def _build_part(
         job.inputs, encoder, options.skip_bad_records, area.work_path(k), reporter, warn, worker.threads
     )
     part = {**job.facts, "partition": k, "read_documents": len(tokenized.lengths), "from_cache": cached is not None}
-    prefix = part_prefix(k) if job.resumable else "shard"
+    prefix = f"{part_name(k)}-shard" if job.resumable else "shard"  # part-00003-shard-00000.arrow
     try:
         stream = None
         if job.sources is not None and len(tokenized.lengths):

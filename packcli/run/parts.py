@@ -37,10 +37,8 @@ from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, staging_family
 
-__all__ = ["PartsArea", "input_facts", "merge_parts", "part_name", "part_prefix"]
+__all__ = ["PartsArea", "input_facts", "merge_parts", "part_name"]
 
-SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
-TOKENS = "tokens"
 _READERS = 16  # part manifests read at once
 _OF_PART = re.compile(r"part-(\d+)(?:[/-]|$)")  # the partition a file (or empty directory) of the area belongs to
 
@@ -48,11 +46,6 @@ _OF_PART = re.compile(r"part-(\d+)(?:[/-]|$)")  # the partition a file (or empty
 def part_name(partition: int) -> str:
     """The directory of one part: ``part-00003``."""
     return f"part-{partition:05d}"
-
-
-def part_prefix(partition: int) -> str:
-    """The shard name prefix of one partition: its shards are ``part-00003-shard-00000.arrow`` and on."""
-    return f"{part_name(partition)}-shard"
 
 
 class PartsArea:
@@ -80,8 +73,8 @@ class PartsArea:
     def work_path(self, partition: int) -> Path:
         """Where a running part keeps its token store: its scratch with ``$PACKCLI_SCRATCH`` (node-local, for a
         cluster whose staging is on shared storage) or in a store, else its own directory."""
-        local = self.remote or bool(os.environ.get(SCRATCH_VARIABLE))
-        return (self._scratch(partition) if local else self.part(partition)) / TOKENS
+        local = self.remote or bool(os.environ.get("PACKCLI_SCRATCH"))
+        return (self._scratch(partition) if local else self.part(partition)) / "tokens"
 
     def clear(self, partition: int) -> None:
         """Remove a part: its files and scratch; in a store only its manifest (a job lists nothing): the next attempt
@@ -103,29 +96,17 @@ class PartsArea:
 
     def read(self, partition: int) -> dict[str, Any] | None:
         """A committed part's manifest (read once: it changes only when cleared), or None."""
-        if partition not in self._read:
-            self._read_parts([partition])
+        self._read_parts([partition])
         return self._read.get(partition)
 
     def _read_parts(self, partitions: list[int]) -> None:
-        """Read the manifests of ``partitions`` not read yet, several at once."""
+        """Read the manifests of ``partitions`` not read yet, several at once; a damaged one reads as none."""
         wanted = [k for k in partitions if k not in self._read]
+        paths = [self.part(k) / MANIFEST_NAME for k in wanted]
         with ThreadPoolExecutor(_READERS) as pool:
-            for partition, manifest in zip(wanted, pool.map(self._read_one, wanted)):
-                if manifest is not None:
+            for partition, manifest in zip(wanted, pool.map(_read_json, paths)):
+                if isinstance(manifest, dict) and isinstance(manifest.get("part"), dict):
                     self._read[partition] = manifest
-
-    def _read_one(self, partition: int) -> dict[str, Any] | None:
-        """A part's manifest, read whole and checked; None for none, or a damaged one."""
-        path = self.part(partition) / MANIFEST_NAME
-        try:
-            manifest = json.loads(path.read_bytes())
-            if isinstance(manifest, dict) and isinstance(manifest.get("part"), dict):
-                validate_manifest(manifest, path)
-                return manifest
-        except (OSError, ValueError, PackcliError):
-            pass
-        return None
 
     def resume(
         self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
@@ -151,14 +132,14 @@ class PartsArea:
             return []
         committed = self._committed(files, partitions)
         unfinished = set(range(partitions)) - set(committed)
-        for partition in unfinished:
+        for partition in range(partitions):  # what a killed run left in node-local scratch
             shutil.rmtree(self._scratch(partition), ignore_errors=True)
         # what an unfinished part left goes silently; then files no committed part lists, said
         _remove_files(self.root, [name for name in files if _partition_of(name) in unfinished])
         self._remove_unlisted(committed, [name for name in files if _partition_of(name) not in unfinished], warn)
         reused = []
         for partition in committed:
-            manifest = self.read(partition) or {}
+            manifest = self._read[partition]
             encoded_by = manifest.get("tokenizer", {}).get("backend")
             problem = self._check(partition, manifest, run, files) or (
                 None
@@ -167,10 +148,9 @@ class PartsArea:
             )
             if problem is None:
                 reused.append(partition)
-                shutil.rmtree(self._scratch(partition), ignore_errors=True)  # its run died before removing it
-                continue
-            warn(f"partition {partition} is packed again: {problem}")
-            self.clear(partition)
+            else:
+                warn(f"partition {partition} is packed again: {problem}")
+                self.clear(partition)
         return reused
 
     def _committed(self, files: dict[str, int], partitions: int) -> list[int]:
@@ -207,7 +187,7 @@ class PartsArea:
         """Remove every file of ``files`` that no committed part's manifest lists: this run wrote none of them."""
         listed = {RUN_RECORD}
         for partition in committed:
-            manifest = self.read(partition) or {"shards": []}
+            manifest = self._read[partition]
             shards = "" if self.remote else f"{part_name(partition)}/"
             listed.add(f"{part_name(partition)}/{MANIFEST_NAME}")
             listed.update(f"{shards}{item['file']}" for item in listed_files(manifest))
@@ -317,8 +297,12 @@ def _inputs_difference(earlier: list[list[Any]], now: list[list[Any]]) -> str:
 
 
 def _read_json(path: Path) -> Any:
+    """The JSON file at ``path`` (a part's manifest, checked), or None for none or a damaged one."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_bytes())
+        if isinstance(value, dict) and isinstance(value.get("part"), dict):
+            validate_manifest(value, path)
+        return value
     except (OSError, ValueError, PackcliError):
         return None
 

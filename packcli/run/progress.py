@@ -23,23 +23,16 @@ class RichReporter:
     """A progress bar on stderr: input bytes read, documents, tokens per second, time left."""
 
     def __init__(self) -> None:
-        from rich.console import Console  # imported here: without a terminal, rich is never loaded
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich import progress as bar  # imported here: without a terminal, rich is never loaded
+        from rich.console import Console
 
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TextColumn("{task.fields[documents]:,} docs  {task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
+        self._progress = bar.Progress(
+            bar.TextColumn("{task.description}"),
+            bar.BarColumn(),
+            bar.DownloadColumn(),
+            bar.TextColumn("{task.fields[documents]:,} docs  {task.fields[rate]}"),
+            bar.TimeElapsedColumn(),
+            bar.TimeRemainingColumn(),
             console=Console(stderr=True),
             transient=False,
         )

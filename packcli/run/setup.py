@@ -1,7 +1,5 @@
 """The set-up that ``pack`` and ``stats`` share: resolve the inputs, check the strategy, load the tokenizer, build
-the encoder (every usage error found before a record is read); and the values the manifest's builders
-(:mod:`packcli.format.manifest`) take from them.
-"""
+the encoder (every usage error found before a record is read), and the values the manifest takes from them."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ class Setup:
     unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
 
     def fingerprint(self, plan_hash: str | None = None) -> str:
-        """The output's identity (see :mod:`packcli.run.identity`); a mixed run's grouping of files is part of it, and
-        a partitioned run's plan."""
+        """The output's identity (:mod:`packcli.run.identity`), with a mixed run's grouping and a partitioned plan."""
         extra: dict[str, Any] = {}
         if self.sources is not None:
             extra["sources"] = [len(source.files) for source in self.sources]
@@ -49,8 +46,7 @@ class Setup:
         return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "output", extra)
 
     def plan(self) -> tuple[Plan, str]:
-        """The run's plan and the fingerprint it gives the output (``--dry-run`` prints them): a partitioned run's
-        from the inputs alone, else the one job of a plain run (:meth:`Plan.whole`)."""
+        """The run's plan (a plain run's is :meth:`Plan.whole`) and the fingerprint it gives the output."""
         options, files = self.options, self.files
         if not options.partitioned:
             return Plan.whole(files, sum(item.size for item in self.inputs)), self.fingerprint()
@@ -62,30 +58,23 @@ class Setup:
         return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "tokens")[:32]
 
     def template_source(self) -> str | None:
-        """The ``--chat-template`` file's text as set-up read it (its sha256 is in the fingerprint): an encoder built
-        later (a job's, a worker's on a node without the driver's disk) takes it rather than the path."""
+        """The ``--chat-template`` file's text as set-up read it: a job's encoder takes it, on any node."""
         template = getattr(self.encoder, "template", None)
         return template.source if isinstance(template, JinjaTemplate) and self.options.chat_template else None
 
     def tokenizer_entry(self) -> dict[str, Any]:
-        """The manifest's ``tokenizer`` (:func:`~packcli.format.manifest.tokenizer_entry`)."""
+        """The manifest's ``tokenizer``."""
         described = self.tokenizer.describe() if self.tokenizer is not None else None
         ran = self.options.ids_field is None
         return tokenizer_entry(described, ran, self.encoder.eos_id, self.encoder.bos_id)
 
     def run_keys(self, fingerprint: str, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The manifest keys the output and its parts share (:func:`~packcli.format.manifest.run_keys`), and the
-        facts every part records (:func:`~packcli.format.manifest.part_facts`)."""
+        """The manifest keys the output and its parts share, and the facts every part records."""
         options = self.options
         partitions = plan.describe() if plan.partitioned else None
         relevant, supervised, positions = options.output_relevant(), self.encoder.supervised, options.position_ids
         keys = run_keys(fingerprint, relevant, self.tokenizer_entry(), supervised, positions, partitions)
         return keys, part_facts(keys, plan.digest, len(plan), resolved_options(options))
-
-    def encoder_that_encodes(self) -> Encoder:
-        """The encoder a set-up made with ``encodes=False`` would have made: with the backend the options ask for
-        (its fast backend built now). Set-up gave the warnings already."""
-        return make_encoder(self.options, self.tokenizer, template_source=self.template_source())
 
 
 def set_up(
@@ -95,12 +84,10 @@ def set_up(
     stdin: Spool | None = None,
     encodes: bool = True,
 ) -> Setup:
-    """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
-    can be found before reading a record is raised here. ``stdin``: the spool of standard input among ``inputs``,
-    which names it and gives its identity. ``encodes``: this process encodes records with the encoder; when it
-    does not (a run's driver, whose jobs each build their own encoder; a dry run), the encoder wraps the Hugging
-    Face tokenizer already loaded, rather than building the fast backend's (about a second and 200 MiB for
-    Tekken): a run found up to date then builds none."""
+    """Resolve the inputs, check the strategy, load the tokenizer and build the encoder, raising every usage error
+    found before a record is read. ``stdin``: the spool of standard input among ``inputs``. ``encodes``: False
+    where this process encodes nothing (a run's driver, a dry run): the encoder then wraps Hugging Face's tokenizer
+    already loaded rather than building a fast backend (about a second and 200 MiB for Tekken)."""
     sources = group_inputs(inputs, options.weights, warn) if options.mixing else None
     if sources is not None:
         if stdin is not None:
@@ -144,7 +131,7 @@ class PackResult:
         }
 
 
-def check_documents(read: int, totals: dict[str, int], files: list[Path], options: PackOptions) -> None:
+def check_documents(read: int, totals: dict[str, Any], files: list[Path], options: PackOptions) -> None:
     """Refuse a run that packed nothing, saying why; ``read``: the documents read (before a mixed run draws)."""
     if read == 0:
         raise PackcliError(
@@ -161,9 +148,8 @@ def check_documents(read: int, totals: dict[str, int], files: list[Path], option
 
 
 def takes_output(requested: str) -> Callable[[Path], bool]:
-    """Whether an output of the run's fingerprint holds tokens a run of ``--tokenizer-backend requested`` takes
-    (:func:`~packcli.encode.backends.takes_tokens`): the backend is outside the fingerprint, so an explicit ``hf``
-    reads the manifest, and repacks an output another backend encoded (``pack``, and what ``--dry-run`` says)."""
+    """Whether an output of the run's fingerprint holds tokens ``--tokenizer-backend requested`` takes: the backend
+    is outside the fingerprint, so an explicit ``hf`` reads the manifest and repacks what another backend encoded."""
     if requested != "hf":
         return lambda out: True  # any backend's tokens: no manifest to read
     return lambda out: takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
