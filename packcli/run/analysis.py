@@ -34,12 +34,9 @@ def measure_corpus(
     stdin: Spool | None = None,
     row_figures: RowFigures | None = None,
 ) -> Measured:
-    """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
-
-    The tokenized corpus stays in the tokenization cache (:mod:`packcli.encode.cache`) for the ``pack`` that follows.
-    The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one; ``lengths``
-    the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost (with
-    ``row_figures``, also its figures of each candidate's split packing, as ``split.model_cost``).
+    """Tokenize a raw corpus once (into the cache, for the ``pack`` that follows) and compare every strategy: the
+    figures of ``options.strategy``, with ``strategies`` (each one's), ``lengths`` (percentiles) and
+    ``max_len_candidates`` (what other ``--max-len`` values would cost; with ``row_figures``, as ``split.model_cost``).
     """
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn, stdin, encodes=False)  # tokens from the cache need no fast backend built

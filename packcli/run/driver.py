@@ -1,11 +1,9 @@
 """The one driver of every run: set up -> plan -> engine -> merge -> publish. The only place that knows the order.
 
-Every run is a plan's jobs (:mod:`packcli.run.job`) on an engine. A plain run is the one partition of
-:meth:`~packcli.run.plan.Plan.whole` on the in-process engine, writing its shards straight into a fresh staging
-directory. A partitioned run (``--partitions``) runs one job per partition on worker processes or Ray, each
-committing a part in a parts area (:mod:`packcli.run.parts`) that survives a failed or killed run, so that a rerun
-with the same fingerprint reuses the committed partitions. The merge brings the parts' shards into the output, and
-the output's manifest is written last, the commit: an existing output stays intact until then.
+Every run is a plan's jobs (:mod:`packcli.run.job`) on an engine: a plain run is the one job of
+:meth:`~packcli.run.plan.Plan.whole` in this process, writing its shards straight into the staging directory; a
+partitioned run's jobs commit parts (:mod:`packcli.run.parts`) that a rerun reuses. The output's manifest is written
+last, the commit: an existing output stays intact until then.
 """
 
 from __future__ import annotations
@@ -48,14 +46,10 @@ def pack_corpus(
     stdin: Spool | None = None,
     fork_workers: bool = False,
 ) -> PackResult:
-    """Pack ``inputs`` into ``out`` (Arrow shards + manifest.json, a directory or a :class:`~packcli.storage.UrlPath`)
-    under ``options``.
-
-    An identical earlier run (same fingerprint, complete output) makes this a no-op with status "up-to-date"; an
-    output of another fingerprint is replaced only with ``overwrite``. ``stdin``: the spool of standard input among
-    ``inputs`` (:mod:`packcli.read.stdin`). ``fork_workers``: every thread in this process is packcli's (its own
-    command), so the local engine may fork its first worker (a Python caller's may hold a pool packcli cannot see).
-    """
+    """Pack ``inputs`` into ``out`` (a directory or a :class:`~packcli.storage.UrlPath`) under ``options``: status
+    "packed", or "up-to-date" where an output of the same fingerprint is complete; another output is replaced only
+    with ``overwrite``. ``stdin``: the spool of standard input among ``inputs``. ``fork_workers``: every thread here
+    is packcli's (its own command), so the local engine may fork its first worker."""
     reporter = reporter or SilentReporter()
     scratch_directory()  # a PACKCLI_SCRATCH that is no directory is refused before any work, not by a worker
     setup = set_up(inputs, options, warn, stdin, encodes=False)
@@ -138,7 +132,7 @@ def pack_corpus(
 
 def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
     """Refuse to publish what was read from an input that changed (or went) while the run read it: its partitions
-    may hold two versions of it, or records cut where the new version has no line start.
+    may hold two versions of it.
 
     Raises:
         PackcliError: naming the first input that changed, and how.
@@ -168,8 +162,8 @@ def _engine(options: PackOptions, fork_workers: bool = False) -> Engine:
 
 @dataclass
 class _Progress:
-    """The jobs' parts as they come. A partitioned run reports the partitions done, passes each warning on once, and
-    names a failure's partition; a plain run's one job reports as it goes, in this process."""
+    """The jobs' parts as they come: a partitioned run reports the partitions done, passes each warning on once and
+    names a failure's partition (a plain run's one job reports as it goes)."""
 
     plan: Plan
     reporter: Reporter
@@ -204,8 +198,8 @@ class _Progress:
         self.reporter.advance(self.bytes, self.documents, self.tokens)
 
     def failed(self, error: PackcliError | OSError, parts: Path) -> PackcliError | OSError:
-        """A job's error as the run says it: a partition's names the partition and what the run kept (a full disk
-        is the publication's to say, naming the output and what it kept)."""
+        """A job's error as the run says it: naming its partition and what the run kept (a full disk is the
+        publication's to say)."""
         k = getattr(error, "partition", None)
         if not self.plan.partitioned or k is None or (isinstance(error, OSError) and error.errno in FULL_DISK):
             return error

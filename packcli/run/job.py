@@ -45,10 +45,9 @@ __all__ = ["Job", "JobResult", "Shipped", "partition_seed", "run_job", "start_wo
 
 @dataclass
 class Shipped:
-    """What the driver gives each worker once: the driver's own tokenizer (its ``tokenizer.json`` text travels, so
-    every partition encodes with exactly the same one), the options and chat template its encoders are built from;
-    ``live``, the run's reporter and warnings, only in the driver's process; ``threads``, the worker's share of the
-    cores (:func:`start_worker`)."""
+    """What the driver gives each worker once: its tokenizer (the ``tokenizer.json`` text travels, so every partition
+    encodes with the same one), options and chat template; ``live``, the run's reporter and warnings, only in the
+    driver's process; ``threads``, the worker's share of the cores (:func:`start_worker`)."""
 
     tokenizer: LoadedTokenizer | None
     options: PackOptions
@@ -91,9 +90,8 @@ def partition_seed(seed: int, partition: int) -> int:
 
 
 def start_worker(shipped: Shipped, threads: int | None) -> Shipped:
-    """Start a worker process or actor (once): its threads, and its encoder's backends built (cached per process),
-    so that a worker forked from it and every job here find them built. The driver's own process builds nothing
-    before a job asks (tokens from the cache need no fast backend)."""
+    """Start a worker process or actor (once): its threads, and its encoder's backends built for every job and any
+    worker forked from it (the driver's own process builds nothing: tokens from the cache need no fast backend)."""
     use_threads(threads)
     if shipped.live is None:
         make_encoder(shipped.options, shipped.tokenizer, template_source=shipped.template, built=True)
@@ -195,9 +193,8 @@ def pack_tokens(
     prefix: str,
     names: Sequence[str],
 ) -> tuple[dict[str, int], list[dict[str, Any]], Pieces]:
-    """Overflow -> pack -> shuffle rows -> write ``{prefix}-NNNNN.arrow`` into ``directory``; ``drawn``: the
-    documents a mixed run drew, in order; ``names``: each input's, for the shards' source index. Returns the
-    manifest's totals, its shard entries (with their sidecars) and the pieces packed. No documents, no shards."""
+    """Overflow -> pack -> shuffle rows -> write ``{prefix}-NNNNN.arrow`` into ``directory`` (``drawn``: a mixed
+    run's documents, in order): the manifest's totals, its shard entries and the pieces packed."""
     lengths, starts = tokenized.lengths, None
     if drawn is not None:
         lengths, starts = lengths[drawn], exclusive_cumsum(lengths)[drawn]
@@ -209,8 +206,8 @@ def pack_tokens(
     if options.shuffle:
         packing = shuffle_rows(packing, options.seed)
     reporter.stage("writing")
-    # What tokenizing freed (its batches, the builds' leftovers) back to the system before the shards' buffers, the
-    # run's peak, are taken: glibc keeps freed blocks of up to 32 MiB resident (gcide / Tekken: 339 MiB against 348)
+    # What tokenizing freed goes back to the system before the shards' buffers, the run's peak, are taken: glibc
+    # keeps freed blocks of up to 32 MiB resident (gcide / Tekken: 339 MiB against 348)
     release_free_memory()
     metadata = shard_metadata(options.max_len, tokenizer.sha256 if tokenizer is not None else None, encoder.eos_id)
     store = tokenized.store

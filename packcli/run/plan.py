@@ -77,7 +77,7 @@ def partition_count(files: Sequence[Path], partitions: int | None, partition_siz
 
 
 def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
-    """Cut ``files`` into ``partitions`` mixtures of the whole corpus (see the module docstring).
+    """Cut ``files`` into ``partitions`` mixtures of the whole corpus.
 
     Raises:
         UsageError: some partition would hold no input: the files cannot be cut that finely.

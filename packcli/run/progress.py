@@ -1,6 +1,4 @@
-"""Progress of a run on stderr (the :class:`~packcli.util.progress.Reporter` the stages call): a rich bar on a
-terminal and plain lines for logs (Slurm, Kubernetes, CI), where a bar redrawn in place would be noise.
-"""
+"""Progress of a run on stderr: a rich bar on a terminal, plain lines for logs (Slurm, Kubernetes, CI)."""
 
 from __future__ import annotations
 
@@ -109,8 +107,8 @@ class PlainReporter:
 
 
 def make_reporter(quiet: bool) -> Reporter:
-    """Nothing with ``quiet``; a rich bar when stderr is a terminal; else plain lines every few seconds
-    (``$PACKCLI_PROGRESS_INTERVAL`` seconds, default 5; 0 prints a line for every batch and every stage)."""
+    """Nothing with ``quiet``; a rich bar when stderr is a terminal; else plain lines every
+    ``$PACKCLI_PROGRESS_INTERVAL`` seconds (default 5; 0: every batch and stage)."""
     if quiet:
         return SilentReporter()
     if sys.stderr.isatty():

@@ -40,8 +40,7 @@ class Source:
 def group_inputs(
     specs: Sequence[str], weights: Sequence[float] | None, warn: Callable[[str], None] = lambda message: None
 ) -> list[Source]:
-    """Resolve each INPUT on its own; a file belongs to one source only, however it is spelled (files are compared
-    by device and inode).
+    """Resolve each INPUT on its own; a file (by device and inode) belongs to one source only.
 
     Raises:
         UsageError: the weights do not match the inputs in number, or two inputs share a file.
