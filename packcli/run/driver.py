@@ -16,11 +16,13 @@ from typing import Any
 from packcli.encode import cache
 from packcli.encode.tokenizer import encoding_started
 from packcli.engines import Engine
+from packcli.engines.inline import InlineEngine
+from packcli.engines.local import LocalEngine
 from packcli.errors import PackcliError
 from packcli.format.manifest import output_manifest, read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, input_changes
-from packcli.run.job import Job, JobResult, Shipped, run_job, start_worker
+from packcli.run.job import Job, Shipped, run_job, start_worker
 from packcli.run.parts import PartsArea, input_facts, merge_parts
 from packcli.run.plan import Plan
 from packcli.run.setup import PackResult, check_documents, set_up, takes_output
@@ -80,10 +82,9 @@ def pack_corpus(
         progress = _Progress(plan, reporter, warn, {k: area.read(k) for k in reused})
         names = {str(item.path): item.name for item in setup.inputs}  # ``<stdin>`` for standard input's spool
         named = [tuple(names[str(piece.path)] for piece in slices) for slices in plan.partitions]
-        sources = tuple(setup.sources) if setup.sources is not None else None
         key = None if partitioned else setup.cache_key()  # a plain run may take the tokens `stats` left
         jobs = [
-            Job(k, plan.partitions[k], named[k], area.root, facts, shared, sources, key, partitioned)
+            Job(k, plan.partitions[k], named[k], area.root, facts, shared, setup.sources, key, partitioned)
             for k in range(len(plan))
             if k not in reused
         ]
@@ -148,15 +149,11 @@ def _engine(options: PackOptions, fork_workers: bool = False) -> Engine:
     """The engine the options name: in-process for a plain run (``--workers``: its tokenizer threads), else worker
     processes or Ray."""
     if not options.partitioned:
-        from packcli.engines.inline import InlineEngine
-
         return InlineEngine(options.workers)
     if options.engine == "ray":
-        from packcli.engines.ray import RayEngine
+        from packcli.engines.ray import RayEngine  # imported here: Ray is an extra
 
         return RayEngine(options.workers, options.ray_address)
-    from packcli.engines.local import LocalEngine
-
     return LocalEngine(options.workers, fork=fork_workers and not encoding_started())
 
 
@@ -181,14 +178,16 @@ class _Progress:
                 assert manifest is not None
                 self._count(k, manifest)
 
-    def on_result(self, result: JobResult) -> None:
-        for message in result.warnings:
+    def on_result(self, result: tuple[dict[str, Any], list[str]]) -> None:
+        manifest, warnings = result
+        for message in warnings:
             if message not in self.seen:
                 self.seen.add(message)
                 self.warn(message)
-        self.parts[result.partition] = result.manifest
+        k = manifest["part"]["partition"]
+        self.parts[k] = manifest
         if self.plan.partitioned:
-            self._count(result.partition, result.manifest)
+            self._count(k, manifest)
 
     def _count(self, partition: int, manifest: dict[str, Any]) -> None:
         self.bytes += self.plan.weights[partition]

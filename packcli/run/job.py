@@ -40,7 +40,7 @@ from packcli.write.provenance import write_sources
 from packcli.write.rows import Supervision, write_rows
 from packcli.write.splits import shard_entries
 
-__all__ = ["Job", "JobResult", "Shipped", "partition_seed", "run_job", "start_worker"]
+__all__ = ["Job", "Shipped", "partition_seed", "run_job", "start_worker"]
 
 
 @dataclass
@@ -69,18 +69,9 @@ class Job:
     staging: Path  # where the run's parts go: a directory every worker sees, or a prefix in a store
     facts: dict[str, Any]  # what every part of the run agrees on (packcli.format.manifest.part_facts)
     manifest: dict[str, Any]  # the manifest keys the run's output and parts share (packcli.format.manifest.run_keys)
-    sources: tuple[Source, ...] | None = None  # a mixed run: its sources (one job reads the whole corpus)
+    sources: list[Source] | None = None  # a mixed run: its sources (one job reads the whole corpus)
     cache_key: str | None = None  # the tokenization cache's key, where the tokens `stats` left may be used
     resumable: bool = True  # a partition: its own seed and shard names, committed for a rerun to reuse
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """A finished job: its part's manifest (committed, for a resumable job) and the warnings it sent back."""
-
-    partition: int
-    manifest: dict[str, Any]
-    warnings: list[str]
 
 
 def partition_seed(seed: int, partition: int) -> int:
@@ -98,9 +89,9 @@ def start_worker(shipped: Shipped, threads: int | None) -> Shipped:
     return replace(shipped, threads=threads)
 
 
-def run_job(worker: Shipped, job: Job) -> JobResult:
-    """Run one job on a started worker; returns its part's manifest. A failure propagates naming the job's
-    partition, its part and node-local scratch removed first."""
+def run_job(worker: Shipped, job: Job) -> tuple[dict[str, Any], list[str]]:
+    """Run one job on a started worker: its part's manifest and the warnings it sends back. A failure propagates
+    naming the job's partition, its part and node-local scratch removed first."""
     warnings: list[str] = []
     reporter, warn = worker.live or (SilentReporter(), warnings.append)
     area = PartsArea(job.staging)
@@ -111,7 +102,7 @@ def run_job(worker: Shipped, job: Job) -> JobResult:
         if isinstance(exc, (PackcliError, OSError)):
             exc.partition = job.partition  # type: ignore[union-attr]
         raise
-    return JobResult(job.partition, manifest, warnings)
+    return manifest, warnings
 
 
 _LEAST_BYTES_PER_TOKEN = 8  # input_ids and position_ids, int32 each; labels and cu_seqlens add to it
@@ -123,9 +114,7 @@ def _check_room_for_target(options: PackOptions, built: Path, shown: Path) -> No
     Raises:
         PackcliError: naming the target, the least the shards take and the room there is.
     """
-    if options.target_tokens is None:
-        return
-    need = options.target_tokens * _LEAST_BYTES_PER_TOKEN
+    need = (options.target_tokens or 0) * _LEAST_BYTES_PER_TOKEN
     free = shutil.disk_usage(built).free
     if need > free:
         raise PackcliError(
@@ -159,7 +148,7 @@ def _build_part(
     try:
         stream = None
         if job.sources is not None and len(tokenized.lengths):
-            stream = mixed_stream(list(job.sources), tokenized.file_documents, tokenized.lengths, options)
+            stream = mixed_stream(job.sources, tokenized.file_documents, tokenized.lengths, options)
         drawn = None if stream is None else stream.documents
         totals, entries, pieces = pack_tokens(
             tokenized, options, tokenizer, encoder, built, reporter, drawn, prefix, job.names
@@ -171,7 +160,7 @@ def _build_part(
             tokenized.store.close()
     sources = None
     if job.sources is not None and stream is not None:
-        sources = source_entries(list(job.sources), stream, tokenized.file_documents, tokenized.lengths, pieces)
+        sources = source_entries(job.sources, stream, tokenized.file_documents, tokenized.lengths, pieces)
     # the backend that encoded (for tokens from the cache, the one that encoded them there): outside the fingerprint
     manifest = part_manifest(job.manifest, part, tokenized.backend, totals, entries, sources)
     if job.resumable:

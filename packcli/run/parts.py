@@ -35,7 +35,7 @@ from packcli.storage.objects import remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
-from packcli.write.staging import RUN_RECORD, staging_family
+from packcli.write.staging import RUN_RECORD, remove_path, staging_family
 
 __all__ = ["PartsArea", "input_facts", "merge_parts", "part_name"]
 
@@ -49,8 +49,7 @@ def part_name(partition: int) -> str:
 
 
 class PartsArea:
-    """The parts of one run under ``root``: a local directory, or a run prefix in a store (a
-    :class:`~packcli.storage.UrlPath`)."""
+    """The parts of one run under ``root``: a local directory, or a run prefix in a store."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -71,8 +70,8 @@ class PartsArea:
         return self._scratch(partition) if self.remote else self.part(partition)
 
     def work_path(self, partition: int) -> Path:
-        """Where a running part keeps its token store: its scratch with ``$PACKCLI_SCRATCH`` (node-local, for a
-        cluster whose staging is on shared storage) or in a store, else its own directory."""
+        """Where a running part keeps its token store: its node-local scratch in a store or with ``$PACKCLI_SCRATCH``
+        (a cluster whose staging is on shared storage), else its own directory."""
         local = self.remote or bool(os.environ.get("PACKCLI_SCRATCH"))
         return (self._scratch(partition) if local else self.part(partition)) / "tokens"
 
@@ -83,7 +82,7 @@ class PartsArea:
         if self.remote:
             remove_objects([f"{self.part(partition)}/{MANIFEST_NAME}"])
         else:
-            _remove_tree(self.part(partition))
+            remove_path(self.part(partition))
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def commit(self, partition: int, manifest: dict[str, Any]) -> None:
@@ -135,8 +134,9 @@ class PartsArea:
         for partition in range(partitions):  # what a killed run left in node-local scratch
             shutil.rmtree(self._scratch(partition), ignore_errors=True)
         # what an unfinished part left goes silently; then files no committed part lists, said
-        _remove_files(self.root, [name for name in files if _partition_of(name) in unfinished])
-        self._remove_unlisted(committed, [name for name in files if _partition_of(name) not in unfinished], warn)
+        left = {name for name in files if (match := _OF_PART.match(name)) and int(match[1]) in unfinished}
+        _remove_files(self.root, [name for name in files if name in left])
+        self._remove_unlisted(committed, [name for name in files if name not in left], warn)
         reused = []
         for partition in committed:
             manifest = self._read[partition]
@@ -206,11 +206,11 @@ class PartsArea:
                 os.replace(self.part(partition) / str(item["file"]), into / str(item["file"]))
 
     def remove_records(self) -> None:
-        """On a disk, remove the run record and the parts once their shards are gathered, the last step before the
-        output is published (in a store, the publication's commit removes them)."""
+        """On a disk, remove the run record and the parts once their shards are gathered (in a store, the
+        publication's commit removes them)."""
         for path in self.root.iterdir():
             if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
-                _remove_tree(path)
+                remove_path(path)
 
     def _regather(self, partitions: int) -> None:
         """Put back into their parts the shards that an interrupted merge had moved out."""
@@ -221,12 +221,6 @@ class PartsArea:
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
                     os.replace(moved, home)
-
-
-def _partition_of(name: str) -> int | None:
-    """The partition a file of the area (by its name relative to it) belongs to; None for the run record."""
-    match = _OF_PART.match(name)
-    return int(match.group(1)) if match else None
 
 
 def _files(root: Path) -> dict[str, int]:
@@ -244,30 +238,33 @@ def _files(root: Path) -> dict[str, int]:
 
 
 def _remove_files(root: Path, names: list[str]) -> None:
-    """Remove ``names`` under ``root`` (in a store, by the store's batch call); locally, then the directories left
-    empty."""
+    """Remove ``names`` under ``root`` (in a store, by one batch call), then the local directories left empty."""
     if isinstance(root, UrlPath):
         remove_objects([f"{root}/{name}" for name in names])
         return
     for name in names:
-        _remove_tree(root / name)
+        remove_path(root / name)
     for directory in sorted({(root / name).parent for name in names}, reverse=True):
         if directory != root and directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
 
 
-def _remove_tree(path: Path) -> None:
-    """Remove a file or a directory tree; absent is fine."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
-
-
 def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
     """What differs between two runs, in words: the inputs first (a changed input changes the plan too)."""
-    if earlier.get("inputs") != run.get("inputs"):
-        return _inputs_difference(earlier.get("inputs") or [], run.get("inputs") or [])
+    if earlier.get("inputs") != run.get("inputs"):  # naming up to three files of each kind
+        before = {str(entry[0]): entry[1:] for entry in earlier.get("inputs") or []}
+        after = {str(entry[0]): entry[1:] for entry in run.get("inputs") or []}
+        kinds = (
+            ("added", [path for path in after if path not in before]),
+            ("removed", [path for path in before if path not in after]),
+            ("changed", [path for path in after if path in before and after[path] != before[path]]),
+        )
+        said = [
+            f"{len(paths)} {kind}: {', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}"
+            for kind, paths in kinds
+            if paths
+        ]
+        return f"the inputs changed ({'; '.join(said) or 'their order'})"
     if earlier.get("plan_hash") != run.get("plan_hash"):
         return f"its partition plan differs: {earlier.get('partitions')} partitions then, {run.get('partitions')} now"
     before, after = earlier.get("options", {}), run.get("options", {})
@@ -277,23 +274,6 @@ def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
     if earlier.get("tokenizer") != run.get("tokenizer"):
         return "the tokenizer differs"
     return "its fingerprint differs"
-
-
-def _inputs_difference(earlier: list[list[Any]], now: list[list[Any]]) -> str:
-    """Which input files were added, removed or changed (size or mtime), naming up to three of each."""
-    before = {str(entry[0]): entry[1:] for entry in earlier}
-    after = {str(entry[0]): entry[1:] for entry in now}
-    kinds = (
-        ("added", [path for path in after if path not in before]),
-        ("removed", [path for path in before if path not in after]),
-        ("changed", [path for path in after if path in before and after[path] != before[path]]),
-    )
-    said = [
-        f"{len(paths)} {kind}: {', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}"
-        for kind, paths in kinds
-        if paths
-    ]
-    return f"the inputs changed ({'; '.join(said) or 'their order'})"
 
 
 def _read_json(path: Path) -> Any:
@@ -308,8 +288,7 @@ def _read_json(path: Path) -> Any:
 
 
 def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
-    """The inputs as the run record keeps them (path, size, mtime or an object's ETag): a rerun after an input
-    changed reuses nothing."""
+    """The inputs as the run record keeps them (path, size, mtime or ETag): a changed input voids every part."""
     return [[str(item.path), item.size, item.version] for item in inputs]
 
 

@@ -31,7 +31,7 @@ from packcli.read.jsonl import is_json_array
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.storage.sources import arrow_source, parquet_source
 
-__all__ = ["Plan", "partition_count", "plan_partitions"]
+__all__ = ["Plan", "plan_partitions"]
 
 SLICES_PER_PARTITION = 16  # pieces a partition reads on average: more mixing, against more files opened
 MIN_RECORD_BYTES = 3  # no record takes fewer bytes ("{}" and its line end): no file holds more records than this allows
@@ -65,15 +65,6 @@ class Plan:
     def describe(self) -> dict[str, object]:
         """The manifest's ``partitions`` block."""
         return {"count": len(self.partitions), "plan_hash": self.digest}
-
-
-def partition_count(files: Sequence[Path], partitions: int | None, partition_size: int | None) -> int:
-    """``--partitions`` as given, or as many partitions as ``--partition-size`` bytes (on disk) each take."""
-    if partitions is not None:
-        return partitions
-    if partition_size is None:
-        raise UsageError(f"a partitioned run needs {option('partitions')} or {option('partition_size')}")
-    return max(1, math.ceil(sum(path.stat().st_size for path in files) / partition_size))
 
 
 def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from packcli.format.columns import FORMAT_VERSION
 from packcli.format.manifest import part_facts, read_manifest, run_keys, tokenizer_entry
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
-from packcli.run.plan import Plan, partition_count, plan_partitions
+from packcli.run.plan import Plan, plan_partitions
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
 from packcli.version import __version__
@@ -99,7 +100,11 @@ class Setup:
         options, files = self.options, self.files
         if not options.partitioned:
             return Plan.whole(files, sum(item.size for item in self.inputs)), self.fingerprint()
-        plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
+        count = options.partitions
+        if count is None:  # as many as --partition-size bytes (on disk) each take
+            assert options.partition_size is not None  # the run is partitioned
+            count = max(1, math.ceil(sum(path.stat().st_size for path in files) / options.partition_size))
+        plan = plan_partitions(files, count)
         return plan, self.fingerprint(plan.digest)
 
     def cache_key(self) -> str:
@@ -198,9 +203,7 @@ def check_documents(read: int, totals: dict[str, Any], files: list[Path], option
 def takes_output(requested: str) -> Callable[[Path], bool]:
     """Whether an output of the run's fingerprint holds tokens ``--tokenizer-backend requested`` takes: the backend
     is outside the fingerprint, so an explicit ``hf`` reads the manifest and repacks what another backend encoded."""
-    if requested != "hf":
-        return lambda out: True  # any backend's tokens: no manifest to read
-    return lambda out: takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
+    return lambda out: requested != "hf" or takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
 
 
 def resolved_options(options: PackOptions) -> dict[str, Any]:
