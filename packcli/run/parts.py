@@ -1,7 +1,6 @@
 """The parts of a run, what a rerun may reuse of them, and their merge. A part is one job's shards and its
-``manifest.json`` with a ``part`` block of the run's facts, written last (in a store, one PUT after every shard): a
-part without one is not done. The run record says which run the parts belong to: a rerun of the same run reuses
-every committed part whose shards still check out; other runs' parts, and every file no reused part lists, go::
+``manifest.json`` (with the run's facts in a ``part`` block), written last: a part without one is not done. A rerun
+of the run the run record names reuses every committed part that checks out; anything else goes::
 
     .OUT.packcli-resume/                                   s3://bucket/OUT/packcli-run-.../
         run.json                                           run.json
@@ -9,9 +8,9 @@ every committed part whose shards still check out; other runs' parts, and every 
         part-00000/part-00000-shard-00000.arrow ...        part-00000-shard-00000.arrow ...
         part-00001/tokens
 
-On a disk a part is an output of its own (``packcli verify``-able) whose shards the merge moves into the output. In
-a store a part is built on node-local scratch (``$PACKCLI_SCRATCH``, else the temporary directory) and its shards
-uploaded where the output lists them; a rerun there trusts a part's manifest and its shards' listed sizes.
+On a disk a part is an output of its own (``packcli verify``-able) whose shards the merge moves into the output; in
+a store it is built on node-local scratch and its shards uploaded where the output lists them (a rerun there trusts
+their listed sizes).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""The partition plan of a partitioned run: which part of which input each partition reads. It is computed from
-the inputs alone (sizes, line starts, Parquet row groups, Arrow record batches), never from the cluster or the worker
-count, so the same inputs and partition count give the same plan, hash and bytes on any engine.
-
-A plain JSON Lines file is cut by byte ranges snapped to line starts (a partition owns the lines that start in its
-range); Parquet by row groups; Arrow by record batches; a compressed file or a JSON array is one piece. A file is cut
-into up to one piece per partition by its share of the corpus (SLICES_PER_PARTITION), and the pieces go to the
-least-loaded partitions, largest files first, so every partition is a mixture of the whole corpus (one source per
-partition packs up to 25% worse). Example, 2 partitions over ``a.jsonl`` (100 bytes, lines starting at 0, 40, 70)
-and ``b.jsonl.gz`` (30 bytes): ``a`` is cut at byte 50, snapped to 70, so partition 0 reads ``a[0:70)`` and
-partition 1 ``a[70:100)`` and ``b`` (one piece, to the lighter partition: 30 bytes against 70).
+"""The partition plan: which part of which input each partition reads, from the inputs alone (never the cluster or
+the worker count), so the same inputs and count give the same plan, hash and bytes on any engine. JSON Lines are cut
+by byte ranges (a partition reads the lines that start in its own), Parquet by row groups, Arrow by record batches;
+a compressed file or a JSON array is one piece. The pieces go to the least-loaded partitions, largest files first, so
+every partition mixes the whole corpus (one source per partition packs up to 25% worse). Example, 2 partitions over
+``a.jsonl`` (100 bytes, lines at 0, 40, 70) and ``b.jsonl.gz`` (30 bytes): ``a`` is cut at byte 50, snapped to 70;
+partition 0 reads ``a[0:70)``, partition 1 ``a[70:100)`` and ``b`` (to the lighter partition: 30 bytes against 70).
 """
 
 from __future__ import annotations
