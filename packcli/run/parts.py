@@ -266,8 +266,8 @@ def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
         return f"the inputs changed ({'; '.join(said) or 'their order'})"
     if earlier.get("plan_hash") != run.get("plan_hash"):
         return f"its partition plan differs: {earlier.get('partitions')} partitions then, {run.get('partitions')} now"
-    before, after = earlier.get("options", {}), run.get("options", {})
-    changed = sorted(key for key in set(before) | set(after) if before.get(key) != after.get(key))
+    then, now = earlier.get("options", {}), run.get("options", {})
+    changed = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key))
     if changed:
         return f"options differ: {', '.join(changed)}"
     if earlier.get("tokenizer") != run.get("tokenizer"):
