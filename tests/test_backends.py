@@ -484,7 +484,7 @@ def test_a_template_post_processor_is_allowed_and_encodes_alike() -> None:
 
 def test_workers_rebuild_the_drivers_tokenizer_and_choose_the_same_backend() -> None:
     loaded = load_tokenizer()
-    rebuilt = pickle.loads(pickle.dumps(Shipped(loaded, PackOptions()))).load()  # as a worker gets it
+    rebuilt = pickle.loads(pickle.dumps(Shipped(loaded, PackOptions()))).tokenizer  # as a worker gets it
     assert rebuilt is not loaded
     assert rebuilt.source == loaded.source and rebuilt.describe() == loaded.describe()
     assert rebuilt.tokenizer.encode_special_tokens and rebuilt.tokenizer.truncation is None

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import packcli.run.setup
 from packcli.cli import app
 from packcli.options import PackOptions
-from packcli.run import identity
 from packcli.run.setup import Setup, set_up
 from tests.conftest import write_jsonl
 
@@ -73,7 +73,7 @@ def test_identity_follows_resolved_facts_not_spellings(
     make_tokenizer_dir(tok, {"eos_token": "<|endoftext|>", "chat_template": TEMPLATE})
     assert keys(setup_for(corpus, "tok"))[scope] == base
     # And packcli's version.
-    monkeypatch.setattr(identity, "__version__", "999.0")
+    monkeypatch.setattr(packcli.run.setup, "__version__", "999.0")
     assert keys(setup_for(corpus, "tok"))[scope] != base
 
 

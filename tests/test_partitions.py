@@ -31,8 +31,7 @@ from packcli.format.shards import read_shard
 from packcli.options import PackOptions
 from packcli.report.verify import verify_output
 from packcli.run.driver import pack_corpus
-from packcli.run.merge import merge_parts
-from packcli.run.parts import PartsArea
+from packcli.run.parts import PartsArea, merge_parts
 from packcli.run.plan import plan_partitions
 from packcli.util.locks import FileLock
 

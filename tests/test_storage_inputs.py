@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.errors import PackcliError
 from packcli.read.inputs import InputFile, find_inputs
-from packcli.run.merge import input_facts
+from packcli.run.parts import input_facts
 from packcli.run.sources import group_inputs
 from packcli.storage import UrlPath, location, objects
 from packcli.storage.lock import ObjectLock

@@ -161,11 +161,12 @@ def pack(
     warnings = Warnings(quiet)
     if dry_run:
         from packcli.run.dry_run import dry_run as plan_run
+        from packcli.run.dry_run import dry_run_lines
 
         try:
             with spooled_stdin(inputs, options.partitioned, warnings) as given:
                 planned = plan_run(given.files, options, location(out), overwrite, given.warn, given.spool)
-                report = planned.to_json() if json_output else planned.lines()  # names <stdin> while it is spooled
+                report = planned if json_output else dry_run_lines(planned)  # names <stdin> while it is spooled
         finally:
             warnings.close()
         print(json.dumps(report, sort_keys=True) if isinstance(report, dict) else "\n".join(report))

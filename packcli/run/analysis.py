@@ -12,13 +12,13 @@ import numpy as np
 from packcli.encode import cache
 from packcli.encode.chat import chat_totals
 from packcli.encode.corpus import tokenize_corpus
-from packcli.errors import PackcliError, option
+from packcli.encode.encoders import make_encoder
 from packcli.options import PackOptions
 from packcli.packing.overflow import apply_overflow
 from packcli.read.inputs import Spool
 from packcli.report.max_len import RowFigures, length_percentiles, max_len_candidates
 from packcli.report.stats import DEFAULT_BATCH_SIZE, Measured, sequence_stats
-from packcli.run.setup import set_up
+from packcli.run.setup import check_documents, set_up
 from packcli.strategies import available_strategies, run_strategy
 from packcli.util.progress import Reporter, SilentReporter
 
@@ -34,34 +34,22 @@ def measure_corpus(
     stdin: Spool | None = None,
     row_figures: RowFigures | None = None,
 ) -> Measured:
-    """Tokenize a raw corpus once and compare every registered strategy, writing no shards.
-
-    The tokenized corpus stays in the tokenization cache (:mod:`packcli.encode.cache`) for the ``pack`` that follows.
-    The top level holds the figures of ``options.strategy``; ``strategies`` holds those of each one; ``lengths``
-    the length percentiles and ``max_len_candidates`` what other ``--max-len`` values would cost (with
-    ``row_figures``, also its figures of each candidate's split packing, as ``split.model_cost``).
+    """Tokenize a raw corpus once (into the cache, for the ``pack`` that follows) and compare every strategy: the
+    figures of ``options.strategy``, with ``strategies`` (each one's), ``lengths`` (percentiles) and
+    ``max_len_candidates`` (what other ``--max-len`` values would cost; with ``row_figures``, as ``split.model_cost``).
     """
     reporter = reporter or SilentReporter()
     setup = set_up(inputs, options, warn, stdin, encodes=False)  # tokens from the cache need no fast backend built
     key = setup.cache_key()
     tokenized = cache.load(key, options.tokenizer_backend)
     if tokenized is None:
-        encoder, store = setup.encoder_that_encodes(), cache.new_store_path(key)
+        encoder = make_encoder(options, setup.tokenizer, template_source=setup.template_source())  # warned at set-up
+        store = cache.new_store_path(key)
         fresh = tokenize_corpus(setup.files, encoder, options.skip_bad_records, store, reporter, warn)
         tokenized = cache.save(fresh, key)
     tokenized.store.close()
     counts = tokenized.counts
-    if len(tokenized.lengths) == 0:
-        raise PackcliError(
-            f"no documents: the input holds no usable record ({counts.empty_documents} empty, "
-            f"{counts.bad_records} bad records)"
-        )
-    reporter.stage("comparing strategies")
     pieces, overflow = apply_overflow(tokenized.lengths, options.max_len, options.overflow_policy)
-    if len(pieces.length) == 0:
-        raise PackcliError(
-            f"every document is longer than {option('max_len', options.max_len)} and {option('overflow')} drop"
-        )
     extra = {
         **overflow.to_json(),
         "input_documents": len(tokenized.lengths),
@@ -71,6 +59,8 @@ def measure_corpus(
         "overflow": options.overflow_policy.value,
         "window": options.window,
     }
+    check_documents(len(tokenized.lengths), {**extra, "documents": len(pieces.length)}, [], options)  # as pack does
+    reporter.stage("comparing strategies")
     extra.update(chat_totals(counts, options))  # as pack's manifest has them
     compared, packings = {}, {}
     for name in available_strategies():

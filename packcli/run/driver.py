@@ -1,38 +1,31 @@
 """The one driver of every run: set up -> plan -> engine -> merge -> publish. The only place that knows the order.
 
-Every run is a plan's jobs (:mod:`packcli.run.job`) on an engine. A plain run's plan is one partition reading every
-input whole (:meth:`~packcli.run.plan.Plan.whole`): one job on the in-process engine, reporting as it goes, its
-shards ``shard-NNNNN.arrow`` written straight into a fresh staging directory. A partitioned run (``--partitions``)
-is one job per partition of a plan made from the inputs alone, on worker processes or Ray, each committing a part (a
-small output with its own manifest, :mod:`packcli.run.parts`) in a parts area that survives a failed or killed run
-(``.OUT.packcli-resume`` beside a local output, the run's ``OUT/packcli-run-.../`` prefix in the store of an output
-URL, where the output will list their shards) so that a rerun with the same fingerprint reuses the committed
-partitions. Jobs raise; the engine raises the first failed job's error, which the driver names with its partition.
-The merge takes the parts' manifests and brings their shards into the output, and the output's manifest is written
-last, the commit: an interrupted run never leaves an output that looks complete, and an existing output stays intact
-until then. A worker needs no path of the driver's: with an output URL its part is built on its node's scratch and
-uploaded to the store.
+Every run is a plan's jobs (:mod:`packcli.run.job`) on an engine: a plain run is the one job of
+:meth:`~packcli.run.plan.Plan.whole` in this process, writing its shards straight into the staging directory; a
+partitioned run's jobs commit parts (:mod:`packcli.run.parts`) that a rerun reuses. The output's manifest is written
+last, the commit: an existing output stays intact until then.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packcli.encode import cache
 from packcli.encode.tokenizer import encoding_started
 from packcli.engines import Engine
+from packcli.engines.inline import InlineEngine
+from packcli.engines.local import LocalEngine
 from packcli.errors import PackcliError
 from packcli.format.manifest import output_manifest, read_manifest, write_manifest
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, input_changes
-from packcli.run.job import Job, JobResult, Shipped, partition_seed, run_job, start_worker
-from packcli.run.merge import PARTITIONING_WARNING, input_facts, merge_parts, packing_gap
-from packcli.run.parts import PartsArea, part_prefix
+from packcli.run.job import Job, Shipped, run_job, start_worker
+from packcli.run.parts import PartsArea, input_facts, merge_parts
 from packcli.run.plan import Plan
-from packcli.run.setup import PackResult, Setup, check_documents, set_up, takes_output
+from packcli.run.setup import PackResult, check_documents, set_up, takes_output
 from packcli.storage import UrlPath, location
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.signals import signals_held
@@ -41,6 +34,8 @@ from packcli.write.remote import RemotePublication, output_state, remove_leftove
 from packcli.write.staging import FULL_DISK
 
 __all__ = ["pack_corpus"]
+
+PARTITIONING_WARNING = 0.005  # sequences over 0.5% above ceil(tokens / max_len), which partitioning may cost, warn
 
 
 def pack_corpus(
@@ -53,42 +48,47 @@ def pack_corpus(
     stdin: Spool | None = None,
     fork_workers: bool = False,
 ) -> PackResult:
-    """Pack ``inputs`` into ``out`` (Arrow shards + manifest.json) under ``options``.
-
-    An identical earlier run (same fingerprint, complete output) makes this a no-op with status "up-to-date".
-    An existing output with another fingerprint is replaced only with ``overwrite``. An output URL (a
-    :class:`~packcli.storage.UrlPath`) is published by :class:`~packcli.write.remote.RemotePublication`; a
-    partitioned run to one keeps its parts in the store. ``stdin``: the spool of standard input among ``inputs``
-    (see :mod:`packcli.read.stdin`). ``fork_workers``: this process is packcli's own command, every thread and
-    thread pool in it packcli's, so the local engine may fork its first worker from it (a Python caller's process
-    may hold a tokenizer pool packcli cannot see: its worker is spawned).
-    """
+    """Pack ``inputs`` into ``out`` (a directory or a :class:`~packcli.storage.UrlPath`) under ``options``: status
+    "packed", or "up-to-date" where an output of the same fingerprint is complete; another output is replaced only
+    with ``overwrite``. ``stdin``: the spool of standard input among ``inputs``. ``fork_workers``: every thread here
+    is packcli's (its own command), so the local engine may fork its first worker."""
     reporter = reporter or SilentReporter()
     scratch_directory()  # a PACKCLI_SCRATCH that is no directory is refused before any work, not by a worker
     setup = set_up(inputs, options, warn, stdin, encodes=False)
     local = [path for path in map(location, inputs) if not isinstance(path, UrlPath)]
     read = [*setup.files, *(path for path in local if path.is_dir())]  # what the output may not cover
     plan, fingerprint = setup.plan()
-    details: dict[str, Any] = {"partitions": len(plan)} if plan.partitioned else {}
+    partitioned = plan.partitioned
+    details: dict[str, Any] = {"partitions": len(plan)} if partitioned else {}
     current = takes_output(options.tokenizer_backend)
-    if plan.partitioned and output_state(out, fingerprint) == "same" and current(out):
+    if partitioned and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint, warn)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started
     shared, facts = setup.run_keys(fingerprint, plan)  # the manifest keys the output and its parts share
+    claim = RemotePublication if isinstance(out, UrlPath) else Publication  # a store has no rename: commit by manifest
     with (
         _engine(options, fork_workers) as engine,  # connects first: no staging if it cannot
-        _publication(out, fingerprint, overwrite, read, plan.partitioned, current, warn) as publication,
+        claim(
+            out, fingerprint, overwrite, inputs=read, resumable=partitioned, current=current, warn=warn
+        ) as publication,
     ):
         if publication.up_to_date:
             return PackResult(out, "up-to-date", read_manifest(out), details=details)
         area = PartsArea(publication.parts if isinstance(publication, RemotePublication) else publication.staging)
         reused: list[int] = []
-        if plan.partitioned:  # a plain run's one job has nothing to resume
+        if partitioned:  # a plain run's one job has nothing to resume
             run = facts | {"inputs": input_facts(setup.inputs)}
             reused = area.resume(run, len(plan), warn, options.tokenizer_backend)
         progress = _Progress(plan, reporter, warn, {k: area.read(k) for k in reused})
-        jobs = [_job(setup, plan, k, area.root, facts, shared) for k in range(len(plan)) if k not in reused]
-        live = None if plan.partitioned else (reporter, warn)  # a plain run's job reports as it goes
+        names = {str(item.path): item.name for item in setup.inputs}  # ``<stdin>`` for standard input's spool
+        named = [tuple(names[str(piece.path)] for piece in slices) for slices in plan.partitions]
+        key = None if partitioned else setup.cache_key()  # a plain run may take the tokens `stats` left
+        jobs = [
+            Job(k, plan.partitions[k], named[k], area.root, facts, shared, setup.sources, key, partitioned)
+            for k in range(len(plan))
+            if k not in reused
+        ]
+        live = None if partitioned else (reporter, warn)  # a plain run's job reports as it goes
         shipped = Shipped(setup.tokenizer, options, setup.template_source(), live)
         try:
             engine.run(jobs, run_job, progress.on_result, start_worker, shipped)
@@ -105,7 +105,7 @@ def pack_corpus(
         manifest = output_manifest(shared, sizes, parts, setup.unread_files)
         totals = manifest["totals"]
         check_documents(sum(int(part["part"]["read_documents"]) for part in parts), totals, setup.files, options)
-        if plan.partitioned:  # a plain run wrote its shards in place
+        if partitioned:  # a plain run wrote its shards in place
             area.gather(publication.staging, parts)
         write_manifest(publication.staging, manifest)
         from_cache = bool(parts[0]["part"]["from_cache"])
@@ -118,13 +118,14 @@ def pack_corpus(
                 area.remove_records()
                 publication.commit()
     reporter.close()
-    if not plan.partitioned:
+    if not partitioned:
         return PackResult(out, "packed", manifest, from_cache)
-    gap = packing_gap(totals, options.max_len)
+    lower = -(-totals["tokens"] // options.max_len)
+    gap = {"lower_bound_sequences": lower, "packing_gap": totals["sequences"] / lower - 1 if lower else 0.0}
     if len(plan) > 1 and gap["packing_gap"] > PARTITIONING_WARNING:  # one partition: the gap is the strategy's
         warn(
             f"{totals['sequences']:,} sequences are {gap['packing_gap']:.2%} above the lower bound "
-            f"ceil(tokens / max_len) = {gap['lower_bound_sequences']:,}; packing {len(plan)} partitions apart costs "
+            f"ceil(tokens / max_len) = {lower:,}; packing {len(plan)} partitions apart costs "
             "at most that: fewer, larger partitions pack tighter"
         )
     return PackResult(out, "packed", manifest, details={**details, "partitions_reused": len(reused), **gap})
@@ -132,8 +133,7 @@ def pack_corpus(
 
 def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
     """Refuse to publish what was read from an input that changed (or went) while the run read it: its partitions
-    may hold two versions of it, or records cut where the new version has no line start. One request an input to a
-    store, a few at once.
+    may hold two versions of it.
 
     Raises:
         PackcliError: naming the first input that changed, and how.
@@ -145,70 +145,22 @@ def _refuse_changed_inputs(inputs: list[InputFile]) -> None:
             )
 
 
-def _publication(
-    out: Path,
-    fingerprint: str,
-    overwrite: bool,
-    read: list[Path],
-    resumable: bool,
-    current: Callable[[Path], bool],
-    warn: Callable[[str], None],
-) -> Publication | RemotePublication:
-    """The run's claim on ``out``: a directory is staged beside it and renamed into place; a URL (no rename in a
-    store) is staged locally, uploaded under a run prefix and committed by writing its manifest last. ``current``:
-    whether an output of the run's fingerprint there is current (else the run replaces it)."""
-    if isinstance(out, UrlPath):
-        return RemotePublication(
-            out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current, warn=warn
-        )
-    return Publication(out, fingerprint, overwrite, inputs=read, resumable=resumable, current=current, warn=warn)
-
-
-def _job(setup: Setup, plan: Plan, k: int, root: Path, facts: dict[str, Any], manifest: dict[str, Any]) -> Job:
-    """Partition ``k``'s job: its slices, its seed and shard names (a partitioned run's partition's own), the chat
-    template's text, the inputs' names; a plain run's one job may take the tokens ``stats`` left in the cache."""
-    options, partitioned = setup.options, plan.partitioned
-    return Job(
-        k,
-        plan.partitions[k],
-        replace(options, seed=partition_seed(options.seed, k)) if partitioned else options,
-        root,
-        facts,
-        manifest,
-        part_prefix(k) if partitioned else "shard",
-        tuple(setup.sources) if setup.sources is not None else None,
-        None if partitioned else setup.cache_key(),
-        setup.template_source(),
-        _input_names(setup),
-        resumable=partitioned,
-    )
-
-
-def _input_names(setup: Setup) -> dict[str, str]:
-    """Each input's path and the name the manifest gives it (``<stdin>`` for the spool of standard input)."""
-    return {str(item.path): item.name for item in setup.inputs}
-
-
 def _engine(options: PackOptions, fork_workers: bool = False) -> Engine:
     """The engine the options name: in-process for a plain run (``--workers``: its tokenizer threads), else worker
     processes or Ray."""
     if not options.partitioned:
-        from packcli.engines.inline import InlineEngine
-
         return InlineEngine(options.workers)
     if options.engine == "ray":
-        from packcli.engines.ray import RayEngine
+        from packcli.engines.ray import RayEngine  # imported here: Ray is an extra
 
         return RayEngine(options.workers, options.ray_address)
-    from packcli.engines.local import LocalEngine
-
     return LocalEngine(options.workers, fork=fork_workers and not encoding_started())
 
 
 @dataclass
 class _Progress:
-    """The jobs' parts as they come. A partitioned run reports the partitions done, passes each warning on once, and
-    names a failure's partition; a plain run's one job reports as it goes, in this process."""
+    """The jobs' parts as they come: a partitioned run reports the partitions done, passes each warning on once and
+    names a failure's partition (a plain run's one job reports as it goes)."""
 
     plan: Plan
     reporter: Reporter
@@ -226,14 +178,16 @@ class _Progress:
                 assert manifest is not None
                 self._count(k, manifest)
 
-    def on_result(self, result: JobResult) -> None:
-        for message in result.warnings:
+    def on_result(self, result: tuple[dict[str, Any], list[str]]) -> None:
+        manifest, warnings = result
+        for message in warnings:
             if message not in self.seen:
                 self.seen.add(message)
                 self.warn(message)
-        self.parts[result.partition] = result.manifest
+        k = manifest["part"]["partition"]
+        self.parts[k] = manifest
         if self.plan.partitioned:
-            self._count(result.partition, result.manifest)
+            self._count(k, manifest)
 
     def _count(self, partition: int, manifest: dict[str, Any]) -> None:
         self.bytes += self.plan.weights[partition]
@@ -243,8 +197,8 @@ class _Progress:
         self.reporter.advance(self.bytes, self.documents, self.tokens)
 
     def failed(self, error: PackcliError | OSError, parts: Path) -> PackcliError | OSError:
-        """A job's error as the run says it: a partition's names the partition and what the run kept (a full disk
-        is the publication's to say, naming the output and what it kept)."""
+        """A job's error as the run says it: naming its partition and what the run kept (a full disk is the
+        publication's to say)."""
         k = getattr(error, "partition", None)
         if not self.plan.partitioned or k is None or (isinstance(error, OSError) and error.errno in FULL_DISK):
             return error

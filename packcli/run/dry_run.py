@@ -1,18 +1,12 @@
-"""``pack --dry-run``: what a run would do, decided from the inputs' names and sizes, the tokenizer and the options,
-without reading a record. It is the cache key of a CI step: the fingerprint it reports is the one the run writes.
-
-Invariant: nothing is tokenized and nothing is written (no output or staging directory, no lock, no tokenization
-cache entry). It resolves the run exactly as ``pack`` does (:func:`packcli.run.setup.set_up`, the fingerprint, the
-partition plan, :func:`packcli.write.existing.existing_output`), so the two cannot disagree. What it checks is what
-can be known without reading records: the inputs exist and open, the tokenizer loads, the options combine, the
-partitions can be cut, and ``--out`` holds nothing packcli would refuse to replace. A bad record is found only by
-the run itself.
+"""``pack --dry-run``: what a run would do, from the inputs' names and sizes, the tokenizer and the options, without
+reading a record: nothing is tokenized or written (no staging, lock or cache entry). It resolves the run as ``pack``
+does (set-up, fingerprint, plan, what ``--out`` holds), so the fingerprint it reports, a CI step's cache key, is the
+one the run writes; a bad record is found only by the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,59 +18,10 @@ from packcli.run.sources import manifest_weights
 from packcli.storage.sources import parquet_source
 from packcli.write.remote import output_state
 
-__all__ = ["DryRun", "dry_run"]
+__all__ = ["dry_run", "dry_run_lines"]
 
-# What a dry run checked, said in its report so that nobody takes "would pack" for "the records are good".
+# said in the report: "would pack" is not "the records are good"
 CHECKED = "inputs exist and open, tokenizer loads, options combine; records are not read"
-
-
-@dataclass(frozen=True)
-class DryRun:
-    """The plan of one ``pack``: ``status`` is "up-to-date" (the run would do nothing) or "would-pack"."""
-
-    status: str
-    fingerprint: str
-    out: Path
-    output: str  # what --out holds now: "absent", "same" (this fingerprint) or "other" (replaced: --overwrite)
-    files: list[dict[str, Any]]  # per input file: path, bytes, documents (None where only reading would tell)
-    facts: dict[str, Any]  # tokenizer, options, unread files, and (mixing) sources or (partitioned) partitions
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``pack --dry-run --json`` object."""
-        known = [entry["documents"] for entry in self.files]
-        return {
-            "dry_run": True,
-            "status": self.status,
-            "fingerprint": self.fingerprint,
-            "out": str(self.out),
-            "output": self.output,
-            "input_files": len(self.files),
-            "input_bytes": sum(entry["bytes"] for entry in self.files),
-            "input_documents": None if None in known else sum(known),
-            "files": self.files,
-            "checked": CHECKED,
-            **self.facts,
-        }
-
-    def lines(self) -> list[str]:
-        """What ``pack --dry-run`` prints without ``--json``."""
-        report = self.to_json()
-        documents = report["input_documents"]
-        read = f"{report['input_files']:,} file(s), {report['input_bytes']:,} bytes" + (
-            "" if documents is None else f", {documents:,} documents"
-        )
-        doing = (
-            f"{self.out} is up to date: the run would do nothing"
-            if self.status == "up-to-date"
-            else f"would read {read} and write {self.out}"
-            + (" (replacing the output there)" if self.output == "other" else "")
-        )
-        lines = [f"fingerprint {self.fingerprint}", doing]
-        partitions = self.facts.get("partitions")
-        if partitions is not None:
-            lines.append(f"  {partitions['count']:,} partitions (plan {partitions['plan_hash'][:16]})")
-        lines.append(f"  checked: {CHECKED}")
-        return lines
 
 
 def dry_run(
@@ -86,8 +31,9 @@ def dry_run(
     overwrite: bool = False,
     warn: Callable[[str], None] = lambda message: None,
     stdin: Spool | None = None,
-) -> DryRun:
-    """Resolve ``pack inputs --out out`` with ``options`` and say what it would do, reading no record.
+) -> dict[str, Any]:
+    """What ``pack inputs --out out`` would do, reading no record: the ``pack --dry-run --json`` object. ``status``:
+    "up-to-date" or "would-pack"; ``output``, what ``--out`` holds: "absent", "same" (this fingerprint) or "other".
 
     Raises:
         UsageError: as ``pack`` would, before reading a record (options, strategy, partitions, weights).
@@ -117,8 +63,40 @@ def dry_run(
             "missing, not its listed size, listed twice or not listed): the run would refuse it without --overwrite",
             out,
         )
-    status = "up-to-date" if output == "same" and takes_output(options.tokenizer_backend)(out) else "would-pack"
-    return DryRun(status, fingerprint, out, output, [_file_entry(item.path, item.name) for item in setup.inputs], facts)
+    files = [_file_entry(item.path, item.name) for item in setup.inputs]  # documents: None where only reading tells
+    known = [entry["documents"] for entry in files]
+    return {
+        "dry_run": True,
+        "status": "up-to-date" if output == "same" and takes_output(options.tokenizer_backend)(out) else "would-pack",
+        "fingerprint": fingerprint,
+        "out": str(out),
+        "output": output,
+        "input_files": len(files),
+        "input_bytes": sum(entry["bytes"] for entry in files),
+        "input_documents": None if None in known else sum(known),
+        "files": files,
+        "checked": CHECKED,
+        **facts,
+    }
+
+
+def dry_run_lines(report: dict[str, Any]) -> list[str]:
+    """What ``pack --dry-run`` prints without ``--json``, from :func:`dry_run`'s object."""
+    documents, out = report["input_documents"], report["out"]
+    read = f"{report['input_files']:,} file(s), {report['input_bytes']:,} bytes" + (
+        "" if documents is None else f", {documents:,} documents"
+    )
+    doing = (
+        f"{out} is up to date: the run would do nothing"
+        if report["status"] == "up-to-date"
+        else f"would read {read} and write {out}"
+        + (" (replacing the output there)" if report["output"] == "other" else "")
+    )
+    lines = [f"fingerprint {report['fingerprint']}", doing]
+    partitions = report.get("partitions")
+    if partitions is not None:
+        lines.append(f"  {partitions['count']:,} partitions (plan {partitions['plan_hash'][:16]})")
+    return [*lines, f"  checked: {CHECKED}"]
 
 
 def _file_entry(path: Path, name: str) -> dict[str, Any]:

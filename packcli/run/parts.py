@@ -1,10 +1,6 @@
-"""The parts of a run, and what a rerun may reuse of them. A part is one job's shards and its ``manifest.json``, a
-real packcli manifest with a ``part`` block of the run's facts that the merge and a rerun check, written last (on a
-disk atomically, in a store in one PUT after every shard): a part without one is not done, whatever files it left.
-The run record says which run the parts belong to. A rerun of the same run (same fingerprint) reuses every
-committed part whose shards still check out; the parts of another run are removed, saying why they cannot be
-reused, and so is every file no reused part lists. Layout, in the staging directory of a local output, or under the
-run prefix of an output URL::
+"""The parts of a run, what a rerun may reuse of them, and their merge. A part is one job's shards and its
+``manifest.json`` (with the run's facts in a ``part`` block), written last: a part without one is not done. A rerun
+of the run the run record names reuses every committed part that checks out; anything else goes::
 
     .OUT.packcli-resume/                                   s3://bucket/OUT/packcli-run-.../
         run.json                                           run.json
@@ -12,11 +8,9 @@ run prefix of an output URL::
         part-00000/part-00000-shard-00000.arrow ...        part-00000-shard-00000.arrow ...
         part-00001/tokens
 
-On a disk a part is an output of its own (``packcli verify .OUT.packcli-resume/part-00003``); the merge moves its
-shards into the output. In a store a part is built on the worker's node-local scratch (``$PACKCLI_SCRATCH``, else
-the temporary directory) and its shards uploaded where the output lists them: the commit writes only the output's
-manifest. A rerun there trusts a committed part's manifest and its shards' sizes in one listing (as ``pack``'s
-up-to-date check trusts an output's), reading no shard: ``packcli verify`` is the deep check.
+On a disk a part is an output of its own (``packcli verify``-able) whose shards the merge moves into the output; in
+a store it is built on node-local scratch and its shards uploaded where the output lists them (a rerun there trusts
+their listed sizes).
 """
 
 from __future__ import annotations
@@ -33,18 +27,17 @@ from typing import Any
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
 from packcli.format.integrity import listed_files, size_damage
-from packcli.format.manifest import MANIFEST_NAME, validate_manifest, write_manifest
+from packcli.format.manifest import MANIFEST_NAME, validate_manifest
+from packcli.read.inputs import InputFile
 from packcli.report.verify import verify_output
 from packcli.storage.objects import remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
-from packcli.write.staging import RUN_RECORD, staging_family
+from packcli.write.staging import RUN_RECORD, remove_path, staging_family
 
-__all__ = ["PartsArea", "part_name", "part_prefix"]
+__all__ = ["PartsArea", "input_facts", "merge_parts", "part_name"]
 
-SCRATCH_VARIABLE = "PACKCLI_SCRATCH"
-TOKENS = "tokens"
 _READERS = 16  # part manifests read at once
 _OF_PART = re.compile(r"part-(\d+)(?:[/-]|$)")  # the partition a file (or empty directory) of the area belongs to
 
@@ -54,14 +47,8 @@ def part_name(partition: int) -> str:
     return f"part-{partition:05d}"
 
 
-def part_prefix(partition: int) -> str:
-    """The shard name prefix of one partition: its shards are ``part-00003-shard-00000.arrow`` and on."""
-    return f"{part_name(partition)}-shard"
-
-
 class PartsArea:
-    """The parts of one run under ``root``: a local directory, or a run prefix in a store (a
-    :class:`~packcli.storage.UrlPath`)."""
+    """The parts of one run under ``root``: a local directory, or a run prefix in a store."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -78,74 +65,53 @@ class PartsArea:
         return scratch_directory() / f"packcli-{scratch_key(owner)}-{part_name(partition)}"
 
     def build_path(self, partition: int) -> Path:
-        """Where a running part writes its shards: the part's own directory, or for a store its scratch directory
-        (uploaded on commit)."""
+        """Where a running part writes its shards: its own directory, or in a store its scratch (uploaded on commit)."""
         return self._scratch(partition) if self.remote else self.part(partition)
 
     def work_path(self, partition: int) -> Path:
-        """Where a running part keeps its token store: ``$PACKCLI_SCRATCH`` (a node-local directory, for a cluster
-        whose staging is on shared storage) or the part's scratch directory in a store, else its own directory."""
-        local = self.remote or bool(os.environ.get(SCRATCH_VARIABLE))
-        return (self._scratch(partition) if local else self.part(partition)) / TOKENS
+        """Where a running part keeps its token store: its node-local scratch in a store or with ``$PACKCLI_SCRATCH``
+        (a cluster whose staging is on shared storage), else its own directory."""
+        local = self.remote or bool(os.environ.get("PACKCLI_SCRATCH"))
+        return (self._scratch(partition) if local else self.part(partition)) / "tokens"
 
     def clear(self, partition: int) -> None:
-        """Remove a part: its manifest, shards, token store and scratch. In a store, its manifest (no listing a
-        job): the next attempt writes its shards over, the commit or the next resume removes what none lists."""
+        """Remove a part: its files and scratch; in a store only its manifest (a job lists nothing): the next attempt
+        writes its shards over, and the commit or the next resume removes what no manifest lists."""
         self._read.pop(partition, None)
         if self.remote:
             remove_objects([f"{self.part(partition)}/{MANIFEST_NAME}"])
         else:
-            _remove_tree(self.part(partition))
+            remove_path(self.part(partition))
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def commit(self, partition: int, manifest: dict[str, Any]) -> None:
-        """Commit a built part: in a store, upload its shards then its manifest; on a disk, write its manifest
-        atomically. The part is done once its manifest exists."""
-        part = self.part(partition)
+        """Commit a built part: its manifest, written atomically (in a store, after uploading its shards)."""
         if self.remote:
             built = self.build_path(partition)
             upload_files({str(built / item["file"]): f"{self.root}/{item['file']}" for item in listed_files(manifest)})
-            write_object(f"{part}/{MANIFEST_NAME}", canonical_json(manifest).encode())
-        else:
-            write_manifest(part, manifest)
+        self._write(self.part(partition) / MANIFEST_NAME, manifest)
         shutil.rmtree(self._scratch(partition), ignore_errors=True)
 
     def read(self, partition: int) -> dict[str, Any] | None:
-        """A part's manifest, or None when the part is not committed (or its manifest is damaged). A committed
-        part changes only when cleared, so its manifest is read once."""
-        if partition not in self._read:
-            self._read_parts([partition])
+        """A committed part's manifest (read once: it changes only when cleared), or None."""
+        self._read_parts([partition])
         return self._read.get(partition)
 
     def _read_parts(self, partitions: list[int]) -> None:
-        """Read the manifests of ``partitions`` not read yet, several at once (in a store, a request each)."""
+        """Read the manifests of ``partitions`` not read yet, several at once; a damaged one reads as none."""
         wanted = [k for k in partitions if k not in self._read]
+        paths = [self.part(k) / MANIFEST_NAME for k in wanted]
         with ThreadPoolExecutor(_READERS) as pool:
-            for partition, manifest in zip(wanted, pool.map(self._read_one, wanted)):
-                if manifest is not None:
+            for partition, manifest in zip(wanted, pool.map(_read_json, paths)):
+                if isinstance(manifest, dict) and isinstance(manifest.get("part"), dict):
                     self._read[partition] = manifest
-
-    def _read_one(self, partition: int) -> dict[str, Any] | None:
-        """A part's manifest, read whole (one request in a store) and checked; None for none, or a damaged one."""
-        path = self.part(partition) / MANIFEST_NAME
-        try:
-            manifest = json.loads(path.read_bytes())
-            if isinstance(manifest, dict) and isinstance(manifest.get("part"), dict):
-                validate_manifest(manifest, path)
-                return manifest
-        except (OSError, ValueError, PackcliError):
-            pass
-        return None
 
     def resume(
         self, run: dict[str, Any], partitions: int, warn: Callable[[str], None], requested: str = "auto"
     ) -> list[int]:
-        """Claim the area for ``run`` (its facts and inputs); returns the committed partitions reused.
-
-        The parts of another run are removed (with a warning naming what differs); a committed part whose manifest
-        or shards do not check out, or whose tokens ``--tokenizer-backend requested`` does not take (another
-        backend encoded them, and the run asks for ``hf``), is packed again (with a warning saying why).
-        """
+        """Claim the area for ``run`` (its facts and inputs); returns the committed partitions reused. Another run's
+        parts are removed, and a part that does not check out or whose tokens ``--tokenizer-backend requested`` does
+        not take is packed again, each with a warning saying why."""
         earlier = _read_json(self.root / RUN_RECORD)
         if earlier == run and not self.remote:
             self._regather(partitions)
@@ -160,18 +126,19 @@ class PartsArea:
                 )
             _remove_files(self.root, list(files))
             self._read.clear()
-            self._write_record(run)
+            self._write(self.root / RUN_RECORD, run)
             return []
         committed = self._committed(files, partitions)
         unfinished = set(range(partitions)) - set(committed)
-        for partition in unfinished:
+        for partition in range(partitions):  # what a killed run left in node-local scratch
             shutil.rmtree(self._scratch(partition), ignore_errors=True)
         # what an unfinished part left goes silently; then files no committed part lists, said
-        _remove_files(self.root, [name for name in files if _partition_of(name) in unfinished])
-        self._remove_unlisted(committed, [name for name in files if _partition_of(name) not in unfinished], warn)
+        left = {name for name in files if (match := _OF_PART.match(name)) and int(match[1]) in unfinished}
+        _remove_files(self.root, [name for name in files if name in left])
+        self._remove_unlisted(committed, [name for name in files if name not in left], warn)
         reused = []
         for partition in committed:
-            manifest = self.read(partition) or {}
+            manifest = self._read[partition]
             encoded_by = manifest.get("tokenizer", {}).get("backend")
             problem = self._check(partition, manifest, run, files) or (
                 None
@@ -180,10 +147,9 @@ class PartsArea:
             )
             if problem is None:
                 reused.append(partition)
-                shutil.rmtree(self._scratch(partition), ignore_errors=True)  # its run died before removing it
-                continue
-            warn(f"partition {partition} is packed again: {problem}")
-            self.clear(partition)
+            else:
+                warn(f"partition {partition} is packed again: {problem}")
+                self.clear(partition)
         return reused
 
     def _committed(self, files: dict[str, int], partitions: int) -> list[int]:
@@ -192,18 +158,19 @@ class PartsArea:
         self._read_parts(listed)
         return [k for k in listed if k in self._read]
 
-    def _write_record(self, run: dict[str, Any]) -> None:
+    def _write(self, path: Path, value: dict[str, Any]) -> None:
+        """Write ``value`` as canonical JSON, whole: one PUT in a store, atomically on a disk."""
         if self.remote:
-            write_object(f"{self.root}/{RUN_RECORD}", canonical_json(run).encode())
+            write_object(str(path), canonical_json(value).encode())
         else:
-            self.root.mkdir(parents=True, exist_ok=True)
-            write_json(self.root / RUN_RECORD, run)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, value)
 
     def _check(
         self, partition: int, manifest: dict[str, Any], run: dict[str, Any], files: dict[str, int]
     ) -> str | None:
         """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed (in a
-        store, their sizes in the listing ``files``; on a disk, the whole of ``verify``)."""
+        store, their sizes in the listing ``files``; on a disk, all of ``verify``)."""
         if manifest["part"].get("partition") != partition:
             return f"its manifest is for partition {manifest['part'].get('partition')}"
         for key, value in manifest["part"].items():
@@ -219,7 +186,7 @@ class PartsArea:
         """Remove every file of ``files`` that no committed part's manifest lists: this run wrote none of them."""
         listed = {RUN_RECORD}
         for partition in committed:
-            manifest = self.read(partition) or {"shards": []}
+            manifest = self._read[partition]
             shards = "" if self.remote else f"{part_name(partition)}/"
             listed.add(f"{part_name(partition)}/{MANIFEST_NAME}")
             listed.update(f"{shards}{item['file']}" for item in listed_files(manifest))
@@ -229,8 +196,7 @@ class PartsArea:
         _remove_files(self.root, stray)
 
     def gather(self, into: Path, manifests: list[dict[str, Any]]) -> None:
-        """Bring the parts' shards into the output being built in ``into``, under their own names: on a disk they
-        are moved there (:meth:`remove_records` then removes the parts); in a store they are there already."""
+        """Move the parts' shards into the output being built in ``into`` (in a store they are there already)."""
         if self.remote:
             return
         for manifest in manifests:
@@ -239,15 +205,14 @@ class PartsArea:
                 os.replace(self.part(partition) / str(item["file"]), into / str(item["file"]))
 
     def remove_records(self) -> None:
-        """On a disk, remove the run record and the parts' manifests once their shards are gathered: the last step
-        before the output is published (a rerun after an interrupt before it finds every part still committed). In
-        a store the publication's commit removes them, with what the previous output held."""
+        """On a disk, remove the run record and the parts once their shards are gathered (in a store, the
+        publication's commit removes them)."""
         for path in self.root.iterdir():
             if path.name == RUN_RECORD or (path.is_dir() and path.name.startswith("part-")):
-                _remove_tree(path)
+                remove_path(path)
 
     def _regather(self, partitions: int) -> None:
-        """Put back into their parts the shards that an interrupted merge had moved into the output being built."""
+        """Put back into their parts the shards that an interrupted merge had moved out."""
         self._read_parts(list(range(partitions)))
         for partition, manifest in self._read.items():
             for item in listed_files(manifest):
@@ -255,12 +220,6 @@ class PartsArea:
                 moved, home = self.root / name, self.part(partition) / name
                 if not home.exists() and moved.is_file() and not moved.is_symlink():
                     os.replace(moved, home)
-
-
-def _partition_of(name: str) -> int | None:
-    """The partition a file of the area (by its name relative to it) belongs to; None for the run record."""
-    match = _OF_PART.match(name)
-    return int(match.group(1)) if match else None
 
 
 def _files(root: Path) -> dict[str, int]:
@@ -278,37 +237,37 @@ def _files(root: Path) -> dict[str, int]:
 
 
 def _remove_files(root: Path, names: list[str]) -> None:
-    """Remove ``names`` under ``root`` (in a store, by the store's batch call); locally, then the directories left
-    empty."""
+    """Remove ``names`` under ``root`` (in a store, by one batch call), then the local directories left empty."""
     if isinstance(root, UrlPath):
         remove_objects([f"{root}/{name}" for name in names])
         return
     for name in names:
-        _remove_tree(root / name)
+        remove_path(root / name)
     for directory in sorted({(root / name).parent for name in names}, reverse=True):
         if directory != root and directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
 
 
-def _remove_tree(path: Path) -> None:
-    """Remove a file or a directory tree; absent is fine."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
-
-
 def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
     """What differs between two runs, in words: the inputs first (a changed input changes the plan too)."""
-    if earlier.get("inputs") != run.get("inputs"):
-        return _inputs_difference(earlier.get("inputs") or [], run.get("inputs") or [])
+    if earlier.get("inputs") != run.get("inputs"):  # naming up to three files of each kind
+        before = {str(entry[0]): entry[1:] for entry in earlier.get("inputs") or []}
+        after = {str(entry[0]): entry[1:] for entry in run.get("inputs") or []}
+        kinds = (
+            ("added", [path for path in after if path not in before]),
+            ("removed", [path for path in before if path not in after]),
+            ("changed", [path for path in after if path in before and after[path] != before[path]]),
+        )
+        said = [
+            f"{len(paths)} {kind}: {', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}"
+            for kind, paths in kinds
+            if paths
+        ]
+        return f"the inputs changed ({'; '.join(said) or 'their order'})"
     if earlier.get("plan_hash") != run.get("plan_hash"):
         return f"its partition plan differs: {earlier.get('partitions')} partitions then, {run.get('partitions')} now"
-    changed = sorted(
-        key
-        for key in set(earlier.get("options", {})) | set(run.get("options", {}))
-        if earlier.get("options", {}).get(key) != run.get("options", {}).get(key)
-    )
+    then, now = earlier.get("options", {}), run.get("options", {})
+    changed = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key))
     if changed:
         return f"options differ: {', '.join(changed)}"
     if earlier.get("tokenizer") != run.get("tokenizer"):
@@ -316,25 +275,45 @@ def _difference(earlier: dict[str, Any], run: dict[str, Any]) -> str:
     return "its fingerprint differs"
 
 
-def _inputs_difference(earlier: list[list[Any]], now: list[list[Any]]) -> str:
-    """Which input files were added, removed or changed (size or mtime), naming up to three of each."""
-    before = {str(entry[0]): entry[1:] for entry in earlier}
-    after = {str(entry[0]): entry[1:] for entry in now}
-    kinds = (
-        ("added", [path for path in after if path not in before]),
-        ("removed", [path for path in before if path not in after]),
-        ("changed", [path for path in after if path in before and after[path] != before[path]]),
-    )
-    said = [
-        f"{len(paths)} {kind}: {', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}"
-        for kind, paths in kinds
-        if paths
-    ]
-    return f"the inputs changed ({'; '.join(said) or 'their order'})"
-
-
 def _read_json(path: Path) -> Any:
+    """The JSON file at ``path`` (a part's manifest, checked), or None for none or a damaged one."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_bytes())
+        if isinstance(value, dict) and isinstance(value.get("part"), dict):
+            validate_manifest(value, path)
+        return value
     except (OSError, ValueError, PackcliError):
         return None
+
+
+def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
+    """The inputs as the run record keeps them (path, size, mtime or ETag): a changed input voids every part."""
+    return [[str(item.path), item.size, item.version] for item in inputs]
+
+
+def merge_parts(manifests: list[dict[str, Any] | None], facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The parts' manifests checked, in partition order, for :func:`~packcli.format.manifest.output_manifest`,
+    which sums them: every part agrees on the run's facts and totals keys, so the merged manifest is the same
+    whatever engine or worker count produced the parts.
+
+    Raises:
+        PackcliError: a partition is not committed, or a part disagrees with the run on one of the facts.
+    """
+    if len(manifests) != facts["partitions"]:
+        raise PackcliError(f"expected {facts['partitions']} parts, found {len(manifests)}")
+    parts: list[dict[str, Any]] = []
+    for partition, manifest in enumerate(manifests):
+        if manifest is None:
+            raise PackcliError(f"partition {partition} has no manifest: it did not finish")
+        part = manifest["part"]
+        if part.get("partition") != partition:
+            raise PackcliError(f"the manifest of partition {partition} is for partition {part.get('partition')}")
+        for key in (key for key in facts if part.get(key) != facts[key]):
+            raise PackcliError(
+                f"partition {partition} disagrees with the run on {key}: it was packed by another run "
+                "(another plan, options, tokenizer or packcli); rerun to pack it again"
+            )
+        if parts and list(manifest["totals"]) != list(parts[0]["totals"]):
+            raise PackcliError(f"partition {partition} has other totals than partition 0")
+        parts.append(manifest)
+    return parts

@@ -1,18 +1,10 @@
-"""The partition plan of a partitioned run: which part of which input each partition reads. It is computed from
-the inputs alone (their sizes, the line starts nearest the cuts, Parquet row groups, Arrow record batches) and
-never from the cluster or the worker count, so the same inputs and partition count give the same plan, the same
-hash and the same bytes on any engine.
-
-Cutting: a plain JSON Lines file by byte ranges snapped to line starts (a partition owns the lines that start in
-its range, so a line of any length is read once, whole); Parquet by row groups; Arrow by record batches; a
-compressed file or a JSON array is one piece. Interleaving: a file is cut into as many pieces as there are
-partitions when it holds at least 1/SLICES_PER_PARTITION of the corpus (fewer when it is smaller), and each file's
-pieces go to the least-loaded partitions, largest files first, so every partition is a mixture of the whole corpus
-(partitions that each hold one source pack up to 25% worse than mixtures).
-
-Example, 2 partitions over ``a.jsonl`` (100 bytes, lines starting at 0, 40 and 70) and ``b.jsonl.gz`` (30 bytes):
-``a`` is cut at byte 50, snapped to the line start 70, so partition 0 reads ``a[0:70)`` and partition 1 reads
-``a[70:100)``; ``b`` is one piece and goes to partition 1, the lighter one (30 bytes against 70).
+"""The partition plan: which part of which input each partition reads, from the inputs alone (never the cluster or
+the worker count), so the same inputs and count give the same plan, hash and bytes on any engine. JSON Lines are cut
+by byte ranges (a partition reads the lines that start in its own), Parquet by row groups, Arrow by record batches;
+a compressed file or a JSON array is one piece. The pieces go to the least-loaded partitions, largest files first, so
+every partition mixes the whole corpus (one source per partition packs up to 25% worse). Example, 2 partitions over
+``a.jsonl`` (100 bytes, lines at 0, 40, 70) and ``b.jsonl.gz`` (30 bytes): ``a`` is cut at byte 50, snapped to 70;
+partition 0 reads ``a[0:70)``, partition 1 ``a[70:100)`` and ``b`` (to the lighter partition: 30 bytes against 70).
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ from packcli.read.jsonl import is_json_array
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.storage.sources import arrow_source, parquet_source
 
-__all__ = ["Plan", "partition_count", "plan_partitions"]
+__all__ = ["Plan", "plan_partitions"]
 
 SLICES_PER_PARTITION = 16  # pieces a partition reads on average: more mixing, against more files opened
 MIN_RECORD_BYTES = 3  # no record takes fewer bytes ("{}" and its line end): no file holds more records than this allows
@@ -48,17 +40,15 @@ Piece = tuple[Span | None, int]  # (span in the file's unit, or None for the who
 class Plan:
     """What each partition reads, in partition order; ``digest`` identifies the plan (it joins the fingerprint)."""
 
-    files: tuple[Path, ...]
     partitions: tuple[tuple[InputSlice, ...], ...]
     weights: tuple[int, ...]  # bytes on disk each partition reads (compressed files count their compressed size)
     digest: str | None  # None: a plain run's plan (see whole)
 
     @classmethod
     def whole(cls, files: Sequence[Path], size: int) -> Plan:
-        """A plain run's plan: one partition that reads every input whole, in order (``size`` bytes). It has no
-        digest: a plain run's fingerprint names no plan, and its one job keeps the run's seed and shard names and
-        leaves nothing to resume."""
-        return cls(tuple(files), (tuple(InputSlice(path) for path in files),), (size,), None)
+        """A plain run's plan: one partition that reads every input whole (``size`` bytes), with no digest: a plain
+        run's fingerprint names no plan."""
+        return cls((tuple(InputSlice(path) for path in files),), (size,), None)
 
     @property
     def partitioned(self) -> bool:
@@ -73,17 +63,8 @@ class Plan:
         return {"count": len(self.partitions), "plan_hash": self.digest}
 
 
-def partition_count(files: Sequence[Path], partitions: int | None, partition_size: int | None) -> int:
-    """``--partitions`` as given, or as many partitions as ``--partition-size`` bytes (on disk) each take."""
-    if partitions is not None:
-        return partitions
-    if partition_size is None:
-        raise UsageError(f"a partitioned run needs {option('partitions')} or {option('partition_size')}")
-    return max(1, math.ceil(sum(path.stat().st_size for path in files) / partition_size))
-
-
 def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
-    """Cut ``files`` into ``partitions`` mixtures of the whole corpus (see the module docstring).
+    """Cut ``files`` into ``partitions`` mixtures of the whole corpus.
 
     Raises:
         UsageError: some partition would hold no input: the files cannot be cut that finely.
@@ -112,26 +93,16 @@ def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
             heapq.heappush(loads, (load + weight, count + 1, k))
     weights = {(f, span): weight for f in range(len(files)) for span, weight in pieces[f]}
     ordered = [sorted(slices, key=lambda s: (s[0], s[1] or (0, 0))) for slices in chosen]
-    digest = hashlib.sha256(
-        json.dumps(
-            {
-                "files": [[str(path), size] for path, size in zip(files, sizes)],
-                "partitions": [[[f, span] for f, span in slices] for slices in ordered],
-            },
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()
+    planned = {"files": [[str(path), size] for path, size in zip(files, sizes)], "partitions": ordered}
     return Plan(
-        files=tuple(files),
         partitions=tuple(tuple(InputSlice(files[f], span) for f, span in slices) for slices in ordered),
         weights=tuple(sum(weights[entry] for entry in slices) for slices in ordered),
-        digest=digest,
+        digest=hashlib.sha256(json.dumps(planned, sort_keys=True).encode()).hexdigest(),  # tuples as JSON arrays
     )
 
 
 def _file_pieces(files: Sequence[Path], sizes: Sequence[int], partitions: int) -> list[list[Piece]]:
-    """Each file's pieces for a plan of ``partitions``: a file is cut into as many as its share of the corpus
-    asks (at most ``partitions``)."""
+    """Each file's pieces for a plan of ``partitions``: as many as its share of the corpus asks, at most one each."""
     total = max(1, sum(sizes))
     return [
         _pieces(path, min(partitions, max(1, math.ceil(partitions * SLICES_PER_PARTITION * size / total))))
@@ -140,10 +111,9 @@ def _file_pieces(files: Sequence[Path], sizes: Sequence[int], partitions: int) -
 
 
 def _accepted_count(files: Sequence[Path], sizes: Sequence[int], refused: int) -> int:
-    """A partition count below ``refused`` that the planner accepts: the count of pieces ``refused`` gives, then
-    the count of pieces that count gives, until a count has enough, as a user retrying with each count named would.
-    The cuts of one count are not those of a smaller one, so neither the first count short of pieces nor every
-    count below one that works is sure to work; one partition always does (every file is at least one piece)."""
+    """A partition count below ``refused`` that the planner accepts: the pieces ``refused`` gives, then the pieces
+    that count gives, until a count has enough (the cuts of one count are not a smaller one's, so the first count
+    short of pieces may fail too); one partition always works."""
     count = refused
     while (pieces := sum(map(len, _file_pieces(files, sizes, count)))) < count:
         count = pieces
@@ -151,31 +121,23 @@ def _accepted_count(files: Sequence[Path], sizes: Sequence[int], refused: int) -
 
 
 def _pieces(path: Path, wanted: int) -> list[Piece]:
-    """Up to ``wanted`` contiguous pieces of one file, in file order, at least one: a file that holds no unit to cut
-    (no byte, no row group, no batch) is one piece, the whole file, so one partition takes any input."""
-    return _cut_pieces(path, wanted) or [(None, path.stat().st_size)]
-
-
-def _cut_pieces(path: Path, wanted: int) -> list[Piece]:
-    """Up to ``wanted`` non-empty contiguous pieces of one file, in file order; none where it holds nothing to cut."""
+    """Up to ``wanted`` non-empty contiguous pieces of one file, in file order, at least one: a file with no unit to
+    cut (no byte, no row group, no batch) is one piece, the whole file, so one partition takes any input."""
     kind = input_format(path)
+    cut: list[Piece] = []
     try:
         if kind == "parquet":
             metadata = pq.ParquetFile(parquet_source(path)).metadata
-            return _cut_units(
-                [
-                    sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-                    for group in map(metadata.row_group, range(metadata.num_row_groups))
-                ],
-                wanted,
-            )
-        if kind == "arrow":
-            return _cut_units(_batch_sizes(path), wanted)
+            groups = map(metadata.row_group, range(metadata.num_row_groups))
+            sizes = [sum(group.column(c).total_compressed_size for c in range(group.num_columns)) for group in groups]
+            cut = _cut_units(sizes, wanted)
+        elif kind == "arrow":
+            cut = _cut_units(_batch_sizes(path), wanted)
     except (OSError, pa.ArrowException) as exc:
         raise PackcliError(f"cannot read to plan partitions: {exc}", path) from exc
     if kind == "json" and path.suffix.lower() not in COMPRESSIONS and not is_json_array(path):
-        return _cut_lines(path, wanted)
-    return [(None, path.stat().st_size)]
+        cut = _cut_lines(path, wanted)
+    return cut or [(None, path.stat().st_size)]
 
 
 def _batch_sizes(path: Path) -> list[int]:
@@ -190,7 +152,7 @@ def _batch_sizes(path: Path) -> list[int]:
 
 
 def _cut_units(sizes: list[int], wanted: int) -> list[Piece]:
-    """Group consecutive units (row groups, batches) into at most ``wanted`` pieces: unit i goes to the piece its
+    """Group consecutive units (row groups, batches) into at most ``wanted`` pieces: each unit goes to the piece its
     first byte falls in when the file's bytes are cut into ``wanted`` equal ranges."""
     total = sum(sizes)
     firsts: list[int] = []  # the first unit of each piece
@@ -208,10 +170,9 @@ def _cut_units(sizes: list[int], wanted: int) -> list[Piece]:
 
 
 def _cut_lines(path: Path, wanted: int) -> list[Piece]:
-    """Byte ranges of a plain JSON Lines file, cut into ``wanted`` equal parts and each cut moved forward to the
-    next line start; ranges left empty (a long line spans the cut) are dropped. Each line start is looked for once:
-    the cuts that move forward to the one just found are skipped, so a count far above the file's lines costs no
-    scan per partition."""
+    """Byte ranges of a plain JSON Lines file, cut into ``wanted`` equal parts, each cut moved forward to the next
+    line start (ranges left empty are dropped). The cuts that land on a line start just found are skipped, so a
+    count far above the file's lines costs no scan per partition."""
     size = path.stat().st_size
     bounds = [0]
     with path.open("rb") as handle:

@@ -1,6 +1,4 @@
-"""Progress of a run on stderr (the :class:`~packcli.util.progress.Reporter` the stages call): a rich bar on a
-terminal and plain lines for logs (Slurm, Kubernetes, CI), where a bar redrawn in place would be noise.
-"""
+"""Progress of a run on stderr: a rich bar on a terminal, plain lines for logs (Slurm, Kubernetes, CI)."""
 
 from __future__ import annotations
 
@@ -8,6 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from packcli.errors import UsageError
@@ -23,23 +22,16 @@ class RichReporter:
     """A progress bar on stderr: input bytes read, documents, tokens per second, time left."""
 
     def __init__(self) -> None:
-        from rich.console import Console  # imported here: without a terminal, rich is never loaded
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich import progress as bar  # imported here: without a terminal, rich is never loaded
+        from rich.console import Console
 
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TextColumn("{task.fields[documents]:,} docs  {task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
+        self._progress = bar.Progress(
+            bar.TextColumn("{task.description}"),
+            bar.BarColumn(),
+            bar.DownloadColumn(),
+            bar.TextColumn("{task.fields[documents]:,} docs  {task.fields[rate]}"),
+            bar.TimeElapsedColumn(),
+            bar.TimeRemainingColumn(),
             console=Console(stderr=True),
             transient=False,
         )
@@ -64,6 +56,7 @@ class RichReporter:
         self._progress.stop()
 
 
+@dataclass
 class PlainReporter:
     """Plain lines on stderr for logs: one every ``interval`` seconds while tokenizing, and one at each stage
     change; a run shorter than ``interval`` prints nothing (so an early error stays the only line)::
@@ -72,29 +65,25 @@ class PlainReporter:
         packcli: packing (61.0 s)
     """
 
-    def __init__(
-        self,
-        interval: float = DEFAULT_INTERVAL,
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._interval = interval
-        self._stream = stream or sys.stderr
-        self._clock = clock
-        self._began = self._last = clock()
-        self._total = 0
-        self._stage = "tokenizing"
+    interval: float = DEFAULT_INTERVAL
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    clock: Callable[[], float] = time.monotonic
+    _total: int = field(default=0, init=False)
+    _stage: str = field(default="tokenizing", init=False)
+
+    def __post_init__(self) -> None:
+        self._began = self._last = self.clock()
 
     def _print(self, text: str) -> None:
-        print(f"packcli: {text}", file=self._stream, flush=True)
+        print(f"packcli: {text}", file=self.stream, flush=True)
 
     def start(self, total_bytes: int) -> None:
         self._total = total_bytes
-        self._began = self._last = self._clock()
+        self._began = self._last = self.clock()
 
     def advance(self, bytes_done: int, documents: int, tokens: int) -> None:
-        now = self._clock()
-        if now - self._last < self._interval:
+        now = self.clock()
+        if now - self._last < self.interval:
             return
         self._last = now
         elapsed = max(now - self._began, 1e-9)
@@ -107,8 +96,8 @@ class PlainReporter:
 
     def stage(self, description: str) -> None:
         self._stage = description
-        elapsed = self._clock() - self._began
-        if elapsed >= self._interval:
+        elapsed = self.clock() - self._began
+        if elapsed >= self.interval:
             self._print(f"{description} ({elapsed:.1f} s)")
 
     def close(self) -> None:
@@ -116,8 +105,8 @@ class PlainReporter:
 
 
 def make_reporter(quiet: bool) -> Reporter:
-    """Nothing with ``quiet``; a rich bar when stderr is a terminal; else plain lines every few seconds
-    (``$PACKCLI_PROGRESS_INTERVAL`` seconds, default 5; 0 prints a line for every batch and every stage)."""
+    """Nothing with ``quiet``; a rich bar when stderr is a terminal; else plain lines every
+    ``$PACKCLI_PROGRESS_INTERVAL`` seconds (default 5; 0: every batch and stage)."""
     if quiet:
         return SilentReporter()
     if sys.stderr.isatty():

@@ -1,29 +1,55 @@
 """The set-up that ``pack`` and ``stats`` share: resolve the inputs, check the strategy, load the tokenizer, build
-the encoder (every usage error found before a record is read); and the values the manifest's builders
-(:mod:`packcli.format.manifest`) take from them.
+the encoder (every usage error found before a record is read); the run's identity and manifest keys follow from it.
+
+The identity is one hash over the resolved facts that decide the output bytes; the output fingerprint and the
+tokenization-cache key are the same hash over two scopes, so they cannot drift apart. Facts, not spellings: inputs by
+resolved path, size and mtime; the tokenizer by the sha256 of its file and config (``--tokenizer tok`` and
+``./tok/tokenizer.json`` are one identity); the EOS/BOS ids and chat template actually used; packcli's version.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from packcli.encode.backends import takes_tokens
 from packcli.encode.chat import JinjaTemplate
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, option
+from packcli.format.columns import FORMAT_VERSION
 from packcli.format.manifest import part_facts, read_manifest, run_keys, tokenizer_entry
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
-from packcli.run.identity import resolved_options, run_identity
-from packcli.run.plan import Plan, partition_count, plan_partitions
+from packcli.run.plan import Plan, plan_partitions
 from packcli.run.sources import Source, group_inputs
 from packcli.strategies import get_strategy
+from packcli.version import __version__
 
 __all__ = ["PackResult", "Setup", "check_documents", "set_up", "takes_output"]
+
+# The options that decide each document's tokens (the cache key's scope); every output-relevant option decides the
+# output (the fingerprint's scope).
+TOKENIZATION_OPTIONS = (
+    "text_field",
+    "eos",
+    "bos",
+    "eos_token",
+    "skip_bad_records",
+    "prompt_field",
+    "response_field",
+    "messages_field",
+    "tools_field",
+    "loss_on",
+    "ids_field",
+    "labels_field",
+    "eos_id",
+)
 
 
 @dataclass(frozen=True)
@@ -38,54 +64,71 @@ class Setup:
     sources: list[Source] | None = None  # mixed runs: one source per INPUT, its files in ``files`` order
     unread_files: int = 0  # files found beside the inputs that packcli does not read (named in a warning)
 
+    def identity(self, scope: Literal["output", "tokens"], extra: dict[str, Any] | None = None) -> str:
+        """The sha256 (hex) of the facts that decide the output (``scope="output"``) or only the tokens ("tokens");
+        ``extra``: further facts that decide the output."""
+        relevant, tokenizer = resolved_options(self.options), self.tokenizer
+        tokens = {name: relevant[name] for name in TOKENIZATION_OPTIONS if name in relevant}
+        facts = {
+            "scope": scope,
+            "packcli_version": __version__,
+            "format_version": FORMAT_VERSION,
+            "inputs": [_describe_input(item) for item in self.inputs],
+            "tokenizer": {
+                "sha256": tokenizer.sha256 if tokenizer is not None else None,
+                "config_sha256": tokenizer.config_sha256 if tokenizer is not None else None,
+                "eos_id": self.encoder.eos_id,
+                "bos_id": self.encoder.bos_id,
+                "chat_template_sha256": self.encoder.template_sha256,
+            },
+            "options": relevant if scope == "output" else tokens,
+            "extra": extra or {},
+        }
+        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
     def fingerprint(self, plan_hash: str | None = None) -> str:
-        """The output's identity (see :mod:`packcli.run.identity`); a mixed run's grouping of files is part of it, and
-        a partitioned run's plan."""
+        """The output's identity, with a mixed run's grouping of files and a partitioned run's plan."""
         extra: dict[str, Any] = {}
         if self.sources is not None:
             extra["sources"] = [len(source.files) for source in self.sources]
         if plan_hash is not None:
             extra["partition_plan"] = plan_hash
-        return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "output", extra)
+        return self.identity("output", extra)
 
     def plan(self) -> tuple[Plan, str]:
-        """The run's plan and the fingerprint it gives the output (``--dry-run`` prints them): a partitioned run's
-        from the inputs alone, else the one job of a plain run (:meth:`Plan.whole`)."""
+        """The run's plan (a plain run's is :meth:`Plan.whole`) and the fingerprint it gives the output."""
         options, files = self.options, self.files
         if not options.partitioned:
             return Plan.whole(files, sum(item.size for item in self.inputs)), self.fingerprint()
-        plan = plan_partitions(files, partition_count(files, options.partitions, options.partition_size))
+        count = options.partitions
+        if count is None:  # as many as --partition-size bytes (on disk) each take
+            assert options.partition_size is not None  # the run is partitioned
+            count = max(1, math.ceil(sum(path.stat().st_size for path in files) / options.partition_size))
+        plan = plan_partitions(files, count)
         return plan, self.fingerprint(plan.digest)
 
     def cache_key(self) -> str:
         """The tokenization cache's key: the identity over what decides the tokens."""
-        return run_identity(self.inputs, self.tokenizer, self.encoder, self.options, "tokens")[:32]
+        return self.identity("tokens")[:32]
 
     def template_source(self) -> str | None:
-        """The ``--chat-template`` file's text as set-up read it (its sha256 is in the fingerprint): an encoder built
-        later (a job's, a worker's on a node without the driver's disk) takes it rather than the path."""
+        """The ``--chat-template`` file's text as set-up read it: a job's encoder takes it, on any node."""
         template = getattr(self.encoder, "template", None)
         return template.source if isinstance(template, JinjaTemplate) and self.options.chat_template else None
 
     def tokenizer_entry(self) -> dict[str, Any]:
-        """The manifest's ``tokenizer`` (:func:`~packcli.format.manifest.tokenizer_entry`)."""
+        """The manifest's ``tokenizer``."""
         described = self.tokenizer.describe() if self.tokenizer is not None else None
         ran = self.options.ids_field is None
         return tokenizer_entry(described, ran, self.encoder.eos_id, self.encoder.bos_id)
 
     def run_keys(self, fingerprint: str, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The manifest keys the output and its parts share (:func:`~packcli.format.manifest.run_keys`), and the
-        facts every part records (:func:`~packcli.format.manifest.part_facts`)."""
+        """The manifest keys the output and its parts share, and the facts every part records."""
         options = self.options
         partitions = plan.describe() if plan.partitioned else None
         relevant, supervised, positions = options.output_relevant(), self.encoder.supervised, options.position_ids
         keys = run_keys(fingerprint, relevant, self.tokenizer_entry(), supervised, positions, partitions)
         return keys, part_facts(keys, plan.digest, len(plan), resolved_options(options))
-
-    def encoder_that_encodes(self) -> Encoder:
-        """The encoder a set-up made with ``encodes=False`` would have made: with the backend the options ask for
-        (its fast backend built now). Set-up gave the warnings already."""
-        return make_encoder(self.options, self.tokenizer, template_source=self.template_source())
 
 
 def set_up(
@@ -95,12 +138,9 @@ def set_up(
     stdin: Spool | None = None,
     encodes: bool = True,
 ) -> Setup:
-    """Resolve the inputs, check the strategy, load the tokenizer and build the encoder: every usage error that
-    can be found before reading a record is raised here. ``stdin``: the spool of standard input among ``inputs``,
-    which names it and gives its identity. ``encodes``: this process encodes records with the encoder; when it
-    does not (a run's driver, whose jobs each build their own encoder; a dry run), the encoder wraps the Hugging
-    Face tokenizer already loaded, rather than building the fast backend's (about a second and 200 MiB for
-    Tekken): a run found up to date then builds none."""
+    """Resolve the inputs, check the strategy, load the tokenizer and build the encoder, raising every usage error
+    found before a record is read. ``encodes``: False where this process encodes nothing (a driver, a dry run): the
+    encoder then wraps Hugging Face's tokenizer rather than build a fast backend (a second and 200 MiB for Tekken)."""
     sources = group_inputs(inputs, options.weights, warn) if options.mixing else None
     if sources is not None:
         if stdin is not None:
@@ -144,7 +184,7 @@ class PackResult:
         }
 
 
-def check_documents(read: int, totals: dict[str, int], files: list[Path], options: PackOptions) -> None:
+def check_documents(read: int, totals: dict[str, Any], files: list[Path], options: PackOptions) -> None:
     """Refuse a run that packed nothing, saying why; ``read``: the documents read (before a mixed run draws)."""
     if read == 0:
         raise PackcliError(
@@ -161,9 +201,19 @@ def check_documents(read: int, totals: dict[str, int], files: list[Path], option
 
 
 def takes_output(requested: str) -> Callable[[Path], bool]:
-    """Whether an output of the run's fingerprint holds tokens a run of ``--tokenizer-backend requested`` takes
-    (:func:`~packcli.encode.backends.takes_tokens`): the backend is outside the fingerprint, so an explicit ``hf``
-    reads the manifest, and repacks an output another backend encoded (``pack``, and what ``--dry-run`` says)."""
-    if requested != "hf":
-        return lambda out: True  # any backend's tokens: no manifest to read
-    return lambda out: takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
+    """Whether an output of the run's fingerprint holds tokens ``--tokenizer-backend requested`` takes: the backend
+    is outside the fingerprint, so an explicit ``hf`` reads the manifest and repacks what another backend encoded."""
+    return lambda out: requested != "hf" or takes_tokens(requested, read_manifest(out)["tokenizer"].get("backend"))
+
+
+def resolved_options(options: PackOptions) -> dict[str, Any]:
+    """The output-relevant options less the paths (``--tokenizer``, ``--chat-template``), which the identity
+    replaces by the hashes they resolve to."""
+    return {k: v for k, v in options.output_relevant().items() if k not in ("tokenizer", "chat_template")}
+
+
+def _describe_input(item: InputFile) -> list[Any]:
+    """A file by resolved path, size and mtime (an object's ETag); standard input's spool by its bytes' sha256."""
+    if item.digest is not None:
+        return [item.name, item.size, item.digest]
+    return [str(item.path.resolve()), item.size, item.version]

@@ -1,10 +1,7 @@
-"""Sources of a mixed run: every INPUT (a file, a directory or a glob) is one source. Which tokenized documents
-each source holds, the mixed document stream that is packed, and the manifest's per-source entries.
-
-The stream lists store documents, a repeated one as often as it was drawn; its per-source output adds up to the
-totals. A document that ``--overflow drop`` removes is never drawn but enters the stream once, so it is counted as
-dropped exactly as in an unmixed run. A mixture larger than the memory the system gives fails where it allocates,
-in the ``MemoryError`` that the command line says in one line (``error: out of memory (...)``).
+"""Sources of a mixed run: every INPUT (a file, a directory or a glob) is one source. The mixed stream of store
+documents that is packed (a repeated one as often as it was drawn; one that ``--overflow drop`` removes enters once,
+counted as dropped as in an unmixed run), and the manifest's per-source entries, which add up to the totals. A
+mixture larger than memory fails where it allocates, said in one line (``error: out of memory (...)``).
 """
 
 from __future__ import annotations
@@ -27,8 +24,8 @@ __all__ = ["Source", "group_inputs", "manifest_weights", "mixed_stream", "source
 
 @dataclass(frozen=True)
 class Source:
-    """One INPUT as given on the command line, the files it resolved to, how many files found beside them packcli
-    does not read, and the name the manifest gives it (the spec, or ``<stdin>`` for standard input's spool)."""
+    """One INPUT as given, the files it resolved to, how many found beside them packcli does not read, and the name
+    the manifest gives it (the spec, or ``<stdin>`` for standard input's spool)."""
 
     spec: str
     files: list[Path]
@@ -43,8 +40,7 @@ class Source:
 def group_inputs(
     specs: Sequence[str], weights: Sequence[float] | None, warn: Callable[[str], None] = lambda message: None
 ) -> list[Source]:
-    """Resolve each INPUT on its own; a file may belong to one source only, however it is spelled (``a.jsonl``
-    twice, ``./a.jsonl``, a symbolic or hard link to it: files are compared by device and inode).
+    """Resolve each INPUT on its own; a file (by device and inode) belongs to one source only.
 
     Raises:
         UsageError: the weights do not match the inputs in number, or two inputs share a file.
@@ -81,8 +77,7 @@ class Stream:
 def mixed_stream(
     sources: list[Source], file_documents: np.ndarray, lengths: np.ndarray, options: PackOptions
 ) -> Stream:
-    """Draw every source's documents (:func:`packcli.packing.mixing.mix`) on the tokens each puts into the output
-    after overflow, and interleave them into one stream."""
+    """Draw every source's documents on the tokens each puts into the output after overflow, and interleave them."""
     first = _first_documents(sources, file_documents)
     effective = output_lengths(lengths, options.max_len, options.overflow_policy)
     per_source = [effective[first[k] : first[k + 1]] for k in range(len(sources))]
@@ -100,8 +95,7 @@ def mixed_stream(
     drawn = np.concatenate([first[k] + draw.documents for k, draw in enumerate(draws)])
     starts = np.cumsum([0] + [len(draw.documents) for draw in draws])
     documents = drawn[starts[source] + position]
-    # Documents too long to place: in the stream once, so that overflow counts them as it would unmixed (except in
-    # an input that --weights leaves out with weight 0).
+    # Documents too long to place enter once, so that overflow counts them (not in an input of weight 0).
     used = np.repeat(np.asarray(options.weights or weights) > 0, np.diff(first))
     left_out = np.flatnonzero(used & (effective == 0))
     owner = np.searchsorted(first, left_out, side="right") - 1
@@ -114,7 +108,7 @@ def mixed_stream(
 
 
 def _first_documents(sources: list[Source], file_documents: np.ndarray) -> np.ndarray:
-    """Document index at which each source starts (files are tokenized source after source), plus the end."""
+    """The document at which each source starts (files are tokenized source after source), plus the end."""
     files_per_source = [len(source.files) for source in sources]
     file_bounds = np.cumsum([0, *np.asarray(file_documents, dtype=np.int64)])
     return np.asarray(file_bounds[np.cumsum([0, *files_per_source])], dtype=np.int64)
@@ -130,27 +124,25 @@ def source_entries(
     output_documents = np.bincount(piece_source, minlength=count)
     output_tokens = np.bincount(piece_source, weights=pieces.length, minlength=count).astype(np.int64)
     total_tokens = int(pieces.length.sum())
-    entries = []
-    for k, (source, draw) in enumerate(zip(sources, stream.draws)):
-        entries.append(
-            {
-                "path": source.name,
-                "files": len(source.files),
-                "weight": _significant(stream.weights[k]),
-                "input_documents": int(first[k + 1] - first[k]),
-                "input_tokens": int(lengths[first[k] : first[k + 1]].sum()),
-                "output_documents": int(output_documents[k]),
-                "output_tokens": int(output_tokens[k]),
-                "share": _significant(int(output_tokens[k]) / total_tokens) if total_tokens else 0.0,
-                "passes": draw.passes,
-                "repeats": _significant(draw.tokens / draw.total) if draw.total else 0.0,
-            }
-        )
-    return entries
+    return [
+        {
+            "path": source.name,
+            "files": len(source.files),
+            "weight": _significant(stream.weights[k]),
+            "input_documents": int(first[k + 1] - first[k]),
+            "input_tokens": int(lengths[first[k] : first[k + 1]].sum()),
+            "output_documents": int(output_documents[k]),
+            "output_tokens": int(output_tokens[k]),
+            "share": _significant(int(output_tokens[k]) / total_tokens) if total_tokens else 0.0,
+            "passes": draw.passes,
+            "repeats": _significant(draw.tokens / draw.total) if draw.total else 0.0,
+        }
+        for k, (source, draw) in enumerate(zip(sources, stream.draws))
+    ]
 
 
 def manifest_weights(weights: Sequence[float]) -> list[float]:
-    """The weights as the manifest's ``sources`` gives them: normalised (without overflow), 6 significant digits."""
+    """The weights as the manifest's ``sources`` gives them: normalised, 6 significant digits."""
     return [_significant(weight) for weight in normalised(weights)]
 
 
