@@ -1,9 +1,7 @@
-"""The objects an input URL names: one object, every object under a prefix (a directory), or what a glob matches,
-in that order (a key that holds ``*``, ``?`` or ``[`` names its object, as a local file's name does).
-
-Invariants: sorted by URL, each once; a packcli output found under a prefix (a prefix holding ``manifest.json``,
-a run's ``packcli-run-*`` prefix, a partitioned run's ``packcli-resume`` parts, or a ``.packcli-*`` lock) is never
-returned as input, and said so.
+"""The objects an input URL names: one object, every object under a prefix, or what a glob matches, in that order (a
+key holding ``*``, ``?`` or ``[`` names its object, as a local file's name does). Invariants: sorted by URL, each once;
+a packcli output's objects (under a ``manifest.json``, a run's ``packcli-run-*`` prefix, a partitioned run's
+``packcli-resume`` parts, a ``.packcli-*`` lock) are never input, and a warning says so.
 """
 
 from __future__ import annotations
@@ -40,16 +38,14 @@ def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
     assert isinstance(root, UrlPath), "called for URLs only"
     if is_file(str(root)):  # first, as a local file is: a key may hold the characters of a pattern
         return Expanded([root], named=True)
-    if not is_dir(str(root)):
-        if not glob.has_magic(spec):
-            raise PackcliError("no such object or prefix", spec)
-        found: list[str] = []
-        for match in glob_objects(spec):
-            found.extend(list(object_sizes(match)) if is_dir(match) else [match])
-        return Expanded(_inputs_only(found, warn), named=False)
-    found = list(object_sizes(str(root)))
-    if f"{root}/{MANIFEST_NAME}" in found:
-        raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
+    if is_dir(str(root)):
+        found = list(object_sizes(str(root)))
+        if f"{root}/{MANIFEST_NAME}" in found:
+            raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
+    elif glob.has_magic(spec):
+        found = [url for match in glob_objects(spec) for url in (object_sizes(match) if is_dir(match) else [match])]
+    else:
+        raise PackcliError("no such object or prefix", spec)
     return Expanded(_inputs_only(found, warn), named=False)
 
 

@@ -39,7 +39,6 @@ __all__ = [
     "remove_object_if",
     "remove_objects",
     "replace_object",
-    "require_conditional_writes",
     "upload_files",
     "write_object",
 ]
@@ -247,9 +246,10 @@ def write_object(url: str, data: bytes) -> None:
 
 
 def create_object(url: str, data: bytes) -> str | None:
-    """Put ``data`` at ``url`` only if no object is there; the new object's version tag ("" where the store names
-    none), or None if an object is there."""
+    """Put ``data`` at ``url`` only if no object is there (on a store without conditional writes: PackcliError); the
+    new object's version tag ("" where the store names none), or None if an object is there."""
     with _store(url, "cannot create", writing=True) as (fs, path):
+        _if_match(fs, url)
         try:
             return _written_tag(fs, path, fs.pipe_file(path, data, mode="create"))
         except FileExistsError:
@@ -285,11 +285,6 @@ def _unless_changed() -> Iterator[list[bool]]:
         if not (isinstance(exc, FileNotFoundError) or code in _CONDITION_FAILED):
             raise
         changed.append(True)
-
-
-def require_conditional_writes(url: str) -> None:
-    """Refuse (PackcliError naming ``url``) a store packcli makes no conditional write on."""
-    _if_match(filesystem(url)[0], url)
 
 
 def _if_match(fs: Any, url: str) -> str:
