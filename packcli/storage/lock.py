@@ -1,14 +1,11 @@
-"""``ObjectLock``: one writer per output URL, through a lock object that names its run by a token of its own and
-lives by its heartbeat.
+"""``ObjectLock``: one writer per output URL, through a lock object naming its run by a token, alive by its heartbeat.
 
-Invariants: the lock object is created only if absent (``If-None-Match: *``), so of two runs that start together
-one gets it. Its body names the holder (run, token; host and pid for people) and its last heartbeat, rewritten every
-tenth of :func:`stale_seconds` only while it is the version this run last wrote (``If-Match``). It is stale once its
-heartbeat (a body naming no holder: the store's modification time) is older than :func:`stale_seconds` (a pid says
-nothing across hosts), and then taken over only by a conditional write on the version read stale: exactly one of the
-runs that read it so gets it. A renewal that fails is retried at the next beat; a lock not renewed in time, or taken
-by another run, is lost: ``on_lost`` is called once and :meth:`ObjectLock.check` raises. Release removes the lock
-only while it is this run's version.
+Invariants: the lock is created only if absent (``If-None-Match: *``); its body names the holder and its heartbeat,
+renewed every tenth of :func:`stale_seconds` only while the object is the version this run last wrote (``If-Match``).
+It is stale once its heartbeat (for a body naming none: its modification time) is older than :func:`stale_seconds`,
+and taken over only by a conditional write on the version read stale: of the runs that read it so, one gets it. A
+failed renewal is retried at the next beat; a lock not renewed in time or taken by another is lost (``on_lost`` once,
+:meth:`ObjectLock.check` raises). Release removes it only while it is this run's version.
 """
 
 from __future__ import annotations
@@ -36,11 +33,8 @@ _LOST = "lost the output's lock {url}: {why}; this run published nothing"
 
 
 def stale_seconds() -> float:
-    """How long an output URL's lock lives without a heartbeat: ``PACKCLI_LOCK_STALE_S`` seconds, else 600.
-
-    Raises:
-        PackcliError: the variable is not a positive number.
-    """
+    """How long an output URL's lock lives without a heartbeat: ``PACKCLI_LOCK_STALE_S`` seconds (PackcliError if not
+    a positive number), else 600."""
     named = os.environ.get(STALE_VARIABLE)
     if not named:
         return STALE_S
@@ -53,14 +47,8 @@ def stale_seconds() -> float:
 
 
 class ObjectLock:
-    """The lock object at ``url``; ``run`` names the holder's run in it.
-
-    Args:
-        url: the lock object.
-        run: the holder's run, as its lock names it.
-        warn: told of a renewal that failed and is retried.
-        on_lost: called (from the heartbeat's thread, once) when the lock is lost.
-    """
+    """The lock object at ``url``, naming the holder's ``run``; ``warn`` is told of a failed renewal that is retried,
+    ``on_lost`` called once (from the heartbeat's thread) when the lock is lost."""
 
     def __init__(
         self,
@@ -140,7 +128,6 @@ class ObjectLock:
             return not exists(self.url)
 
     def _heartbeat(self) -> None:
-        """Renew the lock every beat, only while it is this run's version; retry a failure while the lock lives."""
         interval = self._stale / _BEATS
         renewed = time.monotonic()
         while not self._stop.wait(interval):
@@ -166,11 +153,7 @@ class ObjectLock:
                 self._on_lost()
 
     def check(self) -> None:
-        """Confirm the lock is still this run's (before a commit).
-
-        Raises:
-            PackcliError: the heartbeat lost it, or the lock object names another run's token (or is gone).
-        """
+        """Raise a PackcliError unless the lock is still this run's (before a commit): lost, or naming another token."""
         if self.lost is None and self._named_token() != self.token:
             self.lost = _LOST.format(url=self.url, why="another run took it over")
         if self.lost is not None:
@@ -190,7 +173,7 @@ class ObjectLock:
         return token if isinstance(token, str) else None
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lock object, only while it is the version this run last wrote."""
+        """Stop the heartbeat and remove the lock, only while it is the version this run last wrote."""
         if self._beat is None:
             return
         with self._ending:
@@ -202,11 +185,9 @@ class ObjectLock:
 
 
 def _is_holder(content: Any) -> bool:
-    """Whether a lock object's body names a holder and its heartbeat, as :meth:`ObjectLock._body` writes (or an
-    earlier packcli: a host and pid)."""
+    """Whether a lock's body names a holder (a token; from an earlier packcli, a host) and its heartbeat."""
     return (
         isinstance(content, dict)
         and (isinstance(content.get("token"), str) or isinstance(content.get("host"), str))
-        and isinstance(content.get("heartbeat"), (int, float))
-        and not isinstance(content.get("heartbeat"), bool)
+        and type(content.get("heartbeat")) in (int, float)  # not a bool
     )

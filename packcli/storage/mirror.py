@@ -1,15 +1,12 @@
-"""A local copy of an output on object storage for the loader, which memory-maps shards (``stats``, ``verify``,
-``show`` and ``export`` stream them instead): the manifest and the shards (with ``sidecars``, their sidecars too) at
-their manifest paths, in a directory of a cache.
+"""The loader's local copy of an output on object storage (it memory-maps shards; ``stats``, ``verify``, ``show`` and
+``export`` stream them): the manifest and the files it lists, one copy per output URL and fingerprint in a cache.
 
-Invariants: the copy is held to the output's manifest, read from the store on every open: each file it lists is in the
-copy at its listed size and sha256, hashed when fetched (before it takes its name) and again whenever its size or mtime
-differs from when it was last found intact (``.intact.json``); a file that differs is fetched again with a warning,
-and the files only an earlier manifest listed are removed. The manifest is written last: a copy without one is
-incomplete. The cache holds one copy per output URL and fingerprint, kept under a size limit by removing the least
-recently used copies no one holds: each user holds a shared lock on a copy's ``.in-use.lock``, and only a copy whose
-lock can be taken exclusively goes. Every fetch writes its own temporary name, so loaders, ranks and threads may fill
-one copy together.
+Invariants: the copy is held to the manifest read from the store on every open: each listed file is there at its
+size and sha256, hashed when fetched (before it takes its name) and whenever its size or mtime is not as when last
+found intact (``.intact.json``); a file that differs is fetched again with a warning, files only an earlier manifest
+listed are removed, and the manifest is written last. The least recently used copies go to keep the cache under its
+limit, never one in use (each user holds a shared lock on its ``.in-use.lock``). Each fetch writes a temporary name
+of its own, so loaders, ranks and threads may fill one copy together.
 """
 
 from __future__ import annotations
@@ -44,12 +41,11 @@ def readable_output(
     path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None, sidecars: bool = False
 ) -> tuple[Path, FileLock | None]:
     """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir`` (fetching what
-    the copy lacks) with the shared lock that keeps the copy in the cache until the caller releases it.
+    it lacks) with the shared lock that keeps the copy in the cache until the caller releases it.
 
     Args:
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
-        sidecars: fetch the shards' sidecars too, and count them in the copy's size (the loader reads them only with
-            ``sources=True``; ``verify``, ``show`` and ``export`` stream them from the store instead).
+        sidecars: fetch the shards' sidecars too (the loader reads them with ``sources=True``).
 
     Raises:
         UsageError: a URL without a ``cache_dir``.
@@ -119,7 +115,7 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> N
 
 
 def _names(manifest: dict[str, Any]) -> set[str]:
-    """The shard files a manifest lists (of a copy's own manifest, however damaged: what it can tell)."""
+    """The files a copy's own manifest lists, however damaged (what it can tell)."""
     shards = manifest.get("shards")
     return {
         str(item["file"])
@@ -139,7 +135,7 @@ def _state(path: Path) -> list[int]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    """A small JSON file of the copy, or None where it is absent or unreadable (the copy is then checked anew)."""
+    """A JSON file of the copy, or None where absent or unreadable (the copy is then checked anew)."""
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -160,7 +156,7 @@ def _hold(local: Path) -> FileLock:
 
 
 def fetch_checked(source: Path, path: Path, sha256: str) -> None:
-    """Copy the object ``source`` to ``path``, checked against ``sha256`` (it takes its name only once checked).
+    """Copy the object ``source`` to ``path``, taking the name only once checked against ``sha256``.
 
     Raises:
         PackcliError: the copy differs from ``sha256``, or the object cannot be read.
@@ -183,11 +179,8 @@ def fetch_checked(source: Path, path: Path, sha256: str) -> None:
 
 
 def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
-    """Remove the least recently used copies not in use until ``room`` more bytes fit under ``limit_bytes``.
-
-    Raises:
-        PackcliError: the copies in use leave no such room.
-    """
+    """Remove the least recently used copies not in use until ``room`` more bytes fit under ``limit_bytes``; a
+    PackcliError if the copies in use leave no such room."""
     copies = [entry for entry in cache_dir.iterdir() if entry.is_dir() and entry != keep]
     sizes = {entry: _size(entry) for entry in copies}
     used = sum(sizes.values())
@@ -201,8 +194,8 @@ def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
         except FileNotFoundError:  # removed meanwhile by another
             used -= sizes[entry]
             continue
-        # Out of the way first, in one rename: a loader that comes for this copy meanwhile makes a new one, never
-        # finds one half removed (the lock file leaves with it, so a waiter on it takes the new copy's).
+        # one rename first: a loader coming for this copy makes a new one (the lock file leaves with it), never
+        # finds one half removed
         doomed = cache_dir / f".removing-{entry.name}-{os.getpid()}-{threading.get_ident()}"
         entry.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)

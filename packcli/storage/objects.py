@@ -1,12 +1,10 @@
-"""Object store operations through fsspec: an object's facts, listing a prefix, reading an object (streamed), writing
-and removing objects (on S3 conditionally: only if absent, or only if still at a version; several at once by the
-store's batch calls).
+"""Object store operations through fsspec: facts, listings, streamed reads, writes and removals (on S3 conditional
+ones too: only if absent, or only if still at a version; several objects at once by the store's batch calls).
 
-Invariants: fsspec is imported only here, under ``requires_extra("cloud")``; every failure is a :class:`PackcliError`
-naming the URL, the values of credential variables scrubbed from the store's message; listings are never cached
-(another process may write meanwhile); a stream holds at most ``READ_BLOCK`` bytes. The store's library retries a
-transient failure of any request, read or write (botocore an answer 5xx, a throttle or a lost connection; s3fs a body
-cut short or a "slow down"): packcli adds no retry loop of its own.
+Invariants: fsspec is imported only here; every failure is a :class:`PackcliError` naming the URL, credentials
+scrubbed; listings are never cached (another process may write meanwhile); a stream holds at most ``READ_BLOCK``
+bytes; the store's library retries a transient failure, read or write (botocore a 5xx, a throttle, a lost connection;
+s3fs a body cut short): packcli adds no retry loop.
 """
 
 from __future__ import annotations
@@ -99,8 +97,8 @@ def _scrubbed(exc: BaseException) -> str:
 
 @contextmanager
 def _store(url: str, what: str, writing: bool = False) -> Iterator[tuple[Any, str]]:
-    """The filesystem and path of ``url``, the store's errors in the block turned into one line naming the URL;
-    ``writing``: a write (or a listing), which finds no object missing but its bucket."""
+    """The filesystem and path of ``url``, the store's errors in the block one line naming it; ``writing`` (a write,
+    or a listing) finds no object missing but its bucket."""
     fs, path = filesystem(url)
     try:
         yield fs, path
@@ -151,8 +149,7 @@ def exists(url: str) -> bool:
 
 
 def is_file(url: str) -> bool:
-    """Whether an object is at ``url``. Only the store's "no such object" is False: a refusal (a wrong key) is
-    raised, never taken for an absent object (fsspec's ``isfile`` answers False to any error)."""
+    """Whether an object is at ``url``: a refusal (a wrong key) raises, where fsspec's ``isfile`` answers False."""
     with _store(url, "cannot read") as (fs, path):
         try:
             return bool(fs.info(path).get("type") == "file")
@@ -178,10 +175,9 @@ def glob_objects(url: str) -> list[str]:
 
 
 def object_sizes(url: str) -> dict[str, int]:
-    """Every object under the prefix ``url`` (at any depth), by URL, sorted, with its size, from one listing; none for
-    an absent prefix (so a store that finds nothing to list is missing the bucket, and says so). A folder marker (a
-    zero-byte object whose key ends in ``/``, as a store's console makes a folder) is no object, nor the prefix
-    itself, which s3fs lists as a directory when an object appears under it while it looks."""
+    """Every object under the prefix ``url`` (at any depth) by URL, sorted, with its size, from one listing (a
+    missing bucket is said). A folder marker (a key ending in ``/``, as a console makes) is no object, nor the prefix
+    itself, which s3fs lists when an object appears under it while it looks."""
     with _store(url, "cannot list", writing=True) as (fs, path):
         return {
             str(fs.unstrip_protocol(name)): int(info.get("size") or 0)
@@ -312,8 +308,8 @@ def upload_files(files: dict[str, str]) -> None:
 
 
 def remove_objects(urls: list[str]) -> None:
-    """Remove the objects at ``urls``, all in one store (absent ones are fine), by the store's batch call (S3's
-    ``DeleteObjects``, 1,000 keys a request); a key holding a pattern's characters alone, as the call would glob it."""
+    """Remove the objects at ``urls`` of one store (absent ones are fine) by its batch call (S3's ``DeleteObjects``);
+    a key holding a pattern's characters alone, as the batch would glob it."""
     paths = {filesystem(url)[1]: url for url in urls}
     batch = [path for path in paths if not glob.has_magic(path)]
     if batch:
