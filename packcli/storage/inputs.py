@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, RUN_PREFIX
-from packcli.storage.objects import glob_objects, is_dir, is_file, object_sizes
+from packcli.storage.objects import glob_objects, object_sizes
 from packcli.storage.urls import UrlPath, location
 
 __all__ = ["Expanded", "expand_url"]
@@ -36,14 +36,16 @@ def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
     """
     root = location(spec)  # refuses credentials in the URL
     assert isinstance(root, UrlPath), "called for URLs only"
-    if is_file(str(root)):  # first, as a local file is: a key may hold the characters of a pattern
+    if root.is_file():  # first, as a local file is: a key may hold the characters of a pattern
         return Expanded([root], named=True)
-    if is_dir(str(root)):
+    if root.is_dir():
         found = list(object_sizes(str(root)))
         if f"{root}/{MANIFEST_NAME}" in found:
             raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
     elif glob.has_magic(spec):
-        found = [url for match in glob_objects(spec) for url in (object_sizes(match) if is_dir(match) else [match])]
+        found = [
+            url for match in glob_objects(spec) for url in (object_sizes(match) if UrlPath(match).is_dir() else [match])
+        ]
     else:
         raise PackcliError("no such object or prefix", spec)
     return Expanded(_inputs_only(found, warn), named=False)

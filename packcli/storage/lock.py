@@ -21,7 +21,8 @@ from contextlib import suppress
 from typing import Any
 
 from packcli.errors import PackcliError
-from packcli.storage.objects import create_object, exists, object_info, read_object, remove_object_if, replace_object
+from packcli.storage.objects import create_object, object_info, remove_object_if, replace_object
+from packcli.storage.urls import UrlPath
 
 __all__ = ["STALE_S", "STALE_VARIABLE", "ObjectLock", "stale_seconds"]
 
@@ -58,6 +59,7 @@ class ObjectLock:
         on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.url = url
+        self._object = UrlPath(url)
         self.run = run
         self.token = secrets.token_hex(16)
         self.seen: dict[str, Any] | None = None  # the live holder that made ``acquire`` fail, as read then
@@ -106,11 +108,11 @@ class ObjectLock:
         try:
             facts = object_info(self.url)
         except PackcliError:
-            if not exists(self.url):
+            if not self._object.exists():
                 return None  # released meanwhile
             return "", {"unreadable": True, "age": 0.0}  # there, but not even its age can be read: held
         try:
-            content = json.loads(read_object(self.url))
+            content = json.loads(self._object.read_bytes())
         except (PackcliError, ValueError):
             if self._changed_from(facts.etag):
                 return None  # released or rewritten while its body was read: look again
@@ -125,7 +127,7 @@ class ObjectLock:
         try:
             return object_info(self.url).etag != tag
         except PackcliError:
-            return not exists(self.url)
+            return not self._object.exists()
 
     def _heartbeat(self) -> None:
         interval = self._stale / _BEATS
@@ -162,11 +164,11 @@ class ObjectLock:
     def _named_token(self) -> str | None:
         """The token the lock object names now; None when it names none or is gone."""
         try:
-            content = json.loads(read_object(self.url))
+            content = json.loads(self._object.read_bytes())
         except ValueError:
             return None
         except PackcliError:
-            if exists(self.url):
+            if self._object.exists():
                 raise
             return None
         token = content.get("token") if isinstance(content, dict) else None

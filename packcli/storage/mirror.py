@@ -184,7 +184,8 @@ def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
     copies = [entry for entry in cache_dir.iterdir() if entry.is_dir() and entry != keep]
     sizes = {entry: _size(entry) for entry in copies}
     used = sum(sizes.values())
-    for entry in sorted(copies, key=_last_use):
+    # least recently used first (by the manifest's mtime; a copy without one, incomplete, before all)
+    for entry in sorted(copies, key=lambda entry: _state(entry / MANIFEST_NAME)[1:]):
         if used + room <= limit_bytes:
             return
         remover = FileLock(entry / IN_USE)
@@ -216,11 +217,3 @@ def _size(copy: Path) -> int:
         with suppress(FileNotFoundError):
             total += path.stat().st_size if path.is_file() else 0
     return total
-
-
-def _last_use(copy: Path) -> int:
-    """When the copy was last opened (its manifest's mtime); 0 for a copy without one (incomplete)."""
-    try:
-        return (copy / MANIFEST_NAME).stat().st_mtime_ns
-    except FileNotFoundError:
-        return 0

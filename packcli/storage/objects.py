@@ -24,19 +24,16 @@ __all__ = [
     "READ_BLOCK",
     "ObjectInfo",
     "create_object",
-    "exists",
     "filesystem",
     "glob_objects",
-    "is_dir",
     "is_file",
-    "list_children",
     "object_info",
     "object_sizes",
     "open_object",
-    "read_object",
     "remove_object_if",
     "remove_objects",
     "replace_object",
+    "request",
     "upload_files",
     "write_object",
 ]
@@ -96,7 +93,7 @@ def _scrubbed(exc: BaseException) -> str:
 
 
 @contextmanager
-def _store(url: str, what: str, writing: bool = False) -> Iterator[tuple[Any, str]]:
+def request(url: str, what: str, writing: bool = False) -> Iterator[tuple[Any, str]]:
     """The filesystem and path of ``url``, the store's errors in the block one line naming it; ``writing`` (a write,
     or a listing) finds no object missing but its bucket."""
     fs, path = filesystem(url)
@@ -138,39 +135,23 @@ def _mtime_ns(info: dict[str, Any]) -> int:
 
 def object_info(url: str) -> ObjectInfo:
     """The facts of the object (or prefix) at ``url``."""
-    with _store(url, "cannot read") as (fs, path):
+    with request(url, "cannot read") as (fs, path):
         info = fs.info(path)
     return ObjectInfo(int(info.get("size") or 0), _mtime_ns(info), _tag(info), info.get("type") == "directory")
 
 
-def exists(url: str) -> bool:
-    with _store(url, "cannot read") as (fs, path):
-        return bool(fs.exists(path))
-
-
 def is_file(url: str) -> bool:
     """Whether an object is at ``url``: a refusal (a wrong key) raises, where fsspec's ``isfile`` answers False."""
-    with _store(url, "cannot read") as (fs, path):
+    with request(url, "cannot read") as (fs, path):
         try:
             return bool(fs.info(path).get("type") == "file")
         except FileNotFoundError:
             return False
 
 
-def is_dir(url: str) -> bool:
-    with _store(url, "cannot read") as (fs, path):
-        return bool(fs.isdir(path))
-
-
-def list_children(url: str) -> list[str]:
-    """The objects and prefixes directly under ``url``, as URLs, sorted."""
-    with _store(url, "cannot list") as (fs, path):
-        return sorted(fs.unstrip_protocol(child) for child in fs.ls(path, detail=False))
-
-
 def glob_objects(url: str) -> list[str]:
     """What the pattern ``url`` matches (objects and prefixes), as URLs, sorted."""
-    with _store(url, "cannot list") as (fs, path):
+    with request(url, "cannot list") as (fs, path):
         return sorted(fs.unstrip_protocol(match) for match in fs.glob(path))
 
 
@@ -178,18 +159,12 @@ def object_sizes(url: str) -> dict[str, int]:
     """Every object under the prefix ``url`` (at any depth) by URL, sorted, with its size, from one listing (a
     missing bucket is said). A folder marker (a key ending in ``/``, as a console makes) is no object, nor the prefix
     itself, which s3fs lists when an object appears under it while it looks."""
-    with _store(url, "cannot list", writing=True) as (fs, path):
+    with request(url, "cannot list", writing=True) as (fs, path):
         return {
             str(fs.unstrip_protocol(name)): int(info.get("size") or 0)
             for name, info in sorted(fs.find(path, detail=True).items())
             if info["type"] == "file" and not name.endswith("/")
         }
-
-
-def read_object(url: str) -> bytes:
-    """The whole of a small object (a manifest, a lock), in one request."""
-    with _store(url, "cannot read") as (fs, path):
-        return bytes(fs.cat_file(path))
 
 
 class _NamedFile(io.RawIOBase):
@@ -211,12 +186,12 @@ class _NamedFile(io.RawIOBase):
         return int(self.file.seek(offset, whence))
 
     def readinto(self, buffer: Any) -> int:
-        with _store(self.url, "cannot read"):  # an object removed after it was opened too: no raw error
+        with request(self.url, "cannot read"):  # an object removed after it was opened too: no raw error
             return int(self.file.readinto(buffer))
 
     def readall(self) -> bytes:
         """The rest of the object in one request (not the default's 8 KiB at a time)."""
-        with _store(self.url, "cannot read"):
+        with request(self.url, "cannot read"):
             return bytes(self.file.read())
 
     def close(self) -> None:
@@ -227,7 +202,7 @@ class _NamedFile(io.RawIOBase):
 def open_object(url: str) -> IO[bytes]:
     """A buffered, seekable stream of the object at ``url``: the buffer is its only cache, and each read past it
     fetches ``READ_BLOCK`` bytes in one request."""
-    with _store(url, "cannot read") as (fs, path):
+    with request(url, "cannot read") as (fs, path):
         file = fs.open(path, "rb", block_size=READ_BLOCK, cache_type="none")
         if getattr(file, "details", {}).get("type") == "directory":
             file.close()
@@ -237,14 +212,14 @@ def open_object(url: str) -> IO[bytes]:
 
 def write_object(url: str, data: bytes) -> None:
     """Put ``data`` at ``url`` whole: a reader sees the previous object or this one, never a part."""
-    with _store(url, "cannot write", writing=True) as (fs, path):
+    with request(url, "cannot write", writing=True) as (fs, path):
         fs.pipe_file(path, data)
 
 
 def create_object(url: str, data: bytes) -> str | None:
     """Put ``data`` at ``url`` only if no object is there (on a store without conditional writes: PackcliError); the
     new object's version tag ("" where the store names none), or None if an object is there."""
-    with _store(url, "cannot create", writing=True) as (fs, path):
+    with request(url, "cannot create", writing=True) as (fs, path):
         _if_match(fs, url)
         try:
             return _written_tag(fs, path, fs.pipe_file(path, data, mode="create"))
@@ -255,14 +230,14 @@ def create_object(url: str, data: bytes) -> str | None:
 def replace_object(url: str, data: bytes, tag: str) -> str | None:
     """Put ``data`` at ``url`` only if the object there is still at version ``tag`` (of two writers that read one
     version, one succeeds); the new version tag, or None when the object changed or went."""
-    with _store(url, "cannot write", writing=True) as (fs, path), _unless_changed() as changed:
+    with request(url, "cannot write", writing=True) as (fs, path), _unless_changed() as changed:
         response = fs.pipe_file(path, data, **{_if_match(fs, url): f'"{tag}"'})
     return None if changed else _written_tag(fs, path, response)
 
 
 def remove_object_if(url: str, tag: str) -> bool:
     """Remove the object at ``url`` only if it is still at version ``tag``; False when it changed or went."""
-    with _store(url, "cannot remove") as (fs, path), _unless_changed() as changed:
+    with request(url, "cannot remove") as (fs, path), _unless_changed() as changed:
         bucket, key, _ = fs.split_path(path)
         fs.call_s3("delete_object", Bucket=bucket, Key=key, **{_if_match(fs, url): f'"{tag}"'})
     return not changed
@@ -303,7 +278,7 @@ def _written_tag(fs: Any, path: str, response: Any) -> str:
 def upload_files(files: dict[str, str]) -> None:
     """Copy local files to their URLs (``{path: url}``), all in one store, several at once."""
     for url in list(files.values())[:1]:  # none, or the first URL: its store is every URL's
-        with _store(url, "cannot upload", writing=True) as (fs, _):
+        with request(url, "cannot upload", writing=True) as (fs, _):
             fs.put(list(files), [filesystem(each)[1] for each in files.values()])
 
 
@@ -313,8 +288,8 @@ def remove_objects(urls: list[str]) -> None:
     paths = {filesystem(url)[1]: url for url in urls}
     batch = [path for path in paths if not glob.has_magic(path)]
     if batch:
-        with _store(urls[0], "cannot remove") as (fs, _):
+        with request(urls[0], "cannot remove") as (fs, _):
             fs.rm(batch)
     for path in sorted(set(paths) - set(batch)):
-        with _store(paths[path], "cannot remove") as (fs, _), suppress(FileNotFoundError):
+        with request(paths[path], "cannot remove") as (fs, _), suppress(FileNotFoundError):
             fs.rm_file(path)

@@ -77,22 +77,29 @@ class UrlPath(PosixPath):
         return os.stat_result((mode, 0, 0, 1, 0, 0, info.size, *[ns // 10**9] * 3, *[ns / 1e9] * 3, *[ns] * 3))
 
     def exists(self, *, follow_symlinks: bool = True) -> bool:
-        return objects.exists(str(self))
+        with objects.request(str(self), "cannot read") as (fs, path):
+            return bool(fs.exists(path))
 
     def is_file(self) -> bool:
         return objects.is_file(str(self))
 
     def is_dir(self) -> bool:
-        return objects.is_dir(str(self))
+        with objects.request(str(self), "cannot read") as (fs, path):
+            return bool(fs.isdir(path))
 
     def is_symlink(self) -> bool:
         return False
 
     def iterdir(self) -> Generator[UrlPath, None, None]:
-        yield from (UrlPath(url) for url in objects.list_children(str(self)))
+        """The objects and prefixes directly under it, sorted."""
+        with objects.request(str(self), "cannot list") as (fs, path):
+            children = sorted(fs.unstrip_protocol(child) for child in fs.ls(path, detail=False))
+        yield from (UrlPath(url) for url in children)
 
     def read_bytes(self) -> bytes:
-        return objects.read_object(str(self))
+        """The whole of a small object (a manifest, a lock), in one request."""
+        with objects.request(str(self), "cannot read") as (fs, path):
+            return bytes(fs.cat_file(path))
 
     def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
         return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
