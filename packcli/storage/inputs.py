@@ -8,28 +8,19 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, RUN_PREFIX
 from packcli.storage.objects import glob_objects, object_sizes
 from packcli.storage.urls import UrlPath, location
 
-__all__ = ["Expanded", "expand_url"]
+__all__ = ["expand_url"]
 
 RESUME_PREFIX = "packcli-resume"  # where a partitioned run to an output URL keeps its parts (packcli.run.parts)
 
 
-@dataclass(frozen=True)
-class Expanded:
-    """What an input URL names: its objects, and whether the URL named one object itself."""
-
-    objects: list[UrlPath]
-    named: bool
-
-
-def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
-    """The objects ``spec`` (a URL) names.
+def expand_url(spec: str, warn: Callable[[str], None]) -> tuple[list[UrlPath], bool]:
+    """The objects ``spec`` (a URL) names, and whether it named one object itself.
 
     Raises:
         PackcliError: nothing there, or the URL is a packcli output.
@@ -37,7 +28,7 @@ def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
     root = location(spec)  # refuses credentials in the URL
     assert isinstance(root, UrlPath), "called for URLs only"
     if root.is_file():  # first, as a local file is: a key may hold the characters of a pattern
-        return Expanded([root], named=True)
+        return [root], True
     if root.is_dir():
         found = list(object_sizes(str(root)))
         if f"{root}/{MANIFEST_NAME}" in found:
@@ -48,7 +39,7 @@ def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
         ]
     else:
         raise PackcliError("no such object or prefix", spec)
-    return Expanded(_inputs_only(found, warn), named=False)
+    return _inputs_only(found, warn), False
 
 
 def _inputs_only(urls: list[str], warn: Callable[[str], None]) -> list[UrlPath]:
