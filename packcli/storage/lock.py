@@ -55,7 +55,7 @@ class ObjectLock:
         self,
         url: str,
         run: str,
-        warn: Callable[[str], None] = lambda _: None,
+        warn: Callable[[str], None] = lambda message: None,
         on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.url = url
