@@ -85,10 +85,8 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 def _scrubbed(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    for name in _SECRET_VARIABLES:
-        secret = os.environ.get(name)
-        if secret:
-            text = text.replace(secret, "***")
+    for secret in filter(None, map(os.environ.get, _SECRET_VARIABLES)):
+        text = text.replace(secret, "***")
     return text
 
 
@@ -142,11 +140,9 @@ def object_info(url: str) -> ObjectInfo:
 
 def is_file(url: str) -> bool:
     """Whether an object is at ``url``: a refusal (a wrong key) raises, where fsspec's ``isfile`` answers False."""
-    with request(url, "cannot read") as (fs, path):
-        try:
-            return bool(fs.info(path).get("type") == "file")
-        except FileNotFoundError:
-            return False
+    with request(url, "cannot read") as (fs, path), suppress(FileNotFoundError):
+        return bool(fs.info(path).get("type") == "file")
+    return False
 
 
 def glob_objects(url: str) -> list[str]:
