@@ -448,8 +448,14 @@ def test_a_cached_copy_is_held_to_the_manifest_just_read_and_what_differs_is_fet
     the copy changed in place (a flipped byte: a silently wrong id), cut short (a refusal whose fix was to delete the
     copy) or removed is fetched again, and so is an output repacked at the URL with the same fingerprint (other shards), its old
     shards removed; each time a warning says so. An intact copy reads no shard from the store."""
-    from packcli.storage.mirror import cached_output
+    from packcli.storage.mirror import readable_output
     from packcli.util.files import file_sha256
+
+    def cached_output(url: Path, cache: Path) -> Path:
+        local, in_use = readable_output(url, cache)
+        assert in_use is not None
+        in_use.release()
+        return local
 
     fs, bucket = s3_server.filesystem(), s3_server.bucket()
     corpus = tmp_path / "small.jsonl"

@@ -252,11 +252,11 @@ def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:
     to ``unread``."""
     from packcli.storage.inputs import expand_url
 
-    expanded = expand_url(spec, warn)
-    if expanded.named and input_format(expanded.objects[0]) is None:
+    objects, named = expand_url(spec, warn)
+    if named and input_format(objects[0]) is None:
         raise PackcliError(f"unsupported input format; packcli reads {FORMATS_READ}", spec)
-    matches = [path for path in expanded.objects if input_format(path) is not None]
-    unread.extend(path for path in expanded.objects if input_format(path) is None)
+    matches = [path for path in objects if input_format(path) is not None]
+    unread.extend(path for path in objects if input_format(path) is None)
     if not matches:
         raise PackcliError(f"no object that packcli reads ({FORMATS_READ}) is there", spec)
     return list(matches)

@@ -1,56 +1,45 @@
-"""The objects an input URL names: one object, every object under a prefix (a directory), or what a glob matches,
-in that order (a key that holds ``*``, ``?`` or ``[`` names its object, as a local file's name does).
-
-Invariants: sorted by URL, each once; a packcli output found under a prefix (a prefix holding ``manifest.json``,
-a run's ``packcli-run-*`` prefix, a partitioned run's ``packcli-resume`` parts, or a ``.packcli-*`` lock) is never
-returned as input, and said so.
+"""The objects an input URL names: one object, every object under a prefix, or what a glob matches, in that order (a
+key holding ``*``, ``?`` or ``[`` names its object, as a local file's name does). Invariants: sorted by URL, each once;
+a packcli output's objects (under a ``manifest.json``, a run's ``packcli-run-*`` prefix, a partitioned run's
+``packcli-resume`` parts, a ``.packcli-*`` lock) are never input, and a warning says so.
 """
 
 from __future__ import annotations
 
 import glob
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from packcli.errors import PackcliError
 from packcli.format.manifest import MANIFEST_NAME, RUN_PREFIX
-from packcli.storage.objects import glob_objects, is_dir, is_file, object_sizes
+from packcli.storage.objects import glob_objects, object_sizes
 from packcli.storage.urls import UrlPath, location
 
-__all__ = ["Expanded", "expand_url"]
+__all__ = ["expand_url"]
 
 RESUME_PREFIX = "packcli-resume"  # where a partitioned run to an output URL keeps its parts (packcli.run.parts)
 
 
-@dataclass(frozen=True)
-class Expanded:
-    """What an input URL names: its objects, and whether the URL named one object itself."""
-
-    objects: list[UrlPath]
-    named: bool
-
-
-def expand_url(spec: str, warn: Callable[[str], None]) -> Expanded:
-    """The objects ``spec`` (a URL) names.
+def expand_url(spec: str, warn: Callable[[str], None]) -> tuple[list[UrlPath], bool]:
+    """The objects ``spec`` (a URL) names, and whether it named one object itself.
 
     Raises:
         PackcliError: nothing there, or the URL is a packcli output.
     """
     root = location(spec)  # refuses credentials in the URL
     assert isinstance(root, UrlPath), "called for URLs only"
-    if is_file(str(root)):  # first, as a local file is: a key may hold the characters of a pattern
-        return Expanded([root], named=True)
-    if not is_dir(str(root)):
-        if not glob.has_magic(spec):
-            raise PackcliError("no such object or prefix", spec)
-        found: list[str] = []
-        for match in glob_objects(spec):
-            found.extend(list(object_sizes(match)) if is_dir(match) else [match])
-        return Expanded(_inputs_only(found, warn), named=False)
-    found = list(object_sizes(str(root)))
-    if f"{root}/{MANIFEST_NAME}" in found:
-        raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
-    return Expanded(_inputs_only(found, warn), named=False)
+    if root.is_file():  # first, as a local file is: a key may hold the characters of a pattern
+        return [root], True
+    if root.is_dir():
+        found = list(object_sizes(str(root)))
+        if f"{root}/{MANIFEST_NAME}" in found:
+            raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", spec)
+    elif glob.has_magic(spec):
+        found = [
+            url for match in glob_objects(spec) for url in (object_sizes(match) if UrlPath(match).is_dir() else [match])
+        ]
+    else:
+        raise PackcliError("no such object or prefix", spec)
+    return _inputs_only(found, warn), False
 
 
 def _inputs_only(urls: list[str], warn: Callable[[str], None]) -> list[UrlPath]:

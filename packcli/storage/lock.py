@@ -1,21 +1,11 @@
-"""``ObjectLock``: one writer per output URL, through a lock object that names its run by a token of its own and
-lives by its heartbeat.
+"""``ObjectLock``: one writer per output URL, through a lock object naming its run by a token, alive by its heartbeat.
 
-Invariants:
-
-- The lock object is created only if absent (S3's ``If-None-Match: *``): of two runs that start together, one
-  gets it.
-- Its body names the holder (its run, a token unique to this acquisition, and for people its host and pid) and the
-  time of its last heartbeat. The holder rewrites it every tenth of :func:`stale_seconds`, each time only if the
-  object is still the version it last wrote (``If-Match`` its ETag): it never writes over a lock another run took.
-- A lock lives by its heartbeat alone (a pid says nothing across hosts or containers): it is stale once its
-  heartbeat is older than :func:`stale_seconds`; one whose body names no holder, once the store's modification time
-  of it is that old. A stale lock is taken over only by a conditional write on the version read stale, so of the
-  runs that read it stale exactly one gets it; never by removing it and creating another.
-- A renewal that fails is retried at the next beat (with a warning); a lock that cannot be renewed before it would
-  turn stale, or that another run took, is lost: the heartbeat calls ``on_lost`` once (the publication stops the
-  run) and :meth:`ObjectLock.check` raises one line naming it.
-- Release removes the lock only while it is the version this run last wrote (a conditional removal).
+Invariants: the lock is created only if absent (``If-None-Match: *``); its body names the holder and its heartbeat,
+renewed every tenth of :func:`stale_seconds` only while the object is the version this run last wrote (``If-Match``).
+It is stale once its heartbeat (for a body naming none: its modification time) is older than :func:`stale_seconds`,
+and taken over only by a conditional write on the version read stale: of the runs that read it so, one gets it. A
+failed renewal is retried at the next beat; a lock not renewed in time or taken by another is lost (``on_lost`` once,
+:meth:`ObjectLock.check` raises). Release removes it only while it is this run's version.
 """
 
 from __future__ import annotations
@@ -27,18 +17,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from packcli.errors import PackcliError
-from packcli.storage.objects import (
-    create_object,
-    exists,
-    object_info,
-    read_object,
-    remove_object_if,
-    replace_object,
-    require_conditional_writes,
-)
+from packcli.storage.objects import create_object, object_info, remove_object_if, replace_object
+from packcli.storage.urls import UrlPath
 
 __all__ = ["STALE_S", "STALE_VARIABLE", "ObjectLock", "stale_seconds"]
 
@@ -46,35 +30,26 @@ STALE_S = 600.0  # how long a lock lives without a heartbeat, unless STALE_VARIA
 STALE_VARIABLE = "PACKCLI_LOCK_STALE_S"
 _BEATS = 10  # heartbeats a lock gets within its stale time: as many chances to renew it
 _ATTEMPTS = 5  # looks at a lock that changes while a run tries to take it
+_LOST = "lost the output's lock {url}: {why}; this run published nothing"
 
 
 def stale_seconds() -> float:
-    """How long an output URL's lock lives without a heartbeat: ``PACKCLI_LOCK_STALE_S`` seconds, else 600.
-
-    Raises:
-        PackcliError: the variable is not a positive number.
-    """
+    """How long an output URL's lock lives without a heartbeat: ``PACKCLI_LOCK_STALE_S`` seconds (PackcliError if not
+    a positive number), else 600."""
     named = os.environ.get(STALE_VARIABLE)
     if not named:
         return STALE_S
-    try:
+    seconds = 0.0
+    with suppress(ValueError):
         seconds = float(named)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0 or seconds == float("inf"):
+    if not 0 < seconds < float("inf"):
         raise PackcliError(f"{STALE_VARIABLE}={named} is not a positive number of seconds; unset it for 600")
     return seconds
 
 
 class ObjectLock:
-    """The lock object at ``url``; ``run`` names the holder's run in it.
-
-    Args:
-        url: the lock object.
-        run: the holder's run, as its lock names it.
-        warn: told of a renewal that failed and is retried.
-        on_lost: called (from the heartbeat's thread, once) when the lock is lost.
-    """
+    """The lock object at ``url``, naming the holder's ``run``; ``warn`` is told of a failed renewal that is retried,
+    ``on_lost`` called once (from the heartbeat's thread) when the lock is lost."""
 
     def __init__(
         self,
@@ -84,6 +59,7 @@ class ObjectLock:
         on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.url = url
+        self._object = UrlPath(url)
         self.run = run
         self.token = secrets.token_hex(16)
         self.seen: dict[str, Any] | None = None  # the live holder that made ``acquire`` fail, as read then
@@ -97,23 +73,15 @@ class ObjectLock:
         self._beat: threading.Thread | None = None
 
     def _body(self) -> bytes:
-        holder = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "run": self.run,
-            "token": self.token,
-            "heartbeat": time.time(),
-        }
-        return json.dumps(holder, sort_keys=True).encode()
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "run": self.run, "token": self.token}
+        return json.dumps({**holder, "heartbeat": time.time()}, sort_keys=True).encode()
 
     def acquire(self) -> bool:
-        """Take the lock; False when a live run holds it (``seen`` says who). A stale lock is taken over by a
-        conditional write on the version read stale: of the runs that read it so, one gets it.
+        """Take the lock; False when a live run holds it (``seen`` says who).
 
         Raises:
             PackcliError: the store takes no conditional write packcli makes, or refused a request.
         """
-        require_conditional_writes(self.url)
         for _ in range(_ATTEMPTS):
             tag = create_object(self.url, self._body())
             if tag is None:
@@ -134,18 +102,17 @@ class ObjectLock:
         return False
 
     def _holder(self) -> tuple[str, dict[str, Any] | None] | None:
-        """The lock's version tag and who holds it while it lives (host, pid, run, token, heartbeat; for a lock
-        that cannot be read, ``unreadable`` and its ``age`` in seconds), the holder None when it is stale; None
-        when no lock is there, or it changed while read. The version is read before the body: a stale body is never
-        paired with a newer version, so a takeover on it cannot write over a live lock."""
+        """The lock's version tag and its live holder (its body; for one that cannot be read, ``unreadable`` and its
+        ``age``), None for a stale one; None when no lock is there or it changed while read. The version is read
+        before the body, so a takeover on a stale body cannot write over a newer, live lock."""
         try:
             facts = object_info(self.url)
         except PackcliError:
-            if not exists(self.url):
+            if not self._object.exists():
                 return None  # released meanwhile
             return "", {"unreadable": True, "age": 0.0}  # there, but not even its age can be read: held
         try:
-            content = json.loads(read_object(self.url))
+            content = json.loads(self._object.read_bytes())
         except (PackcliError, ValueError):
             if self._changed_from(facts.etag):
                 return None  # released or rewritten while its body was read: look again
@@ -160,10 +127,9 @@ class ObjectLock:
         try:
             return object_info(self.url).etag != tag
         except PackcliError:
-            return not exists(self.url)
+            return not self._object.exists()
 
     def _heartbeat(self) -> None:
-        """Renew the lock every beat, only while it is this run's version; retry a failure while the lock lives."""
         interval = self._stale / _BEATS
         renewed = time.monotonic()
         while not self._stop.wait(interval):
@@ -183,41 +149,33 @@ class ObjectLock:
 
     def _lose(self, why: str) -> None:
         with self._ending:
-            if self._stop.is_set():
-                return
-            self.lost = self._lost_because(why)
-            self._stop.set()
-            self._on_lost()
-
-    def _lost_because(self, why: str) -> str:
-        return f"lost the output's lock {self.url}: {why}; this run published nothing"
+            if not self._stop.is_set():
+                self.lost = _LOST.format(url=self.url, why=why)
+                self._stop.set()
+                self._on_lost()
 
     def check(self) -> None:
-        """Confirm the lock is still this run's (before a commit).
-
-        Raises:
-            PackcliError: the heartbeat lost it, or the lock object names another run's token (or is gone).
-        """
+        """Raise a PackcliError unless the lock is still this run's (before a commit): lost, or naming another token."""
         if self.lost is None and self._named_token() != self.token:
-            self.lost = self._lost_because("another run took it over")
+            self.lost = _LOST.format(url=self.url, why="another run took it over")
         if self.lost is not None:
             raise PackcliError(self.lost)
 
     def _named_token(self) -> str | None:
         """The token the lock object names now; None when it names none or is gone."""
         try:
-            content = json.loads(read_object(self.url))
+            content = json.loads(self._object.read_bytes())
         except ValueError:
             return None
         except PackcliError:
-            if exists(self.url):
+            if self._object.exists():
                 raise
             return None
         token = content.get("token") if isinstance(content, dict) else None
         return token if isinstance(token, str) else None
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lock object, only while it is the version this run last wrote."""
+        """Stop the heartbeat and remove the lock, only while it is the version this run last wrote."""
         if self._beat is None:
             return
         with self._ending:
@@ -229,11 +187,9 @@ class ObjectLock:
 
 
 def _is_holder(content: Any) -> bool:
-    """Whether a lock object's body names a holder and its heartbeat, as :meth:`ObjectLock._body` writes (or an
-    earlier packcli: a host and pid)."""
+    """Whether a lock's body names a holder (a token; from an earlier packcli, a host) and its heartbeat."""
     return (
         isinstance(content, dict)
         and (isinstance(content.get("token"), str) or isinstance(content.get("host"), str))
-        and isinstance(content.get("heartbeat"), (int, float))
-        and not isinstance(content.get("heartbeat"), bool)
+        and type(content.get("heartbeat")) in (int, float)  # not a bool
     )

@@ -1,18 +1,12 @@
-"""A local copy of an output on object storage, for the loader, which memory-maps shards (``stats``, ``verify``,
-``show`` and ``export`` stream them and their sidecars instead): ``manifest.json`` and the shards at their manifest
-paths (the loader fetches no sidecar unless asked for sources; ``sidecars`` fetches those too, each held to the
-manifest as a shard is), in a directory of a cache.
+"""The loader's local copy of an output on object storage (it memory-maps shards; ``stats``, ``verify``, ``show`` and
+``export`` stream them): the manifest and the files it lists, one copy per output URL and fingerprint in a cache.
 
-Invariants: the copy is held to the output's manifest, read from the store on every open: each shard it lists is in
-the copy at its listed size, and with the listed sha256, hashed when it is fetched (before it takes its name) and
-again whenever its size or mtime is not the one recorded when it was last found intact (``.intact.json``); a shard
-that differs (changed in the copy, cut short, or the output repacked at the URL) is fetched again, with a warning
-that says so, and the shards only an earlier manifest listed are removed. The manifest is written last, so a copy
-without one is incomplete. A cache directory holds one copy per output URL and fingerprint, and is kept under a size
-limit by removing the least recently used copies. A copy in use is never removed: whoever fills or reads it holds a
-shared lock on its ``.in-use.lock`` (every process and loader its own, till it lets go), and only a copy whose lock
-can be taken exclusively goes; a limit that copies in use leave no room under is refused. Every fetch writes its own
-temporary name, so loaders, ranks and threads may fill one copy together.
+Invariants: the copy is held to the manifest read from the store on every open: each listed file is there at its
+size and sha256, hashed when fetched (before it takes its name) and whenever its size or mtime is not as when last
+found intact (``.intact.json``); a file that differs is fetched again with a warning, files only an earlier manifest
+listed are removed, and the manifest is written last. The least recently used copies go to keep the cache under its
+limit, never one in use (each user holds a shared lock on its ``.in-use.lock``). Each fetch writes a temporary name
+of its own, so loaders, ranks and threads may fill one copy together.
 """
 
 from __future__ import annotations
@@ -36,47 +30,42 @@ from packcli.storage.urls import UrlPath, location
 from packcli.util.files import canonical_json, file_sha256, temporary_beside, write_atomically
 from packcli.util.locks import FileLock
 
-__all__ = ["cached_output", "fetch_checked", "held_copy", "readable_output"]
+__all__ = ["fetch_checked", "readable_output"]
 
 _COPY_BLOCK = 8 << 20
 IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by whoever removes the copy
 INTACT = ".intact.json"  # in a copy: per shard file, the [size, mtime_ns, sha256] it had when last found intact
 
 
-def cached_output(url: Path, cache_dir: Path, limit_bytes: int | None = None, sidecars: bool = False) -> Path:
-    """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks; nothing holds it after."""
-    local, in_use = held_copy(url, cache_dir, limit_bytes, sidecars)
-    in_use.release()
-    return local
-
-
-def held_copy(
-    url: Path, cache_dir: Path, limit_bytes: int | None = None, sidecars: bool = False
-) -> tuple[Path, FileLock]:
-    """The local copy of the output at ``url`` in ``cache_dir``, fetching what it lacks, and the shared lock that
-    keeps it in the cache until released.
+def readable_output(
+    path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None, sidecars: bool = False
+) -> tuple[Path, FileLock | None]:
+    """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir`` (fetching what
+    it lacks) with the shared lock that keeps the copy in the cache until the caller releases it.
 
     Args:
-        url: an output on object storage.
-        cache_dir: where copies are kept (created if absent).
         limit_bytes: keep the cache under this size, removing the least recently used other copies.
-        sidecars: fetch the shards' sidecars too, and count them in the copy's size (the loader reads them only with
-            ``sources=True``; ``verify``, ``show`` and ``export`` stream them from the store instead).
+        sidecars: fetch the shards' sidecars too (the loader reads them with ``sources=True``).
 
     Raises:
+        UsageError: a URL without a ``cache_dir``.
         PackcliError: not an output, a shard damaged in the store, the output alone over ``limit_bytes``, or no
             room under it without removing copies in use.
     """
+    url = location(str(path))
+    if not isinstance(url, UrlPath):
+        return url, None
+    if cache_dir is None:
+        raise UsageError(f"{url} is a URL: give cache_dir=DIR, the local directory its shards are fetched into")
     manifest = read_manifest(url)
     size = sum(int(item["bytes"]) for item in listed_files(manifest, sidecars))
     if limit_bytes is not None and size > limit_bytes:
         raise PackcliError(f"the output's {size:,} bytes exceed the cache limit of {limit_bytes:,} bytes", url)
-    key = hashlib.sha256(f"{url}\n{manifest['fingerprint']}".encode()).hexdigest()[:24]
-    local = cache_dir / key
+    local = Path(cache_dir) / hashlib.sha256(f"{url}\n{manifest['fingerprint']}".encode()).hexdigest()[:24]
     in_use = _hold(local)
     try:
         if limit_bytes is not None:
-            _evict(cache_dir, keep=local, room=size, limit_bytes=limit_bytes)
+            _evict(Path(cache_dir), keep=local, room=size, limit_bytes=limit_bytes)
         _fill(url, local, manifest, sidecars)
         os.utime(local / MANIFEST_NAME)  # most recently used
     except BaseException:
@@ -86,9 +75,8 @@ def held_copy(
 
 
 def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> None:
-    """Bring the copy ``local`` to ``manifest``: fetch each shard (and with ``sidecars``, each sidecar) it lacks or
-    holds otherwise than listed, say so where the copy held another, remove the files only its earlier manifest
-    listed, then write the manifest."""
+    """Bring the copy ``local`` to ``manifest``: fetch each file it lacks or holds otherwise than listed (a warning
+    where it held another), write the manifest, remove the files only its earlier manifest listed."""
     earlier = _read_json(local / MANIFEST_NAME)
     intact = _read_json(local / INTACT) or {}
     found: dict[str, list[Any]] = {}
@@ -96,26 +84,25 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> N
     for item in listed_files(manifest, sidecars):
         name, path = str(item["file"]), shard_path(local, item["file"])
         state = _state(path)
-        if state is not None and state[0] == item["bytes"]:
+        if state[:1] == [item["bytes"]]:
             if intact.get(name) == [*state, item["sha256"]]:
                 continue  # as it was when last found intact
             if file_sha256(path) == item["sha256"]:
                 found[name] = [*state, item["sha256"]]
                 continue
-        # a complete copy lacked the shard (a sidecar, which has no rows: the copy was made without them), or held
-        # another
-        refetched += state is not None or (earlier is not None and "rows" in item)
+        # a complete copy lacked the shard (not a sidecar: a copy may be made without those), or held another
+        refetched += bool(state) or (earlier is not None and "rows" in item)
         fetch_checked(shard_path(url, item["file"]), path, item["sha256"])
-        found[name] = [*_state_of(path), item["sha256"]]
+        found[name] = [*_state(path), item["sha256"]]
     text = canonical_json(manifest)
     rewritten = earlier is not None and earlier != json.loads(text)
     if refetched or rewritten:
-        why = "its manifest is another: the output was written again since" if rewritten else ""
-        why = why or f"{refetched} shard(s) changed, cut short or missing in it"
+        other = "its manifest is another: the output was written again since"
+        why = other if rewritten else f"{refetched} shard(s) changed, cut short or missing in it"
         warnings.warn(
             f"{url}: the local copy in {local} differs from the output ({why}): what differs is fetched again",
             UserWarning,
-            stacklevel=4,
+            stacklevel=3,
         )
     if found:
         write_atomically(local / INTACT, canonical_json({**intact, **found}), own_name=True)
@@ -128,33 +115,27 @@ def _fill(url: Path, local: Path, manifest: dict[str, Any], sidecars: bool) -> N
 
 
 def _names(manifest: dict[str, Any]) -> set[str]:
-    """The shard files a manifest lists (of a copy's own manifest, however damaged: what it can tell)."""
+    """The files a copy's own manifest lists, however damaged (what it can tell)."""
     shards = manifest.get("shards")
-    if not isinstance(shards, list):
-        return set()
     return {
         str(item["file"])
-        for shard in shards
+        for shard in (shards if isinstance(shards, list) else [])
         if isinstance(shard, dict) and "file" in shard
         for item in entry_files(shard)
     }
 
 
-def _state(path: Path) -> tuple[int, int] | None:
-    """A file's size and mtime (ns), or None where there is none."""
+def _state(path: Path) -> list[int]:
+    """A file's size and mtime (ns), or [] where there is none."""
     try:
-        return _state_of(path)
+        stat = path.stat()
     except FileNotFoundError:
-        return None
-
-
-def _state_of(path: Path) -> tuple[int, int]:
-    stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns
+        return []
+    return [stat.st_size, stat.st_mtime_ns]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    """A small JSON file of the copy, or None where it is absent or unreadable (the copy is then checked anew)."""
+    """A JSON file of the copy, or None where absent or unreadable (the copy is then checked anew)."""
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -175,7 +156,7 @@ def _hold(local: Path) -> FileLock:
 
 
 def fetch_checked(source: Path, path: Path, sha256: str) -> None:
-    """Copy the object ``source`` to ``path``, checked against ``sha256`` (it takes its name only once checked).
+    """Copy the object ``source`` to ``path``, taking the name only once checked against ``sha256``.
 
     Raises:
         PackcliError: the copy differs from ``sha256``, or the object cannot be read.
@@ -198,15 +179,13 @@ def fetch_checked(source: Path, path: Path, sha256: str) -> None:
 
 
 def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
-    """Remove the least recently used copies not in use until ``room`` more bytes fit under ``limit_bytes``.
-
-    Raises:
-        PackcliError: the copies in use leave no such room.
-    """
+    """Remove the least recently used copies not in use until ``room`` more bytes fit under ``limit_bytes``; a
+    PackcliError if the copies in use leave no such room."""
     copies = [entry for entry in cache_dir.iterdir() if entry.is_dir() and entry != keep]
     sizes = {entry: _size(entry) for entry in copies}
     used = sum(sizes.values())
-    for entry in sorted(copies, key=_last_use):
+    # least recently used first (by the manifest's mtime; a copy without one, incomplete, before all)
+    for entry in sorted(copies, key=lambda entry: _state(entry / MANIFEST_NAME)[1:]):
         if used + room <= limit_bytes:
             return
         remover = FileLock(entry / IN_USE)
@@ -216,8 +195,8 @@ def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
         except FileNotFoundError:  # removed meanwhile by another
             used -= sizes[entry]
             continue
-        # Out of the way first, in one rename: a loader that comes for this copy meanwhile makes a new one, never
-        # finds one half removed (the lock file leaves with it, so a waiter on it takes the new copy's).
+        # one rename first: a loader coming for this copy makes a new one (the lock file leaves with it), never
+        # finds one half removed
         doomed = cache_dir / f".removing-{entry.name}-{os.getpid()}-{threading.get_ident()}"
         entry.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
@@ -238,29 +217,3 @@ def _size(copy: Path) -> int:
         with suppress(FileNotFoundError):
             total += path.stat().st_size if path.is_file() else 0
     return total
-
-
-def _last_use(copy: Path) -> int:
-    """When the copy was last opened (its manifest's mtime); 0 for a copy without one (incomplete)."""
-    try:
-        return (copy / MANIFEST_NAME).stat().st_mtime_ns
-    except FileNotFoundError:
-        return 0
-
-
-def readable_output(
-    path: str | Path, cache_dir: str | Path | None, limit_bytes: int | None = None, sidecars: bool = False
-) -> tuple[Path, FileLock | None]:
-    """The local directory of the output at ``path``: itself, or for a URL its copy in ``cache_dir`` (with the
-    shards' sidecars where ``sidecars``: the loader's ``sources=True`` reads them) with the shared lock that keeps
-    the copy there while it is read (the caller releases it).
-
-    Raises:
-        UsageError: a URL without a ``cache_dir``.
-    """
-    where = location(str(path))
-    if not isinstance(where, UrlPath):
-        return where, None
-    if cache_dir is None:
-        raise UsageError(f"{where} is a URL: give cache_dir=DIR, the local directory its shards are fetched into")
-    return held_copy(where, Path(cache_dir), limit_bytes, sidecars)

@@ -1,13 +1,10 @@
-"""Object store operations through fsspec: the filesystem of a URL, an object's facts, reading it (streamed),
-listing a prefix, writing and removing objects (conditionally, on S3: only if absent, or only if still at a version;
-several at once by the store's own batch calls).
+"""Object store operations through fsspec: facts, listings, streamed reads, writes and removals (on S3 conditional
+ones too: only if absent, or only if still at a version; several objects at once by the store's batch calls).
 
-Invariants: fsspec and the protocol libraries are imported only here, under ``requires_extra("cloud")``; every
-failure is a :class:`PackcliError` naming the URL, with the values of credential variables scrubbed from the
-store's message; listings are never served from a cache (another process may have written since); a stream holds at
-most ``READ_BLOCK`` bytes. A transient failure is retried by the store's library, reads and writes alike, as it
-retries any request (s3fs: botocore retries an answer 5xx, a throttle or a lost connection, and s3fs a body cut short
-or a "slow down", both backing off): packcli adds no retry loop of its own.
+Invariants: fsspec is imported only here; every failure is a :class:`PackcliError` naming the URL, credentials
+scrubbed; listings are never cached (another process may write meanwhile); a stream holds at most ``READ_BLOCK``
+bytes; the store's library retries a transient failure, read or write (botocore a 5xx, a throttle, a lost connection;
+s3fs a body cut short): packcli adds no retry loop.
 """
 
 from __future__ import annotations
@@ -27,20 +24,16 @@ __all__ = [
     "READ_BLOCK",
     "ObjectInfo",
     "create_object",
-    "exists",
     "filesystem",
     "glob_objects",
-    "is_dir",
     "is_file",
-    "list_children",
     "object_info",
     "object_sizes",
     "open_object",
-    "read_object",
     "remove_object_if",
     "remove_objects",
     "replace_object",
-    "require_conditional_writes",
+    "request",
     "upload_files",
     "write_object",
 ]
@@ -55,8 +48,7 @@ _SECRET_VARIABLES = (
     "AZURE_STORAGE_CONNECTION_STRING",
     "AZURE_CLIENT_SECRET",
 )
-# the keyword a store's library takes for "only if the object is still at this version tag" (S3's If-Match, which
-# takes the ETag quoted, as HTTP does)
+# the keyword of "only if the object is still at this version tag" (S3's If-Match, the ETag quoted as HTTP does)
 _IF_MATCH = {"s3": "IfMatch", "s3a": "IfMatch"}
 # the store's answers to a conditional request whose condition failed (another writer came first)
 _CONDITION_FAILED = ("PreconditionFailed", "ConditionalRequestConflict")
@@ -73,7 +65,7 @@ class ObjectInfo:
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """(the fsspec filesystem, the path within it) of ``url``.
+    """(the fsspec filesystem, the path within it) of ``url``; the filesystem keeps no listing cache.
 
     Raises:
         MissingExtraError: fsspec, or the protocol's library (s3fs, gcsfs, adlfs), is not installed.
@@ -81,7 +73,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     with requires_extra("cloud", f"the URL {url}"):
         import fsspec.core
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, use_listings_cache=False)
         return fs, str(path)
     except ImportError:
         raise MissingExtraError(
@@ -93,19 +85,18 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 def _scrubbed(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    for name in _SECRET_VARIABLES:
-        secret = os.environ.get(name)
-        if secret:
-            text = text.replace(secret, "***")
+    for secret in filter(None, map(os.environ.get, _SECRET_VARIABLES)):
+        text = text.replace(secret, "***")
     return text
 
 
 @contextmanager
-def _named(url: str, what: str, writing: bool = False) -> Iterator[None]:
-    """Turn the store's errors into one line naming the URL; ``writing``: a write (or a listing), which finds no
-    object missing but its bucket."""
+def request(url: str, what: str, writing: bool = False) -> Iterator[tuple[Any, str]]:
+    """The filesystem and path of ``url``, the store's errors in the block one line naming it; ``writing`` (a write,
+    or a listing) finds no object missing but its bucket."""
+    fs, path = filesystem(url)
     try:
-        yield
+        yield fs, path
     except PackcliError:
         raise
     except FileNotFoundError:
@@ -130,99 +121,50 @@ def _tag(info: dict[str, Any]) -> str | None:
 def _mtime_ns(info: dict[str, Any]) -> int:
     for key in ("LastModified", "last_modified", "mtime", "updated", "created"):
         value = info.get(key)
+        if isinstance(value, str):
+            with suppress(ValueError):
+                value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if isinstance(value, datetime):
-            return int(value.timestamp() * 1e9)
+            value = value.timestamp()
         if isinstance(value, (int, float)):
             return int(value * 1e9)
-        if isinstance(value, str):
-            try:
-                return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1e9)
-            except ValueError:
-                continue
     return 0
 
 
 def object_info(url: str) -> ObjectInfo:
     """The facts of the object (or prefix) at ``url``."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot read"):
-        fs.invalidate_cache()
+    with request(url, "cannot read") as (fs, path):
         info = fs.info(path)
     return ObjectInfo(int(info.get("size") or 0), _mtime_ns(info), _tag(info), info.get("type") == "directory")
 
 
-def exists(url: str) -> bool:
-    fs, path = filesystem(url)
-    with _named(url, "cannot read"):
-        fs.invalidate_cache()
-        return bool(fs.exists(path))
-
-
 def is_file(url: str) -> bool:
-    """Whether an object is at ``url``. Only the store's "no such object" is False: a refusal (a wrong key) is
-    raised, never taken for an absent object (fsspec's ``isfile`` answers False to any error)."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot read"):
-        fs.invalidate_cache()
-        try:
-            return bool(fs.info(path).get("type") == "file")
-        except FileNotFoundError:
-            return False
-
-
-def is_dir(url: str) -> bool:
-    fs, path = filesystem(url)
-    with _named(url, "cannot read"):
-        fs.invalidate_cache()
-        return bool(fs.isdir(path))
-
-
-def _urls(fs: Any, paths: Any) -> list[str]:
-    return sorted(str(fs.unstrip_protocol(path)) for path in paths)
-
-
-def list_children(url: str) -> list[str]:
-    """The objects and prefixes directly under ``url``, as URLs, sorted."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot list"):
-        fs.invalidate_cache()
-        return _urls(fs, fs.ls(path, detail=False))
-
-
-def object_sizes(url: str) -> dict[str, int]:
-    """Every object under the prefix ``url`` (at any depth), by URL, sorted, with its size, from one listing; none for
-    an absent prefix (so a store that finds nothing to list is missing the bucket, and says so). A folder marker (a
-    zero-byte object whose key ends in ``/``, as a store's console makes a folder) is no object, nor the prefix
-    itself, which s3fs lists as a directory when an object appears under it while it looks."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot list", writing=True):
-        fs.invalidate_cache()
-        found = fs.find(path, detail=True)
-        return {
-            str(fs.unstrip_protocol(name)): int(info.get("size") or 0)
-            for name, info in sorted(found.items())
-            if info["type"] == "file" and not name.endswith("/")
-        }
+    """Whether an object is at ``url``: a refusal (a wrong key) raises, where fsspec's ``isfile`` answers False."""
+    with request(url, "cannot read") as (fs, path), suppress(FileNotFoundError):
+        return bool(fs.info(path).get("type") == "file")
+    return False
 
 
 def glob_objects(url: str) -> list[str]:
     """What the pattern ``url`` matches (objects and prefixes), as URLs, sorted."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot list"):
-        fs.invalidate_cache()
-        return _urls(fs, fs.glob(path))
+    with request(url, "cannot list") as (fs, path):
+        return sorted(fs.unstrip_protocol(match) for match in fs.glob(path))
 
 
-def read_object(url: str) -> bytes:
-    """The whole of a small object (a manifest, a lock), in one request (the store's library retries it)."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot read"):
-        return bytes(fs.cat_file(path))
+def object_sizes(url: str) -> dict[str, int]:
+    """Every object under the prefix ``url`` (at any depth) by URL, sorted, with its size, from one listing (a
+    missing bucket is said). A folder marker (a key ending in ``/``, as a console makes) is no object, nor the prefix
+    itself, which s3fs lists when an object appears under it while it looks."""
+    with request(url, "cannot list", writing=True) as (fs, path):
+        return {
+            str(fs.unstrip_protocol(name)): int(info.get("size") or 0)
+            for name, info in sorted(fs.find(path, detail=True).items())
+            if info["type"] == "file" and not name.endswith("/")
+        }
 
 
 class _NamedFile(io.RawIOBase):
-    """The store library's file of an object as a raw stream whose failures name the URL: each read is one byte range,
-    retried as the library retries any request."""
+    """The store library's file of an object as a raw stream whose failures name the URL."""
 
     def __init__(self, file: Any, url: str) -> None:
         self.file, self.url = file, url
@@ -240,12 +182,12 @@ class _NamedFile(io.RawIOBase):
         return int(self.file.seek(offset, whence))
 
     def readinto(self, buffer: Any) -> int:
-        with _named(self.url, "cannot read"):  # an object removed after it was opened too: no raw error
+        with request(self.url, "cannot read"):  # an object removed after it was opened too: no raw error
             return int(self.file.readinto(buffer))
 
     def readall(self) -> bytes:
         """The rest of the object in one request (not the default's 8 KiB at a time)."""
-        with _named(self.url, "cannot read"):
+        with request(self.url, "cannot read"):
             return bytes(self.file.read())
 
     def close(self) -> None:
@@ -254,11 +196,9 @@ class _NamedFile(io.RawIOBase):
 
 
 def open_object(url: str) -> IO[bytes]:
-    """A buffered, seekable stream of the object at ``url``, holding at most ``READ_BLOCK`` bytes: the buffer is the
-    only cache (the store's file keeps none), and each read past it fetches ``READ_BLOCK`` bytes in one request."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot read"):
-        fs.invalidate_cache()  # its size and version tag from the store, not from a listing
+    """A buffered, seekable stream of the object at ``url``: the buffer is its only cache, and each read past it
+    fetches ``READ_BLOCK`` bytes in one request."""
+    with request(url, "cannot read") as (fs, path):
         file = fs.open(path, "rb", block_size=READ_BLOCK, cache_type="none")
         if getattr(file, "details", {}).get("type") == "directory":
             file.close()
@@ -268,45 +208,40 @@ def open_object(url: str) -> IO[bytes]:
 
 def write_object(url: str, data: bytes) -> None:
     """Put ``data`` at ``url`` whole: a reader sees the previous object or this one, never a part."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot write", writing=True):
+    with request(url, "cannot write", writing=True) as (fs, path):
         fs.pipe_file(path, data)
 
 
 def create_object(url: str, data: bytes) -> str | None:
-    """Put ``data`` at ``url`` only if no object is there (a conditional create); the new object's version tag
-    ("" where the store names none), or None if an object is there."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot create", writing=True):
+    """Put ``data`` at ``url`` only if no object is there (on a store without conditional writes: PackcliError); the
+    new object's version tag ("" where the store names none), or None if an object is there."""
+    with request(url, "cannot create", writing=True) as (fs, path):
+        _if_match(fs, url)
         try:
-            response = fs.pipe_file(path, data, mode="create")
+            return _written_tag(fs, path, fs.pipe_file(path, data, mode="create"))
         except FileExistsError:
             return None
-        return _written_tag(fs, path, response)
 
 
 def replace_object(url: str, data: bytes, tag: str) -> str | None:
-    """Put ``data`` at ``url`` only if the object there is still at version ``tag`` (a conditional write: of two
-    writers that read one version, one succeeds); the new version tag, or None when the object changed or went."""
-    fs, path = filesystem(url)
-    with _named(url, "cannot write", writing=True), _unless_changed() as changed:
+    """Put ``data`` at ``url`` only if the object there is still at version ``tag`` (of two writers that read one
+    version, one succeeds); the new version tag, or None when the object changed or went."""
+    with request(url, "cannot write", writing=True) as (fs, path), _unless_changed() as changed:
         response = fs.pipe_file(path, data, **{_if_match(fs, url): f'"{tag}"'})
     return None if changed else _written_tag(fs, path, response)
 
 
 def remove_object_if(url: str, tag: str) -> bool:
     """Remove the object at ``url`` only if it is still at version ``tag``; False when it changed or went."""
-    fs, path = filesystem(url)
-    bucket, key, _ = fs.split_path(path)
-    with _named(url, "cannot remove"), _unless_changed() as changed:
+    with request(url, "cannot remove") as (fs, path), _unless_changed() as changed:
+        bucket, key, _ = fs.split_path(path)
         fs.call_s3("delete_object", Bucket=bucket, Key=key, **{_if_match(fs, url): f'"{tag}"'})
-    fs.invalidate_cache(path)
     return not changed
 
 
 @contextmanager
 def _unless_changed() -> Iterator[list[bool]]:
-    """Within the block, a conditional request the store refused because the object changed (or went) is no error:
+    """A conditional request in the block that the store refused because the object changed (or went) is no error:
     the list yielded then holds True."""
     changed: list[bool] = []
     try:
@@ -317,11 +252,6 @@ def _unless_changed() -> Iterator[list[bool]]:
         if not (isinstance(exc, FileNotFoundError) or code in _CONDITION_FAILED):
             raise
         changed.append(True)
-
-
-def require_conditional_writes(url: str) -> None:
-    """Refuse (PackcliError naming ``url``) a store packcli makes no conditional write on."""
-    _if_match(filesystem(url)[0], url)
 
 
 def _if_match(fs: Any, url: str) -> str:
@@ -338,28 +268,24 @@ def _if_match(fs: Any, url: str) -> str:
 
 def _written_tag(fs: Any, path: str, response: Any) -> str:
     """The version tag of an object just written: from the store's answer, else from its facts ("" if none)."""
-    tag = _tag(response) if isinstance(response, dict) else None
-    if tag is None:
-        fs.invalidate_cache()
-        tag = _tag(fs.info(path))
-    return tag or ""
+    return (_tag(response) if isinstance(response, dict) else None) or _tag(fs.info(path)) or ""
 
 
 def upload_files(files: dict[str, str]) -> None:
     """Copy local files to their URLs (``{path: url}``), all in one store, several at once."""
     for url in list(files.values())[:1]:  # none, or the first URL: its store is every URL's
-        with _named(url, "cannot upload", writing=True):
-            filesystem(url)[0].put(list(files), [filesystem(each)[1] for each in files.values()])
+        with request(url, "cannot upload", writing=True) as (fs, _):
+            fs.put(list(files), [filesystem(each)[1] for each in files.values()])
 
 
 def remove_objects(urls: list[str]) -> None:
-    """Remove the objects at ``urls``, all in one store (absent ones are fine), by the store's batch call (S3's
-    ``DeleteObjects``, 1,000 keys a request); a key holding a pattern's characters alone, as the call would glob it."""
+    """Remove the objects at ``urls`` of one store (absent ones are fine) by its batch call (S3's ``DeleteObjects``);
+    a key holding a pattern's characters alone, as the batch would glob it."""
     paths = {filesystem(url)[1]: url for url in urls}
     batch = [path for path in paths if not glob.has_magic(path)]
     if batch:
-        with _named(urls[0], "cannot remove"):
-            filesystem(urls[0])[0].rm(batch)
+        with request(urls[0], "cannot remove") as (fs, _):
+            fs.rm(batch)
     for path in sorted(set(paths) - set(batch)):
-        with _named(paths[path], "cannot remove"), suppress(FileNotFoundError):
-            filesystem(paths[path])[0].rm_file(path)
+        with request(paths[path], "cannot remove") as (fs, _), suppress(FileNotFoundError):
+            fs.rm_file(path)

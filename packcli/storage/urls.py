@@ -1,9 +1,6 @@
-"""``UrlPath``: a URL that behaves as a ``Path`` for what packcli does with inputs and outputs (name, suffix,
-joining, stat, existence, reading), its file operations sent to the store through fsspec.
-
-Invariants: ``str()`` of a UrlPath is its URL, credentials never part of it (a URL with a user, password or query
-string of ``key=value`` pairs is refused); ``os.fspath`` of one raises, so no local file operation can run on a URL
-by mistake; a plain path or a ``file://`` URL is a plain ``Path``.
+"""``UrlPath``: a URL that behaves as a ``Path`` (name, suffix, joining, stat, existence, reading), its file
+operations sent to the store. Invariants: ``str()`` is the URL, never with credentials (refused); ``os.fspath`` raises,
+so no local file operation runs on a URL by mistake; a plain path or a ``file://`` URL is a plain ``Path``.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from packcli.errors import UsageError
+from packcli.storage import objects
 
 __all__ = ["UrlPath", "file_sizes", "is_url", "location"]
 
@@ -28,9 +26,8 @@ _FOLDED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 
 def is_url(spec: str | Path) -> bool:
     """True for a URL packcli reads through fsspec: any ``scheme://`` but ``file://`` (a local path) and ``-``."""
-    if isinstance(spec, UrlPath):
-        return True
-    return isinstance(spec, str) and bool(_URL.match(spec)) and not spec.lower().startswith("file://")
+    is_str_url = isinstance(spec, str) and bool(_URL.match(spec)) and not spec.lower().startswith("file://")
+    return isinstance(spec, UrlPath) or is_str_url
 
 
 def location(spec: str) -> Path:
@@ -66,10 +63,6 @@ class UrlPath(PosixPath):
     def __fspath__(self) -> str:
         raise TypeError(f"{self} is a URL: this operation needs a local path")
 
-    @property
-    def url(self) -> str:
-        return str(self)
-
     def resolve(self, strict: bool = False) -> UrlPath:
         return self
 
@@ -78,41 +71,35 @@ class UrlPath(PosixPath):
 
     def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
         """Size and modification time of an object (a prefix: a directory of size 0)."""
-        from packcli.storage.objects import object_info
-
-        info = object_info(self.url)
+        info = objects.object_info(str(self))
         mode = stat_module.S_IFDIR | 0o755 if info.is_dir else stat_module.S_IFREG | 0o644
-        whole, seconds, nanoseconds = info.mtime_ns // 10**9, info.mtime_ns / 1e9, info.mtime_ns
-        times = (whole, whole, whole, seconds, seconds, seconds, nanoseconds, nanoseconds, nanoseconds)
-        return os.stat_result((mode, 0, 0, 1, 0, 0, info.size, *times))
+        ns = info.mtime_ns
+        return os.stat_result((mode, 0, 0, 1, 0, 0, info.size, *[ns // 10**9] * 3, *[ns / 1e9] * 3, *[ns] * 3))
 
     def exists(self, *, follow_symlinks: bool = True) -> bool:
-        from packcli.storage.objects import exists
-
-        return exists(self.url)
+        with objects.request(str(self), "cannot read") as (fs, path):
+            return bool(fs.exists(path))
 
     def is_file(self) -> bool:
-        from packcli.storage.objects import is_file
-
-        return is_file(self.url)
+        return objects.is_file(str(self))
 
     def is_dir(self) -> bool:
-        from packcli.storage.objects import is_dir
-
-        return is_dir(self.url)
+        with objects.request(str(self), "cannot read") as (fs, path):
+            return bool(fs.isdir(path))
 
     def is_symlink(self) -> bool:
         return False
 
     def iterdir(self) -> Generator[UrlPath, None, None]:
-        from packcli.storage.objects import list_children
-
-        yield from (UrlPath(url) for url in list_children(self.url))
+        """The objects and prefixes directly under it, sorted."""
+        with objects.request(str(self), "cannot list") as (fs, path):
+            children = sorted(fs.unstrip_protocol(child) for child in fs.ls(path, detail=False))
+        yield from (UrlPath(url) for url in children)
 
     def read_bytes(self) -> bytes:
-        from packcli.storage.objects import read_object
-
-        return read_object(self.url)
+        """The whole of a small object (a manifest, a lock), in one request."""
+        with objects.request(str(self), "cannot read") as (fs, path):
+            return bytes(fs.cat_file(path))
 
     def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
         return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
@@ -120,12 +107,10 @@ class UrlPath(PosixPath):
     def open(  # type: ignore[override]
         self, mode: str = "r", buffering: int = -1, encoding: str | None = None, *args: Any, **kwargs: Any
     ) -> IO[Any]:
-        """Read-only: a buffered, seekable stream of the object whose reads are retried on transient errors."""
+        """Read-only: a buffered, seekable stream of the object."""
         if mode != "rb":
             raise ValueError(f"{self}: objects are opened with mode 'rb' only, not {mode!r}")
-        from packcli.storage.objects import open_object
-
-        return open_object(self.url)
+        return objects.open_object(str(self))
 
 
 def file_sizes(root: Path) -> dict[str, int]:
@@ -136,6 +121,4 @@ def file_sizes(root: Path) -> dict[str, int]:
         from packcli.format.integrity import directory_sizes  # here: `packcli --help` loads no numpy (via sidecars)
 
         return directory_sizes(root)
-    from packcli.storage.objects import object_sizes
-
-    return {url[len(f"{root}/") :]: size for url, size in object_sizes(str(root)).items()}
+    return {url[len(f"{root}/") :]: size for url, size in objects.object_sizes(str(root)).items()}
