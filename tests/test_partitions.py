@@ -26,12 +26,12 @@ from test_processes import descendants, survivors
 from typer.testing import CliRunner
 
 from packcli.cli import app
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import UsageError
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions
 from packcli.report.verify import verify_output
 from packcli.run.driver import pack_corpus
-from packcli.run.parts import PartsArea, merge_parts
+from packcli.run.parts import PartsArea
 from packcli.run.plan import plan_partitions
 from packcli.util.locks import FileLock
 
@@ -421,24 +421,6 @@ def test_a_part_numbered_otherwise_and_a_linked_directory_do_not_stop_a_resume(t
     assert any("removing 1 file(s)" in warning and "linked" in warning for warning in warnings), warnings
     assert "partition 1 is packed again: its manifest is for partition 2" in warnings
     assert not (area.root / "linked").is_symlink() and (precious / "keep.txt").is_file()
-
-
-def test_parts_that_disagree_are_refused() -> None:
-    facts = {"fingerprint": "f", "plan_hash": "p", "partitions": 2, "options": {"max_len": 8}, "tokenizer": {},
-             "format_version": 1, "packcli_version": "0", "columns": ["input_ids"]}  # fmt: skip
-
-    def part(k: int, **changed: object) -> dict[str, object]:
-        return {"totals": {"tokens": 3, "sequences": 1}, "shards": [{"file": "x"}], "tokenizer": {},
-                "part": {**facts, "partition": k, **changed}}  # fmt: skip
-
-    assert merge_parts([part(0), part(1)], facts) == [part(0), part(1)]
-    for key, value in (("plan_hash", "q"), ("options", {"max_len": 9}), ("format_version", 2), ("tokenizer", {"a": 1})):
-        with pytest.raises(PackcliError, match=f"partition 1 disagrees with the run on {key}"):
-            merge_parts([part(0), part(1, **{key: value})], facts)
-    with pytest.raises(PackcliError, match="partition 1 has no manifest"):
-        merge_parts([part(0), None], facts)
-    with pytest.raises(PackcliError, match="the manifest of partition 1 is for partition 0"):
-        merge_parts([part(0), part(0)], facts)
 
 
 def test_a_partition_count_beyond_what_the_bytes_can_hold_is_refused_at_once(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from packcli.format.manifest import output_manifest, read_manifest, write_manife
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, input_changes
 from packcli.run.job import Job, Shipped, run_job, start_worker
-from packcli.run.parts import PartsArea, input_facts, merge_parts
+from packcli.run.parts import PartsArea, input_facts
 from packcli.run.plan import Plan
 from packcli.run.setup import PackResult, check_documents, set_up, takes_output
 from packcli.storage import UrlPath, location
@@ -79,7 +79,7 @@ def pack_corpus(
         if partitioned:  # a plain run's one job has nothing to resume
             run = facts | {"inputs": input_facts(setup.inputs)}
             reused = area.resume(run, len(plan), warn, options.tokenizer_backend)
-        progress = _Progress(plan, reporter, warn, {k: area.read(k) for k in reused})
+        progress = _Progress(plan, reporter, warn, {k: manifest for k in reused if (manifest := area.read(k))})
         names = {str(item.path): item.name for item in setup.inputs}  # ``<stdin>`` for standard input's spool
         named = [tuple(names[str(piece.path)] for piece in slices) for slices in plan.partitions]
         key = None if partitioned else setup.cache_key()  # a plain run may take the tokens `stats` left
@@ -100,7 +100,7 @@ def pack_corpus(
                 raise
             raise said from None
         _refuse_changed_inputs(setup.inputs)  # the jobs read one version of each input: the fingerprint's
-        parts = merge_parts([progress.parts.get(k) for k in range(len(plan))], facts)
+        parts = [progress.parts[k] for k in range(len(plan))]  # reused: checked against the run; new: the run's own
         sizes = [(item.name, item.size) for item in setup.inputs]
         manifest = output_manifest(shared, sizes, parts, setup.unread_files)
         totals = manifest["totals"]
@@ -165,7 +165,7 @@ class _Progress:
     plan: Plan
     reporter: Reporter
     warn: Callable[[str], None]
-    parts: dict[int, dict[str, Any] | None]  # partition -> its manifest, the reused ones first
+    parts: dict[int, dict[str, Any]]  # partition -> its manifest, the reused ones first
     bytes: int = 0  # the input bytes, documents and tokens of the partitions done
     documents: int = 0
     tokens: int = 0
@@ -175,7 +175,6 @@ class _Progress:
         if self.plan.partitioned:
             self.reporter.start(sum(self.plan.weights))
             for k, manifest in list(self.parts.items()):
-                assert manifest is not None
                 self._count(k, manifest)
 
     def on_result(self, result: tuple[dict[str, Any], list[str]]) -> None:

@@ -36,7 +36,7 @@ from packcli.util.files import canonical_json, write_json
 from packcli.write.remote import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, remove_path, staging_family
 
-__all__ = ["PartsArea", "input_facts", "merge_parts", "part_name"]
+__all__ = ["PartsArea", "input_facts", "part_name"]
 
 _READERS = 16  # part manifests read at once
 _OF_PART = re.compile(r"part-(\d+)(?:[/-]|$)")  # the partition a file (or empty directory) of the area belongs to
@@ -289,31 +289,3 @@ def _read_json(path: Path) -> Any:
 def input_facts(inputs: list[InputFile]) -> list[list[Any]]:
     """The inputs as the run record keeps them (path, size, mtime or ETag): a changed input voids every part."""
     return [[str(item.path), item.size, item.version] for item in inputs]
-
-
-def merge_parts(manifests: list[dict[str, Any] | None], facts: dict[str, Any]) -> list[dict[str, Any]]:
-    """The parts' manifests checked, in partition order, for :func:`~packcli.format.manifest.output_manifest`,
-    which sums them: every part agrees on the run's facts and totals keys, so the merged manifest is the same
-    whatever engine or worker count produced the parts.
-
-    Raises:
-        PackcliError: a partition is not committed, or a part disagrees with the run on one of the facts.
-    """
-    if len(manifests) != facts["partitions"]:
-        raise PackcliError(f"expected {facts['partitions']} parts, found {len(manifests)}")
-    parts: list[dict[str, Any]] = []
-    for partition, manifest in enumerate(manifests):
-        if manifest is None:
-            raise PackcliError(f"partition {partition} has no manifest: it did not finish")
-        part = manifest["part"]
-        if part.get("partition") != partition:
-            raise PackcliError(f"the manifest of partition {partition} is for partition {part.get('partition')}")
-        for key in (key for key in facts if part.get(key) != facts[key]):
-            raise PackcliError(
-                f"partition {partition} disagrees with the run on {key}: it was packed by another run "
-                "(another plan, options, tokenizer or packcli); rerun to pack it again"
-            )
-        if parts and list(manifest["totals"]) != list(parts[0]["totals"]):
-            raise PackcliError(f"partition {partition} has other totals than partition 0")
-        parts.append(manifest)
-    return parts
