@@ -1,25 +1,18 @@
-"""Publishing an output to a store, where there is no rename: ``RemotePublication`` has ``Publication``'s interface
-(``up_to_date``, ``staging``, ``commit``) for an output URL.
+"""Publishing to an output URL, where there is no rename: ``RemotePublication`` has ``Publication``'s interface
+(``up_to_date``, ``staging``, ``commit``). Under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
 
-The protocol, under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
-
-1. what dead runs left (the objects of run prefixes no manifest lists) is removed, and the parts of other runs (a
-   run prefix holding a run record), saying so with their size: a partitioned run resumes the parts it finds under
-   their run prefix. An output of the same fingerprint with every shard present (the sizes of one listing) is up to
-   date (what it did not write, it leaves); another packcli output is replaced only with ``--overwrite``; a prefix
+1. the objects of dead runs (under run prefixes no manifest lists) are removed, and other runs' parts (a run prefix
+   holding a run record), said with their size; a partitioned run resumes its own. An output of this fingerprint
+   with every shard present is up to date; another packcli output is replaced only with ``--overwrite``; a prefix
    holding anything else is refused, naming it;
-2. a plain run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
-   temporary directory); a partitioned run's parts upload their shards under its run prefix (:mod:`packcli.run.parts`);
-3. ``commit`` uploads a plain run's shards under its run prefix ``packcli-run-<time>-<random>/`` (each byte is
-   written once), then writes ``manifest.json`` (one PUT: readers see the old manifest or the new one, never a
-   part), which names the shards by their paths relative to the output: ``packcli-run-.../shard-00000.arrow``.
-   That write is the commit: before it nothing a reader takes for an output has changed, and the lock is checked to
-   still name this run just before it. What the previous output and the parts' records held goes after it.
+2. a plain run stages in local scratch (:func:`scratch_directory`); a partitioned run's parts upload under its run
+   prefix (:mod:`packcli.run.parts`);
+3. ``commit`` uploads a plain run's shards under its run prefix ``packcli-run-<time>-<random>/``, checks the lock
+   still names this run, then writes ``manifest.json`` (one PUT, the commit; it names the shards by their paths
+   relative to the output), then removes what the previous output and the parts' records held.
 
-A run killed at any point leaves at most its run prefix (a partitioned run's: its parts) and its lock object; the
-next run takes the stale lock over, removes the run prefix or resumes from the parts. A run whose lock is lost
-(:class:`~packcli.storage.lock.ObjectLock`) is stopped, and publishes nothing. Local outputs keep
-:class:`~packcli.write.publish.Publication`.
+A run killed at any point leaves at most its run prefix and its lock object, which the next run removes, resumes or
+takes over. A run whose lock is lost is stopped and publishes nothing.
 """
 
 from __future__ import annotations
@@ -78,8 +71,8 @@ _RUN_OBJECT = re.compile(
 
 
 def scratch_directory() -> Path:
-    """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH``, else the temporary
-    directory (``PACKCLI_SCRATCH`` made where it does not exist yet).
+    """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH`` (made where it does not exist
+    yet), else the temporary directory.
 
     Raises:
         PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory, or one it cannot make.
@@ -102,8 +95,8 @@ def scratch_directory() -> Path:
 
 
 def scratch_key(location: Path) -> str:
-    """The short name of an output (or a run's parts) in node-local scratch: one location, one name, so the next
-    run on it finds what a killed run left there."""
+    """The name of an output (or a run's parts) in node-local scratch: the next run on it finds what a killed run
+    left there."""
     return hashlib.sha256(str(location).encode()).hexdigest()[:16]
 
 
@@ -116,8 +109,7 @@ class RemotePublication:
         overwrite: replace an existing packcli output of another fingerprint.
         inputs: the run's inputs; none may lie under ``out``.
         resumable: a partitioned run, whose committed parts (under its run prefix) outlive a failure.
-        current: as :class:`~packcli.write.publish.Publication`'s: an output of this fingerprint that is not
-            current is replaced without ``overwrite``.
+        current: as :class:`~packcli.write.publish.Publication`'s.
         warn: told of the parts of another run it removes, and of a lock renewal that failed and is retried.
     """
 
@@ -175,12 +167,12 @@ class RemotePublication:
         return self
 
     def _existing(self) -> Existing:
-        """What the output URL holds, once the leftovers of dead runs are removed (the lock is held), and the parts
-        of another run unless this one is partitioned (its parts area sorts out what it may reuse)."""
+        """What the output URL holds, once the leftovers of dead runs and the parts of other runs are removed; a
+        partitioned run resumes the parts under its latest run prefix."""
         found = remote_output(self.out, self.fingerprint)
         areas = dict(found.parts)
         resumed = max((area for area in areas if area.startswith(RUN_PREFIX)), default=None)
-        if self.resumable and resumed is not None:  # a partitioned run's parts are under its run prefix: resumed
+        if self.resumable and resumed is not None:
             self.run = resumed
             del areas[resumed]
         _remove_parts(self.out, found.debris, areas, self.warn)
@@ -189,8 +181,8 @@ class RemotePublication:
 
     @property
     def parts(self) -> Path:
-        """Where the run's parts go (:mod:`packcli.run.parts`): a partitioned run's, under its run prefix, where the
-        output will list their shards; a plain run's, in the local staging directory."""
+        """Where the run's parts go (:mod:`packcli.run.parts`): a partitioned run's under its run prefix, a plain
+        run's in the local staging directory."""
         return self.out / self.run if self.resumable else self.staging
 
     def commit(self) -> None:
@@ -210,8 +202,7 @@ class RemotePublication:
         remove_objects([url for url in previous if url not in listed])
 
     def _release(self, error: BaseException | None) -> None:
-        """Release the lock; a lost one (the run stopped for it, with the interruption it sent arriving here or
-        before) ends the run with why, in one line.
+        """Release the lock; a lost one (which stopped the run with an interruption) ends the run with why.
 
         Raises:
             PackcliError: the lock was lost before the commit.
@@ -233,18 +224,16 @@ class RemotePublication:
                 remove_objects(list(object_sizes(f"{self.out}/{self.run}")))
         finally:
             self._release(error)
-        parts = self.parts if self.resumable else None
-        full = out_of_room(error, self.out, self._earlier, parts)
+        full = out_of_room(error, self.out, self._earlier, self.parts if self.resumable else None)
         if full is not None:
             raise full from None
 
 
 def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = lambda message: None) -> None:
-    """Remove what dead runs left at an up-to-date output, unless a live run holds its lock: a partitioned run that
-    finds the output up to date starts no engine and takes no publication. Under an output URL, the objects
-    :func:`remote_output` names and any other run's parts (said, with their size); beside a directory, the debris
-    of killed runs and the resume area (:func:`~packcli.write.publish.remove_dead_runs`). Where no parts are left
-    (one listing says so) it writes nothing, so a reader's credentials do."""
+    """Remove what dead runs left at an up-to-date output (a partitioned run that finds it so takes no
+    publication), unless a live run holds its lock: under an output URL, what :func:`remote_output` names (other
+    runs' parts said, with their size), writing nothing where one listing shows no parts; beside a directory,
+    :func:`~packcli.write.publish.remove_dead_runs`."""
     if not isinstance(out, UrlPath):
         remove_dead_runs(out, lambda area: parts_fingerprint(area) in (None, fingerprint), warn)
         return
@@ -268,8 +257,7 @@ def _is_record(name: str) -> bool:
 
 
 def _remove_parts(out: Path, debris: list[str], parts: dict[str, dict[str, int]], warn: Callable[[str], None]) -> None:
-    """Remove, under the output URL ``out`` (its lock held), the ``debris`` of dead runs and the ``parts`` of other
-    runs, which this one will not resume (each area said, with its size): one batch call."""
+    """Remove, in one batch call, the ``debris`` of dead runs and the ``parts`` of other runs (each area said)."""
     for area, sizes in sorted(parts.items()):
         warn(parts_removed(out / area, len(sizes), sum(sizes.values())))
     remove_objects([*debris, *(url for sizes in parts.values() for url in sorted(sizes))])
@@ -277,23 +265,18 @@ def _remove_parts(out: Path, debris: list[str], parts: dict[str, dict[str, int]]
 
 def _holder_words(holder: dict[str, Any], url: str) -> str:
     """Who holds an output's lock, in words."""
-    if holder.get("unreadable"):
-        return (
-            f"a run whose lock object {url} cannot be read (written {holder['age']:.0f} s ago; taken over once "
-            f"{stale_seconds():.0f} s old)"
-        )
     if not holder:
         return "another run"
-    beat = max(0.0, time.time() - float(holder["heartbeat"]))
-    return (
-        f"pid {holder.get('pid')} on {holder.get('host')} (its last heartbeat {beat:.0f} s ago; taken over once "
-        f"{stale_seconds():.0f} s old)"
-    )
+    if holder.get("unreadable"):
+        written = f"a run whose lock object {url} cannot be read (written {holder['age']:.0f} s ago"
+    else:
+        beat = max(0.0, time.time() - float(holder["heartbeat"]))
+        written = f"pid {holder.get('pid')} on {holder.get('host')} (its last heartbeat {beat:.0f} s ago"
+    return f"{written}; taken over once {stale_seconds():.0f} s old)"
 
 
 def output_state(out: Path, fingerprint: str) -> Existing:
-    """What ``out`` holds, a directory or an output URL, before a run claims it (see :func:`remote_output` and
-    :func:`~packcli.write.existing.existing_output`)."""
+    """What ``out``, a directory or an output URL, holds before a run claims it."""
     if isinstance(out, UrlPath):
         return remote_output(out, fingerprint).existing
     return existing_output(resolved_out(out), fingerprint, out)
@@ -309,9 +292,9 @@ class Found(NamedTuple):
 
 
 def remote_output(out: Path, fingerprint: str) -> Found:
-    """What the output URL ``out`` holds, from one listing (and its manifest). The objects of dead runs: what run
-    prefixes hold that no manifest lists, but the parts of an unfinished partitioned run (a run prefix holding its
-    run record, which a run resumes or removes itself, saying so) and the objects of another tool there.
+    """What the output URL ``out`` holds, from one listing (and its manifest). Dead runs' objects are what run
+    prefixes hold that no manifest lists, but an unfinished partitioned run's parts (a run prefix holding its run
+    record) and another tool's objects.
 
     Raises:
         PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
@@ -322,7 +305,6 @@ def remote_output(out: Path, fingerprint: str) -> Found:
             "is an object, not a prefix: an output URL names a prefix to write the output under; choose another --out",
             out,
         )
-    prefix = f"{out}/"
     sizes = file_sizes(out)
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
     foreign = [name for name in sizes if name not in (MANIFEST_NAME, LOCK_NAME) and not name.startswith(own)]
@@ -341,21 +323,19 @@ def remote_output(out: Path, fingerprint: str) -> Found:
     if foreign:
         raise _not_packcli(foreign[0], out)
     listed = {item["file"] for item in listed_files(manifest)} if manifest else set()
-    live = {name.split("/", 1)[0] for name in listed}
-    areas = {name.split("/", 1)[0] for name in runs if _is_record(name)} - live
+    areas = {name.split("/", 1)[0] for name in runs if _is_record(name)} - {name.split("/", 1)[0] for name in listed}
     parts: dict[str, dict[str, int]] = {area: {} for area in areas}
     debris = []
     for name in runs:
-        if name.split("/", 1)[0] in areas:
-            parts[name.split("/", 1)[0]][prefix + name] = sizes[name]
+        area = name.split("/", 1)[0]
+        if area in areas:
+            parts[area][f"{out}/{name}"] = sizes[name]
         elif name not in listed and name not in strangers:
-            debris.append(prefix + name)
+            debris.append(f"{out}/{name}")
     intact = manifest is not None and manifest["fingerprint"] == fingerprint and not file_damage(manifest, sizes)
     if strangers and not intact:  # an up-to-date output leaves them; a run that replaces it would remove them
         raise _not_packcli(strangers[0], out)
-    if manifest is None:
-        return Found("absent", debris, parts)
-    return Found("same" if intact else "other", debris, parts)
+    return Found("same" if intact else "absent" if manifest is None else "other", debris, parts)
 
 
 def _not_packcli(name: str, out: Path) -> PackcliError:
