@@ -33,9 +33,11 @@ from packcli.format.integrity import listed_files
 from packcli.format.manifest import MANIFEST_NAME, read_manifest
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
-from packcli.write.existing import Existing, existing_output, in_use, up_to_date
 from packcli.write.staging import (
     STAGING,
+    Existing,
+    existing_output,
+    in_use,
     out_of_room,
     parts_kept,
     remove_debris,
@@ -43,6 +45,7 @@ from packcli.write.staging import (
     remove_resume_area,
     resolved_out,
     sibling,
+    up_to_date,
 )
 
 __all__ = ["Publication", "remove_dead_runs"]

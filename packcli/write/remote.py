@@ -48,9 +48,18 @@ from packcli.storage.objects import (
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
-from packcli.write.existing import Existing, existing_output, in_use, up_to_date
 from packcli.write.publish import remove_dead_runs
-from packcli.write.staging import RUN_RECORD, out_of_room, parts_fingerprint, parts_removed, resolved_out
+from packcli.write.staging import (
+    RUN_RECORD,
+    Existing,
+    existing_output,
+    in_use,
+    out_of_room,
+    parts_fingerprint,
+    parts_removed,
+    resolved_out,
+    up_to_date,
+)
 
 __all__ = [
     "LOCK_NAME",
