@@ -17,7 +17,7 @@ import numpy as np
 
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["Gather", "Rows", "cu_seqlens", "row_token_offsets"]
+__all__ = ["Gather", "Rows", "batch_spans", "cu_seqlens", "row_token_offsets"]
 
 # The tokens (or the supervision mask, bool) of pieces (start, length), concatenated: the token store's reads.
 Gather = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -69,3 +69,11 @@ def cu_seqlens(lengths: np.ndarray, row_offsets: np.ndarray) -> tuple[np.ndarray
     first = np.repeat(row_offsets[:-1], per_row)
     values = bounds[first + local] - bounds[first]
     return values, list_offsets
+
+
+def batch_spans(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Items in batches of about ``budget``, as ``(first, end)`` spans: batch k holds the items whose sizes start in
+    ``[k * budget, (k + 1) * budget)`` (deterministic and vectorized); one empty span for no items."""
+    batch = (np.cumsum(sizes) - sizes) // budget
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(batch)) + 1, [len(sizes)])).tolist()
+    return list(zip(cuts[:-1], cuts[1:]))

@@ -31,13 +31,9 @@ def write_sources(
     records: np.ndarray,
     drawn: np.ndarray | None,
 ) -> None:
-    """Write each shard's ``sources`` sidecar into ``directory`` and name it in the shard's ``entries``.
-
-    Args:
-        names: each input file's name.
-        file_documents: the documents each input file holds, in input order; ``records``: each document's record.
-        drawn: the documents a mixed run drew, in order (``rows.document`` indexes it); None: all, in order.
-    """
+    """Write each shard's ``sources`` sidecar into ``directory`` and name it in the shard's ``entries``, from each
+    input file's ``names`` and ``file_documents`` (in input order), each document's ``records``, and the documents a
+    mixed run ``drawn`` in order (``rows.document`` indexes it; None: all, in order)."""
     document = rows.document if drawn is None else np.asarray(drawn, dtype=np.int64)[rows.document]
     files = np.repeat(np.arange(len(file_documents)), file_documents)
     table = sorted(set(names))

@@ -1,20 +1,10 @@
-"""Publishing an output directory: one run at a time (an ``fcntl.flock`` on ``.NAME.packcli-lock``) builds it in a
-staging directory beside it, then swaps it into place whole; the manifest, written last, is the commit point.
+"""Publishing an output directory: under a lock beside it (``.NAME.packcli-lock``), a run builds the output in a
+staging directory of its own, then swaps it into place whole (one ``renameat2(RENAME_EXCHANGE)`` where the system
+has it, else two renames); the manifest, written last, is the commit point.
 
-Invariants: only packcli's own work (an output, its temporary files, ``datasets``' cache files derived from its
-shards) or an empty directory is replaced; the previous output stays until the new one is (one atomic
-``renameat2(RENAME_EXCHANGE)`` on Linux, else two renames; the parent fsynced after); signals unwind and remove the
-staging directory, and what a killed run left the next run removes under the lock; an output is never the root, a
-mount point or the current directory; a symlinked output is written through. A resumable publication (partitioned
-runs) stages in ``.NAME.packcli-resume``, kept when the run fails so the rerun resumes it (:mod:`packcli.run.parts`);
-any other run that takes the lock removes it, saying so with its size.
-
-Usage::
-
-    with Publication(out, fingerprint, overwrite, inputs=files) as publication:
-        if not publication.up_to_date:
-            build_into(publication.staging)   # shards, then manifest.json last
-            publication.commit()              # staging -> out; without it, the staging is removed on exit
+Only packcli's own work or an empty directory is replaced; signals unwind and remove the staging directory, and what
+a killed run left the next run removes. A resumable publication (partitioned runs) stages in
+``.NAME.packcli-resume``, which a failed run leaves for its rerun to resume (:mod:`packcli.run.parts`).
 """
 
 from __future__ import annotations
@@ -42,7 +32,6 @@ from packcli.write.staging import (
     parts_kept,
     remove_debris,
     remove_path,
-    remove_resume_area,
     resolved_out,
     sibling,
     up_to_date,
@@ -52,14 +41,14 @@ __all__ = ["Publication", "remove_dead_runs"]
 
 
 class Publication:
-    """One run's claim on an output directory: the lock, its staging area, and the final swap into place.
+    """One run's claim on an output directory: unless ``up_to_date``, build into ``staging`` (manifest last), then
+    ``commit``; without it, the staging is removed on exit.
 
     Args:
         out: the output directory as given (a symbolic link is written through).
         fingerprint: the run identity; an output with the same one and intact shards is up to date.
-        overwrite: replace an existing packcli output of another fingerprint.
-        inputs: the files and directories the run reads; none may lie inside ``out``, nor ``out`` inside them.
-        resumable: stage in ``.NAME.packcli-resume``, kept (not emptied) when the run starts and when it fails.
+        inputs: what the run reads; none may lie inside ``out``, nor ``out`` inside them.
+        resumable: stage in ``.NAME.packcli-resume``, kept when the run starts and when it fails.
         existing: what ``out`` holds (an export passes its own, which knows its files).
         current: whether the output of this fingerprint at a path is current; one that is not is replaced without
             ``overwrite`` (``pack --tokenizer-backend hf`` on an output another backend encoded).
@@ -111,17 +100,15 @@ class Publication:
             holder = self._lock.holder()
             raise in_use(f"pid {holder}" if holder else "another process", self.out)
         try:
-            with signals_held():
-                remove_debris(self.target)
-                if not self.resumable:  # a partitioned run's parts area sorts out what it may reuse
-                    remove_resume_area(self.target, self.warn)
+            with signals_held():  # a partitioned run's parts area sorts out what it may reuse of its resume area
+                remove_debris(self.target, None if self.resumable else self.warn)
             existing = self.existing(self.target, self.fingerprint, self.out)
             self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.target)
             if not self.up_to_date:
                 self.staging.mkdir(exist_ok=self.resumable)
                 self._staged = True
-        except BaseException as error:
-            self._close(error)
+        except BaseException:
+            self._close()
             raise
         return self
 
@@ -157,7 +144,7 @@ class Publication:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self._close(error)
+        self._close()
         if isinstance(error, Interrupted) and str(error) == str(Interrupted()):  # say what Ctrl-C left
             if self._committed:
                 left = f"interrupted after {self.out} was published: the output is complete"
@@ -172,7 +159,7 @@ class Publication:
         if full is not None:
             raise full from None
 
-    def _close(self, error: BaseException | None) -> None:
+    def _close(self) -> None:
         """Remove the staging unless committed (or resumable) and unlock (removing the lock file), signals held."""
         with signals_held():
             if self._staged and not self._committed and not self.resumable:
@@ -195,11 +182,10 @@ def remove_dead_runs(
         return
     try:
         with signals_held():
-            remove_debris(target)
             resume = sibling(target, "resume")
             if resume.is_dir() and not resume.is_symlink() and finished(resume):
                 remove_path(resume)
-            remove_resume_area(target, warn)
+            remove_debris(target, warn)
     finally:
         lock.release(remove=True)
 

@@ -1,18 +1,11 @@
-"""Publishing to an output URL, where there is no rename: ``RemotePublication`` has ``Publication``'s interface
-(``up_to_date``, ``staging``, ``commit``). Under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
+"""Publishing to an output URL, where there is no rename: ``RemotePublication`` has ``Publication``'s interface.
 
-1. the objects of dead runs (under run prefixes no manifest lists) are removed, and other runs' parts (a run prefix
-   holding a run record), said with their size; a partitioned run resumes its own. An output of this fingerprint
-   with every shard present is up to date; another packcli output is replaced only with ``--overwrite``; a prefix
-   holding anything else is refused, naming it;
-2. a plain run stages in local scratch (:func:`scratch_directory`); a partitioned run's parts upload under its run
-   prefix (:mod:`packcli.run.parts`);
-3. ``commit`` uploads a plain run's shards under its run prefix ``packcli-run-<time>-<random>/``, checks the lock
-   still names this run, then writes ``manifest.json`` (one PUT, the commit; it names the shards by their paths
-   relative to the output), then removes what the previous output and the parts' records held.
-
-A run killed at any point leaves at most its run prefix and its lock object, which the next run removes, resumes or
-takes over. A run whose lock is lost is stopped and publishes nothing.
+Under the output's lock object, a run removes what dead runs left (other runs' parts said with their size) and
+refuses a prefix holding what packcli did not write. A plain run stages in local scratch and ``commit`` uploads its
+shards under its run prefix ``packcli-run-<time>-<random>/`` (a partitioned run's parts are there already), checks
+the lock still names this run, then writes ``manifest.json`` (one PUT, the commit), which names the shards by their
+paths under the output, and removes the previous output. A killed run leaves at most its run prefix and its lock
+object, which the next run removes, resumes or takes over; a run whose lock is lost publishes nothing.
 """
 
 from __future__ import annotations
@@ -37,14 +30,7 @@ from packcli.format.manifest import MANIFEST_NAME, RUN_DIRECTORY, RUN_PREFIX, SH
 from packcli.format.sidecars import SIDECAR_FILE
 from packcli.storage.inputs import RESUME_PREFIX
 from packcli.storage.lock import ObjectLock, stale_seconds
-from packcli.storage.objects import (
-    filesystem,
-    is_file,
-    object_sizes,
-    remove_objects,
-    upload_files,
-    write_object,
-)
+from packcli.storage.objects import filesystem, is_file, object_sizes, remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
@@ -61,15 +47,7 @@ from packcli.write.staging import (
     up_to_date,
 )
 
-__all__ = [
-    "LOCK_NAME",
-    "RemotePublication",
-    "output_state",
-    "remote_output",
-    "remove_leftovers",
-    "scratch_directory",
-    "scratch_key",
-]
+__all__ = ["RemotePublication", "output_state", "remove_leftovers", "scratch_directory", "scratch_key"]
 
 LOCK_NAME = ".packcli-lock"
 # what a run writes under its run prefix: its shards and their sidecars, and a partitioned run's record and part
@@ -77,6 +55,8 @@ LOCK_NAME = ".packcli-lock"
 _RUN_OBJECT = re.compile(
     rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern}|{RUN_RECORD}|part-\d+/{MANIFEST_NAME})"
 )
+# a parts area's run record, under a run prefix or an earlier packcli's resume prefix
+_RUN_RECORD = re.compile(rf"(?:{RUN_DIRECTORY.pattern}|{RESUME_PREFIX})/{re.escape(RUN_RECORD)}")
 
 
 def scratch_directory() -> Path:
@@ -111,16 +91,8 @@ def scratch_key(location: Path) -> str:
 
 class RemotePublication:
     """One run's claim on an output URL: the lock object, a local staging directory, the upload and the commit.
-
-    Args:
-        out: the output URL.
-        fingerprint: the run identity; an output with the same one and every shard present is up to date.
-        overwrite: replace an existing packcli output of another fingerprint.
-        inputs: the run's inputs; none may lie under ``out``.
-        resumable: a partitioned run, whose committed parts (under its run prefix) outlive a failure.
-        current: as :class:`~packcli.write.publish.Publication`'s.
-        warn: told of the parts of another run it removes, and of a lock renewal that failed and is retried.
-    """
+    Arguments as :class:`~packcli.write.publish.Publication`'s; a resumable (partitioned) run's parts are under its
+    run prefix, and ``warn`` is told of a lock renewal that failed and is retried too."""
 
     def __init__(
         self,
@@ -167,26 +139,16 @@ class RemotePublication:
         try:
             for dead in scratch_directory().glob(f"{self._staged}*"):  # the lock is ours: their runs are over
                 shutil.rmtree(dead, ignore_errors=True)
-            self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out) and self.current(self.out)
+            existing, resumed = _remove_dead(self.out, self.fingerprint, self.warn, self.resumable)
+            self.run = resumed or self.run  # a partitioned run resumes the parts under its latest run prefix
+            self._earlier = existing != "absent"
+            self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.out)
             if not self.up_to_date:
                 self.staging.mkdir(parents=True)
-        except BaseException as error:
-            self._release(error)
+        except BaseException:
+            self._release()
             raise
         return self
-
-    def _existing(self) -> Existing:
-        """What the output URL holds, once the leftovers of dead runs and the parts of other runs are removed; a
-        partitioned run resumes the parts under its latest run prefix."""
-        found = remote_output(self.out, self.fingerprint)
-        areas = dict(found.parts)
-        resumed = max((area for area in areas if area.startswith(RUN_PREFIX)), default=None)
-        if self.resumable and resumed is not None:
-            self.run = resumed
-            del areas[resumed]
-        _remove_parts(self.out, found.debris, areas, self.warn)
-        self._earlier = found.existing != "absent"
-        return found.existing
 
     @property
     def parts(self) -> Path:
@@ -210,12 +172,9 @@ class RemotePublication:
         self._committed = True
         remove_objects([url for url in previous if url not in listed])
 
-    def _release(self, error: BaseException | None) -> None:
-        """Release the lock; a lost one (which stopped the run with an interruption) ends the run with why.
-
-        Raises:
-            PackcliError: the lock was lost before the commit.
-        """
+    def _release(self) -> None:
+        """Release the lock; one lost before the commit (which stopped the run with an interruption) ends the run
+        with a PackcliError saying why."""
         try:
             self._lock.release()
         except (KeyboardInterrupt, Interrupted):
@@ -232,7 +191,7 @@ class RemotePublication:
             if not (self._committed or self.up_to_date or self.resumable):  # a partitioned run's parts stay
                 remove_objects(list(object_sizes(f"{self.out}/{self.run}")))
         finally:
-            self._release(error)
+            self._release()
         full = out_of_room(error, self.out, self._earlier, self.parts if self.resumable else None)
         if full is not None:
             raise full from None
@@ -246,30 +205,29 @@ def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = 
     if not isinstance(out, UrlPath):
         remove_dead_runs(out, lambda area: parts_fingerprint(area) in (None, fingerprint), warn)
         return
-    if not any(_is_record(name) for name in file_sizes(out)):
+    if not any(_RUN_RECORD.fullmatch(name) for name in file_sizes(out)):
         return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
     if not lock.acquire():
         return  # a live run's: what is there is its own
     try:
-        found = remote_output(out, fingerprint)
-        _remove_parts(out, found.debris, found.parts, warn)
+        _remove_dead(out, fingerprint, warn)
     finally:
         lock.release()
 
 
-def _is_record(name: str) -> bool:
-    """Whether ``name`` (relative to an output URL) is a parts area's run record (an earlier packcli's too)."""
-    return name == f"{RESUME_PREFIX}/{RUN_RECORD}" or (
-        name.endswith(f"/{RUN_RECORD}") and _RUN_OBJECT.fullmatch(name) is not None
-    )
-
-
-def _remove_parts(out: Path, debris: list[str], parts: dict[str, dict[str, int]], warn: Callable[[str], None]) -> None:
-    """Remove, in one batch call, the ``debris`` of dead runs and the ``parts`` of other runs (each area said)."""
+def _remove_dead(
+    out: Path, fingerprint: str, warn: Callable[[str], None], resumable: bool = False
+) -> tuple[Existing, str | None]:
+    """What the output URL ``out`` holds (its lock held), once dead runs' objects and other runs' parts (each area
+    said) are removed in one batch call; a resumable run keeps the parts under the latest run prefix, returned."""
+    found = remote_output(out, fingerprint)
+    resumed = max((area for area in found.parts if area.startswith(RUN_PREFIX)), default=None) if resumable else None
+    parts = {area: sizes for area, sizes in found.parts.items() if area != resumed}
     for area, sizes in sorted(parts.items()):
         warn(parts_removed(out / area, len(sizes), sum(sizes.values())))
-    remove_objects([*debris, *(url for sizes in parts.values() for url in sorted(sizes))])
+    remove_objects([*found.debris, *(url for sizes in parts.values() for url in sorted(sizes))])
+    return found.existing, resumed
 
 
 def _holder_words(holder: dict[str, Any], url: str) -> str:
@@ -302,8 +260,7 @@ class Found(NamedTuple):
 
 def remote_output(out: Path, fingerprint: str) -> Found:
     """What the output URL ``out`` holds, from one listing (and its manifest). Dead runs' objects are what run
-    prefixes hold that no manifest lists, but an unfinished partitioned run's parts (a run prefix holding its run
-    record) and another tool's objects.
+    prefixes hold that no manifest lists, but unfinished runs' parts (a prefix holding a run record) and strangers.
 
     Raises:
         PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
@@ -332,7 +289,8 @@ def remote_output(out: Path, fingerprint: str) -> Found:
     if foreign:
         raise _not_packcli(foreign[0], out)
     listed = {item["file"] for item in listed_files(manifest)} if manifest else set()
-    areas = {name.split("/", 1)[0] for name in runs if _is_record(name)} - {name.split("/", 1)[0] for name in listed}
+    live = {name.split("/", 1)[0] for name in listed}
+    areas = {name.split("/", 1)[0] for name in runs if _RUN_RECORD.fullmatch(name)} - live
     parts: dict[str, dict[str, int]] = {area: {} for area in areas}
     debris = []
     for name in runs:

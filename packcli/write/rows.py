@@ -14,7 +14,7 @@ import pyarrow as pa
 from packcli.format.columns import IGNORE_INDEX, POSITIONS_COLUMN
 from packcli.format.schema import ignore_document_starts, position_ids
 from packcli.format.shards import ShardInfo, ShardWriter, list_array
-from packcli.write.layout import Gather, Rows, cu_seqlens, row_token_offsets
+from packcli.write.layout import Gather, Rows, batch_spans, cu_seqlens, row_token_offsets
 
 __all__ = ["Supervision", "row_batch", "write_rows"]
 
@@ -42,13 +42,8 @@ def write_rows(
 ) -> list[ShardInfo]:
     """Write the rows, with labels given the supervision ``mask``, as shards named ``{prefix}-NNNNN.arrow``."""
     row_tokens = np.diff(row_token_offsets(rows.length, rows.offsets))
-    row_documents = np.diff(rows.offsets)
-    token_columns = len(schema.names) - 1  # every column but cu_seqlens holds an int32 per token
-    row_bytes = 4 * token_columns * row_tokens + 4 * (row_documents + 1) + 16
-    # Batch k holds the rows whose bytes start in [k * budget, (k + 1) * budget): deterministic and vectorized.
-    budget = min(shard_size, BATCH_BYTES)
-    batch_of_row = (np.cumsum(row_bytes) - row_bytes) // budget
-    cuts = np.concatenate(([0], np.nonzero(np.diff(batch_of_row))[0] + 1, [len(row_bytes)]))
+    # every column but cu_seqlens holds an int32 a token; cu_seqlens one a document, plus one
+    row_bytes = 4 * (len(schema.names) - 1) * row_tokens + 4 * (np.diff(rows.offsets) + 1) + 16
 
     def batch_of(first: int, last: int) -> pa.RecordBatch:
         row_offsets = rows.offsets[first : last + 1] - rows.offsets[first]
@@ -59,7 +54,7 @@ def write_rows(
     # writes release the GIL): one batch ahead, in order, so the bytes are those of one thread. On an error the
     # executor waits for that one batch, no more.
     with ShardWriter(directory, schema, shard_size, prefix) as writer, ThreadPoolExecutor(1, "packcli-gather") as ahead:
-        spans = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+        spans = batch_spans(row_bytes, min(shard_size, BATCH_BYTES))
         pending = [ahead.submit(batch_of, *span) for span in spans[:1]]
         for index, (first, last) in enumerate(spans):
             batch = pending.pop().result()

@@ -26,7 +26,7 @@ from packcli.format.sidecars import (
     piece_digest,
     write_sidecar,
 )
-from packcli.write.layout import Gather, Rows
+from packcli.write.layout import Gather, Rows, batch_spans
 
 __all__ = ["shard_entries", "split_pieces"]
 
@@ -57,9 +57,7 @@ def _digests(tokens: Gather, rows: Rows, listed: np.ndarray) -> np.ndarray:
     index = listed[:, 4]
     lengths = rows.length[index]
     digests = np.zeros(len(index), dtype=np.int64)
-    batch = (np.cumsum(lengths) - lengths) // DIGEST_BATCH_TOKENS
-    cuts = np.concatenate(([0], np.flatnonzero(np.diff(batch)) + 1, [len(index)]))
-    for first, last in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+    for first, last in batch_spans(lengths, DIGEST_BATCH_TOKENS):
         gathered = tokens(rows.start[index[first:last]], lengths[first:last])
         bounds = np.concatenate(([0], np.cumsum(lengths[first:last]))).tolist()
         for k in range(first, last):

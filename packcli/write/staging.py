@@ -33,7 +33,6 @@ __all__ = [
     "parts_removed",
     "remove_debris",
     "remove_path",
-    "remove_resume_area",
     "resolved_out",
     "sibling",
     "staging_family",
@@ -115,7 +114,9 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
         return "same"
     listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(manifest))}
     for name in names:
-        if name in listed or _OWN_FILE.fullmatch(name) or _derived_cache(target / name):
+        path = target / name
+        derived = _DERIVED_CACHE.fullmatch(name) and path.is_file() and not path.is_symlink()  # a plain file, no link
+        if name in listed or _OWN_FILE.fullmatch(name) or derived:
             continue
         raise PackcliError(
             f"holds {name!r}, which is not part of the packcli output there: packcli replaces only its own "
@@ -125,17 +126,9 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
     return "other"
 
 
-def _derived_cache(path: Path) -> bool:
-    """Whether ``path`` is a plain file (not a link) named as ``datasets``' cache files."""
-    return _DERIVED_CACHE.fullmatch(path.name) is not None and path.is_file() and not path.is_symlink()
-
-
 def directory_names(target: Path, shown: Path) -> list[str]:
-    """The names ``target`` holds, sorted; none when it does not exist.
-
-    Raises:
-        PackcliError: ``target`` exists and is not a directory (named as ``shown``).
-    """
+    """The names ``target`` holds, sorted; none when it does not exist, a PackcliError naming ``shown`` when it is
+    not a directory."""
     if not target.exists():
         return []
     if not target.is_dir():
@@ -144,11 +137,8 @@ def directory_names(target: Path, shown: Path) -> list[str]:
 
 
 def resolved_out(out: Path) -> Path:
-    """Where the output directory ``out`` lives, through any link: its siblings go beside that.
-
-    Raises:
-        PackcliError: a loop of links stands on its path (a RuntimeError before Python 3.13, an OSError after).
-    """
+    """Where the output directory ``out`` lives, through any link: its siblings go beside that. A loop of links
+    on its path (a RuntimeError before Python 3.13, an OSError after) is a PackcliError."""
     try:
         return out.resolve()
     except (RuntimeError, OSError) as exc:
@@ -162,17 +152,14 @@ def sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{target.name}.packcli-{kind}"
 
 
-def remove_debris(target: Path) -> None:
-    """Remove what dead runs left beside the output ``target`` (the caller holds its lock: no live run owns any)."""
+def remove_debris(target: Path, warn: Callable[[str], None] | None) -> None:
+    """Remove what dead runs left beside the output ``target`` (the caller holds its lock: no live run owns any)
+    and, given ``warn``, the resume area of another run, saying so with its size."""
     for pattern in _DEBRIS:
         for path in target.parent.glob(f".{glob.escape(target.name)}.packcli-{pattern}"):
             remove_path(path)
-
-
-def remove_resume_area(target: Path, warn: Callable[[str], None]) -> None:
-    """Remove the resume area beside the output ``target`` (the caller holds its lock), saying so with its size."""
     area = sibling(target, "resume")
-    if not os.path.lexists(area):
+    if warn is None or not os.path.lexists(area):
         return
     files = [path for path in area.rglob("*") if path.is_file() and not path.is_symlink()] if area.is_dir() else []
     warn(parts_removed(area, len(files), sum(path.stat().st_size for path in files)))
