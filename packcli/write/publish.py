@@ -29,6 +29,7 @@ from packcli.write.staging import (
     existing_output,
     in_use,
     out_of_room,
+    parts_fingerprint,
     parts_kept,
     remove_debris,
     remove_path,
@@ -38,6 +39,9 @@ from packcli.write.staging import (
 )
 
 __all__ = ["Publication", "remove_dead_runs"]
+
+_RENAME_EXCHANGE = 2  # renameat2's flag and its "relative to the working directory"
+_AT_FDCWD = -100
 
 
 class Publication:
@@ -113,33 +117,28 @@ class Publication:
         return self
 
     def commit(self) -> None:
-        """Swap the staged output (manifest written) into place; the previous output, if any, is then removed."""
-        self._refuse_unlisted()
+        """Swap the staged output (manifest written) into place, then remove the previous one. Only what the staged
+        manifest lists is published: another file there was written by another run's process, and the output would
+        not verify (an export lists its files in its own record, and is not checked here)."""
+        if (self.staging / MANIFEST_NAME).is_file():
+            listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(read_manifest(self.staging)))}
+            foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
+            if foreign:
+                raise PackcliError(
+                    f"not publishing {self.out}: {len(foreign)} file(s) in its staging directory are not in "
+                    f"its manifest ({foreign[0]}...): another process wrote there; rerun to pack again",
+                    self.staging,
+                )
         with signals_held():
             try:
                 _fsync_directory(self.staging)
-                old = sibling(self.target, f"old-{os.getpid()}-{secrets.token_hex(4)}")
-                retired = _swap_into_place(self.staging, self.target, old)
+                retired = _swap_into_place(self.staging, self.target)
                 self._committed = True
                 _fsync_directory(self.target.parent)
                 if retired is not None:
                     remove_path(retired)
             except OSError as exc:
                 raise _plain(exc, "cannot move the new output into place") from None
-
-    def _refuse_unlisted(self) -> None:
-        """Publish only what the staged manifest lists: another file there was written by another run's process,
-        and the output would not verify. An export lists its files in its own record and is not checked here."""
-        if not (self.staging / MANIFEST_NAME).is_file():
-            return
-        listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(read_manifest(self.staging)))}
-        foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
-        if foreign:
-            raise PackcliError(
-                f"not publishing {self.out}: {len(foreign)} file(s) in its staging directory are not in "
-                f"its manifest ({foreign[0]}...): another process wrote there; rerun to pack again",
-                self.staging,
-            )
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
@@ -155,9 +154,7 @@ class Publication:
                     f" ({self.out} is as it was)" if self.target.exists() else ""
                 )
             raise Interrupted(left) from None
-        full = out_of_room(error, self.out, self.target.exists(), self.staging if self.resumable else None)
-        if full is not None:
-            raise full from None
+        out_of_room(error, self.out, self.target.exists(), self.staging if self.resumable else None)
 
     def _close(self) -> None:
         """Remove the staging unless committed (or resumable) and unlock (removing the lock file), signals held."""
@@ -167,12 +164,10 @@ class Publication:
             self._lock.release(remove=True)
 
 
-def remove_dead_runs(
-    out: Path, finished: Callable[[Path], bool], warn: Callable[[str], None] = lambda message: None
-) -> None:
-    """Remove what killed runs left beside the output directory ``out`` unless a live run holds its lock: their
-    debris, and the resume area, silently where ``finished(area)`` (a kill between the swap and the removal), else
-    saying so. For a run that finds its output up to date; one that cannot take the lock leaves everything."""
+def remove_dead_runs(out: Path, fingerprint: str, warn: Callable[[str], None] = lambda message: None) -> None:
+    """Remove what killed runs left beside the up-to-date output directory ``out`` unless a live run holds its lock:
+    their debris, and the resume area, silently where the run of ``fingerprint`` left it (killed between the swap
+    and the removal) or its record is gone, else saying so. One that cannot take the lock leaves everything."""
     target = resolved_out(out)
     lock = FileLock(sibling(target, "lock"))
     try:
@@ -183,7 +178,7 @@ def remove_dead_runs(
     try:
         with signals_held():
             resume = sibling(target, "resume")
-            if resume.is_dir() and not resume.is_symlink() and finished(resume):
+            if resume.is_dir() and not resume.is_symlink() and parts_fingerprint(resume) in (None, fingerprint):
                 remove_path(resume)
             remove_debris(target, warn)
     finally:
@@ -244,36 +239,28 @@ def _is_mount_point(path: Path) -> bool:
     return escaped in points
 
 
-def _swap_into_place(staging: Path, target: Path, old: Path) -> Path | None:
-    """Put ``staging`` at ``target``, with the mode of the directory it replaces; returns the directory now holding
-    what was there (to remove), if any: ``old`` where the system cannot exchange two directories in one step."""
+def _swap_into_place(staging: Path, target: Path) -> Path | None:
+    """Put ``staging`` at ``target``, with the mode of the directory it replaces, by one atomic exchange (Linux
+    ``renameat2``) where the system and file system can, else two renames; returns the directory now holding what
+    was there (to remove), if any."""
     if not target.exists():
         os.replace(staging, target)
         return None
     os.chmod(staging, stat.S_IMODE(target.stat().st_mode))  # the directory keeps the mode its owner gave it
-    if _exchange(staging, target):
-        return staging
-    os.replace(target, old)
-    os.replace(staging, target)
-    return old
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(first: Path, second: Path) -> bool:
-    """Atomically exchange two paths (Linux ``renameat2``); False where the system or file system cannot."""
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(second))
+        renameat2 = None
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(staging), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
+            return staging
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), str(target))
+    old = sibling(target, f"old-{os.getpid()}-{secrets.token_hex(4)}")
+    os.replace(target, old)
+    os.replace(staging, target)
+    return old
 
 
 def _fsync_directory(path: Path) -> None:

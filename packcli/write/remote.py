@@ -41,7 +41,6 @@ from packcli.write.staging import (
     existing_output,
     in_use,
     out_of_room,
-    parts_fingerprint,
     parts_removed,
     resolved_out,
     up_to_date,
@@ -192,9 +191,7 @@ class RemotePublication:
                 remove_objects(list(object_sizes(f"{self.out}/{self.run}")))
         finally:
             self._release()
-        full = out_of_room(error, self.out, self._earlier, self.parts if self.resumable else None)
-        if full is not None:
-            raise full from None
+        out_of_room(error, self.out, self._earlier, self.parts if self.resumable else None)
 
 
 def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = lambda message: None) -> None:
@@ -203,7 +200,7 @@ def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = 
     runs' parts said, with their size), writing nothing where one listing shows no parts; beside a directory,
     :func:`~packcli.write.publish.remove_dead_runs`."""
     if not isinstance(out, UrlPath):
-        remove_dead_runs(out, lambda area: parts_fingerprint(area) in (None, fingerprint), warn)
+        remove_dead_runs(out, fingerprint, warn)
         return
     if not any(_RUN_RECORD.fullmatch(name) for name in file_sizes(out)):
         return

@@ -184,16 +184,15 @@ def parts_fingerprint(area: Path) -> str | None:
     return fingerprint if isinstance(fingerprint, str) else None
 
 
-def out_of_room(error: BaseException | None, out: Path, earlier: bool, parts: Path | None) -> PackcliError | None:
-    """A write that ran out of room (``FULL_DISK``) as one line naming the output ``out``: nothing published, the
-    ``earlier`` output intact, and where a partitioned run keeps its ``parts``; None for any other error."""
-    if not (isinstance(error, OSError) and error.errno in FULL_DISK):
-        return None
-    return PackcliError(
-        f"cannot write {out}: {error.strerror or error}; nothing was published"
-        + (", the earlier output is intact" if earlier else "")
-        + (f"; {parts_kept(parts)}: free space, then rerun the same command to resume" if parts is not None else "")
-    )
+def out_of_room(error: BaseException | None, out: Path, earlier: bool, parts: Path | None) -> None:
+    """Raise a write that ran out of room (``FULL_DISK``) as one line naming the output ``out``: nothing published,
+    the ``earlier`` output intact, and where a partitioned run keeps its ``parts``; any other error is left be."""
+    if isinstance(error, OSError) and error.errno in FULL_DISK:
+        raise PackcliError(
+            f"cannot write {out}: {error.strerror or error}; nothing was published"
+            + (", the earlier output is intact" if earlier else "")
+            + (f"; {parts_kept(parts)}: free space, then rerun the same command to resume" if parts is not None else "")
+        ) from None
 
 
 def parts_kept(parts: Path) -> str:
