@@ -20,7 +20,7 @@ from packcli.format.integrity import directory_sizes
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, write_manifest
 from packcli.util.files import canonical_json
 from packcli.version import __version__
-from packcli.write.existing import Existing, directory_names
+from packcli.write.staging import Existing, directory_names
 
 __all__ = ["EXPORT_NAME", "LAYOUT_VERSION", "existing_export", "export_fingerprint", "export_identity", "write_record"]
 

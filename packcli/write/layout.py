@@ -1,5 +1,5 @@
-"""What the writers take, as plain arrays (:class:`Rows`, and a :data:`Gather` of tokens), and the row layout from
-piece lengths in output order: row token offsets, cu_seqlens (position_ids: :mod:`packcli.format.schema`).
+"""What the writers take, as plain arrays (:class:`Rows`, a :data:`Gather` of tokens), and the row layout from
+piece lengths: row token offsets, cu_seqlens (position_ids: :mod:`packcli.format.schema`).
 
 Example, two rows: [doc a (3 tokens), doc b (2)] and [doc c (2)]:
     input_ids    [a0 a1 a2 b0 b1]   [c0 c1]
@@ -17,7 +17,7 @@ import numpy as np
 
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["Gather", "Rows", "cu_seqlens", "piece_places", "row_token_offsets"]
+__all__ = ["Gather", "Rows", "batch_spans", "cu_seqlens", "row_token_offsets"]
 
 # The tokens (or the supervision mask, bool) of pieces (start, length), concatenated: the token store's reads.
 Gather = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -42,24 +42,15 @@ class Rows:
         """The rows a packing makes of pieces listed in input order (a document's pieces adjacent): ``order`` lists
         the pieces row by row, row k's at ``order[offsets[k]:offsets[k + 1]]``."""
         order = np.asarray(order, dtype=np.int64)
-        number, count = piece_places(document)
+        first = np.flatnonzero(np.concatenate(([True], document[1:] != document[:-1])))  # each document's first piece
+        count = np.diff(first, append=len(document))  # its pieces: document [4, 4, 7] -> pieces [0, 1, 0] of [2, 2, 1]
+        number = np.arange(len(document)) - np.repeat(first, count)
+        count = np.repeat(count, count)
         offsets = np.asarray(offsets, dtype=np.int64)
         return cls(offsets, start[order], length[order], document[order], number[order], count[order])
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
-
-
-def piece_places(document: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each piece's number in its document (from 0) and its document's number of pieces, int64, from the pieces'
-    documents in input order (a document's pieces adjacent). Example: [4, 4, 7] -> numbers [0, 1, 0], counts
-    [2, 2, 1]."""
-    if not len(document):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    first = np.concatenate(([True], document[1:] != document[:-1]))
-    start_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
-    group = np.cumsum(first) - 1
-    return np.arange(len(first)) - start_of, np.bincount(group)[group]
 
 
 def row_token_offsets(lengths: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
@@ -78,3 +69,11 @@ def cu_seqlens(lengths: np.ndarray, row_offsets: np.ndarray) -> tuple[np.ndarray
     first = np.repeat(row_offsets[:-1], per_row)
     values = bounds[first + local] - bounds[first]
     return values, list_offsets
+
+
+def batch_spans(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Items in batches of about ``budget``, as ``(first, end)`` spans: batch k holds the items whose sizes start in
+    ``[k * budget, (k + 1) * budget)`` (deterministic and vectorized); one empty span for no items."""
+    batch = (np.cumsum(sizes) - sizes) // budget
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(batch)) + 1, [len(sizes)])).tolist()
+    return list(zip(cuts[:-1], cuts[1:]))

@@ -1,11 +1,9 @@
-"""Where each packed document came from: each shard's ``sources`` sidecar (:mod:`packcli.format.sidecars`).
+"""Where each packed document came from: each shard's ``sources`` sidecar (docs/format.md).
 
-One sidecar row per document (``cu_seqlens`` segment) of the shard, in row order then segment order: ``input`` (an
-index into the sidecar's own table of input names, its ``packcli.inputs`` metadata), ``record`` (the line of a JSON
-Lines file, the record of a ``.json`` array or the row of a table, 1-based, as an error there names it), ``piece``
-and ``pieces`` (piece k of n, from 0; a whole document is piece 0 of 1). Bounded like the shards: 20 bytes a
-document. Example: a row holding ``a.jsonl`` line 3 whole and the second piece of line 9, cut in three ->
-inputs ``["a.jsonl"]``, rows ``(0, 3, 0, 1), (0, 9, 1, 3)``.
+One row per document (``cu_seqlens`` segment) in row then segment order: ``input`` (into the sidecar's table of
+input names), ``record`` (1-based, as an error there names it), ``piece`` and ``pieces``. Example: a row holding
+``a.jsonl`` line 3 whole and the second of three pieces of line 9 -> inputs ``["a.jsonl"]``, rows ``(0, 3, 0, 1),
+(0, 9, 1, 3)``.
 """
 
 from __future__ import annotations
@@ -33,13 +31,9 @@ def write_sources(
     records: np.ndarray,
     drawn: np.ndarray | None,
 ) -> None:
-    """Write each shard's ``sources`` sidecar into ``directory`` and name it in the shard's ``entries``.
-
-    Args:
-        names: each input file's name.
-        file_documents: the documents each input file holds, in input order; ``records``: each document's record.
-        drawn: the documents a mixed run drew, in order (``rows.document`` indexes it); None: all, in order.
-    """
+    """Write each shard's ``sources`` sidecar into ``directory`` and name it in the shard's ``entries``, from each
+    input file's ``names`` and ``file_documents`` (in input order), each document's ``records``, and the documents a
+    mixed run ``drawn`` in order (``rows.document`` indexes it; None: all, in order)."""
     document = rows.document if drawn is None else np.asarray(drawn, dtype=np.int64)[rows.document]
     files = np.repeat(np.arange(len(file_documents)), file_documents)
     table = sorted(set(names))

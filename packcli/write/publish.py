@@ -1,35 +1,10 @@
-"""Publishing an output: one run at a time builds it in a staging directory of its own beside the output, then
-swaps it into place whole. The manifest, written last, is the commit point.
+"""Publishing an output directory: under a lock beside it (``.NAME.packcli-lock``), a run builds the output in a
+staging directory of its own, then swaps it into place whole (one ``renameat2(RENAME_EXCHANGE)`` where the system
+has it, else two renames); the manifest, written last, is the commit point.
 
-Invariants:
-
-- Only packcli's own work is replaced: an output (a readable manifest, its shards and packcli's temporary files,
-  and the cache files ``datasets`` derived from those shards, :data:`~packcli.write.existing.DERIVED_CACHE`) or an
-  empty directory. A directory holding an input, or any other file, is refused, naming it.
-- One writer per output: an exclusive ``fcntl.flock`` on ``.NAME.packcli-lock`` beside it, held for the whole run;
-  a second run is refused at once with "in use by pid N".
-- An existing output stays in place until the new one is: on Linux the two directories are exchanged by one atomic
-  ``renameat2(RENAME_EXCHANGE)``; where that is missing, by two renames in a row. The parent directory is fsynced
-  after, so the swap survives a power cut.
-- Nothing is left behind: SIGTERM, SIGHUP and Ctrl-C (through the handler the CLI's ``main`` installs,
-  :mod:`packcli.util.signals`) unwind and remove the staging directory, and wait while the output is swapped; what
-  a run killed outright leaves (``kill -9``, power loss, a library caller's default SIGTERM) the next run removes,
-  under the lock.
-- An output is never the filesystem root, a mount point or the process's current directory: none can be swapped
-  into place whole (the current directory would be left behind, removed, as the shell's).
-- A symlinked output (``--out`` linking to scratch storage) is written through: the output lands in the link's
-  target and the link stays a link.
-- A resumable publication (partitioned runs) stages in one directory per output, ``.NAME.packcli-resume``, that a
-  failed, interrupted or killed run leaves in place: the rerun finds the partitions committed there and decides
-  what to reuse (:mod:`packcli.run.parts`). Any other run that takes the lock removes it, saying so with its size:
-  the parts of a run it will not resume outlive no later run on the output.
-
-Usage::
-
-    with Publication(out, fingerprint, overwrite, inputs=files) as publication:
-        if not publication.up_to_date:
-            build_into(publication.staging)   # shards, then manifest.json last
-            publication.commit()              # staging -> out; without it, the staging is removed on exit
+Only packcli's own work or an empty directory is replaced; signals unwind and remove the staging directory, and what
+a killed run left the next run removes. A resumable publication (partitioned runs) stages in
+``.NAME.packcli-resume``, which a failed run leaves for its rerun to resume (:mod:`packcli.run.parts`).
 """
 
 from __future__ import annotations
@@ -48,35 +23,39 @@ from packcli.format.integrity import listed_files
 from packcli.format.manifest import MANIFEST_NAME, read_manifest
 from packcli.util.locks import FileLock
 from packcli.util.signals import Interrupted, signals_held
-from packcli.write.existing import Existing, existing_output, in_use, up_to_date
 from packcli.write.staging import (
     STAGING,
+    Existing,
+    existing_output,
+    in_use,
     out_of_room,
+    parts_fingerprint,
     parts_kept,
     remove_debris,
     remove_path,
-    remove_resume_area,
     resolved_out,
     sibling,
+    up_to_date,
 )
 
 __all__ = ["Publication", "remove_dead_runs"]
 
+_RENAME_EXCHANGE = 2  # renameat2's flag and its "relative to the working directory"
+_AT_FDCWD = -100
+
 
 class Publication:
-    """One run's claim on an output directory: the lock, its staging area, and the final swap into place.
+    """One run's claim on an output directory: unless ``up_to_date``, build into ``staging`` (manifest last), then
+    ``commit``; without it, the staging is removed on exit.
 
     Args:
-        out: the output directory as given (it may be a symbolic link, which is written through).
+        out: the output directory as given (a symbolic link is written through).
         fingerprint: the run identity; an output with the same one and intact shards is up to date.
-        overwrite: replace an existing packcli output of another fingerprint.
-        inputs: the files and directories the run reads; none may lie inside ``out``, nor ``out`` inside them.
-        resumable: stage in ``.NAME.packcli-resume``, kept (not emptied) when the run starts and when it fails.
-        existing: what ``out`` holds (default :func:`~packcli.write.existing.existing_output`; an export passes its
-            own, which knows its files and refuses another export itself, saying what differs).
-        current: whether the output of this fingerprint at a path is current (default: it is); one that is not is
-            replaced without ``overwrite``, being this run's own (``pack --tokenizer-backend hf`` on an output
-            another backend encoded).
+        inputs: what the run reads; none may lie inside ``out``, nor ``out`` inside them.
+        resumable: stage in ``.NAME.packcli-resume``, kept when the run starts and when it fails.
+        existing: what ``out`` holds (an export passes its own, which knows its files).
+        current: whether the output of this fingerprint at a path is current; one that is not is replaced without
+            ``overwrite`` (``pack --tokenizer-backend hf`` on an output another backend encoded).
         warn: told of the resume area of another run it removes.
     """
 
@@ -87,7 +66,7 @@ class Publication:
         overwrite: bool,
         inputs: Sequence[Path] = (),
         resumable: bool = False,
-        existing: Callable[[Path, str, Path], Existing] | None = None,
+        existing: Callable[[Path, str, Path], Existing] = existing_output,
         current: Callable[[Path], bool] = lambda out: True,
         warn: Callable[[str], None] = lambda message: None,
     ) -> None:
@@ -97,35 +76,18 @@ class Publication:
         self.overwrite = overwrite
         self.inputs = list(inputs)
         self.resumable = resumable
-        self.existing = existing or existing_output
+        self.existing = existing
         self.current = current
         self.warn = warn
-        self.staging = self._sibling("resume" if resumable else f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}")
+        one_run = f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.staging = sibling(self.target, "resume" if resumable else one_run)
         self.up_to_date = False
-        self._lock = FileLock(self._sibling("lock"))
+        self._lock = FileLock(sibling(self.target, "lock"))
         self._committed = False
         self._staged = False
 
-    def _sibling(self, kind: str) -> Path:
-        return sibling(self.target, kind)
-
     def __enter__(self) -> Publication:
-        if self.target.parent == self.target:
-            raise PackcliError("cannot write an output over the filesystem root; choose another --out", self.out)
-        if self.target == _current_directory():
-            raise PackcliError(
-                "is the current directory, which the new output would replace whole (this shell would be left in "
-                "the old, removed one); choose a directory inside it as --out (packed, say)",
-                self.out,
-            )
-        if _is_mount_point(self.target):
-            raise PackcliError(
-                "is a mount point: packcli swaps a new output directory into place whole, which a mount point "
-                "cannot be; choose a directory inside it as --out",
-                self.out,
-            )
-        _check_no_file_above(self.target)
-        _check_inputs(self.out, self.target, self.inputs)
+        _check_target(self.out, self.target, self.inputs)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -142,29 +104,35 @@ class Publication:
             holder = self._lock.holder()
             raise in_use(f"pid {holder}" if holder else "another process", self.out)
         try:
-            with signals_held():
-                remove_debris(self.target)
-                if not self.resumable:  # a partitioned run's parts area sorts out what it may reuse
-                    remove_resume_area(self.target, self.warn)
+            with signals_held():  # a partitioned run's parts area sorts out what it may reuse of its resume area
+                remove_debris(self.target, None if self.resumable else self.warn)
             existing = self.existing(self.target, self.fingerprint, self.out)
             self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.target)
-            if self.up_to_date:
-                return self
-            self.staging.mkdir(exist_ok=self.resumable)
-            self._staged = True
-        except BaseException as error:
-            self._close(error)
+            if not self.up_to_date:
+                self.staging.mkdir(exist_ok=self.resumable)
+                self._staged = True
+        except BaseException:
+            self._close()
             raise
         return self
 
     def commit(self) -> None:
-        """Swap the staged output (manifest written) into place; the previous output, if any, is then removed."""
-        self._refuse_unlisted()
+        """Swap the staged output (manifest written) into place, then remove the previous one. Only what the staged
+        manifest lists is published: another file there was written by another run's process, and the output would
+        not verify (an export lists its files in its own record, and is not checked here)."""
+        if (self.staging / MANIFEST_NAME).is_file():
+            listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(read_manifest(self.staging)))}
+            foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
+            if foreign:
+                raise PackcliError(
+                    f"not publishing {self.out}: {len(foreign)} file(s) in its staging directory are not in "
+                    f"its manifest ({foreign[0]}...): another process wrote there; rerun to pack again",
+                    self.staging,
+                )
         with signals_held():
             try:
                 _fsync_directory(self.staging)
-                old = self._sibling(f"old-{os.getpid()}-{secrets.token_hex(4)}")
-                retired = _swap_into_place(self.staging, self.target, old)
+                retired = _swap_into_place(self.staging, self.target)
                 self._committed = True
                 _fsync_directory(self.target.parent)
                 if retired is not None:
@@ -172,40 +140,23 @@ class Publication:
             except OSError as exc:
                 raise _plain(exc, "cannot move the new output into place") from None
 
-    def _what_an_interruption_left(self) -> str:
-        """What Ctrl-C left of this publication, in words: the output complete, the resume area kept, or nothing."""
-        if self._committed:
-            return f"interrupted after {self.out} was published: the output is complete"
-        if self.resumable and self._staged:
-            return f"interrupted; {parts_kept(self.staging)}: rerun the same command to resume"
-        return "interrupted; no output was written" + (f" ({self.out} is as it was)" if self.target.exists() else "")
-
-    def _refuse_unlisted(self) -> None:
-        """Publish only what the staged manifest lists: a file beside it was written by no part of this run (a
-        process of another run writing here), and the output would not verify. An export, which lists its files in
-        its own record, is not a pack output and is not checked here."""
-        if not (self.staging / MANIFEST_NAME).is_file():
-            return
-        listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(read_manifest(self.staging)))}
-        foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
-        if foreign:
-            raise PackcliError(
-                f"not publishing {self.out}: {len(foreign)} file(s) in its staging directory are not in "
-                f"its manifest ({foreign[0]}...): another process wrote there; rerun to pack again",
-                self.staging,
-            )
-
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self._close(error)
-        if isinstance(error, Interrupted) and str(error) == str(Interrupted()):
-            raise Interrupted(self._what_an_interruption_left()) from None
-        full = out_of_room(error, self.out, self.target.exists(), self.staging if self.resumable else None)
-        if full is not None:
-            raise full from None
+        self._close()
+        if isinstance(error, Interrupted) and str(error) == str(Interrupted()):  # say what Ctrl-C left
+            if self._committed:
+                left = f"interrupted after {self.out} was published: the output is complete"
+            elif self.resumable and self._staged:
+                left = f"interrupted; {parts_kept(self.staging)}: rerun the same command to resume"
+            else:
+                left = "interrupted; no output was written" + (
+                    f" ({self.out} is as it was)" if self.target.exists() else ""
+                )
+            raise Interrupted(left) from None
+        out_of_room(error, self.out, self.target.exists(), self.staging if self.resumable else None)
 
-    def _close(self, error: BaseException | None) -> None:
+    def _close(self) -> None:
         """Remove the staging unless committed (or resumable) and unlock (removing the lock file), signals held."""
         with signals_held():
             if self._staged and not self._committed and not self.resumable:
@@ -213,14 +164,10 @@ class Publication:
             self._lock.release(remove=True)
 
 
-def remove_dead_runs(
-    out: Path, finished: Callable[[Path], bool], warn: Callable[[str], None] = lambda message: None
-) -> None:
-    """Remove what killed runs left beside the output directory ``out``, unless a live run holds its lock: their
-    debris, and the resume area: silently where ``finished(area)`` says the run that committed the output left it (a
-    kill between the swap and the removal leaves the replaced output there), else saying so with its size. For a run
-    that finds its output up to date and so takes no publication; one that cannot take the lock (a live run, a
-    directory it may not write) leaves everything."""
+def remove_dead_runs(out: Path, fingerprint: str, warn: Callable[[str], None] = lambda message: None) -> None:
+    """Remove what killed runs left beside the up-to-date output directory ``out`` unless a live run holds its lock:
+    their debris, and the resume area, silently where the run of ``fingerprint`` left it (killed between the swap
+    and the removal) or its record is gone, else saying so. One that cannot take the lock leaves everything."""
     target = resolved_out(out)
     lock = FileLock(sibling(target, "lock"))
     try:
@@ -230,50 +177,38 @@ def remove_dead_runs(
         return
     try:
         with signals_held():
-            remove_debris(target)
             resume = sibling(target, "resume")
-            if resume.is_dir() and not resume.is_symlink() and finished(resume):
+            if resume.is_dir() and not resume.is_symlink() and parts_fingerprint(resume) in (None, fingerprint):
                 remove_path(resume)
-            remove_resume_area(target, warn)
+            remove_debris(target, warn)
     finally:
         lock.release(remove=True)
 
 
-def _current_directory() -> Path | None:
-    """This process's working directory, resolved; None where it was removed."""
+def _check_target(out: Path, target: Path, inputs: Sequence[Path]) -> None:
+    """Refuse an output that cannot be swapped into place whole (the root, the current directory, a mount point,
+    a path under a file) or that would cover an input: an input inside it, or it inside an input directory."""
+    if target.parent == target:
+        raise PackcliError("cannot write an output over the filesystem root; choose another --out", out)
     try:
-        return Path.cwd().resolve()
-    except OSError:
-        return None
-
-
-def _is_mount_point(path: Path) -> bool:
-    """Whether ``path`` is a mount point: another device, or (a bind mount of the same file system, which
-    ``os.path.ismount`` cannot tell) listed in ``/proc/self/mountinfo`` where the system has one."""
-    if os.path.ismount(path):
-        return True
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return False
-    points = {line.split(" ")[4] for line in lines if line.count(" ") >= 4}
-    escaped = str(path).replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
-    return escaped in points
-
-
-def _check_no_file_above(target: Path) -> None:
-    """Refuse an output under a path that exists and is not a directory (a file in the way of its parents).
-
-    Raises:
-        PackcliError: naming that path.
-    """
+        current = Path.cwd().resolve()
+    except OSError:  # the working directory was removed
+        current = None
+    if target == current:
+        raise PackcliError(
+            "is the current directory, which the new output would replace whole (this shell would be left in "
+            "the old, removed one); choose a directory inside it as --out (packed, say)",
+            out,
+        )
+    if _is_mount_point(target):
+        raise PackcliError(
+            "is a mount point: packcli swaps a new output directory into place whole, which a mount point "
+            "cannot be; choose a directory inside it as --out",
+            out,
+        )
     for above in reversed(target.parents):
         if above.exists() and not above.is_dir():
             raise PackcliError("exists and is not a directory; choose another --out", above)
-
-
-def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
-    """Refuse an output that would cover an input: an input inside it, or it inside an input directory."""
     for path in inputs:
         resolved = path.resolve()
         if resolved.is_relative_to(target):
@@ -290,38 +225,42 @@ def _check_inputs(out: Path, target: Path, inputs: Sequence[Path]) -> None:
             )
 
 
-def _swap_into_place(staging: Path, target: Path, old: Path) -> Path | None:
-    """Put ``staging`` at ``target``, with the mode of the directory it replaces; returns the directory now holding
-    what was there before (to remove), if any. ``old`` is where that goes when the system cannot exchange two
-    directories in one step."""
+def _is_mount_point(path: Path) -> bool:
+    """Whether ``path`` is a mount point: another device, or listed in ``/proc/self/mountinfo`` (a bind mount of
+    the same file system, which ``os.path.ismount`` cannot tell)."""
+    if os.path.ismount(path):
+        return True
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    points = {line.split(" ")[4] for line in lines if line.count(" ") >= 4}
+    escaped = str(path).replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
+    return escaped in points
+
+
+def _swap_into_place(staging: Path, target: Path) -> Path | None:
+    """Put ``staging`` at ``target``, with the mode of the directory it replaces, by one atomic exchange (Linux
+    ``renameat2``) where the system and file system can, else two renames; returns the directory now holding what
+    was there (to remove), if any."""
     if not target.exists():
         os.replace(staging, target)
         return None
     os.chmod(staging, stat.S_IMODE(target.stat().st_mode))  # the directory keeps the mode its owner gave it
-    if _exchange(staging, target):
-        return staging
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(staging), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
+            return staging
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), str(target))
+    old = sibling(target, f"old-{os.getpid()}-{secrets.token_hex(4)}")
     os.replace(target, old)
     os.replace(staging, target)
     return old
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(first: Path, second: Path) -> bool:
-    """Atomically exchange two paths (Linux ``renameat2``); False where the system or file system cannot."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(second))
 
 
 def _fsync_directory(path: Path) -> None:

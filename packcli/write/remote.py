@@ -1,25 +1,11 @@
-"""Publishing an output to a store, where there is no rename: ``RemotePublication`` has ``Publication``'s interface
-(``up_to_date``, ``staging``, ``commit``) for an output URL.
+"""Publishing to an output URL, where there is no rename: ``RemotePublication`` has ``Publication``'s interface.
 
-The protocol, under the output's lock object (:class:`~packcli.storage.lock.ObjectLock`):
-
-1. what dead runs left (the objects of run prefixes no manifest lists) is removed, and the parts of other runs (a
-   run prefix holding a run record), saying so with their size: a partitioned run resumes the parts it finds under
-   their run prefix. An output of the same fingerprint with every shard present (the sizes of one listing) is up to
-   date (what it did not write, it leaves); another packcli output is replaced only with ``--overwrite``; a prefix
-   holding anything else is refused, naming it;
-2. a plain run builds its shards and manifest in a local staging directory (``PACKCLI_SCRATCH``, else the system's
-   temporary directory); a partitioned run's parts upload their shards under its run prefix (:mod:`packcli.run.parts`);
-3. ``commit`` uploads a plain run's shards under its run prefix ``packcli-run-<time>-<random>/`` (each byte is
-   written once), then writes ``manifest.json`` (one PUT: readers see the old manifest or the new one, never a
-   part), which names the shards by their paths relative to the output: ``packcli-run-.../shard-00000.arrow``.
-   That write is the commit: before it nothing a reader takes for an output has changed, and the lock is checked to
-   still name this run just before it. What the previous output and the parts' records held goes after it.
-
-A run killed at any point leaves at most its run prefix (a partitioned run's: its parts) and its lock object; the
-next run takes the stale lock over, removes the run prefix or resumes from the parts. A run whose lock is lost
-(:class:`~packcli.storage.lock.ObjectLock`) is stopped, and publishes nothing. Local outputs keep
-:class:`~packcli.write.publish.Publication`.
+Under the output's lock object, a run removes what dead runs left (other runs' parts said with their size) and
+refuses a prefix holding what packcli did not write. A plain run stages in local scratch and ``commit`` uploads its
+shards under its run prefix ``packcli-run-<time>-<random>/`` (a partitioned run's parts are there already), checks
+the lock still names this run, then writes ``manifest.json`` (one PUT, the commit), which names the shards by their
+paths under the output, and removes the previous output. A killed run leaves at most its run prefix and its lock
+object, which the next run removes, resumes or takes over; a run whose lock is lost publishes nothing.
 """
 
 from __future__ import annotations
@@ -44,30 +30,23 @@ from packcli.format.manifest import MANIFEST_NAME, RUN_DIRECTORY, RUN_PREFIX, SH
 from packcli.format.sidecars import SIDECAR_FILE
 from packcli.storage.inputs import RESUME_PREFIX
 from packcli.storage.lock import ObjectLock, stale_seconds
-from packcli.storage.objects import (
-    filesystem,
-    is_file,
-    object_sizes,
-    remove_objects,
-    upload_files,
-    write_object,
-)
+from packcli.storage.objects import filesystem, is_file, object_sizes, remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
-from packcli.write.existing import Existing, existing_output, in_use, up_to_date
 from packcli.write.publish import remove_dead_runs
-from packcli.write.staging import RUN_RECORD, out_of_room, parts_fingerprint, parts_removed, resolved_out
+from packcli.write.staging import (
+    RUN_RECORD,
+    Existing,
+    existing_output,
+    in_use,
+    out_of_room,
+    parts_removed,
+    resolved_out,
+    up_to_date,
+)
 
-__all__ = [
-    "LOCK_NAME",
-    "RemotePublication",
-    "output_state",
-    "remote_output",
-    "remove_leftovers",
-    "scratch_directory",
-    "scratch_key",
-]
+__all__ = ["RemotePublication", "output_state", "remove_leftovers", "scratch_directory", "scratch_key"]
 
 LOCK_NAME = ".packcli-lock"
 # what a run writes under its run prefix: its shards and their sidecars, and a partitioned run's record and part
@@ -75,11 +54,13 @@ LOCK_NAME = ".packcli-lock"
 _RUN_OBJECT = re.compile(
     rf"{RUN_DIRECTORY.pattern}/(?:{SHARD_FILE.pattern}|{SIDECAR_FILE.pattern}|{RUN_RECORD}|part-\d+/{MANIFEST_NAME})"
 )
+# a parts area's run record, under a run prefix or an earlier packcli's resume prefix
+_RUN_RECORD = re.compile(rf"(?:{RUN_DIRECTORY.pattern}|{RESUME_PREFIX})/{re.escape(RUN_RECORD)}")
 
 
 def scratch_directory() -> Path:
-    """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH``, else the temporary
-    directory (``PACKCLI_SCRATCH`` made where it does not exist yet).
+    """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH`` (made where it does not exist
+    yet), else the temporary directory.
 
     Raises:
         PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory, or one it cannot make.
@@ -102,24 +83,15 @@ def scratch_directory() -> Path:
 
 
 def scratch_key(location: Path) -> str:
-    """The short name of an output (or a run's parts) in node-local scratch: one location, one name, so the next
-    run on it finds what a killed run left there."""
+    """The name of an output (or a run's parts) in node-local scratch: the next run on it finds what a killed run
+    left there."""
     return hashlib.sha256(str(location).encode()).hexdigest()[:16]
 
 
 class RemotePublication:
     """One run's claim on an output URL: the lock object, a local staging directory, the upload and the commit.
-
-    Args:
-        out: the output URL.
-        fingerprint: the run identity; an output with the same one and every shard present is up to date.
-        overwrite: replace an existing packcli output of another fingerprint.
-        inputs: the run's inputs; none may lie under ``out``.
-        resumable: a partitioned run, whose committed parts (under its run prefix) outlive a failure.
-        current: as :class:`~packcli.write.publish.Publication`'s: an output of this fingerprint that is not
-            current is replaced without ``overwrite``.
-        warn: told of the parts of another run it removes, and of a lock renewal that failed and is retried.
-    """
+    Arguments as :class:`~packcli.write.publish.Publication`'s; a resumable (partitioned) run's parts are under its
+    run prefix, and ``warn`` is told of a lock renewal that failed and is retried too."""
 
     def __init__(
         self,
@@ -166,31 +138,21 @@ class RemotePublication:
         try:
             for dead in scratch_directory().glob(f"{self._staged}*"):  # the lock is ours: their runs are over
                 shutil.rmtree(dead, ignore_errors=True)
-            self.up_to_date = up_to_date(self._existing(), self.overwrite, self.out) and self.current(self.out)
+            existing, resumed = _remove_dead(self.out, self.fingerprint, self.warn, self.resumable)
+            self.run = resumed or self.run  # a partitioned run resumes the parts under its latest run prefix
+            self._earlier = existing != "absent"
+            self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.out)
             if not self.up_to_date:
                 self.staging.mkdir(parents=True)
-        except BaseException as error:
-            self._release(error)
+        except BaseException:
+            self._release()
             raise
         return self
 
-    def _existing(self) -> Existing:
-        """What the output URL holds, once the leftovers of dead runs are removed (the lock is held), and the parts
-        of another run unless this one is partitioned (its parts area sorts out what it may reuse)."""
-        found = remote_output(self.out, self.fingerprint)
-        areas = dict(found.parts)
-        resumed = max((area for area in areas if area.startswith(RUN_PREFIX)), default=None)
-        if self.resumable and resumed is not None:  # a partitioned run's parts are under its run prefix: resumed
-            self.run = resumed
-            del areas[resumed]
-        _remove_parts(self.out, found.debris, areas, self.warn)
-        self._earlier = found.existing != "absent"
-        return found.existing
-
     @property
     def parts(self) -> Path:
-        """Where the run's parts go (:mod:`packcli.run.parts`): a partitioned run's, under its run prefix, where the
-        output will list their shards; a plain run's, in the local staging directory."""
+        """Where the run's parts go (:mod:`packcli.run.parts`): a partitioned run's under its run prefix, a plain
+        run's in the local staging directory."""
         return self.out / self.run if self.resumable else self.staging
 
     def commit(self) -> None:
@@ -209,13 +171,9 @@ class RemotePublication:
         self._committed = True
         remove_objects([url for url in previous if url not in listed])
 
-    def _release(self, error: BaseException | None) -> None:
-        """Release the lock; a lost one (the run stopped for it, with the interruption it sent arriving here or
-        before) ends the run with why, in one line.
-
-        Raises:
-            PackcliError: the lock was lost before the commit.
-        """
+    def _release(self) -> None:
+        """Release the lock; one lost before the commit (which stopped the run with an interruption) ends the run
+        with a PackcliError saying why."""
         try:
             self._lock.release()
         except (KeyboardInterrupt, Interrupted):
@@ -232,68 +190,57 @@ class RemotePublication:
             if not (self._committed or self.up_to_date or self.resumable):  # a partitioned run's parts stay
                 remove_objects(list(object_sizes(f"{self.out}/{self.run}")))
         finally:
-            self._release(error)
-        parts = self.parts if self.resumable else None
-        full = out_of_room(error, self.out, self._earlier, parts)
-        if full is not None:
-            raise full from None
+            self._release()
+        out_of_room(error, self.out, self._earlier, self.parts if self.resumable else None)
 
 
 def remove_leftovers(out: Path, fingerprint: str, warn: Callable[[str], None] = lambda message: None) -> None:
-    """Remove what dead runs left at an up-to-date output, unless a live run holds its lock: a partitioned run that
-    finds the output up to date starts no engine and takes no publication. Under an output URL, the objects
-    :func:`remote_output` names and any other run's parts (said, with their size); beside a directory, the debris
-    of killed runs and the resume area (:func:`~packcli.write.publish.remove_dead_runs`). Where no parts are left
-    (one listing says so) it writes nothing, so a reader's credentials do."""
+    """Remove what dead runs left at an up-to-date output (a partitioned run that finds it so takes no
+    publication), unless a live run holds its lock: under an output URL, what :func:`remote_output` names (other
+    runs' parts said, with their size), writing nothing where one listing shows no parts; beside a directory,
+    :func:`~packcli.write.publish.remove_dead_runs`."""
     if not isinstance(out, UrlPath):
-        remove_dead_runs(out, lambda area: parts_fingerprint(area) in (None, fingerprint), warn)
+        remove_dead_runs(out, fingerprint, warn)
         return
-    if not any(_is_record(name) for name in file_sizes(out)):
+    if not any(_RUN_RECORD.fullmatch(name) for name in file_sizes(out)):
         return
     lock = ObjectLock(f"{out}/{LOCK_NAME}", f"{RUN_PREFIX}cleanup-{secrets.token_hex(4)}")
     if not lock.acquire():
         return  # a live run's: what is there is its own
     try:
-        found = remote_output(out, fingerprint)
-        _remove_parts(out, found.debris, found.parts, warn)
+        _remove_dead(out, fingerprint, warn)
     finally:
         lock.release()
 
 
-def _is_record(name: str) -> bool:
-    """Whether ``name`` (relative to an output URL) is a parts area's run record (an earlier packcli's too)."""
-    return name == f"{RESUME_PREFIX}/{RUN_RECORD}" or (
-        name.endswith(f"/{RUN_RECORD}") and _RUN_OBJECT.fullmatch(name) is not None
-    )
-
-
-def _remove_parts(out: Path, debris: list[str], parts: dict[str, dict[str, int]], warn: Callable[[str], None]) -> None:
-    """Remove, under the output URL ``out`` (its lock held), the ``debris`` of dead runs and the ``parts`` of other
-    runs, which this one will not resume (each area said, with its size): one batch call."""
+def _remove_dead(
+    out: Path, fingerprint: str, warn: Callable[[str], None], resumable: bool = False
+) -> tuple[Existing, str | None]:
+    """What the output URL ``out`` holds (its lock held), once dead runs' objects and other runs' parts (each area
+    said) are removed in one batch call; a resumable run keeps the parts under the latest run prefix, returned."""
+    found = remote_output(out, fingerprint)
+    resumed = max((area for area in found.parts if area.startswith(RUN_PREFIX)), default=None) if resumable else None
+    parts = {area: sizes for area, sizes in found.parts.items() if area != resumed}
     for area, sizes in sorted(parts.items()):
         warn(parts_removed(out / area, len(sizes), sum(sizes.values())))
-    remove_objects([*debris, *(url for sizes in parts.values() for url in sorted(sizes))])
+    remove_objects([*found.debris, *(url for sizes in parts.values() for url in sorted(sizes))])
+    return found.existing, resumed
 
 
 def _holder_words(holder: dict[str, Any], url: str) -> str:
     """Who holds an output's lock, in words."""
-    if holder.get("unreadable"):
-        return (
-            f"a run whose lock object {url} cannot be read (written {holder['age']:.0f} s ago; taken over once "
-            f"{stale_seconds():.0f} s old)"
-        )
     if not holder:
         return "another run"
-    beat = max(0.0, time.time() - float(holder["heartbeat"]))
-    return (
-        f"pid {holder.get('pid')} on {holder.get('host')} (its last heartbeat {beat:.0f} s ago; taken over once "
-        f"{stale_seconds():.0f} s old)"
-    )
+    if holder.get("unreadable"):
+        written = f"a run whose lock object {url} cannot be read (written {holder['age']:.0f} s ago"
+    else:
+        beat = max(0.0, time.time() - float(holder["heartbeat"]))
+        written = f"pid {holder.get('pid')} on {holder.get('host')} (its last heartbeat {beat:.0f} s ago"
+    return f"{written}; taken over once {stale_seconds():.0f} s old)"
 
 
 def output_state(out: Path, fingerprint: str) -> Existing:
-    """What ``out`` holds, a directory or an output URL, before a run claims it (see :func:`remote_output` and
-    :func:`~packcli.write.existing.existing_output`)."""
+    """What ``out``, a directory or an output URL, holds before a run claims it."""
     if isinstance(out, UrlPath):
         return remote_output(out, fingerprint).existing
     return existing_output(resolved_out(out), fingerprint, out)
@@ -309,9 +256,8 @@ class Found(NamedTuple):
 
 
 def remote_output(out: Path, fingerprint: str) -> Found:
-    """What the output URL ``out`` holds, from one listing (and its manifest). The objects of dead runs: what run
-    prefixes hold that no manifest lists, but the parts of an unfinished partitioned run (a run prefix holding its
-    run record, which a run resumes or removes itself, saying so) and the objects of another tool there.
+    """What the output URL ``out`` holds, from one listing (and its manifest). Dead runs' objects are what run
+    prefixes hold that no manifest lists, but unfinished runs' parts (a prefix holding a run record) and strangers.
 
     Raises:
         PackcliError: ``out`` is an object itself, or holds an object that is not part of a packcli output, or an
@@ -322,7 +268,6 @@ def remote_output(out: Path, fingerprint: str) -> Found:
             "is an object, not a prefix: an output URL names a prefix to write the output under; choose another --out",
             out,
         )
-    prefix = f"{out}/"
     sizes = file_sizes(out)
     own = (RUN_PREFIX, f"{RESUME_PREFIX}/")
     foreign = [name for name in sizes if name not in (MANIFEST_NAME, LOCK_NAME) and not name.startswith(own)]
@@ -342,20 +287,19 @@ def remote_output(out: Path, fingerprint: str) -> Found:
         raise _not_packcli(foreign[0], out)
     listed = {item["file"] for item in listed_files(manifest)} if manifest else set()
     live = {name.split("/", 1)[0] for name in listed}
-    areas = {name.split("/", 1)[0] for name in runs if _is_record(name)} - live
+    areas = {name.split("/", 1)[0] for name in runs if _RUN_RECORD.fullmatch(name)} - live
     parts: dict[str, dict[str, int]] = {area: {} for area in areas}
     debris = []
     for name in runs:
-        if name.split("/", 1)[0] in areas:
-            parts[name.split("/", 1)[0]][prefix + name] = sizes[name]
+        area = name.split("/", 1)[0]
+        if area in areas:
+            parts[area][f"{out}/{name}"] = sizes[name]
         elif name not in listed and name not in strangers:
-            debris.append(prefix + name)
+            debris.append(f"{out}/{name}")
     intact = manifest is not None and manifest["fingerprint"] == fingerprint and not file_damage(manifest, sizes)
     if strangers and not intact:  # an up-to-date output leaves them; a run that replaces it would remove them
         raise _not_packcli(strangers[0], out)
-    if manifest is None:
-        return Found("absent", debris, parts)
-    return Found("same" if intact else "other", debris, parts)
+    return Found("same" if intact else "absent" if manifest is None else "other", debris, parts)
 
 
 def _not_packcli(name: str, out: Path) -> PackcliError:

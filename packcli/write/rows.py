@@ -1,11 +1,6 @@
-"""Write packed rows: gather each row's pieces' tokens (a :data:`~packcli.write.layout.Gather`, the token store's
-read), lay out its columns, write the shards.
-
-Rows go out in packing order, in record batches of about BATCH_BYTES, rolling shards at the shard size. A
-``labels`` column (fine-tuning) has -100 at every document's first token, whatever the supervision mask says
-(``--loss-on all`` included): :func:`packcli.format.schema.ignore_document_starts` is the one place that rule
-lives, and the loader uses it too.
-"""
+"""Write packed rows: gather each row's tokens (a :data:`~packcli.write.layout.Gather`), lay out its columns, and
+write them in packing order, in record batches of about BATCH_BYTES, as rolling shards. ``labels`` hold -100 at
+every document's first token whatever the mask says (:func:`packcli.format.schema.ignore_document_starts`)."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ import pyarrow as pa
 from packcli.format.columns import IGNORE_INDEX, POSITIONS_COLUMN
 from packcli.format.schema import ignore_document_starts, position_ids
 from packcli.format.shards import ShardInfo, ShardWriter, list_array
-from packcli.write.layout import Gather, Rows, cu_seqlens, row_token_offsets
+from packcli.write.layout import Gather, Rows, batch_spans, cu_seqlens, row_token_offsets
 
 __all__ = ["Supervision", "row_batch", "write_rows"]
 
@@ -45,16 +40,10 @@ def write_rows(
     supervision: Supervision | None = None,
     prefix: str = "shard",
 ) -> list[ShardInfo]:
-    """Gather each row's tokens (and labels, given the supervision ``mask``) and write the rows as rolling shards
-    named ``{prefix}-NNNNN.arrow``."""
+    """Write the rows, with labels given the supervision ``mask``, as shards named ``{prefix}-NNNNN.arrow``."""
     row_tokens = np.diff(row_token_offsets(rows.length, rows.offsets))
-    row_documents = np.diff(rows.offsets)
-    token_columns = len(schema.names) - 1  # every column but cu_seqlens holds an int32 per token
-    row_bytes = 4 * token_columns * row_tokens + 4 * (row_documents + 1) + 16
-    # Batch k holds the rows whose bytes start in [k * budget, (k + 1) * budget): deterministic and vectorized.
-    budget = min(shard_size, BATCH_BYTES)
-    batch_of_row = (np.cumsum(row_bytes) - row_bytes) // budget
-    cuts = np.concatenate(([0], np.nonzero(np.diff(batch_of_row))[0] + 1, [len(row_bytes)]))
+    # every column but cu_seqlens holds an int32 a token; cu_seqlens one a document, plus one
+    row_bytes = 4 * (len(schema.names) - 1) * row_tokens + 4 * (np.diff(rows.offsets) + 1) + 16
 
     def batch_of(first: int, last: int) -> pa.RecordBatch:
         row_offsets = rows.offsets[first : last + 1] - rows.offsets[first]
@@ -65,12 +54,11 @@ def write_rows(
     # writes release the GIL): one batch ahead, in order, so the bytes are those of one thread. On an error the
     # executor waits for that one batch, no more.
     with ShardWriter(directory, schema, shard_size, prefix) as writer, ThreadPoolExecutor(1, "packcli-gather") as ahead:
-        spans = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
-        pending = ahead.submit(batch_of, *spans[0]) if spans else None
+        spans = batch_spans(row_bytes, min(shard_size, BATCH_BYTES))
+        pending = [ahead.submit(batch_of, *span) for span in spans[:1]]
         for index, (first, last) in enumerate(spans):
-            assert pending is not None
-            batch = pending.result()
-            pending = ahead.submit(batch_of, *spans[index + 1]) if index + 1 < len(spans) else None
+            batch = pending.pop().result()
+            pending = [ahead.submit(batch_of, *span) for span in spans[index + 1 : index + 2]]
             writer.write(
                 batch,
                 int(rows.offsets[last] - rows.offsets[first]),

@@ -1,16 +1,10 @@
-"""Where the pieces of split documents landed: each shard's ``split_pieces`` sidecar (:mod:`packcli.format.sidecars`).
+"""Where the pieces of split documents landed: each shard's ``split_pieces`` sidecar (docs/format.md).
 
-``--overflow split`` cuts a long document into pieces that packing places like any other document, in any rows of
-any shards. Readers that rebuild documents (``packcli export`` to formats that find documents by EOS or by an
-index) need to know which pieces belong together, and in what order. Each shard's sidecar lists the pieces it holds
-of such documents as ``[row, index, document, piece]`` plus a digest: the row in the shard, the document's index in
-the row's ``cu_seqlens``, a number shared by the pieces of one document (unique among the shards of one partition:
-the shards whose names share the prefix before ``shard-``), the piece's place in its document (0, 1, ...), and
-:func:`~packcli.format.sidecars.piece_digest` of the piece's tokens as cut from the source; for an output with
-labels, ``first_supervised``: whether the piece's first token is supervised in the whole document (the shards hold
--100 there, each piece being a document of its own; 0 for a first piece, as for any document's first token).
-Shards without such pieces have no sidecar. Invariant: every piece of every split document is listed exactly once.
-Example: document 7 cut in two, its pieces in rows 3 and 0 of one shard -> ``[[0, 1, 7, 1], [3, 0, 7, 0]]``.
+``--overflow split`` cuts a long document into pieces that packing places in any rows of any shards; exports rebuild
+the document from them. A shard's sidecar lists its pieces as ``[row, index, document, piece]``, a digest of the
+piece's tokens and, with labels, ``first_supervised``. Invariant: every piece of every split document is listed
+exactly once. Example: document 7 cut in two, its pieces in rows 3 and 0 of one shard -> ``[[0, 1, 7, 1], [3, 0, 7,
+0]]``.
 """
 
 from __future__ import annotations
@@ -32,9 +26,9 @@ from packcli.format.sidecars import (
     piece_digest,
     write_sidecar,
 )
-from packcli.write.layout import Gather, Rows
+from packcli.write.layout import Gather, Rows, batch_spans
 
-__all__ = ["first_supervised", "piece_digests", "shard_entries", "split_pieces"]
+__all__ = ["shard_entries", "split_pieces"]
 
 DIGEST_BATCH_TOKENS = 1 << 22  # tokens gathered at once while digesting pieces
 
@@ -57,29 +51,19 @@ def split_pieces(rows: Rows, shards: list[ShardInfo]) -> list[np.ndarray]:
     return [table[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
 
 
-def piece_digests(tokens: Gather, rows: Rows, listed: np.ndarray) -> np.ndarray:
-    """:func:`~packcli.format.sidecars.piece_digest` of each listed piece (rows of :func:`split_pieces`), its
-    tokens gathered a few million at a time."""
+def _digests(tokens: Gather, rows: Rows, listed: np.ndarray) -> np.ndarray:
+    """:func:`~packcli.format.sidecars.piece_digest` of each listed piece, its tokens gathered a few million at a
+    time."""
     index = listed[:, 4]
     lengths = rows.length[index]
     digests = np.zeros(len(index), dtype=np.int64)
-    batch = (np.cumsum(lengths) - lengths) // DIGEST_BATCH_TOKENS
-    cuts = np.concatenate(([0], np.flatnonzero(np.diff(batch)) + 1, [len(index)]))
-    for first, last in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+    for first, last in batch_spans(lengths, DIGEST_BATCH_TOKENS):
         gathered = tokens(rows.start[index[first:last]], lengths[first:last])
         bounds = np.concatenate(([0], np.cumsum(lengths[first:last]))).tolist()
         for k in range(first, last):
             piece = gathered[bounds[k - first] : bounds[k - first + 1]]
             digests[k] = piece_digest(int(listed[k, 2]), int(listed[k, 3]), piece)
     return digests
-
-
-def first_supervised(mask: Gather, rows: Rows, listed: np.ndarray) -> np.ndarray:
-    """Whether each listed piece's first token is supervised in its whole document (int8 0/1, rows of
-    :func:`split_pieces`): the ``mask`` there, 0 for a document's first piece (never supervised)."""
-    index = listed[:, 4]
-    supervised = mask(rows.start[index], np.ones(len(index), dtype=np.int64))
-    return (supervised & (listed[:, 3] > 0)).astype(np.int8)
 
 
 def shard_entries(
@@ -92,10 +76,12 @@ def shard_entries(
         entry: dict[str, Any] = shard.to_json()
         if len(listed):
             columns = [integer_array(listed[:, k], kind) for k, kind in enumerate(PIECE_COLUMNS.values())]
-            columns.append(integer_array(piece_digests(tokens, rows, listed), pa.int64()))
+            columns.append(integer_array(_digests(tokens, rows, listed), pa.int64()))
             names = [*PIECE_COLUMNS, DIGEST_COLUMN]
-            if mask is not None:
-                columns.append(integer_array(first_supervised(mask, rows, listed), pa.int8()))
+            if mask is not None:  # the mask at the piece's first token; 0 for a first piece (never supervised)
+                starts = rows.start[listed[:, 4]]
+                supervised = mask(starts, np.ones(len(starts), dtype=np.int64)) & (listed[:, 3] > 0)
+                columns.append(integer_array(supervised.astype(np.int8), pa.int8()))
                 names.append(FIRST_SUPERVISED_COLUMN)
             table = pa.table(columns, names=names)
             entry[SIDECARS] = {SPLIT_PIECES: write_sidecar(directory, shard.file, SPLIT_PIECES, table)}
