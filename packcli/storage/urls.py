@@ -97,7 +97,7 @@ class UrlPath(PosixPath):
         yield from (UrlPath(url) for url in children)
 
     def read_bytes(self) -> bytes:
-        """The whole of a small object (a manifest, a lock), in one request."""
+        """The whole of a small object (a manifest, a lock): s3fs looks up its size, then reads it."""
         with objects.request(str(self), "cannot read") as (fs, path):
             return bytes(fs.cat_file(path))
 
