@@ -279,6 +279,20 @@ def test_a_file_in_the_way_of_out_is_named_as_not_a_directory(tmp_path: Path, co
     assert error_line(stderr) == f"error: {tmp_path / 'afile'}: exists and is not a directory; choose another --out"
 
 
+def test_a_file_where_the_resume_area_goes_is_named_as_not_a_directory(tmp_path: Path, corpus: Path) -> None:
+    """A partitioned run stages in ``.OUT.packcli-resume``; a file of that name is refused in one line naming it,
+    not as the operating system's 'File exists', and is left as it was."""
+    area = tmp_path / ".packed.packcli-resume"
+    area.write_text("x\n")
+    code, stderr = pack(corpus, tmp_path / "packed", "--partitions", "2")
+    assert code == 1
+    assert error_line(stderr) == (
+        f"error: {area}: exists and is not a directory (packcli keeps a partitioned run's parts there); "
+        "move it away or choose another --out"
+    )
+    assert area.read_text() == "x\n"
+
+
 @pytest.fixture
 def mount_point(tmp_path: Path) -> Path:  # type: ignore[misc]
     """An empty directory that is a mount point of its own (a bind mount), where the system lets this user mount."""

@@ -109,7 +109,14 @@ class Publication:
             existing = self.existing(self.target, self.fingerprint, self.out)
             self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.target)
             if not self.up_to_date:
-                self.staging.mkdir(exist_ok=self.resumable)
+                try:
+                    self.staging.mkdir(exist_ok=self.resumable)
+                except FileExistsError:  # only a resume area's name can be taken: a file there, not its directory
+                    raise PackcliError(
+                        "exists and is not a directory (packcli keeps a partitioned run's parts there); move it away "
+                        "or choose another --out",
+                        self.staging,
+                    ) from None
                 self._staged = True
         except BaseException:
             self._close()
