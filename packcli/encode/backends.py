@@ -78,9 +78,10 @@ class HFBackend:
         return flat_ids([encoding.ids for encoding in encoded])
 
     def id_lists(self, texts: list[str]) -> list[list[int]]:
-        """Each text's ids as a list (the cross-check compares these). One ``encode`` per text, which keeps the GIL:
-        the batch call gives it up, and the encoding thread then waits up to a switch interval (5 ms) for it back,
-        on every check, while the main thread reads (a real-size run's check took 1.2-2.0 s that way, 0.3 s so)."""
+        """Each text's ids as a list (the cross-check compares these). One ``encode`` per text, on this thread: the
+        batch call hands a check's few texts to the tokenizer's thread pool and gives up the GIL, and the encoding
+        thread then waits for both, on every check, while the other threads read (a loaded real-size run's checks
+        took 1.2-2.0 s that way, 0.3 s so; docs/cli.md)."""
         return [self.tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
 
 

@@ -74,6 +74,6 @@ def cu_seqlens(lengths: np.ndarray, row_offsets: np.ndarray) -> tuple[np.ndarray
 def batch_spans(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
     """Items in batches of about ``budget``, as ``(first, end)`` spans: batch k holds the items whose sizes start in
     ``[k * budget, (k + 1) * budget)`` (deterministic and vectorized); one empty span for no items."""
-    batch = (np.cumsum(sizes) - sizes) // budget
+    batch = exclusive_cumsum(sizes)[:-1] // budget
     cuts = np.concatenate(([0], np.flatnonzero(np.diff(batch)) + 1, [len(sizes)])).tolist()
     return list(zip(cuts[:-1], cuts[1:]))
