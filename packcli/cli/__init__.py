@@ -75,6 +75,8 @@ class OneLineErrors(TyperGroup):
         debug = "--debug" in arguments
         arguments = [argument for argument in arguments if argument != "--debug"]
         kwargs["standalone_mode"] = False
+        if sys.stdout is None:  # ``>&-``: Python has no standard output, and the next file opened would take its place
+            _fail("standard output is closed (>&-): redirect it to a file or /dev/null instead", EXIT_DATA)
         try:
             with ending_by_signal(), reader_gone_raised():  # SIGTERM/SIGHUP unwind every cleanup first
                 try:
