@@ -80,3 +80,22 @@ def test_a_stdout_closed_from_the_start_is_one_error_line_before_anything_is_don
     assert result.returncode == 1, result.stderr
     assert "standard output is closed" in error_line(result.stderr)
     assert not out.exists()
+
+
+def test_a_stderr_closed_from_the_start_is_as_if_sent_to_dev_null(tmp_path: Path, tiny_corpus: Path) -> None:
+    """``packcli pack ... --json 2>&-``: the run goes on as with ``2>/dev/null`` (no 'unexpected AttributeError' at
+    its first progress line), and nothing meant for stderr lands in standard output's JSON."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "packcli", "pack", str(tiny_corpus), "--max-len", "512", "--out", str(out)]
+    result = subprocess.run(
+        [*command, "--json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=300,
+        check=False,
+        preexec_fn=lambda: os.close(2),  # the shell's 2>&-
+    )
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["documents"] > 0
+    assert (out / "manifest.json").is_file()
