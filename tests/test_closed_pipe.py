@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROGRESS_PREFIX
+from conftest import PROGRESS_PREFIX, error_line
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -59,3 +59,43 @@ def test_a_pack_whose_stdout_is_closed_publishes_its_whole_output(tmp_path: Path
     verified = CliRunner().invoke(app, ["verify", str(out), "--json"])
     assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
     assert json.loads((out / "manifest.json").read_text())["totals"]["documents"] > 0
+
+
+def test_a_stdout_closed_from_the_start_is_one_error_line_before_anything_is_done(
+    tmp_path: Path, tiny_corpus: Path
+) -> None:
+    """``packcli pack ... >&-``: nowhere to print to is an error said at once (exit 1), not an unexpected
+    AttributeError once the output is written, and no file the command opens takes standard output's place."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "packcli", "pack", str(tiny_corpus), "--max-len", "512", "--out", str(out)]
+    result = subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+        check=False,
+        preexec_fn=lambda: os.close(1),  # the shell's >&-
+    )
+    assert result.returncode == 1, result.stderr
+    assert "standard output is closed" in error_line(result.stderr)
+    assert not out.exists()
+
+
+def test_a_stderr_closed_from_the_start_is_as_if_sent_to_dev_null(tmp_path: Path, tiny_corpus: Path) -> None:
+    """``packcli pack ... --json 2>&-``: the run goes on as with ``2>/dev/null`` (no 'unexpected AttributeError' at
+    its first progress line), and nothing meant for stderr lands in standard output's JSON."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "packcli", "pack", str(tiny_corpus), "--max-len", "512", "--out", str(out)]
+    result = subprocess.run(
+        [*command, "--json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=300,
+        check=False,
+        preexec_fn=lambda: os.close(2),  # the shell's 2>&-
+    )
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["documents"] > 0
+    assert (out / "manifest.json").is_file()

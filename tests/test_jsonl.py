@@ -401,3 +401,14 @@ def test_a_run_failing_on_a_cut_stream_leaves_nothing_in_scratch(
     result = pack(*inputs, "--out", str(tmp_path / "out"), "--quiet", *extra)
     assert result.exit_code == 1 and "cut.jsonl.gz: the compressed data is damaged" in result.stderr, result.stderr
     assert sorted(entry.name for entry in scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".bz2"])
+def test_a_few_bytes_appended_after_the_last_stream_are_said_to_be_no_stream(tmp_path: Path, suffix: str) -> None:
+    """``echo junk >> corpus.jsonl.xz``: fewer bytes than a stream's header are junk after a whole stream, as with
+    more, not a stream 'ended before the end-of-stream marker' (the file is not cut short)."""
+    path = tmp_path / f"junk.jsonl{suffix}"
+    path.write_bytes(streams(suffix, b"stream", b"junk\n"))
+    result = pack(str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1, result.stderr
+    assert "after line 100: bytes after a whole stream are no stream" in error_line(result.stderr)

@@ -6,7 +6,8 @@ Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError inste
 silent exit 1 (an error, by packcli's exit codes) and the interpreter's last flush as an ``Exception ignored ...
 BrokenPipeError`` line, and rich's console as a silent exit 1 too. The error mapper
 (:class:`packcli.cli.OneLineErrors`) raises each as :class:`ReaderGone` wherever typer would meet it
-(:func:`reader_gone_raised`), and ends the process by :func:`end_by_sigpipe`.
+(:func:`reader_gone_raised`), and ends the process by :func:`end_by_sigpipe`. Standard error closed from the start
+(``2>&-``) is standard error sent to /dev/null (:func:`stderr_kept_open`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["ReaderGone", "end_by_sigpipe", "reader_gone_raised"]
+__all__ = ["ReaderGone", "end_by_sigpipe", "reader_gone_raised", "stderr_kept_open"]
 
 
 class ReaderGone(Exception):
@@ -59,3 +60,16 @@ def end_by_sigpipe() -> None:
     closed pipe: nothing on stderr, and no flush of what is left in standard output's buffer (main thread only)."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGPIPE)
+
+
+def stderr_kept_open() -> None:
+    """Standard error closed before the command started (``2>&-``, Python's ``sys.stderr`` None) is opened on
+    /dev/null, as ``2>/dev/null``: progress and warnings then have a file to go to, and no file the command opens
+    takes descriptor 2, where a library's message would land in it."""
+    if sys.stderr is not None:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != 2:
+        os.dup2(null, 2)
+        os.close(null)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115 (it lives as long as the process)

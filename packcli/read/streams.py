@@ -67,6 +67,7 @@ class _Streams(io.RawIOBase):
         self._following = following
         self._padded = isinstance(first, lzma.LZMADecompressor)
         self._ended = False
+        self._after_stream = False  # the current stream follows a whole one and has given no byte yet
 
     def readable(self) -> bool:
         return True
@@ -86,6 +87,7 @@ class _Streams(io.RawIOBase):
                     self._ended = True
                     break
                 self._decompressor = self._following()
+                self._after_stream = True
                 try:
                     data = self._decompressor.decompress(after, size)
                 except STREAM_ERRORS as exc:
@@ -93,11 +95,15 @@ class _Streams(io.RawIOBase):
             elif self._decompressor.needs_input:
                 block = self._raw.read(_RAW_BLOCK)
                 if not block:
-                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+                    ended = "compressed file ended before the end-of-stream marker was reached"
+                    if self._after_stream:
+                        ended = f"bytes after a whole stream are no stream ({ended})"
+                    raise EOFError(ended)
                 data = self._decompressor.decompress(block, size)
             else:
                 data = self._decompressor.decompress(b"", size)
             if data:
+                self._after_stream = False
                 return data
         return b""
 
