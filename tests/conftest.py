@@ -37,7 +37,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TINY_DOCUMENT_CHARS = 12_000  # the tiny corpus takes the sample's modules up to this size ...
 TINY_DOCUMENTS = 60  # ... this many of them, in the sample's order
 ROWS_MAX_LEN = 96  # the max_len of the ``packed_rows`` output
-PROGRESS_PREFIX = "packcli: "  # how a progress line starts (packcli.run.progress)
+PROGRESS_PREFIX = "packcli: "  # how a progress line starts (packcli.cli.progress)
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE, write_jsonl
 
+from packcli.cli.progress import INTERVAL_ENV, PlainReporter, make_reporter
 from packcli.errors import UsageError
-from packcli.run.progress import INTERVAL_ENV, PlainReporter, make_reporter
 from packcli.util.progress import SilentReporter
 
 

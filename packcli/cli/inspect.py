@@ -171,7 +171,7 @@ def stats(
     raw = not outputs
     title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
     if raw:
-        from packcli.run.progress import make_reporter
+        from packcli.cli.progress import make_reporter
 
         record = {name: value for name, value in locals().items() if name in (*flags.RECORD_FLAGS, "seed")}
         options = flags.pack_options(record)

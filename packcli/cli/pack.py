@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -150,9 +150,9 @@ def pack(
 
       packcli pack corpus/ --max-len 2048 --dry-run --json
     """
+    from packcli.cli.progress import make_reporter
     from packcli.read.stdin import STDIN, spooled_stdin
     from packcli.run.driver import pack_corpus
-    from packcli.run.progress import make_reporter
     from packcli.storage import location
 
     options = flags.pack_options(locals())
@@ -161,12 +161,11 @@ def pack(
     warnings = Warnings(quiet)
     if dry_run:
         from packcli.run.dry_run import dry_run as plan_run
-        from packcli.run.dry_run import dry_run_lines
 
         try:
             with spooled_stdin(inputs, options.partitioned, warnings) as given:
                 planned = plan_run(given.files, options, location(out), overwrite, given.warn, given.spool)
-                report = planned if json_output else dry_run_lines(planned)  # names <stdin> while it is spooled
+                report = planned if json_output else _dry_run_lines(planned)  # names <stdin> while it is spooled
         finally:
             warnings.close()
         print(json.dumps(report, sort_keys=True) if isinstance(report, dict) else "\n".join(report))
@@ -192,6 +191,25 @@ def pack(
         _report(result, out, json_output, summary, warnings)
     except Interrupted:  # the output is in place: say so, not that nothing was written
         raise Interrupted(f"interrupted after {out} was published: the output is complete") from None
+
+
+def _dry_run_lines(report: dict[str, Any]) -> list[str]:
+    """What ``pack --dry-run`` prints without ``--json``, from :func:`dry_run`'s object."""
+    documents, out = report["input_documents"], report["out"]
+    read = f"{report['input_files']:,} file(s), {report['input_bytes']:,} bytes" + (
+        "" if documents is None else f", {documents:,} documents"
+    )
+    doing = (
+        f"{out} is up to date: the run would do nothing"
+        if report["status"] == "up-to-date"
+        else f"would read {read} and write {out}"
+        + (" (replacing the output there)" if report["output"] == "other" else "")
+    )
+    lines = [f"fingerprint {report['fingerprint']}", doing]
+    partitions = report.get("partitions")
+    if partitions is not None:
+        lines.append(f"  {partitions['count']:,} partitions (plan {partitions['plan_hash'][:16]})")
+    return [*lines, f"  checked: {report['checked']}"]
 
 
 def _report(result: PackResult, out: str, json_output: bool, summary: Path | None, warnings: Warnings) -> None:

@@ -7,7 +7,7 @@ shards' rows and tokens add up to the totals; and each shard file holds the rows
 the record batches' lengths and the offsets of ``input_ids``: no token is read), written for the manifest's
 ``max_len``, tokenizer and EOS (each shard's schema metadata repeats them: a manifest edited there, or a shard of
 another output, would give the loader another padded width or pad id). Any mismatch is one error naming the
-manifest key.
+manifest key. A part a rerun reuses is checked deeper (:func:`check_intact`): every listed file's size and sha256 too.
 """
 
 from __future__ import annotations
@@ -18,12 +18,21 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from packcli.errors import PackcliError
-from packcli.format.integrity import count_damage, name_damage, total_damage
+from packcli.format.integrity import (
+    Damage,
+    count_damage,
+    directory_sizes,
+    listed_files,
+    name_damage,
+    size_damage,
+    total_damage,
+)
 from packcli.format.manifest import MANIFEST_NAME, shard_path
 from packcli.format.schema import shard_metadata
 from packcli.format.shards import list_views, read_shard
+from packcli.util.files import file_sha256
 
-__all__ = ["check_listing", "open_listed_shard"]
+__all__ = ["check_intact", "check_listing", "open_listed_shard"]
 
 REPACK = "the manifest was edited or the output is damaged: run packcli verify, or repack"
 
@@ -44,6 +53,26 @@ def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
     summed = {"sequences": sum(shard["rows"] for shard in shards), "tokens": sum(shard["tokens"] for shard in shards)}
     for key, problem in total_damage(manifest["totals"], summed):
         _fail(directory, key, problem)
+
+
+def check_intact(directory: Path, manifest: dict[str, Any]) -> None:
+    """Everything a rerun checks before it reuses a part on a disk: :func:`check_listing`, each listed file (sidecars
+    too) at its listed size and sha256, then each shard's counts and metadata (:func:`open_listed_shard`), so that
+    neither a changed byte nor an edited manifest is reused.
+
+    Raises:
+        PackcliError: the first thing wrong, naming the file or the manifest key.
+    """
+    check_listing(directory, manifest)
+    damage = size_damage(manifest, directory_sizes(directory)) or [
+        Damage(item["file"], "sha256")
+        for item in listed_files(manifest)
+        if file_sha256(shard_path(directory, item["file"])) != item["sha256"]
+    ]
+    if damage:
+        raise PackcliError(f"{damage[0]}: {REPACK}", directory)
+    for index in range(len(manifest["shards"])):
+        open_listed_shard(directory, manifest, index)
 
 
 def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> pa.Table:

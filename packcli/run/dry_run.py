@@ -18,7 +18,7 @@ from packcli.run.sources import manifest_weights
 from packcli.storage.sources import parquet_source
 from packcli.write.remote import output_state
 
-__all__ = ["dry_run", "dry_run_lines"]
+__all__ = ["dry_run"]
 
 # said in the report: "would pack" is not "the records are good"
 CHECKED = "inputs exist and open, tokenizer loads, options combine; records are not read"
@@ -78,25 +78,6 @@ def dry_run(
         "checked": CHECKED,
         **facts,
     }
-
-
-def dry_run_lines(report: dict[str, Any]) -> list[str]:
-    """What ``pack --dry-run`` prints without ``--json``, from :func:`dry_run`'s object."""
-    documents, out = report["input_documents"], report["out"]
-    read = f"{report['input_files']:,} file(s), {report['input_bytes']:,} bytes" + (
-        "" if documents is None else f", {documents:,} documents"
-    )
-    doing = (
-        f"{out} is up to date: the run would do nothing"
-        if report["status"] == "up-to-date"
-        else f"would read {read} and write {out}"
-        + (" (replacing the output there)" if report["output"] == "other" else "")
-    )
-    lines = [f"fingerprint {report['fingerprint']}", doing]
-    partitions = report.get("partitions")
-    if partitions is not None:
-        lines.append(f"  {partitions['count']:,} partitions (plan {partitions['plan_hash'][:16]})")
-    return [*lines, f"  checked: {CHECKED}"]
 
 
 def _file_entry(path: Path, name: str) -> dict[str, Any]:

@@ -27,9 +27,9 @@ from typing import Any
 from packcli.encode.backends import takes_tokens
 from packcli.errors import PackcliError
 from packcli.format.integrity import listed_files, size_damage
+from packcli.format.listing import REPACK, check_intact
 from packcli.format.manifest import MANIFEST_NAME, validate_manifest
 from packcli.read.inputs import InputFile
-from packcli.report.verify import verify_output
 from packcli.storage.objects import remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json, write_json
@@ -170,17 +170,20 @@ class PartsArea:
         self, partition: int, manifest: dict[str, Any], run: dict[str, Any], files: dict[str, int]
     ) -> str | None:
         """Why a committed part cannot be reused, or None: its facts are the run's, its shards as listed (in a
-        store, their sizes in the listing ``files``; on a disk, all of ``verify``)."""
+        store, their sizes in the listing ``files``; on a disk, every byte: ``check_intact``)."""
         if manifest["part"].get("partition") != partition:
             return f"its manifest is for partition {manifest['part'].get('partition')}"
         for key, value in manifest["part"].items():
             if key in run and value != run[key]:
                 return f"its manifest's {key} is not this run's"
-        if not self.remote:  # on a disk, the whole check: a manifest edited to other totals is not reused
-            report = verify_output(self.part(partition))
-            return None if report.ok else f"it fails verify ({report.problems[0]})"
-        damage = size_damage(manifest, files)
-        return str(damage[0]) if damage else None
+        if self.remote:
+            damage = size_damage(manifest, files)
+            return str(damage[0]) if damage else None
+        try:  # on a disk, every byte: a manifest edited to other totals is not reused
+            check_intact(self.part(partition), manifest)
+        except PackcliError as exc:
+            return f"it is damaged ({exc.message.removesuffix(f': {REPACK}')})"
+        return None
 
     def _remove_unlisted(self, committed: list[int], files: list[str], warn: Callable[[str], None]) -> None:
         """Remove every file of ``files`` that no committed part's manifest lists: this run wrote none of them."""

@@ -1,5 +1,5 @@
 """The progress interface every long stage reports through (bytes read, documents, tokens, the stage's name), and
-the silent default; the displays on stderr are :mod:`packcli.run.progress`'s.
+the silent default; the displays on stderr are :mod:`packcli.cli.progress`'s.
 """
 
 from __future__ import annotations
