@@ -448,7 +448,7 @@ def test_a_cached_copy_is_held_to_the_manifest_just_read_and_what_differs_is_fet
     the copy changed in place (a flipped byte: a silently wrong id), cut short (a refusal whose fix was to delete the
     copy) or removed is fetched again, and so is an output repacked at the URL with the same fingerprint (other shards), its old
     shards removed; each time a warning says so. An intact copy reads no shard from the store."""
-    from packcli.storage.mirror import readable_output
+    from packcli.loader.local_copy import readable_output
     from packcli.util.files import file_sha256
 
     def cached_output(url: Path, cache: Path) -> Path:

@@ -46,7 +46,7 @@ from packcli.format.manifest import read_manifest, shard_path
 from packcli.format.mapped import ReleasableMap
 from packcli.format.shards import flat_list_column
 from packcli.format.sidecars import read_split_pieces
-from packcli.storage.mirror import fetch_checked
+from packcli.storage.objects import fetch_checked
 from packcli.storage.urls import UrlPath
 
 __all__ = ["DocumentBatch", "DocumentView", "PackedOutput", "RowBatch", "open_packed", "row_batch"]

@@ -42,7 +42,7 @@ import numpy as np
 
 from packcli.errors import PackcliError, requires_extra
 from packcli.format.manifest import read_manifest
-from packcli.storage.mirror import readable_output
+from packcli.loader.local_copy import readable_output
 
 with requires_extra("torch", "packcli.torch"):
     import torch

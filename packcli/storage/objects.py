@@ -10,20 +10,24 @@ s3fs a body cut short): packcli adds no retry loop.
 from __future__ import annotations
 
 import glob
+import hashlib
 import io
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import IO, Any
 
 from packcli.errors import MissingExtraError, PackcliError, requires_extra
+from packcli.util.files import temporary_beside
 
 __all__ = [
     "READ_BLOCK",
     "ObjectInfo",
     "create_object",
+    "fetch_checked",
     "filesystem",
     "glob_objects",
     "is_file",
@@ -38,7 +42,7 @@ __all__ = [
     "write_object",
 ]
 
-READ_BLOCK = 8 << 20  # bytes a read fetches at once: the memory a stream holds
+READ_BLOCK = 8 << 20  # bytes a read fetches at once: the memory a stream holds (and a copy writes at once)
 # what the store libraries read credentials from; their values never appear in a message
 _SECRET_VARIABLES = (
     "AWS_SECRET_ACCESS_KEY",
@@ -289,3 +293,28 @@ def remove_objects(urls: list[str]) -> None:
     for path in sorted(set(paths) - set(batch)):
         with request(paths[path], "cannot remove") as (fs, _), suppress(FileNotFoundError):
             fs.rm_file(path)
+
+
+def fetch_checked(source: Path, path: Path, sha256: str) -> None:
+    """Copy the object ``source`` to ``path``, taking the name only once checked against ``sha256``.
+
+    Raises:
+        PackcliError: the copy differs from ``sha256``, or the object cannot be read.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = temporary_beside(path, ".part")  # fillers of one copy never share one
+    digest = hashlib.sha256()
+    try:
+        with open_object(str(source)) as stream, os.fdopen(handle, "wb") as copy:
+            while block := stream.read(READ_BLOCK):
+                digest.update(block)
+                copy.write(block)
+    except PackcliError:
+        partial.unlink(missing_ok=True)
+        raise
+    if digest.hexdigest() != sha256:
+        from packcli.format.integrity import Damage  # here: `packcli --help` loads no numpy (via sidecars)
+
+        partial.unlink()
+        raise PackcliError(Damage(source.name, "sha256").problem, source)
+    os.replace(partial, path)

@@ -4,7 +4,7 @@ An exclusive holder writes its pid into the lock file, so a refused run can say 
 process (the kernel drops it), so a killed run never leaves a lock that blocks forever. A holder may delete the lock
 file as it releases it (``release(remove=True)``): a waiter that then gets the lock on the deleted file sees that
 the path no longer names the file it locked and starts again, so two runs can never both hold the lock of a path.
-write/publish takes the output lock with it, encode/cache the cache lock, storage/mirror a cached copy's. A lock
+write/publish takes the output lock with it, encode/cache the cache lock, loader/local_copy a cached copy's. A lock
 is its process's alone: a forked child (a partition worker) holds none of its parent's, so a killed run's lock is
 free as soon as the run is gone, not once its last worker is.
 """

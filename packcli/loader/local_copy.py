@@ -22,17 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError, UsageError
-from packcli.format.integrity import Damage, listed_files
+from packcli.format.integrity import listed_files
 from packcli.format.manifest import MANIFEST_NAME, read_manifest, shard_path
 from packcli.format.sidecars import entry_files
-from packcli.storage.objects import open_object
+from packcli.storage.objects import fetch_checked
 from packcli.storage.urls import UrlPath, location
-from packcli.util.files import canonical_json, file_sha256, temporary_beside, write_atomically
+from packcli.util.files import canonical_json, file_sha256, write_atomically
 from packcli.util.locks import FileLock
 
-__all__ = ["fetch_checked", "readable_output"]
+__all__ = ["readable_output"]
 
-_COPY_BLOCK = 8 << 20
 IN_USE = ".in-use.lock"  # in a copy: held shared by each user, exclusively by whoever removes the copy
 INTACT = ".intact.json"  # in a copy: per shard file, the [size, mtime_ns, sha256] it had when last found intact
 
@@ -153,29 +152,6 @@ def _hold(local: Path) -> FileLock:
         except FileNotFoundError:  # removed between mkdir and lock: make it again
             continue
         return in_use
-
-
-def fetch_checked(source: Path, path: Path, sha256: str) -> None:
-    """Copy the object ``source`` to ``path``, taking the name only once checked against ``sha256``.
-
-    Raises:
-        PackcliError: the copy differs from ``sha256``, or the object cannot be read.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = temporary_beside(path, ".part")  # fillers of one copy never share one
-    digest = hashlib.sha256()
-    try:
-        with open_object(str(source)) as stream, os.fdopen(handle, "wb") as copy:
-            while block := stream.read(_COPY_BLOCK):
-                digest.update(block)
-                copy.write(block)
-    except PackcliError:
-        partial.unlink(missing_ok=True)
-        raise
-    if digest.hexdigest() != sha256:
-        partial.unlink()
-        raise PackcliError(Damage(source.name, "sha256").problem, source)
-    os.replace(partial, path)
 
 
 def _evict(cache_dir: Path, keep: Path, room: int, limit_bytes: int) -> None:
