@@ -17,6 +17,7 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.format.integrity import listed_files
@@ -38,25 +39,24 @@ from packcli.write.staging import (
     up_to_date,
 )
 
-__all__ = ["Publication", "remove_dead_runs"]
+__all__ = ["Claim", "Publication", "remove_dead_runs"]
 
 _RENAME_EXCHANGE = 2  # renameat2's flag and its "relative to the working directory"
 _AT_FDCWD = -100
 
 
-class Publication:
-    """One run's claim on an output directory: unless ``up_to_date``, build into ``staging`` (manifest last), then
-    ``commit``; without it, the staging is removed on exit.
+class Claim:
+    """What a run's claim on an output holds, on a disk or in a store: unless ``up_to_date``, build into ``staging``
+    (manifest last), then ``commit``.
 
     Args:
-        out: the output directory as given (a symbolic link is written through).
+        out: the output as given (a directory, a symbolic link written through, or a URL).
         fingerprint: the run identity; an output with the same one and intact shards is up to date.
         inputs: what the run reads; none may lie inside ``out``, nor ``out`` inside them.
-        resumable: stage in ``.NAME.packcli-resume``, kept when the run starts and when it fails.
-        existing: what ``out`` holds (an export passes its own, which knows its files).
+        resumable: a partitioned run's, whose parts a failed run leaves for its rerun to resume.
         current: whether the output of this fingerprint at a path is current; one that is not is replaced without
             ``overwrite`` (``pack --tokenizer-backend hf`` on an output another backend encoded).
-        warn: told of the resume area of another run it removes.
+        warn: told of the parts of another run it removes.
     """
 
     def __init__(
@@ -66,24 +66,29 @@ class Publication:
         overwrite: bool,
         inputs: Sequence[Path] = (),
         resumable: bool = False,
-        existing: Callable[[Path, str, Path], Existing] = existing_output,
         current: Callable[[Path], bool] = lambda out: True,
         warn: Callable[[str], None] = lambda message: None,
     ) -> None:
-        self.out = out
-        self.target = resolved_out(out)  # where the output lives: through any link
-        self.fingerprint = fingerprint
-        self.overwrite = overwrite
-        self.inputs = list(inputs)
-        self.resumable = resumable
-        self.existing = existing
-        self.current = current
-        self.warn = warn
-        one_run = f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.staging = sibling(self.target, "resume" if resumable else one_run)
+        self.out, self.fingerprint, self.overwrite, self.inputs = out, fingerprint, overwrite, list(inputs)
+        self.resumable, self.current, self.warn = resumable, current, warn
         self.up_to_date = False
-        self._lock = FileLock(sibling(self.target, "lock"))
         self._committed = False
+
+
+class Publication(Claim):
+    """One run's claim on an output directory (a resumable one stages in ``.NAME.packcli-resume``, kept when the run
+    starts and when it fails); without a commit, the staging is removed on exit. ``existing``: what ``out`` holds
+    (an export passes its own, which knows its files)."""
+
+    def __init__(
+        self, *args: Any, existing: Callable[[Path, str, Path], Existing] = existing_output, **claim: Any
+    ) -> None:
+        super().__init__(*args, **claim)
+        self.target = resolved_out(self.out)  # where the output lives: through any link
+        self.existing = existing
+        one_run = f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.staging = sibling(self.target, "resume" if self.resumable else one_run)
+        self._lock = FileLock(sibling(self.target, "lock"))
         self._staged = False
 
     def __enter__(self) -> Publication:

@@ -19,7 +19,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
@@ -34,7 +34,7 @@ from packcli.storage.objects import filesystem, is_file, object_sizes, remove_ob
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json
 from packcli.util.signals import Interrupted
-from packcli.write.publish import remove_dead_runs
+from packcli.write.publish import Claim, remove_dead_runs
 from packcli.write.staging import (
     RUN_RECORD,
     Existing,
@@ -88,36 +88,19 @@ def scratch_key(location: Path) -> str:
     return hashlib.sha256(str(location).encode()).hexdigest()[:16]
 
 
-class RemotePublication:
-    """One run's claim on an output URL: the lock object, a local staging directory, the upload and the commit.
-    Arguments as :class:`~packcli.write.publish.Publication`'s; a resumable (partitioned) run's parts are under its
-    run prefix, and ``warn`` is told of a lock renewal that failed and is retried too."""
+class RemotePublication(Claim):
+    """One run's claim on an output URL: the lock object, a local staging directory, the upload and the commit. A
+    resumable (partitioned) run's parts are under its run prefix, and ``warn`` is told of a lock renewal that failed
+    and is retried too."""
 
-    def __init__(
-        self,
-        out: Path,
-        fingerprint: str,
-        overwrite: bool,
-        inputs: Sequence[Path] = (),
-        resumable: bool = False,
-        current: Callable[[Path], bool] = lambda out: True,
-        warn: Callable[[str], None] = lambda message: None,
-    ) -> None:
-        self.out = out
-        self.current = current
-        self.resumable = resumable
+    def __init__(self, *args: Any, **claim: Any) -> None:
+        super().__init__(*args, **claim)
         self._earlier = False  # an output was there when the run began
-        self.fingerprint = fingerprint
-        self.overwrite = overwrite
-        self.inputs = list(inputs)
-        self.warn = warn
         self.run = f"{RUN_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
-        self._staged = f"packcli-upload-{scratch_key(out)}-"  # this output's staging directories, one a run
+        self._staged = f"packcli-upload-{scratch_key(self.out)}-"  # this output's staging directories, one a run
         self.staging = scratch_directory() / f"{self._staged}{self.run}"
-        self.up_to_date = False
         # a lost lock stops the run as Ctrl-C would, and __exit__ says why
-        self._lock = ObjectLock(f"{out}/{LOCK_NAME}", self.run, warn, on_lost=_thread.interrupt_main)
-        self._committed = False
+        self._lock = ObjectLock(f"{self.out}/{LOCK_NAME}", self.run, self.warn, on_lost=_thread.interrupt_main)
 
     def __enter__(self) -> RemotePublication:
         for path in self.inputs:
