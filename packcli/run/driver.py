@@ -28,9 +28,10 @@ from packcli.run.plan import Plan
 from packcli.run.setup import PackResult, check_documents, set_up, takes_output
 from packcli.storage import UrlPath, location
 from packcli.util.progress import Reporter, SilentReporter
+from packcli.util.scratch import scratch_directory
 from packcli.util.signals import signals_held
 from packcli.write.publish import Publication
-from packcli.write.remote import RemotePublication, output_state, remove_leftovers, scratch_directory
+from packcli.write.remote import RemotePublication, output_state, remove_leftovers
 from packcli.write.staging import FULL_DISK
 
 __all__ = ["pack_corpus"]

@@ -33,7 +33,7 @@ from packcli.read.inputs import InputFile
 from packcli.storage.objects import remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json, write_json
-from packcli.write.remote import scratch_directory, scratch_key
+from packcli.util.scratch import scratch_directory, scratch_key
 from packcli.write.staging import RUN_RECORD, remove_path, staging_family
 
 __all__ = ["PartsArea", "input_facts", "part_name"]

@@ -11,13 +11,10 @@ object, which the next run removes, resumes or takes over; a run whose lock is l
 from __future__ import annotations
 
 import _thread
-import hashlib
 import json
-import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +30,7 @@ from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import filesystem, is_file, object_sizes, remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json
+from packcli.util.scratch import scratch_directory, scratch_key
 from packcli.util.signals import Interrupted
 from packcli.write.publish import Claim, remove_dead_runs
 from packcli.write.staging import (
@@ -46,7 +44,7 @@ from packcli.write.staging import (
     up_to_date,
 )
 
-__all__ = ["RemotePublication", "output_state", "remove_leftovers", "scratch_directory", "scratch_key"]
+__all__ = ["RemotePublication", "output_state", "remove_leftovers"]
 
 LOCK_NAME = ".packcli-lock"
 # what a run writes under its run prefix: its shards and their sidecars, and a partitioned run's record and part
@@ -56,36 +54,6 @@ _RUN_OBJECT = re.compile(
 )
 # a parts area's run record, under a run prefix or an earlier packcli's resume prefix
 _RUN_RECORD = re.compile(rf"(?:{RUN_DIRECTORY.pattern}|{RESUME_PREFIX})/{re.escape(RUN_RECORD)}")
-
-
-def scratch_directory() -> Path:
-    """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH`` (made where it does not exist
-    yet), else the temporary directory.
-
-    Raises:
-        PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory, or one it cannot make.
-    """
-    named = os.environ.get("PACKCLI_SCRATCH")
-    if not named:
-        return Path(tempfile.gettempdir())
-    if os.path.exists(named) and not os.path.isdir(named):
-        raise PackcliError(
-            f"PACKCLI_SCRATCH={named} is not a directory: name a directory on node-local disk, or unset it"
-        )
-    try:
-        os.makedirs(named, exist_ok=True)  # a path under a file, a link to nowhere: said here, not by a part
-    except OSError as exc:
-        raise PackcliError(
-            f"PACKCLI_SCRATCH={named} cannot be made a directory ({exc.strerror or exc}): name a directory on "
-            "node-local disk, or unset it"
-        ) from None
-    return Path(named)
-
-
-def scratch_key(location: Path) -> str:
-    """The name of an output (or a run's parts) in node-local scratch: the next run on it finds what a killed run
-    left there."""
-    return hashlib.sha256(str(location).encode()).hexdigest()[:16]
 
 
 class RemotePublication(Claim):

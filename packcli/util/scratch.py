@@ -1,0 +1,43 @@
+"""Node-local scratch: where a run stages what it uploads or keeps a partition's token store, found again by name
+by the next run on the same output after a kill -9."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from packcli.errors import PackcliError
+
+__all__ = ["scratch_directory", "scratch_key"]
+
+
+def scratch_directory() -> Path:
+    """Node-local scratch for what a run stages before uploading: ``PACKCLI_SCRATCH`` (made where it does not exist
+    yet), else the temporary directory.
+
+    Raises:
+        PackcliError: ``PACKCLI_SCRATCH`` names something that is not a directory, or one it cannot make.
+    """
+    named = os.environ.get("PACKCLI_SCRATCH")
+    if not named:
+        return Path(tempfile.gettempdir())
+    if os.path.exists(named) and not os.path.isdir(named):
+        raise PackcliError(
+            f"PACKCLI_SCRATCH={named} is not a directory: name a directory on node-local disk, or unset it"
+        )
+    try:
+        os.makedirs(named, exist_ok=True)  # a path under a file, a link to nowhere: said here, not by a part
+    except OSError as exc:
+        raise PackcliError(
+            f"PACKCLI_SCRATCH={named} cannot be made a directory ({exc.strerror or exc}): name a directory on "
+            "node-local disk, or unset it"
+        ) from None
+    return Path(named)
+
+
+def scratch_key(location: Path) -> str:
+    """The name of an output (or a run's parts) in node-local scratch: the next run on it finds what a killed run
+    left there."""
+    return hashlib.sha256(str(location).encode()).hexdigest()[:16]
