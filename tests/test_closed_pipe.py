@@ -99,3 +99,21 @@ def test_a_stderr_closed_from_the_start_is_as_if_sent_to_dev_null(tmp_path: Path
     assert result.returncode == 0
     assert json.loads(result.stdout)["documents"] > 0
     assert (out / "manifest.json").is_file()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_pack_whose_stdout_is_full_says_so_and_that_its_output_is_complete(tmp_path: Path, tiny_corpus: Path) -> None:
+    """``packcli pack ... --json > /dev/full``: the output is published before the summary is printed, so the
+    error names standard output and says the output is complete (exit 1), not a bare 'No space left on device'."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "packcli", "pack", str(tiny_corpus), "--max-len", "512", "--out", str(out)]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [*command, "--json", "--quiet"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False
+        )
+    assert result.returncode == 1, result.stderr
+    said = error_line(result.stderr)
+    assert said.startswith("error: cannot write standard output (No space left on device)"), said
+    assert f"{out} was published and is complete" in said, said
+    verified = CliRunner().invoke(app, ["verify", str(out), "--json"])
+    assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
