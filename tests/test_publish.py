@@ -433,3 +433,23 @@ def test_a_forked_child_holds_none_of_its_parent_s_locks(tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "free"
+
+
+def test_a_previous_output_that_cannot_be_removed_is_named_in_a_warning(tmp_path: Path, corpus: Path) -> None:
+    """``--overwrite`` over an output holding a file nobody may remove (``chattr +i``): the new output is published
+    (exit 0), and a warning names where what is left of the old one stays, rather than leaving it there unsaid."""
+    out = tmp_path / "packed"
+    assert pack(corpus, out)[0] == 0
+    pinned = next(out.glob("shard-*.arrow"))
+    if subprocess.run(["chattr", "+i", str(pinned)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a file system that has it)")
+    try:
+        result = runner.invoke(app, ["pack", str(corpus), "--out", str(out), "--overwrite", "--max-len", "64"])
+        code, stderr = result.exit_code, result.stderr  # not --quiet, which keeps warnings to the summary
+        left = [path for path in tmp_path.iterdir() if path.name.startswith(".packed.packcli-")]
+        assert code == 0 and verified(out), stderr
+        assert len(left) == 1 and (left[0] / pinned.name).exists(), left
+        assert f"warning: the previous output could not be removed whole: what is left of it is in {left[0]}" in stderr
+    finally:
+        for path in tmp_path.rglob(pinned.name):
+            subprocess.run(["chattr", "-i", str(path)], check=False)

@@ -129,7 +129,8 @@ class Publication(Claim):
         return self
 
     def commit(self) -> None:
-        """Swap the staged output (manifest written) into place, then remove the previous one. Only what the staged
+        """Swap the staged output (manifest written) into place, then remove the previous one (what of it cannot be
+        removed is named in a warning). Only what the staged
         manifest lists is published: another file there was written by another run's process, and the output would
         not verify (an export lists its files in its own record, and is not checked here)."""
         if (self.staging / MANIFEST_NAME).is_file():
@@ -151,6 +152,11 @@ class Publication(Claim):
                     remove_path(retired)
             except OSError as exc:
                 raise _plain(exc, "cannot move the new output into place") from None
+        if retired is not None and os.path.lexists(retired):  # it held a file that may not be removed
+            self.warn(
+                f"the previous output could not be removed whole: what is left of it is in {retired}; the new "
+                "output is complete, remove that yourself"
+            )
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
