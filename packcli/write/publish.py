@@ -130,9 +130,9 @@ class Publication(Claim):
 
     def commit(self) -> None:
         """Swap the staged output (manifest written) into place, then remove the previous one (what of it cannot be
-        removed is named in a warning). Only what the staged
-        manifest lists is published: another file there was written by another run's process, and the output would
-        not verify (an export lists its files in its own record, and is not checked here)."""
+        removed is named in a warning). Only what the staged manifest lists is published: another file there was
+        written by another run's process, and the output would not verify (an export lists its files in its own
+        record, and is not checked here)."""
         if (self.staging / MANIFEST_NAME).is_file():
             listed = {MANIFEST_NAME, *(item["file"] for item in listed_files(read_manifest(self.staging)))}
             foreign = sorted(path.name for path in self.staging.iterdir() if path.name not in listed)
