@@ -117,3 +117,17 @@ def test_a_pack_whose_stdout_is_full_says_so_and_that_its_output_is_complete(tmp
     assert f"{out} was published and is complete" in said, said
     verified = CliRunner().invoke(app, ["verify", str(out), "--json"])
     assert verified.exit_code == 0 and json.loads(verified.stdout)["ok"], verified.output
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(
+    "args", [["strategies"], ["verify", "{out}"], ["stats", "{out}"]], ids=["print", "verify", "rich"]
+)
+def test_a_full_stdout_is_named_in_the_one_error_line(packed_text: Path, args: list[str]) -> None:
+    """``packcli stats OUT > /dev/full``: one line naming standard output as what failed (exit 1), whether the text
+    went through print or rich's console, not a bare '[Errno 28] No space left on device'."""
+    command = [sys.executable, "-m", "packcli", *(arg.format(out=packed_text) for arg in args)]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+    assert result.returncode == 1, result.stderr
+    assert error_line(result.stderr) == "error: cannot write standard output (No space left on device)", result.stderr

@@ -20,7 +20,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from packcli.cli import export, inspect, pack
-from packcli.cli.closed_stdout import ReaderGone, end_by_sigpipe, reader_gone_raised, stderr_kept_open
+from packcli.cli.closed_stdout import ReaderGone, end_by_sigpipe, reader_gone_raised, stderr_kept_open, stdout_named
 
 __all__ = ["Command", "OneLineErrors", "app", "main"]
 
@@ -79,7 +79,7 @@ class OneLineErrors(TyperGroup):
         if sys.stdout is None:  # ``>&-``: Python has no standard output, and the next file opened would take its place
             _fail("standard output is closed (>&-): redirect it to a file or /dev/null instead", EXIT_DATA)
         try:
-            with ending_by_signal(), reader_gone_raised():  # SIGTERM/SIGHUP unwind every cleanup first
+            with ending_by_signal(), reader_gone_raised(), stdout_named():  # SIGTERM/SIGHUP unwind every cleanup first
                 try:
                     code = super().main(arguments, *rest, **kwargs)
                 except click_exceptions.NoArgsIsHelpError as exc:

@@ -7,7 +7,8 @@ silent exit 1 (an error, by packcli's exit codes) and the interpreter's last flu
 BrokenPipeError`` line, and rich's console as a silent exit 1 too. The error mapper
 (:class:`packcli.cli.OneLineErrors`) raises each as :class:`ReaderGone` wherever typer would meet it
 (:func:`reader_gone_raised`), and ends the process by :func:`end_by_sigpipe`. Standard error closed from the start
-(``2>&-``) is standard error sent to /dev/null (:func:`stderr_kept_open`).
+(``2>&-``) is standard error sent to /dev/null (:func:`stderr_kept_open`). A write that fails otherwise (``>
+/dev/full``, an I/O error) is said as standard output's (:func:`stdout_named`), not as a bare ``[Errno 28]``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,58 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, TextIO
 
-__all__ = ["ReaderGone", "end_by_sigpipe", "reader_gone_raised", "stderr_kept_open"]
+from packcli.errors import PackcliError
+
+__all__ = ["ReaderGone", "StdoutFailed", "end_by_sigpipe", "reader_gone_raised", "stderr_kept_open", "stdout_named"]
 
 
 class ReaderGone(Exception):
     """Standard output's reader closed it. Not an OSError, so that typer lets it through to the error mapper."""
+
+
+class StdoutFailed(PackcliError):
+    """A write to standard output failed, its reader not gone: a full disk or device, an I/O error."""
+
+
+class _NamedStdout:
+    """Standard output whose failed writes raise :class:`StdoutFailed`; everything else is the stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def write(self, text: str) -> int:
+        with _failures_named():
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        with _failures_named():
+            self._stream.flush()
+
+
+@contextmanager
+def _failures_named() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:  # its reader gone: ReaderGone's, said by SIGPIPE
+        raise
+    except OSError as exc:
+        raise StdoutFailed(f"cannot write standard output ({exc.strerror or exc})") from None
+
+
+@contextmanager
+def stdout_named() -> Iterator[None]:
+    """Within the block, a write to standard output that fails but for a closed reader is :class:`StdoutFailed`."""
+    stream = sys.stdout
+    sys.stdout = _NamedStdout(stream)
+    try:
+        yield
+    finally:
+        sys.stdout = stream
 
 
 def _stdout_reader_gone() -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from packcli.cli import flags
+from packcli.cli.closed_stdout import StdoutFailed
 from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summary
 from packcli.errors import PackcliError
 from packcli.options import DEFAULT_MAX_LEN
@@ -191,16 +192,11 @@ def pack(
         warnings.close()
     try:
         _report(result, out, json_output, summary, warnings)
-        sys.stdout.flush()  # a full standard output is met here, and said with what was done
+        sys.stdout.flush()  # a full standard output is met here, and said with what was done (StdoutFailed)
     except Interrupted:  # the output is in place: say so, not that nothing was written
         raise Interrupted(f"interrupted after {out} was published: the output is complete") from None
-    except OSError as exc:
-        if isinstance(exc, BrokenPipeError):  # its reader gone: the command ends by SIGPIPE (closed_stdout)
-            raise
-        where = exc.filename or "standard output"
-        raise PackcliError(
-            f"cannot write {where} ({exc.strerror or exc}); {out} was published and is complete"
-        ) from None
+    except StdoutFailed as exc:
+        raise PackcliError(f"{exc.message}; {out} was published and is complete") from None
 
 
 def _dry_run_lines(report: dict[str, Any]) -> list[str]:
