@@ -5,7 +5,10 @@ array library, awkward; and the first batch's encoding), with the default backen
 with GPT-2 and Tekken; median of ROUNDS interleaved. The issue's target: under 0.5 s.
 
 `python bench_first_token.py` measures this tree; with PACKCLI_TREE=DIR, another checkout's packcli (a before
-and after, on the same machine and minute)."""
+and after, on the same machine and minute). Each process imports packcli from bytecode, as an installed packcli
+does (pip compiles it on install): a cache of the bench's own (PYTHONPYCACHEPREFIX), written by a first round that
+is not counted, so a checkout is measured the same way under PYTHONDONTWRITEBYTECODE, which would otherwise compile
+every packcli module in every process (about 0.12 CPU s). FIRST_TOKEN_FROM_SOURCES=1: as that checkout runs."""
 
 from __future__ import annotations
 
@@ -65,18 +68,24 @@ def child(arguments: list[str]) -> None:
 def main() -> None:
     tree = Path(os.environ.get("PACKCLI_TREE", REPO))
     rows, figures = [], {case: [] for case in CASES}
+    from_sources = os.environ.get("FIRST_TOKEN_FROM_SOURCES") == "1"
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(ROUNDS):
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        if not from_sources:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = f"{tmp}/bytecode"
+        warm_up = 0 if from_sources else 1  # a first round that writes the bytecode, not counted
+        for k in range(warm_up + ROUNDS):
             for corpus, name in CASES:
                 data, tokenizer = shared(f"data/{corpus}"), shared(f"tokenizers/{name}")
                 if data is None or tokenizer is None:
                     return
                 args = [str(data), "--tokenizer", str(tokenizer), "--out", f"{tmp}/out", "--overwrite", "--quiet"]
-                env = {**os.environ, "PYTHONPATH": str(tree)}
                 result = subprocess.run(
                     python(__file__, "--child", *args, "--max-len", "4096"), capture_output=True, text=True, env=env
                 )
-                figures[corpus, name].append(json.loads(result.stdout.splitlines()[-1]))
+                if k >= warm_up:
+                    figures[corpus, name].append(json.loads(result.stdout.splitlines()[-1]))
     for (corpus, name), values in figures.items():
         medians = [
             f"{statistics.median(value[moment][key] for value in values):.2f}"
@@ -84,7 +93,10 @@ def main() -> None:
             for key in ("wall", "cpu")
         ]
         rows.append([f"{corpus} / {name}", *medians])
-    print(f"before the first token, {tree}: median of {ROUNDS} fresh processes, load {os.getloadavg()[0]:.1f}")
+    imports = "packcli compiled from its sources" if from_sources else "packcli from bytecode"
+    print(
+        f"before the first token, {tree}, {imports}: median of {ROUNDS} fresh processes, load {os.getloadavg()[0]:.1f}"
+    )
     table(["corpus / tokenizer", "called: wall s", "CPU s", "ids back: wall s", "CPU s"], rows)
 
 
