@@ -36,33 +36,62 @@ def since_start() -> float:
 
 def child(arguments: list[str]) -> None:
     """Run ``packcli pack arguments``; the first encode of any backend (of some text) runs, prints the times as it
-    was called and as it returned, and ends the process."""
+    was called and as it returned (and the CPU seconds of the phases before, see PHASES), and ends the process."""
     from packcli.cli import main
-    from packcli.encode import backends
+    from packcli.encode import backends, gigatoken_backend
+    from packcli.run import driver
 
-    classes = [backends.HFBackend, getattr(backends, "FastBackend", None)]
-    classes.append(getattr(sys.modules.get("packcli.encode.gigatoken_backend"), "GigatokenBackend", None))
-
-    def now() -> dict[str, float]:
-        times = os.times()
-        return {"wall": since_start(), "cpu": times.user + times.system}
+    times: dict[str, Any] = {"imported": now(), "hf_build": 0.0, "gigatoken_build": 0.0}
 
     def timed(encode: Any) -> Any:
         def first(self: object, texts: list[str], *args: Any, **kwargs: Any) -> object:
             if not texts:  # a worker's import_arrays, not a batch
                 return encode(self, texts, *args, **kwargs)
-            called = now()
+            times["called"] = now()
             encode(self, texts, *args, **kwargs)
-            print(json.dumps({"called": called, "returned": now()}), flush=True)
+            print(json.dumps({**times, "returned": now()}), flush=True)
             os._exit(0)
 
         return first
 
-    for cls in classes:
-        if cls is not None:
-            cls.encode = timed(cls.encode)  # type: ignore[method-assign]
+    def counted(function: Any, key: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            before = now()["cpu"]
+            try:
+                return function(*args, **kwargs)
+            finally:
+                times[key] = times.get(key, 0.0) + now()["cpu"] - before
+                times.setdefault(f"{key}_end", now())
+
+        return call
+
+    for cls in (backends.HFBackend, backends.FastBackend, gigatoken_backend.GigatokenBackend):
+        cls.encode = timed(cls.encode)  # type: ignore[method-assign]
+    backends.HFBackend.build = counted(backends.HFBackend.build, "hf_build")  # type: ignore[method-assign]
+    gigatoken_backend.load_gigatoken = counted(gigatoken_backend.load_gigatoken, "gigatoken_build")
+    driver.set_up = counted(driver.set_up, "set_up")  # type: ignore[attr-defined]
     sys.argv = ["packcli", "pack", *arguments]
     main()
+
+
+def now() -> dict[str, float]:
+    """Wall seconds since this process started and its CPU seconds so far."""
+    times = os.times()
+    return {"wall": since_start(), "cpu": times.user + times.system}
+
+
+# The CPU seconds before the first ids, phase by phase, from a child's figures.
+PHASES: list[tuple[str, Any]] = [
+    ("start, packcli.cli, the encoder's modules", lambda f: f["imported"]["cpu"]),
+    ("CLI parse, pack's imports, set-up", lambda f: f["set_up_end"]["cpu"] - f["imported"]["cpu"]),
+    ("Hugging Face build (cross-check)", lambda f: f["hf_build"]),
+    ("gigatoken build", lambda f: f["gigatoken_build"]),
+    (
+        "the rest, to the first encode",
+        lambda f: f["called"]["cpu"] - f["set_up_end"]["cpu"] - f["hf_build"] - f["gigatoken_build"],
+    ),
+    ("first encode: import awkward, 1st batch", lambda f: f["returned"]["cpu"] - f["called"]["cpu"]),
+]
 
 
 def main() -> None:
@@ -98,6 +127,11 @@ def main() -> None:
         f"before the first token, {tree}, {imports}: median of {ROUNDS} fresh processes, load {os.getloadavg()[0]:.1f}"
     )
     table(["corpus / tokenizer", "called: wall s", "CPU s", "ids back: wall s", "CPU s"], rows)
+    phases = [
+        [label, *(f"{statistics.median(map(part, values)):.2f}" for values in figures.values())]
+        for label, part in PHASES
+    ]
+    table(["CPU s, phase by phase", *(f"{corpus.split('.')[0]} / {name}" for corpus, name in figures)], phases)
 
 
 if __name__ == "__main__":
