@@ -8,7 +8,7 @@ with GPT-2 and Tekken; median of ROUNDS interleaved. The issue's target: under 0
 and after, on the same machine and minute). Each process imports packcli from bytecode, as an installed packcli
 does (pip compiles it on install): a cache of the bench's own (PYTHONPYCACHEPREFIX), written by a first round that
 is not counted, so a checkout is measured the same way under PYTHONDONTWRITEBYTECODE, which would otherwise compile
-every packcli module in every process (about 0.12 CPU s). FIRST_TOKEN_FROM_SOURCES=1: as that checkout runs."""
+every packcli module in every process (about 0.1 CPU s). FIRST_TOKEN_FROM_SOURCES=1: as that checkout runs."""
 
 from __future__ import annotations
 
