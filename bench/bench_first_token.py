@@ -1,13 +1,19 @@
 """What a `packcli pack` pays before its first token: a fresh process per run, whose backend's first ``encode``
-call prints the wall seconds since the process started and the process' CPU seconds so far (imports, set-up, the
-tokenizer builds, the first batch read), with the default backend, on the 10-40 MB shared corpora with GPT-2 and
-Tekken; median of ROUNDS interleaved. The issue's target: under 0.5 s.
+prints the wall seconds since the process started and the process' CPU seconds so far, as it is called (imports,
+set-up, the tokenizer builds, the first batch read) and as its ids come back (what that call imports: gigatoken's
+array library, awkward; and the first batch's encoding), with the default backend, on the 10-40 MB shared corpora
+with GPT-2 and Tekken; median of ROUNDS interleaved. The issue's target: under 0.5 s.
 
 `python bench_first_token.py` measures this tree; with PACKCLI_TREE=DIR, another checkout's packcli (a before
-and after, on the same machine and minute)."""
+and after, on the same machine and minute). Each process imports packcli from bytecode, as an installed packcli
+does (pip compiles it on install): a cache of the bench's own (PYTHONPYCACHEPREFIX), written by a first round that
+is not counted, so a checkout is measured the same way under PYTHONDONTWRITEBYTECODE, which would otherwise compile
+every packcli module in every process (about 0.1 CPU s). FIRST_TOKEN_FROM_SOURCES=1: as that checkout runs."""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import statistics
@@ -15,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from common import REPO, python, shared, table
 
@@ -30,45 +38,141 @@ def since_start() -> float:
 
 
 def child(arguments: list[str]) -> None:
-    """Run ``packcli pack arguments``; the first encode of any backend prints the times and ends the process."""
+    """Run ``packcli pack arguments``; the first encode of any backend (of some text) runs, prints the times as it
+    was called and as it returned (and the CPU seconds of the phases before, see PHASES), and ends the process.
+    Nothing but packcli.cli is imported before packcli's entry point runs, as in a real run: the timing wrappers go
+    into the other modules as they are imported (:class:`Wrapping`)."""
+    times: dict[str, Any] = {"hf_build": 0.0, "gigatoken_build": 0.0}
+
+    def timed(encode: Any) -> Any:
+        def first(self: object, texts: list[str], *args: Any, **kwargs: Any) -> object:
+            if not texts:  # a worker's import_arrays, not a batch
+                return encode(self, texts, *args, **kwargs)
+            times["called"] = now()
+            encode(self, texts, *args, **kwargs)
+            print(json.dumps({**times, "returned": now()}), flush=True)
+            os._exit(0)
+
+        return first
+
+    def counted(function: Any, key: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            before = now()["cpu"]
+            try:
+                return function(*args, **kwargs)
+            finally:
+                times[key] = times.get(key, 0.0) + now()["cpu"] - before
+                times.setdefault(f"{key}_end", now())
+
+        return call
+
+    def backends(module: Any) -> None:
+        for cls in (module.HFBackend, module.FastBackend):
+            cls.encode = timed(cls.encode)
+        module.HFBackend.build = counted(module.HFBackend.build, "hf_build")
+
+    def gigatoken(module: Any) -> None:
+        module.GigatokenBackend.encode = timed(module.GigatokenBackend.encode)
+        module.load_gigatoken = counted(module.load_gigatoken, "gigatoken_build")
+
+    def driver(module: Any) -> None:
+        module.set_up = counted(module.set_up, "set_up")
+
+    sys.meta_path.insert(
+        0,
+        Wrapping(
+            {
+                "packcli.encode.backends": backends,
+                "packcli.encode.gigatoken_backend": gigatoken,
+                "packcli.run.driver": driver,
+            }
+        ),
+    )
     from packcli.cli import main
-    from packcli.encode import backends
 
-    classes = [backends.HFBackend, getattr(backends, "FastBackend", None)]
-    classes.append(getattr(sys.modules.get("packcli.encode.gigatoken_backend"), "GigatokenBackend", None))
-
-    def first(self: object, texts: list[str]) -> object:
-        times = os.times()
-        print(json.dumps({"wall": since_start(), "cpu": times.user + times.system}), flush=True)
-        os._exit(0)
-
-    for cls in classes:
-        if cls is not None:
-            cls.encode = first  # type: ignore[method-assign]
+    times["imported"] = now()
     sys.argv = ["packcli", "pack", *arguments]
     main()
+
+
+class Wrapping(importlib.abc.MetaPathFinder):
+    """Runs ``wrap[name](module)`` on each of these modules as soon as it is imported."""
+
+    def __init__(self, wrap: dict[str, Callable[[Any], None]]) -> None:
+        self.wrap = wrap
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.wrap:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        execute, wrap = spec.loader.exec_module, self.wrap[name]
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            wrap(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def now() -> dict[str, float]:
+    """Wall seconds since this process started and its CPU seconds so far."""
+    times = os.times()
+    return {"wall": since_start(), "cpu": times.user + times.system}
+
+
+# The CPU seconds before the first ids, phase by phase, from a child's figures.
+PHASES: list[tuple[str, Any]] = [
+    ("start, import packcli.cli", lambda f: f["imported"]["cpu"]),
+    ("CLI parse, pack's imports, set-up", lambda f: f["set_up_end"]["cpu"] - f["imported"]["cpu"]),
+    ("Hugging Face build (cross-check)", lambda f: f["hf_build"]),
+    ("gigatoken build", lambda f: f["gigatoken_build"]),
+    (
+        "the rest, to the first encode",
+        lambda f: f["called"]["cpu"] - f["set_up_end"]["cpu"] - f["hf_build"] - f["gigatoken_build"],
+    ),
+    ("first encode: import awkward, 1st batch", lambda f: f["returned"]["cpu"] - f["called"]["cpu"]),
+]
 
 
 def main() -> None:
     tree = Path(os.environ.get("PACKCLI_TREE", REPO))
     rows, figures = [], {case: [] for case in CASES}
+    from_sources = os.environ.get("FIRST_TOKEN_FROM_SOURCES") == "1"
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(ROUNDS):
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        if not from_sources:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = f"{tmp}/bytecode"
+        warm_up = 0 if from_sources else 1  # a first round that writes the bytecode, not counted
+        for k in range(warm_up + ROUNDS):
             for corpus, name in CASES:
                 data, tokenizer = shared(f"data/{corpus}"), shared(f"tokenizers/{name}")
                 if data is None or tokenizer is None:
                     return
                 args = [str(data), "--tokenizer", str(tokenizer), "--out", f"{tmp}/out", "--overwrite", "--quiet"]
-                env = {**os.environ, "PYTHONPATH": str(tree)}
                 result = subprocess.run(
                     python(__file__, "--child", *args, "--max-len", "4096"), capture_output=True, text=True, env=env
                 )
-                figures[corpus, name].append(json.loads(result.stdout.splitlines()[-1]))
+                if k >= warm_up:
+                    figures[corpus, name].append(json.loads(result.stdout.splitlines()[-1]))
     for (corpus, name), values in figures.items():
-        wall, cpu = (statistics.median(value[key] for value in values) for key in ("wall", "cpu"))
-        rows.append([f"{corpus} / {name}", f"{wall:.2f}", f"{cpu:.2f}"])
-    print(f"before the first token, {tree}: median of {ROUNDS} fresh processes, load {os.getloadavg()[0]:.1f}")
-    table(["corpus / tokenizer", "wall s", "CPU s"], rows)
+        medians = [
+            f"{statistics.median(value[moment][key] for value in values):.2f}"
+            for moment in ("called", "returned")
+            for key in ("wall", "cpu")
+        ]
+        rows.append([f"{corpus} / {name}", *medians])
+    imports = "packcli compiled from its sources" if from_sources else "packcli from bytecode"
+    print(
+        f"before the first token, {tree}, {imports}: median of {ROUNDS} fresh processes, load {os.getloadavg()[0]:.1f}"
+    )
+    table(["corpus / tokenizer", "called: wall s", "CPU s", "ids back: wall s", "CPU s"], rows)
+    phases = [
+        [label, *(f"{statistics.median(map(part, values)):.2f}" for values in figures.values())]
+        for label, part in PHASES
+    ]
+    table(["CPU s, phase by phase", *(f"{corpus.split('.')[0]} / {name}" for corpus, name in figures)], phases)
 
 
 if __name__ == "__main__":

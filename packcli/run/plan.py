@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from packcli.errors import PackcliError, UsageError, option
 from packcli.read.inputs import InputSlice, input_format
@@ -127,6 +126,8 @@ def _pieces(path: Path, wanted: int) -> list[Piece]:
     cut: list[Piece] = []
     try:
         if kind == "parquet":
+            import pyarrow.parquet as pq  # here: a JSON Lines run need not load Parquet (as in packcli.read.tables)
+
             metadata = pq.ParquetFile(parquet_source(path)).metadata
             groups = map(metadata.row_group, range(metadata.num_row_groups))
             sizes = [sum(group.column(c).total_compressed_size for c in range(group.num_columns)) for group in groups]
