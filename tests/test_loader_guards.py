@@ -84,6 +84,15 @@ def claim_more_total_tokens(manifest: dict[str, Any]) -> None:
     manifest["totals"]["tokens"] += 1
 
 
+def claim_more_documents(manifest: dict[str, Any]) -> None:
+    manifest["shards"][0]["documents"] += 3  # the rows and tokens as they are: cu_seqlens tells the documents
+    manifest["totals"]["documents"] += 3
+
+
+def claim_fewer_total_documents(manifest: dict[str, Any]) -> None:
+    manifest["totals"]["documents"] -= 1
+
+
 def claim_a_longer_max_len(manifest: dict[str, Any]) -> None:
     manifest["max_len"] *= 2  # the padded layout's width, from the manifest
 
@@ -108,6 +117,8 @@ def claim_another_tokenizer(manifest: dict[str, Any]) -> None:
         (claim_more_rows, "shards[0].rows"),
         (claim_fewer_tokens, "shards[1].tokens"),
         (claim_more_total_tokens, "totals.tokens"),
+        (claim_more_documents, "shards[0].documents"),
+        (claim_fewer_total_documents, "totals.documents"),
     ],
 )
 def test_an_edited_manifest_is_refused_naming_the_key(

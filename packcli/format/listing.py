@@ -3,11 +3,12 @@
 ``verify`` hashes every byte; a reader (the loader, ``stats``) cannot afford that on every open, but an edited
 manifest must not make it read a shard twice, leave one out or count rows that are not there. So on open (depth 2
 of :mod:`packcli.format.integrity`): its names (every shard and sidecar file of the directory listed, once); the
-shards' rows and tokens add up to the totals; and each shard file holds the rows and tokens its entry says (from
-the record batches' lengths and the offsets of ``input_ids``: no token is read), written for the manifest's
-``max_len``, tokenizer and EOS (each shard's schema metadata repeats them: a manifest edited there, or a shard of
-another output, would give the loader another padded width or pad id). Any mismatch is one error naming the
-manifest key. A part a rerun reuses is checked deeper (:func:`check_intact`): every listed file's size and sha256 too.
+shards' rows, documents and tokens add up to the totals; and each shard file holds the rows, documents and tokens its
+entry says (from the record batches' lengths and the offsets of ``input_ids`` and ``cu_seqlens``: no token is
+read), written for the manifest's ``max_len``, tokenizer and EOS (each shard's schema metadata repeats them: a
+manifest edited there, or a shard of another output, would give the loader another padded width or pad id). Any
+mismatch is one error naming the manifest key. A part a rerun reuses is checked deeper (:func:`check_intact`):
+every listed file's size and sha256 too.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ REPACK = "the manifest was edited or the output is damaged: run packcli verify, 
 
 def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
     """Each shard and sidecar file of ``directory`` listed once (:func:`~packcli.format.integrity.name_damage`),
-    and the shards' rows and tokens equal to ``totals.sequences`` and ``totals.tokens``. ``manifest`` is validated
+    and the shards' rows, documents and tokens equal to ``totals.sequences``, ``totals.documents`` and
+    ``totals.tokens``. ``manifest`` is validated
     already (:func:`packcli.format.manifest.read_manifest`).
 
     Raises:
@@ -51,6 +53,8 @@ def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
         _fail(directory, "shards", f"{damage[0]}{more}")
     shards = manifest["shards"]
     summed = {"sequences": sum(shard["rows"] for shard in shards), "tokens": sum(shard["tokens"] for shard in shards)}
+    if all("documents" in shard for shard in shards):  # an entry's count of documents is newer than the format
+        summed["documents"] = sum(shard["documents"] for shard in shards)
     for key, problem in total_damage(manifest["totals"], summed):
         _fail(directory, key, problem)
 
@@ -76,8 +80,8 @@ def check_intact(directory: Path, manifest: dict[str, Any]) -> None:
 
 
 def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> pa.Table:
-    """Memory-map the shard of manifest entry ``shards[index]`` and check its rows and tokens against the entry,
-    and its schema metadata against the manifest.
+    """Memory-map the shard of manifest entry ``shards[index]`` and check its rows, documents and tokens against the
+    entry, and its schema metadata against the manifest.
 
     Raises:
         PackcliError: the file is missing, truncated or not a shard (naming the file), or holds other counts than
@@ -87,15 +91,17 @@ def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> 
     path = shard_path(directory, shard["file"])
     try:
         table = read_shard(path)
-        tokens = 0
+        tokens = documents = 0
         for batch in table.to_batches():
             views = {name: list_views(batch.column(name)) for name in batch.schema.names}  # each a list<int32>
-            offsets = views["input_ids"][1]
+            offsets, bounds = views["input_ids"][1], views["cu_seqlens"][1]
             tokens += int(offsets[-1]) - int(offsets[0])
+            documents += int(bounds[-1]) - int(bounds[0]) - batch.num_rows  # a row of k documents: k + 1 bounds
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise PackcliError(f"unreadable shard ({reason}): run packcli verify, or repack", path) from None
-    for key, problem in count_damage(shard["file"], shard, {"rows": table.num_rows, "tokens": tokens}):
+    counted = {"rows": table.num_rows, "documents": documents, "tokens": tokens}
+    for key, problem in count_damage(shard["file"], shard, counted):
         _fail(directory, f"shards[{index}].{key}", problem)
     _check_written_for(directory, manifest, shard["file"], table.schema.metadata or {})
     return table
