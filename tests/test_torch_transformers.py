@@ -38,9 +38,8 @@ MAX_LEN = ROWS_MAX_LEN  # the max_len of the packed_rows output
 WIDTH = 384
 TOLERANCE = 1e-4
 COMPILED_SHAPE: list[tuple[int, ...]] = []  # the input shape flex_attention was compiled for last in this process
-# Under make test (-n 2 --dist loadgroup) the tests that compare a batch with ``alone`` keep to one worker: the
-# module's model and its per-document runs are built once, and the flex cases share that worker's compiles.
-ALONE_GROUP = pytest.mark.xdist_group("llama-alone")
+FLEX_GROUP = pytest.mark.xdist_group("flex_attention")  # under make test, the flex cases share one worker's compiles
+FLEX = pytest.param("flex_attention", marks=FLEX_GROUP)
 CONFIG: dict[str, Any] = {
     "vocab_size": 50257,  # the bundled GPT-2 tokenizer's ids
     "hidden_size": 32,
@@ -104,7 +103,7 @@ def run(model: Any, implementation: str, **inputs: Any) -> Any:
             if implementation == "flex_attention":
                 # A second shape would make torch.compile recompile with dynamic shapes, whose CPU kernel torch 2.13
                 # fails to build: a new shape starts from a reset and compiles static. A batch of the shape compiled
-                # last keeps that work (most of a compile): the flex cases run in turn on one worker (ALONE_GROUP).
+                # last keeps that work (most of a compile): the flex cases run in turn on one worker (FLEX_GROUP).
                 shape = tuple(inputs["input_ids"].shape)
                 if [shape] != COMPILED_SHAPE:
                     torch._dynamo.reset()
@@ -155,9 +154,8 @@ def collate(layout: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return collate_varlen(rows) if layout == "varlen" else collate_padded(rows, max_len=WIDTH)
 
 
-@ALONE_GROUP
 @pytest.mark.parametrize("layout", ["varlen", "padded"])
-@pytest.mark.parametrize("implementation", ["sdpa", "eager", "flex_attention"])
+@pytest.mark.parametrize("implementation", ["sdpa", "eager", FLEX])
 def test_model_takes_a_batch_whole(model: Any, rows: Any, alone: Any, implementation: str, layout: str) -> None:
     batch = collate(layout, rows)
     output = run(model, implementation, **batch, use_cache=False)
@@ -197,8 +195,7 @@ MASKS: dict[str, Callable[[torch.Tensor], Any]] = {
 }
 
 
-@ALONE_GROUP
-@pytest.mark.parametrize("implementation", list(MASKS))
+@pytest.mark.parametrize("implementation", [FLEX if name == "flex_attention" else name for name in MASKS])
 def test_explicit_masks_in_each_form(model: Any, rows: Any, alone: Any, implementation: str) -> None:
     batch = collate_padded(rows, max_len=WIDTH)
     mask = MASKS[implementation](batch["document_ids"])
@@ -208,7 +205,6 @@ def test_explicit_masks_in_each_form(model: Any, rows: Any, alone: Any, implemen
     assert_documents_alone(output.logits, batch["labels"], rows, alone, "padded")
 
 
-@ALONE_GROUP
 @pytest.mark.parametrize("pitfall", ["2d attention_mask", "use_cache"])
 def test_the_pitfalls_really_mix_documents(model: Any, rows: Any, alone: Any, pitfall: str) -> None:
     """What docs/loader.md warns about: a 2D mask, or a cache, turns off transformers' packed-document detection."""
