@@ -19,7 +19,12 @@ from tokenizers import Tokenizer
 from packcli.cli import app
 from packcli.torch import PackedDataset
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning"),
+    # under make test (-n 2 --dist loadgroup) the module keeps to one worker: ``parts_packed`` (a partitioned pack
+    # starting a worker) is built once, not once on each worker
+    pytest.mark.xdist_group("export-sources"),
+]
 
 
 @pytest.fixture(scope="module")

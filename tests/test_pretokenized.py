@@ -22,6 +22,9 @@ from packcli.report.verify import verify_output
 from packcli.run.driver import pack_corpus
 from packcli.run.setup import set_up
 
+# under make test (-n 2 --dist loadgroup) the module keeps to one worker: ``documents`` (the sample encoded) is
+# built once, not once on each worker
+pytestmark = pytest.mark.xdist_group("pretokenized")
 runner = CliRunner()
 GPT2_EOS = 50256
 

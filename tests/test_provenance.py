@@ -21,6 +21,9 @@ from typer.testing import CliRunner
 from packcli.cli import app
 from packcli.encode.tokenizer import load_tokenizer
 
+# under make test (-n 2 --dist loadgroup) the module keeps to one worker: ``outputs`` (four packs, two of them
+# starting partition workers) is built once, not once on each worker
+pytestmark = pytest.mark.xdist_group("provenance")
 runner = CliRunner()
 FILLER = "the quick brown fox jumps over the lazy dog " * 3
 
