@@ -130,6 +130,9 @@ class PartsArea:
             return []
         committed = self._committed(files, partitions)
         unfinished = set(range(partitions)) - set(committed)
+        for partition in sorted(unfinished):  # committed once, but its manifest no longer reads as a part's
+            if f"{part_name(partition)}/{MANIFEST_NAME}" in files:
+                warn(f"partition {partition} is packed again: its manifest cannot be read as a part's")
         for partition in range(partitions):  # what a killed run left in node-local scratch
             shutil.rmtree(self._scratch(partition), ignore_errors=True)
         # what an unfinished part left goes silently; then files no committed part lists, said
