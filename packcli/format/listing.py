@@ -8,7 +8,7 @@ entry says (from the record batches' lengths and the offsets of ``input_ids`` an
 read), written for the manifest's ``max_len``, tokenizer and EOS (each shard's schema metadata repeats them: a
 manifest edited there, or a shard of another output, would give the loader another padded width or pad id). Any
 mismatch is one error naming the manifest key. A part a rerun reuses is checked deeper (:func:`check_intact`):
-every listed file's size and sha256 too.
+every listed file's size and sha256, and every row, too.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NoReturn
 
+import numpy as np
 import pyarrow as pa
 
 from packcli.errors import PackcliError
@@ -29,6 +30,7 @@ from packcli.format.integrity import (
     total_damage,
 )
 from packcli.format.manifest import MANIFEST_NAME, shard_path
+from packcli.format.rows import check_rows
 from packcli.format.schema import shard_metadata
 from packcli.format.shards import list_views, read_shard
 from packcli.util.files import file_sha256
@@ -61,8 +63,9 @@ def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
 
 def check_intact(directory: Path, manifest: dict[str, Any]) -> None:
     """Everything a rerun checks before it reuses a part on a disk: :func:`check_listing`, each listed file (sidecars
-    too) at its listed size and sha256, then each shard's counts and metadata (:func:`open_listed_shard`), so that
-    neither a changed byte nor an edited manifest is reused.
+    too) at its listed size and sha256, then each shard's counts and metadata (:func:`open_listed_shard`) and every
+    row under the format's rules (:func:`~packcli.format.rows.check_rows`), so that neither a changed byte nor an
+    edited manifest, nor rows rewritten with their listing, is reused.
 
     Raises:
         PackcliError: the first thing wrong, naming the file or the manifest key.
@@ -75,8 +78,13 @@ def check_intact(directory: Path, manifest: dict[str, Any]) -> None:
     ]
     if damage:
         raise PackcliError(f"{damage[0]}: {REPACK}", directory)
-    for index in range(len(manifest["shards"])):
-        open_listed_shard(directory, manifest, index)
+    vocab_size = manifest["tokenizer"].get("vocab_size")
+    for index, shard in enumerate(manifest["shards"]):
+        first = 0
+        for batch in open_listed_shard(directory, manifest, index).to_batches():
+            for bad, what in check_rows(batch, manifest["max_len"], vocab_size).faults:
+                raise PackcliError(f"{shard['file']}: row {first + int(np.argmax(bad))} {what}: {REPACK}", directory)
+            first += batch.num_rows
 
 
 def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> pa.Table:
