@@ -131,3 +131,30 @@ def test_a_full_stdout_is_named_in_the_one_error_line(packed_text: Path, args: l
         result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
     assert result.returncode == 1, result.stderr
     assert error_line(result.stderr) == "error: cannot write standard output (No space left on device)", result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_full_stdout_after_an_up_to_date_pack_or_an_export_says_what_was_done(
+    tmp_path: Path, tiny_corpus: Path
+) -> None:
+    """What a full standard output adds is what the run did: an up-to-date pack published nothing, an export wrote
+    its output."""
+    out, exported = tmp_path / "out", tmp_path / "exported"
+    pack = [sys.executable, "-m", "packcli", "pack", str(tiny_corpus), "--max-len", "512", "--out", str(out), "--quiet"]
+    assert subprocess.run(pack, capture_output=True, timeout=300, check=False).returncode == 0
+    export = [sys.executable, "-m", "packcli", "export", str(out), "--to", "megatron", "--out", str(exported)]
+    for command, done in ((pack, f"{out} is up to date"), (export, f"{exported} was written and is complete")):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+        assert result.returncode == 1, result.stderr
+        assert error_line(result.stderr) == f"error: cannot write standard output (No space left on device); {done}"
+
+
+def test_an_ascii_stdout_gets_escapes_not_an_error(packed_text: Path) -> None:
+    """``PYTHONIOENCODING=ascii packcli stats OUT``: the bars and rules rich and stats draw come out as escapes
+    (exit 0), not as 'unexpected UnicodeEncodeError'."""
+    command = [sys.executable, "-m", "packcli", "stats", str(packed_text)]
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "unexpected" not in result.stderr and result.stdout.isascii()

@@ -23,7 +23,15 @@ from typing import Any, TextIO
 
 from packcli.errors import PackcliError
 
-__all__ = ["ReaderGone", "StdoutFailed", "end_by_sigpipe", "reader_gone_raised", "stderr_kept_open", "stdout_named"]
+__all__ = [
+    "ReaderGone",
+    "StdoutFailed",
+    "end_by_sigpipe",
+    "reader_gone_raised",
+    "said_with_what_was_done",
+    "stderr_kept_open",
+    "stdout_named",
+]
 
 
 class ReaderGone(Exception):
@@ -66,11 +74,24 @@ def _failures_named() -> Iterator[None]:
 def stdout_named() -> Iterator[None]:
     """Within the block, a write to standard output that fails but for a closed reader is :class:`StdoutFailed`."""
     stream = sys.stdout
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        stream.reconfigure(errors="backslashreplace")  # an ASCII terminal gets \u2588, not a UnicodeEncodeError
     sys.stdout = _NamedStdout(stream)
     try:
         yield
     finally:
         sys.stdout = stream
+
+
+@contextmanager
+def said_with_what_was_done(done: str) -> Iterator[None]:
+    """Within the block (what a command prints once its output is in place, flushed at its end), a standard output
+    that fails is said with ``done``: "cannot write standard output (...); out was published and is complete"."""
+    try:
+        yield
+        sys.stdout.flush()
+    except StdoutFailed as exc:
+        raise PackcliError(f"{exc.message}; {done}") from None
 
 
 def _stdout_reader_gone() -> bool:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from packcli.cli import flags
+from packcli.cli.closed_stdout import said_with_what_was_done
 from packcli.cli.notices import Warnings
 from packcli.storage.urls import location
 
@@ -65,13 +66,15 @@ def export(
     finally:
         warnings.close()
     summary = result.summary(out)
-    if json_output:
-        print(json.dumps(summary, sort_keys=True))
-    elif result.status == "up-to-date":
-        print(f"{out} is up to date (same packed output, format and options); nothing to do")
-    else:
-        totals = summary["totals"]
-        print(
-            f"exported {count(totals['documents'], 'document')} in {count(totals['sequences'], 'sequence')} "
-            f"({totals['tokens']:,} tokens) as {to} into {out}"
-        )
+    done = f"{out} is up to date" if result.status == "up-to-date" else f"{out} was written and is complete"
+    with said_with_what_was_done(done):
+        if json_output:
+            print(json.dumps(summary, sort_keys=True))
+        elif result.status == "up-to-date":
+            print(f"{out} is up to date (same packed output, format and options); nothing to do")
+        else:
+            totals = summary["totals"]
+            print(
+                f"exported {count(totals['documents'], 'document')} in {count(totals['sequences'], 'sequence')} "
+                f"({totals['tokens']:,} tokens) as {to} into {out}"
+            )

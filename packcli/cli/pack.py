@@ -5,16 +5,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from packcli.cli import flags
-from packcli.cli.closed_stdout import StdoutFailed
+from packcli.cli.closed_stdout import said_with_what_was_done
 from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summary
-from packcli.errors import PackcliError
 from packcli.options import DEFAULT_MAX_LEN
 from packcli.util.signals import Interrupted
 
@@ -190,13 +188,12 @@ def pack(
     finally:
         reporter.close()
         warnings.close()
+    done = f"{out} was published and is complete" if result.status == "packed" else f"{out} is up to date"
     try:
-        _report(result, out, json_output, summary, warnings)
-        sys.stdout.flush()  # a full standard output is met here, and said with what was done (StdoutFailed)
+        with said_with_what_was_done(done):
+            _report(result, out, json_output, summary, warnings)
     except Interrupted:  # the output is in place: say so, not that nothing was written
         raise Interrupted(f"interrupted after {out} was published: the output is complete") from None
-    except StdoutFailed as exc:
-        raise PackcliError(f"{exc.message}; {out} was published and is complete") from None
 
 
 def _dry_run_lines(report: dict[str, Any]) -> list[str]:

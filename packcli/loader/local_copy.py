@@ -56,6 +56,8 @@ def readable_output(
         return url, None
     if cache_dir is None:
         raise UsageError(f"{url} is a URL: give cache_dir=DIR, the local directory its shards are fetched into")
+    if Path(cache_dir).exists() and not Path(cache_dir).is_dir():
+        raise UsageError(f"cache_dir={cache_dir} is not a directory: give the local directory {url}'s shards go into")
     manifest = read_manifest(url)
     size = sum(int(item["bytes"]) for item in listed_files(manifest, sidecars))
     if limit_bytes is not None and size > limit_bytes:
