@@ -442,6 +442,22 @@ def test_a_part_whose_rows_were_edited_with_its_listing_is_packed_again(tmp_path
     assert any(warning.startswith(said) for warning in warnings), warnings
 
 
+def test_a_part_whose_shard_is_a_link_is_packed_again(tmp_path: Path) -> None:
+    """A committed part whose shard was replaced by a symbolic link, even to an identical copy, is not reused: the
+    merge would move the link into the output, which would then point outside itself."""
+    area, run = failed_partitioned_run(tmp_path)
+    shard = area.part(1) / str((area.read(1) or {})["shards"][0]["file"])
+    copy = tmp_path / "elsewhere.arrow"
+    shutil.copyfile(shard, copy)
+    shard.unlink()
+    shard.symlink_to(copy)
+    warnings: list[str] = []
+    assert PartsArea(area.root).resume(run, 4, warnings.append) == [0, 2]
+    said = f"partition 1 is packed again: it is damaged ({shard.name}: a symbolic link, not a file packcli wrote)"
+    assert said in warnings, warnings
+    assert copy.is_file()
+
+
 def test_a_part_numbered_otherwise_and_a_linked_directory_do_not_stop_a_resume(tmp_path: Path) -> None:
     area, run = failed_partitioned_run(tmp_path)
     renumbered = area.part(1) / "manifest.json"

@@ -36,7 +36,7 @@ __all__ = [
     "total_damage",
 ]
 
-Kind = Literal["outside", "twice", "missing", "size", "sha256", "unlisted"]
+Kind = Literal["outside", "twice", "missing", "size", "sha256", "unlisted", "link"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class Damage:
             "twice": "listed twice in the manifest",
             "missing": "missing",
             "sha256": "sha256 differs from the manifest (the file was changed or damaged)",
+            "link": "a symbolic link, not a file packcli wrote",
         }[self.kind]
 
     def __str__(self) -> str:

@@ -63,19 +63,24 @@ def check_listing(directory: Path, manifest: dict[str, Any]) -> None:
 
 def check_intact(directory: Path, manifest: dict[str, Any]) -> None:
     """Everything a rerun checks before it reuses a part on a disk: :func:`check_listing`, each listed file (sidecars
-    too) at its listed size and sha256, then each shard's counts and metadata (:func:`open_listed_shard`) and every
-    row under the format's rules (:func:`~packcli.format.rows.check_rows`), so that neither a changed byte nor an
-    edited manifest, nor rows rewritten with their listing, is reused.
+    too) a plain file (no link) at its listed size and sha256, then each shard's counts and metadata
+    (:func:`open_listed_shard`) and every row under the format's rules (:func:`~packcli.format.rows.check_rows`), so
+    that neither a changed byte nor an edited manifest, nor rows rewritten with their listing, is reused.
 
     Raises:
         PackcliError: the first thing wrong, naming the file or the manifest key.
     """
     check_listing(directory, manifest)
-    damage = size_damage(manifest, directory_sizes(directory)) or [
-        Damage(item["file"], "sha256")
-        for item in listed_files(manifest)
-        if file_sha256(shard_path(directory, item["file"])) != item["sha256"]
-    ]
+    listed = listed_files(manifest)
+    damage = (
+        [Damage(item["file"], "link") for item in listed if shard_path(directory, item["file"]).is_symlink()]
+        or size_damage(manifest, directory_sizes(directory))
+        or [
+            Damage(item["file"], "sha256")
+            for item in listed
+            if file_sha256(shard_path(directory, item["file"])) != item["sha256"]
+        ]
+    )
     if damage:
         raise PackcliError(f"{damage[0]}: {REPACK}", directory)
     vocab_size = manifest["tokenizer"].get("vocab_size")
