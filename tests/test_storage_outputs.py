@@ -388,8 +388,9 @@ def test_the_loader_reads_an_output_url_through_a_bounded_cache(
     with pytest.raises(PackcliError, match="give cache_dir"):
         torch_module.PackedDataset(f"{bucket}/p128")
     (tmp_path / "a-file").write_text("not a directory")
-    with pytest.raises(PackcliError, match=r"^cache_dir=.*a-file is not a directory"):
-        torch_module.PackedDataset(f"{bucket}/p128", cache_dir=tmp_path / "a-file")
+    for beside in (tmp_path / "a-file", tmp_path / "a-file" / "under"):  # a file, or a path through one
+        with pytest.raises(PackcliError, match=r"^cache_dir=.*a-file(/under)? is not a directory"):
+            torch_module.PackedDataset(f"{bucket}/p128", cache_dir=beside)
 
 
 @pytest.fixture(scope="module")

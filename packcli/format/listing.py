@@ -87,7 +87,9 @@ def check_intact(directory: Path, manifest: dict[str, Any]) -> None:
     for index, shard in enumerate(manifest["shards"]):
         first = 0
         for batch in open_listed_shard(directory, manifest, index).to_batches():
-            for bad, what in check_rows(batch, manifest["max_len"], vocab_size).faults:
+            faults = check_rows(batch, manifest["max_len"], vocab_size).faults
+            if faults:
+                bad, what = faults[0]
                 raise PackcliError(f"{shard['file']}: row {first + int(np.argmax(bad))} {what}: {REPACK}", directory)
             first += batch.num_rows
 

@@ -18,16 +18,18 @@ from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN
 from packcli.format.shards import flat_list_column
 from packcli.util.arrays import exclusive_cumsum
 
-__all__ = ["BatchRows", "check_rows", "flat", "row_of_token", "rows_with"]
+__all__ = ["BatchRows", "check_rows", "flat", "row_of_token"]
 
 
 @dataclass
 class BatchRows:
-    """One batch under the rules: its ids and row offsets, the rows whose ``cu_seqlens`` is wrong, the documents
-    of the other rows (row, first token in the batch, length; in row order), and the rules' faults."""
+    """One batch under the rules: its ids and row offsets, its documents by ``cu_seqlens`` (every row's, sound or
+    not), the rows whose ``cu_seqlens`` is wrong, the documents of the other rows (row, first token in the batch,
+    length; in row order), and the rules' faults."""
 
     ids: np.ndarray
     offsets: np.ndarray
+    documents: int
     bad_cu: np.ndarray
     doc_row: np.ndarray
     doc_start: np.ndarray
@@ -47,13 +49,14 @@ def check_rows(batch: pa.RecordBatch, max_len: int, vocab_size: int | None) -> B
     lengths = np.diff(offsets)
     bad_lengths = (lengths < 1) | (lengths > max_len)
     bad_cu, doc_row, doc_start, doc_length = _documents(cu, cu_offsets, offsets)
-    rows = BatchRows(ids, offsets, bad_cu, doc_row, doc_start, doc_length)
+    documents = int(np.maximum(np.diff(cu_offsets) - 1, 0).sum())
+    rows = BatchRows(ids, offsets, documents, bad_cu, doc_row, doc_start, doc_length)
     rows.fault(bad_lengths, f"not within 1..{max_len} tokens")
     if len(ids) and (int(ids.min()) < 0 or (vocab_size is not None and int(ids.max()) >= vocab_size)):
         outside = (ids < 0) if vocab_size is None else (ids < 0) | (ids >= vocab_size)
         vocabulary = f"[0, {vocab_size})" if vocab_size else "(negative)"
         rows.fault(
-            rows_with(outside, row_of_token(offsets), len(lengths)), f"with an id outside the vocabulary {vocabulary}"
+            _rows_with(outside, row_of_token(offsets), len(lengths)), f"with an id outside the vocabulary {vocabulary}"
         )
     rows.fault(bad_cu, "whose cu_seqlens does not start at 0, rise strictly and end at the row length")
     if POSITIONS_COLUMN in batch.schema.names:  # --no-position-ids stores none: readers rebuild them
@@ -84,7 +87,7 @@ def _documents(
     cu_row = np.repeat(np.arange(n_rows), entries)
     steps = np.diff(cu.astype(np.int64))
     inside = cu_row[1:] == cu_row[:-1]  # a step between two entries of one row: a document
-    falling = rows_with(inside & (steps <= 0), cu_row[:-1], n_rows)
+    falling = _rows_with(inside & (steps <= 0), cu_row[:-1], n_rows)
     bad = (entries < 2) | (first != 0) | (last != np.diff(offsets)) | falling
     document = inside & ~bad[cu_row[:-1]]
     doc_row = cu_row[:-1][document]
@@ -108,7 +111,7 @@ def _positions_at_fault(
     token = np.repeat(starts, kept_lengths) + within
     shift = np.repeat((position_offsets - offsets)[kept_rows], kept_lengths)
     wrong = positions[token + shift] != within
-    return rows_with(wrong, row_of_token(offsets)[token], len(offsets) - 1)
+    return _rows_with(wrong, row_of_token(offsets)[token], len(offsets) - 1)
 
 
 def _check_labels(rows: BatchRows, labels: np.ndarray, label_offsets: np.ndarray) -> None:
@@ -123,12 +126,12 @@ def _check_labels(rows: BatchRows, labels: np.ndarray, label_offsets: np.ndarray
         shift = np.repeat((label_offsets - offsets)[:-1], np.diff(offsets))[token]
         kept = labels[token + shift]
         wrong = (kept != IGNORE_INDEX) & (kept != ids[token])
-        rows.fault(rows_with(wrong, of_token[token], n_rows), "with a label neither -100 nor the input id")
+        rows.fault(_rows_with(wrong, of_token[token], n_rows), "with a label neither -100 nor the input id")
     starts = same_length[doc_row]
     start_rows = doc_row[starts]
     supervised_start = labels[doc_start[starts] + (label_offsets - offsets)[start_rows]] != IGNORE_INDEX
     rows.fault(
-        rows_with(supervised_start, start_rows, n_rows), "with a label other than -100 at a document's first token"
+        _rows_with(supervised_start, start_rows, n_rows), "with a label other than -100 at a document's first token"
     )
 
 
@@ -153,7 +156,7 @@ def _restart_at(positions: np.ndarray, doc_start: np.ndarray) -> bool:
     return np.array_equal(steps_elsewhere, doc_start[1:])
 
 
-def rows_with(bad: np.ndarray, row_of: np.ndarray, n_rows: int) -> np.ndarray:
+def _rows_with(bad: np.ndarray, row_of: np.ndarray, n_rows: int) -> np.ndarray:
     """A boolean per row: whether any element (belonging to row ``row_of``) is ``bad``."""
     rows = np.zeros(n_rows, dtype=bool)
     rows[row_of[bad]] = True

@@ -56,8 +56,12 @@ def readable_output(
         return url, None
     if cache_dir is None:
         raise UsageError(f"{url} is a URL: give cache_dir=DIR, the local directory its shards are fetched into")
-    if Path(cache_dir).exists() and not Path(cache_dir).is_dir():
-        raise UsageError(f"cache_dir={cache_dir} is not a directory: give the local directory {url}'s shards go into")
+    try:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file there, or on its path
+        raise UsageError(
+            f"cache_dir={cache_dir} is not a directory: give the local directory {url}'s shards go into"
+        ) from None
     manifest = read_manifest(url)
     size = sum(int(item["bytes"]) for item in listed_files(manifest, sidecars))
     if limit_bytes is not None and size > limit_bytes:

@@ -120,8 +120,7 @@ class RowChecks:
         self._check_specials(ids, doc_row, doc_start, doc_length, places)
         if LABELS_COLUMN in batch.schema.names:
             self._count_labels(*flat(batch, LABELS_COLUMN))
-        cu_offsets = flat(batch, "cu_seqlens")[1]
-        self.documents += int(np.maximum(np.diff(cu_offsets) - 1, 0).sum())
+        self.documents += rows.documents
         self.tokens += len(ids)
         self.first_row += batch.num_rows
 
