@@ -158,3 +158,21 @@ def test_an_ascii_stdout_gets_escapes_not_an_error(packed_text: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, env=env)
     assert result.returncode == 0, result.stderr
     assert "unexpected" not in result.stderr and result.stdout.isascii()
+
+
+def test_show_json_on_an_ascii_stdout_is_still_json(tmp_path: Path) -> None:
+    """``PYTHONIOENCODING=ascii packcli show OUT --json``: text the stream cannot encode is written as JSON's own
+    escapes, so the line still parses and gives the text back, not the stream's ``\\xe9`` (which is no JSON)."""
+    text = "caf\u00e9 \u4e2d\u6587 \U0001f600 and more text"
+    corpus = tmp_path / "caf\u00e9.jsonl"  # --source names it
+    corpus.write_text(json.dumps({"text": text}) + "\n")
+    out = tmp_path / "out"
+    assert (
+        CliRunner().invoke(app, ["pack", str(corpus), "--max-len", "512", "--out", str(out), "--quiet"]).exit_code == 0
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for args in (["--row", "0"], ["--source", f"{corpus}:1"]):
+        command = [sys.executable, "-m", "packcli", "show", str(out), "--json", *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "caf\u00e9" in json.dumps(json.loads(result.stdout), ensure_ascii=False), result.stdout

@@ -247,6 +247,13 @@ def _model_cost(
     return ModelCost(cost, world_size, batch_size, grad_accum, seed)
 
 
+def _json(value: object) -> str:
+    """``value`` as JSON: its text as it is on a UTF-8 standard output, else as JSON's ``\\u`` escapes (what the
+    stream would write for a character it cannot encode is no JSON)."""
+    utf8 = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "") == "utf8"
+    return json.dumps(value, sort_keys=True, ensure_ascii=not utf8)
+
+
 def _given(ctx: typer.Context, name: str) -> bool:
     """Whether the option ``name`` was given (on the command line or from the environment), not defaulted."""
     source = ctx.get_parameter_source(name)
@@ -346,13 +353,13 @@ def show(
             raise UsageError(f"--source finds the rows a record went to; it takes no {' or '.join(decoding)}")
         found = find_source(out, source)
         if json_output:
-            print(json.dumps(found, sort_keys=True, ensure_ascii=False))
+            print(_json(found))
         else:
             print_found(found, path)
         return
     manifest, shown = read_row(out, row)
     decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
     if json_output:
-        print(json.dumps(decoded, sort_keys=True, ensure_ascii=False))
+        print(_json(decoded))
     else:
         print_row(decoded, str(path))
