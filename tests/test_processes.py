@@ -144,7 +144,7 @@ def test_a_stray_file_in_the_resume_area_never_reaches_the_output(big: Path, tmp
     assert verified.exit_code == 0, verified.output
 
 
-def test_resume_follows_resolved_facts_not_spellings(tmp_path: Path) -> None:
+def test_resume_follows_resolved_facts_not_spellings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tokenizer = tmp_path / "tok"
     tokenizer.mkdir()
     source = Path(__import__("packcli").__file__).parent / "assets" / "gpt2" / "tokenizer.json.gz"
@@ -152,7 +152,7 @@ def test_resume_follows_resolved_facts_not_spellings(tmp_path: Path) -> None:
     corpus = tmp_path / "big.jsonl"
     corpus.write_bytes(gzip.decompress(SAMPLE.read_bytes()) * 2)
     staging = tmp_path / ".out.packcli-resume"
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # and back: a worker left in a removed directory starts no process
     args = ["big.jsonl", "--max-len", "2048", "--partitions", "4", "--out", "out"]
     done = kill_after_first_commit([*PACK, *args, "--workers", "1", "--tokenizer", "tok", "--quiet"], staging)
     assert done >= 1

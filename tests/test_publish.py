@@ -349,6 +349,24 @@ def test_an_out_on_a_read_only_file_system_names_out_and_why(corpus: Path, read_
     ), stderr
 
 
+def test_an_up_to_date_output_on_a_read_only_file_system_is_up_to_date(corpus: Path, mount_point: Path) -> None:
+    """A CI step that packs again over an output on a read-only volume: nothing can change it there, so it is up to
+    date as ``--dry-run`` says, and pack ends 0 saying so, writing nothing; a changed run is refused as before."""
+    out = mount_point / "packed"
+    assert pack(corpus, out) == (0, "")
+    if subprocess.run(["mount", "-o", "remount,ro,bind", str(mount_point)], capture_output=True).returncode != 0:
+        pytest.skip("needs a read-only bind mount, which this user may not make")
+    before = snapshot(mount_point)
+    result = runner.invoke(app, ["pack", str(corpus), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert f"{out} is up to date" in result.stdout
+    assert snapshot(mount_point) == before
+    code, stderr = pack(corpus, out, "--max-len", "64", "--overwrite")
+    assert code == 1
+    assert error_line(stderr).startswith(f"error: {out}: cannot create or lock the output's lock file"), stderr
+    assert "Read-only file system" in error_line(stderr)
+
+
 # --- what looks like a datasets cache file but is not one ---------------------------------------------------------
 
 

@@ -100,6 +100,8 @@ class Publication(Claim):
         try:
             locked = self._lock.acquire(wait=False)
         except OSError as exc:
+            if exc.errno == errno.EROFS and self._unchangeable_and_up_to_date():
+                return self
             raise PackcliError(
                 f"cannot create or lock the output's lock file ({self._lock.path.name}) beside it: "
                 f"{exc.strerror or exc}",
@@ -127,6 +129,16 @@ class Publication(Claim):
             self._close()
             raise
         return self
+
+    def _unchangeable_and_up_to_date(self) -> bool:
+        """Whether the output, on a read-only file system (where no lock file can be made and no run can change it),
+        is up to date: the run then has nothing to do and needs no lock, as ``--dry-run`` says."""
+        try:
+            self.up_to_date = self.existing(self.target, self.fingerprint, self.out) == "same"
+            self.up_to_date = self.up_to_date and self.current(self.target)
+        except PackcliError:  # not a packcli output of this run: the lock file's error says why nothing is written
+            self.up_to_date = False
+        return self.up_to_date
 
     def commit(self) -> None:
         """Swap the staged output (manifest written) into place, then remove the previous one (what of it cannot be
