@@ -338,6 +338,24 @@ def test_bytes_after_a_whole_stream_name_its_last_line(tmp_path: Path, suffix: s
     assert f"{path.name}: the compressed data is damaged or cut short after line {documents:,}: " in result.stderr
 
 
+@pytest.mark.parametrize("suffix", sorted(WHOLE))
+def test_an_empty_compressed_file_is_damaged_not_an_empty_input(tmp_path: Path, suffix: str) -> None:
+    """A compressed file of no bytes holds no stream, not an empty text (a copy cut to nothing; ``gzip -t`` says
+    "unexpected end of file"): beside another input it was packed as nothing, without a word."""
+    empty, other = tmp_path / f"empty.jsonl{suffix}", tmp_path / "other.jsonl"
+    empty.write_bytes(b"")
+    other.write_bytes(line("a document"))
+    result = pack(str(empty), str(other), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1, result.output
+    assert error_line(result.stderr).startswith(
+        f"error: {empty}: the compressed data is damaged or cut short at its start: "
+    ), result.stderr
+    assert not (tmp_path / "out").exists()
+    whole = tmp_path / f"whole.jsonl{suffix}"  # an empty text, compressed, is a stream: no document, no error
+    whole.write_bytes(WHOLE[suffix](b""))
+    assert pack(str(whole), str(other), "--out", str(tmp_path / "out")).exit_code == 0
+
+
 def streams(suffix: str, *parts: bytes) -> bytes:
     """The texts 'a 0'.. 'a 99' in one stream, 'b 0'.. 'b 99' in the next, and so on, each part in its place."""
     letters = iter("abcd")

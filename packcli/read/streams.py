@@ -120,7 +120,22 @@ class _Streams(io.RawIOBase):
         return after
 
 
+class _NoStream(io.RawIOBase):
+    """A compressed file of no bytes: no stream at all, which gzip's and zstd's readers take for an empty text.
+    Reading it raises what bzip2's and xz's readers raise there, so it is named as damaged, not packed as nothing."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        raise EOFError("compressed file ended before the end-of-stream marker was reached")
+
+
 def _decompress(raw: IO[bytes], suffix: str) -> IO[bytes]:
+    if suffix in (".gz", ".zst"):
+        if not raw.read(1):
+            return cast(IO[bytes], io.BufferedReader(_NoStream()))
+        raw.seek(0)
     if suffix == ".gz":
         return cast(IO[bytes], gzip.GzipFile(fileobj=raw))
     if suffix == ".zst":
