@@ -40,13 +40,11 @@ ROWS_MAX_LEN = 96  # the max_len of the ``packed_rows`` output
 PROGRESS_PREFIX = "packcli: "  # how a progress line starts (packcli.cli.progress)
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Any attempt to reach the network fails loudly; the loopback (a server a test starts on 127.0.0.1) is fine."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "packcli-cache"))
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-
+@pytest.fixture(autouse=True, scope="session")
+def offline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Any attempt to reach the network fails loudly; the loopback (a server a test starts on 127.0.0.1) is fine.
+    For the whole session: module and session fixtures, set up before a test's own, run offline too, with a
+    tokenization cache of the session's (never the user's ``~/.cache/packcli``)."""
     real_connect = socket.socket.connect
 
     def connect(self: socket.socket, address: Any) -> None:
@@ -61,9 +59,19 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
             raise RuntimeError(f"network access attempted in a test: {address}")
         return real_create_connection(address, *args, **kwargs)
 
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "create_connection", create_connection)
-    yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("HF_DATASETS_OFFLINE", "1")
+        patch.setenv("PACKCLI_CACHE", str(tmp_path_factory.mktemp("packcli-cache")))
+        patch.setattr(socket.socket, "connect", connect)
+        patch.setattr(socket, "create_connection", create_connection)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test its own tokenization cache: what one test caches, no other reuses."""
+    monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "packcli-cache"))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -367,6 +367,28 @@ def test_an_up_to_date_output_on_a_read_only_file_system_is_up_to_date(corpus: P
     assert "Read-only file system" in error_line(stderr)
 
 
+def test_dry_run_on_a_read_only_file_system_says_what_the_run_would_say(corpus: Path, mount_point: Path) -> None:
+    """A CI step that checks with ``--dry-run`` first is told the run cannot write there, as the run says, not that
+    it would pack; up to date stays up to date. A directory that is not packcli's is named for that, read-only or
+    not: the more useful reason, which the lock file's hid."""
+    out, stranger = mount_point / "packed", mount_point / "notes"
+    stranger.mkdir()
+    (stranger / "todo.txt").write_text("mine\n")
+    assert pack(corpus, out) == (0, "")
+    if subprocess.run(["mount", "-o", "remount,ro,bind", str(mount_point)], capture_output=True).returncode != 0:
+        pytest.skip("needs a read-only bind mount, which this user may not make")
+    assert runner.invoke(app, ["pack", str(corpus), "--out", str(out), "--dry-run"]).exit_code == 0
+    for target, extra in ((out, ["--max-len", "64", "--overwrite"]), (mount_point / "new" / "packed", [])):
+        for dry in ([], ["--dry-run"]):
+            code, stderr = pack(corpus, target, *extra, *dry)
+            assert code == 1, (target, dry, stderr)
+            assert "Read-only file system" in error_line(stderr), stderr
+    for dry in ([], ["--dry-run"]):
+        code, stderr = pack(corpus, stranger, *dry)
+        assert code == 1
+        assert error_line(stderr).startswith(f"error: {stranger}: holds 'todo.txt' but is not a packcli output"), stderr
+
+
 # --- what looks like a datasets cache file but is not one ---------------------------------------------------------
 
 

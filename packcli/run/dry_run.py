@@ -16,6 +16,8 @@ from packcli.read.inputs import Spool
 from packcli.run.setup import set_up, takes_output
 from packcli.run.sources import manifest_weights
 from packcli.storage.sources import parquet_source
+from packcli.storage.urls import UrlPath
+from packcli.write.publish import lock_refusal
 from packcli.write.remote import output_state
 
 __all__ = ["dry_run"]
@@ -38,7 +40,8 @@ def dry_run(
     Raises:
         UsageError: as ``pack`` would, before reading a record (options, strategy, partitions, weights).
         PackcliError: an input that cannot be opened, a tokenizer that does not load, or an ``--out`` that the run
-            would refuse (another output there without ``overwrite``, or a directory that is not packcli's).
+            would refuse (another output there without ``overwrite``, a directory that is not packcli's, or one
+            where no lock can be made: a read-only file system, a directory this user may not write).
     """
     setup = set_up(inputs, options, warn, stdin, encodes=False)
     facts: dict[str, Any] = {
@@ -63,11 +66,15 @@ def dry_run(
             "missing, not its listed size, listed twice or not listed): the run would refuse it without --overwrite",
             out,
         )
+    up_to_date = output == "same" and takes_output(options.tokenizer_backend)(out)
+    refusal = None if up_to_date or isinstance(out, UrlPath) else lock_refusal(out)
+    if refusal is not None:
+        raise refusal
     files = [_file_entry(item.path, item.name) for item in setup.inputs]  # documents: None where only reading tells
     known = [entry["documents"] for entry in files]
     return {
         "dry_run": True,
-        "status": "up-to-date" if output == "same" and takes_output(options.tokenizer_backend)(out) else "would-pack",
+        "status": "up-to-date" if up_to_date else "would-pack",
         "fingerprint": fingerprint,
         "out": str(out),
         "output": output,

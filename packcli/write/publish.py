@@ -39,7 +39,7 @@ from packcli.write.staging import (
     up_to_date,
 )
 
-__all__ = ["Claim", "Publication", "remove_dead_runs"]
+__all__ = ["Claim", "Publication", "lock_refusal", "remove_dead_runs"]
 
 _RENAME_EXCHANGE = 2  # renameat2's flag and its "relative to the working directory"
 _AT_FDCWD = -100
@@ -102,11 +102,7 @@ class Publication(Claim):
         except OSError as exc:
             if exc.errno == errno.EROFS and self._unchangeable_and_up_to_date():
                 return self
-            raise PackcliError(
-                f"cannot create or lock the output's lock file ({self._lock.path.name}) beside it: "
-                f"{exc.strerror or exc}",
-                self.out,
-            ) from None
+            raise _no_lock(self.out, self._lock.path, str(exc.strerror or exc)) from None
         if not locked:
             holder = self._lock.holder()
             raise in_use(f"pid {holder}" if holder else "another process", self.out)
@@ -133,11 +129,8 @@ class Publication(Claim):
     def _unchangeable_and_up_to_date(self) -> bool:
         """Whether the output, on a read-only file system (where no lock file can be made and no run can change it),
         is up to date: the run then has nothing to do and needs no lock, as ``--dry-run`` says."""
-        try:
-            self.up_to_date = self.existing(self.target, self.fingerprint, self.out) == "same"
-            self.up_to_date = self.up_to_date and self.current(self.target)
-        except PackcliError:  # not a packcli output of this run: the lock file's error says why nothing is written
-            self.up_to_date = False
+        existing = self.existing(self.target, self.fingerprint, self.out)  # not packcli's: says so, read-only or not
+        self.up_to_date = existing == "same" and self.current(self.target)
         return self.up_to_date
 
     def commit(self) -> None:
@@ -192,6 +185,26 @@ class Publication(Claim):
             if self._staged and not self._committed and not self.resumable:
                 remove_path(self.staging)
             self._lock.release(remove=True)
+
+
+def lock_refusal(out: Path) -> PackcliError | None:
+    """Why a run could not take the lock beside the output directory ``out``, as the run says it, found without
+    writing anything (``pack --dry-run``): the directory that would hold the lock, or the nearest one there is, is
+    on a read-only file system or not this user's to write. None where the system raises no such objection."""
+    target = resolved_out(out)
+    place = target.parent
+    while not place.exists():
+        place = place.parent
+    if os.access(place, os.W_OK | os.X_OK):
+        return None
+    reason = os.strerror(errno.EROFS if os.statvfs(place).f_flag & os.ST_RDONLY else errno.EACCES)
+    if place != target.parent:
+        return PackcliError(f"cannot create the directory that holds the output: {reason}", target.parent)
+    return _no_lock(out, sibling(target, "lock"), reason)
+
+
+def _no_lock(out: Path, lock: Path, reason: str) -> PackcliError:
+    return PackcliError(f"cannot create or lock the output's lock file ({lock.name}) beside it: {reason}", out)
 
 
 def remove_dead_runs(out: Path, fingerprint: str, warn: Callable[[str], None] = lambda message: None) -> None:
