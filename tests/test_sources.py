@@ -172,6 +172,8 @@ def test_a_pipe_or_a_broken_link_found_in_the_inputs_is_named_not_read(tmp_path:
         found = find_inputs([spec], warnings.append)
         assert found.files == [data / "a.jsonl"] and found.unread == [data / "b.jsonl", data / "c.jsonl"], spec
         assert len(warnings) == 1 and "2 file(s) found in the inputs are not read" in warnings[0], warnings
+        assert f"{data / 'b.jsonl'} (a pipe, a device or a socket)" in warnings[0], warnings  # its format is read
+        assert f"{data / 'c.jsonl'} (a link to nothing)" in warnings[0], warnings
 
 
 def test_a_file_url_is_read_as_its_path(tmp_path: Path) -> None:

@@ -172,6 +172,17 @@ def input_format(path: Path) -> str | None:
     return "json" if name.endswith(JSON_SUFFIXES) else None
 
 
+def _unread_name(path: Path) -> str:
+    """A file not read, named with why where its name is no reason: a pipe, a device or a socket, a dangling link."""
+    if is_url(str(path)) or path.is_file():  # a store lists objects only: no question asked of it again
+        return str(path)
+    return (
+        f"{path} (a link to nothing)"
+        if path.is_symlink() and not path.exists()
+        else f"{path} (a pipe, a device or a socket)"
+    )
+
+
 def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inputs:
     """Expand files, directories (searched recursively) and glob patterns; each argument's files in sorted order.
 
@@ -224,7 +235,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
             raise PackcliError("no such file or directory", path)
         found.extend(matches)
     if unread:
-        names = ", ".join(str(path) for path in unread[:_NAMED_UNREAD])
+        names = ", ".join(_unread_name(path) for path in unread[:_NAMED_UNREAD])
         more = f" and {len(unread) - _NAMED_UNREAD:,} more" if len(unread) > _NAMED_UNREAD else ""
         warn(f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}): {names}{more}")
     unique: dict[FileIdentity, Path] = {}
