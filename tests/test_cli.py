@@ -85,6 +85,15 @@ def test_every_bad_input_gets_one_line_and_its_exit_code(tmp_path: Path, monkeyp
         assert not list(tmp_path.glob(".out.packcli-*"))
 
 
+def test_stats_names_the_one_input_that_holds_no_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As pack does: the error names the file, not only "no documents"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    result = invoke("stats", "empty.jsonl")
+    assert result.exit_code == 1, result.output
+    assert f"error: {tmp_path / 'empty.jsonl'}: no documents" in error_line(result.stderr), result.stderr
+
+
 def test_an_error_naming_a_file_with_a_line_break_in_its_name_is_still_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -59,7 +59,7 @@ def measure_corpus(
         "overflow": options.overflow_policy.value,
         "window": options.window,
     }
-    check_documents(len(tokenized.lengths), {**extra, "documents": len(pieces.length)}, [], options)  # as pack does
+    check_documents(len(tokenized.lengths), {**extra, "documents": len(pieces.length)}, setup.files, options)  # as pack
     reporter.stage("comparing strategies")
     extra.update(chat_totals(counts, options))  # as pack's manifest has them
     compared, packings = {}, {}
