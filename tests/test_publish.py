@@ -352,14 +352,18 @@ def test_an_out_on_a_read_only_file_system_names_out_and_why(corpus: Path, read_
 def test_an_up_to_date_output_on_a_read_only_file_system_is_up_to_date(corpus: Path, mount_point: Path) -> None:
     """A CI step that packs again over an output on a read-only volume: nothing can change it there, so it is up to
     date as ``--dry-run`` says, and pack ends 0 saying so, writing nothing; a changed run is refused as before."""
-    out = mount_point / "packed"
+    out, exported = mount_point / "packed", mount_point / "megatron"
     assert pack(corpus, out) == (0, "")
+    export = ["export", str(out), "--to", "megatron", "--out", str(exported)]
+    assert runner.invoke(app, export).exit_code == 0
     if subprocess.run(["mount", "-o", "remount,ro,bind", str(mount_point)], capture_output=True).returncode != 0:
         pytest.skip("needs a read-only bind mount, which this user may not make")
     before = snapshot(mount_point)
     result = runner.invoke(app, ["pack", str(corpus), "--out", str(out)])
     assert result.exit_code == 0, result.stderr
     assert f"{out} is up to date" in result.stdout
+    result = runner.invoke(app, export)  # an export is published as a pack is: the same holds
+    assert result.exit_code == 0 and f"{exported} is up to date" in result.stdout, result.output
     assert snapshot(mount_point) == before
     code, stderr = pack(corpus, out, "--max-len", "64", "--overwrite")
     assert code == 1
@@ -367,26 +371,73 @@ def test_an_up_to_date_output_on_a_read_only_file_system_is_up_to_date(corpus: P
     assert "Read-only file system" in error_line(stderr)
 
 
+def said_alike(corpus: Path, out: Path, *extra: str) -> tuple[int, str]:
+    """The exit code and error line of ``pack`` on ``out``, checked to be those of ``pack --dry-run``: a CI step
+    that checks with a dry run first is told what the run would say, not that it would pack."""
+    code, stderr = pack(corpus, out, *extra)
+    dry_code, dry_stderr = pack(corpus, out, *extra, "--dry-run")
+    assert dry_code == code, (out, extra, stderr, dry_stderr)
+    if code:
+        assert error_line(dry_stderr) == error_line(stderr), (out, extra)
+    return code, error_line(stderr) if code else ""
+
+
 def test_dry_run_on_a_read_only_file_system_says_what_the_run_would_say(corpus: Path, mount_point: Path) -> None:
-    """A CI step that checks with ``--dry-run`` first is told the run cannot write there, as the run says, not that
-    it would pack; up to date stays up to date. A directory that is not packcli's is named for that, read-only or
-    not: the more useful reason, which the lock file's hid."""
-    out, stranger = mount_point / "packed", mount_point / "notes"
+    """The lock's refusal, another output without --overwrite, directories to make, a directory not packcli's (the
+    more useful reason, which the lock file's hid): each said by the dry run as by the run; up to date is 0."""
+    out, other, stranger = mount_point / "packed", mount_point / "other", mount_point / "notes"
     stranger.mkdir()
     (stranger / "todo.txt").write_text("mine\n")
     assert pack(corpus, out) == (0, "")
+    assert pack(corpus, other, "--max-len", "64") == (0, "")
     if subprocess.run(["mount", "-o", "remount,ro,bind", str(mount_point)], capture_output=True).returncode != 0:
         pytest.skip("needs a read-only bind mount, which this user may not make")
-    assert runner.invoke(app, ["pack", str(corpus), "--out", str(out), "--dry-run"]).exit_code == 0
-    for target, extra in ((out, ["--max-len", "64", "--overwrite"]), (mount_point / "new" / "packed", [])):
-        for dry in ([], ["--dry-run"]):
-            code, stderr = pack(corpus, target, *extra, *dry)
-            assert code == 1, (target, dry, stderr)
-            assert "Read-only file system" in error_line(stderr), stderr
-    for dry in ([], ["--dry-run"]):
-        code, stderr = pack(corpus, stranger, *dry)
-        assert code == 1
-        assert error_line(stderr).startswith(f"error: {stranger}: holds 'todo.txt' but is not a packcli output"), stderr
+    assert said_alike(corpus, out) == (0, "")
+    refused = "cannot create or lock the output's lock file (.packed.packcli-lock) beside it: Read-only file system"
+    assert said_alike(corpus, out, "--max-len", "64", "--overwrite") == (1, f"error: {out}: {refused}")
+    assert "Read-only file system" in said_alike(corpus, other)[1]
+    missing = mount_point / "a"
+    said = (1, f"error: {missing}: cannot create the directory that holds the output: Read-only file system")
+    assert said_alike(corpus, missing / "b" / "packed") == said
+    code, line = said_alike(corpus, stranger)
+    assert (code, line.startswith(f"error: {stranger}: holds 'todo.txt' but is not a packcli output")) == (1, True)
+
+
+def test_dry_run_refuses_the_outs_the_run_refuses_before_any_work(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The current directory, a path through a file: the dry run promised to write there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.txt").write_text("x\n")
+    for out in (Path("."), Path("f.txt") / "sub" / "out"):
+        code, line = said_alike(corpus, out)
+        assert code == 1 and line, out
+
+
+def test_an_out_this_user_may_not_write_is_up_to_date_or_refused_alike(corpus: Path, tmp_path: Path) -> None:
+    """Where the lock cannot be made because the directory is not this user's to write, an up-to-date output is
+    checked as a reader checks it (as stats does, with no lock) and the run ends 0, as the dry run says; a run
+    that would pack is refused by both in the same line. Root without its capabilities (setpriv), as a user."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    out = locked / "packed"
+    assert pack(corpus, out) == (0, "")
+    command = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-m", "packcli", "pack"]
+    locked.chmod(0o555)
+    try:
+        runs = [
+            subprocess.run([*command, str(corpus), "--out", str(out), *extra, *dry], capture_output=True, text=True)
+            for extra in ([], ["--max-len", "64", "--overwrite"])
+            for dry in ([], ["--dry-run"])
+        ]
+    finally:
+        locked.chmod(0o755)
+    if "setpriv" in runs[0].stderr:
+        pytest.skip(f"needs setpriv to drop capabilities: {runs[0].stderr.strip()}")
+    assert [run.returncode for run in runs] == [0, 0, 1, 1], [run.stderr for run in runs]
+    assert f"{out} is up to date" in runs[0].stdout
+    assert error_line(runs[2].stderr) == error_line(runs[3].stderr)
+    assert error_line(runs[2].stderr).endswith("beside it: Permission denied"), runs[2].stderr
 
 
 # --- what looks like a datasets cache file but is not one ---------------------------------------------------------

@@ -167,11 +167,14 @@ def test_a_pipe_or_a_broken_link_found_in_the_inputs_is_named_not_read(tmp_path:
     write_jsonl(data / "a.jsonl", [{"text": "alpha"}])
     os.mkfifo(data / "b.jsonl")
     (data / "c.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    (data / "d.jsonl").symlink_to(data / "d.jsonl")  # a loop of links
     for spec in (str(data), str(data / "*.jsonl")):
         warnings: list[str] = []
         found = find_inputs([spec], warnings.append)
-        assert found.files == [data / "a.jsonl"] and found.unread == [data / "b.jsonl", data / "c.jsonl"], spec
-        assert len(warnings) == 1 and "2 file(s) found in the inputs are not read" in warnings[0], warnings
+        assert found.files == [data / "a.jsonl"], spec
+        assert found.unread == [data / "b.jsonl", data / "c.jsonl", data / "d.jsonl"], spec
+        assert len(warnings) == 1 and "3 file(s) found in the inputs are not read" in warnings[0], warnings
+        assert f"{data / 'd.jsonl'} (Too many levels of symbolic links)" in warnings[0], warnings
         assert f"{data / 'b.jsonl'} (a pipe, a device or a socket)" in warnings[0], warnings  # its format is read
         assert f"{data / 'c.jsonl'} (a link to nothing)" in warnings[0], warnings
 

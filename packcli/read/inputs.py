@@ -8,9 +8,11 @@ input (and said so); a Hugging Face ``save_to_disk`` folder is read through the 
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -173,14 +175,17 @@ def input_format(path: Path) -> str | None:
 
 
 def _unread_name(path: Path) -> str:
-    """A file not read, named with why where its name is no reason: a pipe, a device or a socket, a dangling link."""
-    if is_url(str(path)) or path.is_file():  # a store lists objects only: no question asked of it again
+    """A file not read, named with why where its name is no reason: a pipe, a device or a socket, a link to
+    nothing, a loop of links, or gone since it was found."""
+    if isinstance(path, UrlPath):  # a store lists objects only: no question asked of it again
         return str(path)
-    return (
-        f"{path} (a link to nothing)"
-        if path.is_symlink() and not path.exists()
-        else f"{path} (a pipe, a device or a socket)"
-    )
+    try:
+        if stat.S_ISREG(path.stat().st_mode):
+            return str(path)
+    except OSError as exc:
+        dangling = exc.errno == errno.ENOENT and path.is_symlink()
+        return f"{path} ({'a link to nothing' if dangling else exc.strerror or exc})"
+    return f"{path} (a pipe, a device or a socket)"
 
 
 def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inputs:

@@ -25,8 +25,8 @@ from packcli.read.inputs import InputFile, Spool, input_changes
 from packcli.run.job import Job, Shipped, run_job, start_worker
 from packcli.run.parts import PartsArea, input_facts
 from packcli.run.plan import Plan
-from packcli.run.setup import PackResult, check_documents, set_up, takes_output
-from packcli.storage import UrlPath, location
+from packcli.run.setup import PackResult, check_documents, kept_out_of_output, set_up, takes_output
+from packcli.storage import UrlPath
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.scratch import scratch_directory
 from packcli.util.signals import signals_held
@@ -56,8 +56,7 @@ def pack_corpus(
     reporter = reporter or SilentReporter()
     scratch_directory()  # a PACKCLI_SCRATCH that is no directory is refused before any work, not by a worker
     setup = set_up(inputs, options, warn, stdin, encodes=False)
-    local = [path for path in map(location, inputs) if not isinstance(path, UrlPath)]
-    read = [*setup.files, *(path for path in local if path.is_dir())]  # what the output may not cover
+    read = kept_out_of_output(inputs, setup.files)
     plan, fingerprint = setup.plan()
     partitioned = plan.partitioned
     details: dict[str, Any] = {"partitions": len(plan)} if partitioned else {}

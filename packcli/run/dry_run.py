@@ -13,12 +13,13 @@ from typing import Any
 from packcli.errors import PackcliError
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
-from packcli.run.setup import set_up, takes_output
+from packcli.run.setup import kept_out_of_output, set_up, takes_output
 from packcli.run.sources import manifest_weights
 from packcli.storage.sources import parquet_source
 from packcli.storage.urls import UrlPath
-from packcli.write.publish import lock_refusal
+from packcli.write.publish import check_target, lock_refusal
 from packcli.write.remote import output_state
+from packcli.write.staging import resolved_out
 
 __all__ = ["dry_run"]
 
@@ -59,17 +60,20 @@ def dry_run(
             {"path": source.name, "files": len(source.files), "weight": share}
             for source, share in zip(setup.sources, shares)
         ]
+    local = not isinstance(out, UrlPath)
+    if local:  # as the run checks, in its order: where it goes, what is there, whether it can take the lock
+        check_target(out, resolved_out(out), kept_out_of_output(inputs, setup.files))
     output = output_state(out, fingerprint)
+    up_to_date = output == "same" and takes_output(options.tokenizer_backend)(out)
+    refusal = lock_refusal(out) if local and not up_to_date else None
+    if refusal is not None:
+        raise refusal
     if output == "other" and not overwrite:
         raise PackcliError(
             "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
             "missing, not its listed size, listed twice or not listed): the run would refuse it without --overwrite",
             out,
         )
-    up_to_date = output == "same" and takes_output(options.tokenizer_backend)(out)
-    refusal = None if up_to_date or isinstance(out, UrlPath) else lock_refusal(out)
-    if refusal is not None:
-        raise refusal
     files = [_file_entry(item.path, item.name) for item in setup.inputs]  # documents: None where only reading tells
     known = [entry["documents"] for entry in files]
     return {

@@ -28,10 +28,11 @@ from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
 from packcli.run.plan import Plan, plan_partitions
 from packcli.run.sources import Source, group_inputs
+from packcli.storage import UrlPath, location
 from packcli.strategies import get_strategy
 from packcli.version import __version__
 
-__all__ = ["PackResult", "Setup", "check_documents", "set_up", "takes_output"]
+__all__ = ["PackResult", "Setup", "check_documents", "kept_out_of_output", "set_up", "takes_output"]
 
 # The options that decide each document's tokens (the cache key's scope); every output-relevant option decides the
 # output (the fingerprint's scope).
@@ -182,6 +183,12 @@ class PackResult:
             **({"sources": self.manifest["sources"]} if "sources" in self.manifest else {}),
             **self.details,
         }
+
+
+def kept_out_of_output(inputs: list[str], files: list[Path]) -> list[Path]:
+    """What an output directory may not cover (``check_target``): every file read, and each input directory."""
+    local = [path for path in map(location, inputs) if not isinstance(path, UrlPath)]
+    return [*files, *(path for path in local if path.is_dir())]
 
 
 def check_documents(read: int, totals: dict[str, Any], files: list[Path], options: PackOptions) -> None:

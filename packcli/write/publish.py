@@ -39,8 +39,10 @@ from packcli.write.staging import (
     up_to_date,
 )
 
-__all__ = ["Claim", "Publication", "lock_refusal", "remove_dead_runs"]
+__all__ = ["Claim", "Publication", "check_target", "lock_refusal", "remove_dead_runs"]
 
+_NO_DIRECTORY = "cannot create the directory that holds the output"
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)  # no lock file there: an up-to-date output is only read
 _RENAME_EXCHANGE = 2  # renameat2's flag and its "relative to the working directory"
 _AT_FDCWD = -100
 
@@ -92,15 +94,15 @@ class Publication(Claim):
         self._staged = False
 
     def __enter__(self) -> Publication:
-        _check_target(self.out, self.target, self.inputs)
+        check_target(self.out, self.target, self.inputs)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise _plain(exc, "cannot create the directory that holds the output") from None
+            raise _plain(exc, _NO_DIRECTORY) from None
         try:
             locked = self._lock.acquire(wait=False)
         except OSError as exc:
-            if exc.errno == errno.EROFS and self._unchangeable_and_up_to_date():
+            if exc.errno in _NOT_WRITABLE and self._up_to_date_as_read():
                 return self
             raise _no_lock(self.out, self._lock.path, str(exc.strerror or exc)) from None
         if not locked:
@@ -126,10 +128,12 @@ class Publication(Claim):
             raise
         return self
 
-    def _unchangeable_and_up_to_date(self) -> bool:
-        """Whether the output, on a read-only file system (where no lock file can be made and no run can change it),
-        is up to date: the run then has nothing to do and needs no lock, as ``--dry-run`` says."""
-        existing = self.existing(self.target, self.fingerprint, self.out)  # not packcli's: says so, read-only or not
+    def _up_to_date_as_read(self) -> bool:
+        """Whether the output is up to date, checked as a reader (``stats``, the loader) checks it, with no lock:
+        none can be made beside it (a read-only file system, a directory this user may not write), and an up-to-date
+        run writes nothing; a writer elsewhere swaps a whole output into place, so one whole output is seen. A
+        directory that is not packcli's is refused for that, the more useful reason."""
+        existing = self.existing(self.target, self.fingerprint, self.out)
         self.up_to_date = existing == "same" and self.current(self.target)
         return self.up_to_date
 
@@ -189,21 +193,23 @@ class Publication(Claim):
 
 def lock_refusal(out: Path) -> PackcliError | None:
     """Why a run could not take the lock beside the output directory ``out``, as the run says it, found without
-    writing anything (``pack --dry-run``): the directory that would hold the lock, or the nearest one there is, is
-    on a read-only file system or not this user's to write. None where the system raises no such objection."""
+    writing anything (``pack --dry-run``): the directory that would hold the lock, or the first one that is missing
+    on its way, cannot be made or written there (a read-only file system, a directory this user may not write).
+    None where the system raises no such objection."""
     target = resolved_out(out)
-    place = target.parent
+    place, missing = target.parent, None
     while not place.exists():
-        place = place.parent
+        place, missing = place.parent, place
     if os.access(place, os.W_OK | os.X_OK):
         return None
     reason = os.strerror(errno.EROFS if os.statvfs(place).f_flag & os.ST_RDONLY else errno.EACCES)
-    if place != target.parent:
-        return PackcliError(f"cannot create the directory that holds the output: {reason}", target.parent)
+    if missing is not None:  # as Path.mkdir(parents=True) says it: the first directory it cannot make
+        return PackcliError(f"{_NO_DIRECTORY}: {reason}", missing)
     return _no_lock(out, sibling(target, "lock"), reason)
 
 
 def _no_lock(out: Path, lock: Path, reason: str) -> PackcliError:
+    """The refusal of a run that cannot make or lock its lock file beside ``out``, naming the --out it was given."""
     return PackcliError(f"cannot create or lock the output's lock file ({lock.name}) beside it: {reason}", out)
 
 
@@ -228,7 +234,7 @@ def remove_dead_runs(out: Path, fingerprint: str, warn: Callable[[str], None] = 
         lock.release(remove=True)
 
 
-def _check_target(out: Path, target: Path, inputs: Sequence[Path]) -> None:
+def check_target(out: Path, target: Path, inputs: Sequence[Path]) -> None:
     """Refuse an output that cannot be swapped into place whole (the root, the current directory, a mount point,
     a path under a file) or that would cover an input: an input inside it, or it inside an input directory."""
     if target.parent == target:
