@@ -414,30 +414,127 @@ def test_dry_run_refuses_the_outs_the_run_refuses_before_any_work(
         assert code == 1 and line, out
 
 
+UNPRIVILEGED = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]  # root without its capabilities, as a user
+
+
+def unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
+    """``packcli ARGS`` as root without its capabilities (file permissions apply); skips where setpriv cannot."""
+    done = subprocess.run([*UNPRIVILEGED, sys.executable, "-m", "packcli", *args], capture_output=True, text=True)
+    if "setpriv" in done.stderr:
+        pytest.skip(f"needs setpriv to drop capabilities: {done.stderr.strip()}")
+    return done
+
+
 def test_an_out_this_user_may_not_write_is_up_to_date_or_refused_alike(corpus: Path, tmp_path: Path) -> None:
     """Where the lock cannot be made because the directory is not this user's to write, an up-to-date output is
     checked as a reader checks it (as stats does, with no lock) and the run ends 0, as the dry run says; a run
-    that would pack is refused by both in the same line. Root without its capabilities (setpriv), as a user."""
+    that would pack is refused by both in the same line."""
     locked = tmp_path / "locked"
     locked.mkdir()
     out = locked / "packed"
     assert pack(corpus, out) == (0, "")
-    command = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-m", "packcli", "pack"]
     locked.chmod(0o555)
     try:
         runs = [
-            subprocess.run([*command, str(corpus), "--out", str(out), *extra, *dry], capture_output=True, text=True)
+            unprivileged("pack", str(corpus), "--out", str(out), *extra, *dry)
             for extra in ([], ["--max-len", "64", "--overwrite"])
             for dry in ([], ["--dry-run"])
         ]
     finally:
         locked.chmod(0o755)
-    if "setpriv" in runs[0].stderr:
-        pytest.skip(f"needs setpriv to drop capabilities: {runs[0].stderr.strip()}")
     assert [run.returncode for run in runs] == [0, 0, 1, 1], [run.stderr for run in runs]
     assert f"{out} is up to date" in runs[0].stdout
     assert error_line(runs[2].stderr) == error_line(runs[3].stderr)
     assert error_line(runs[2].stderr).endswith("beside it: Permission denied"), runs[2].stderr
+
+
+def test_a_lock_file_left_where_this_user_may_not_write_is_neither_written_nor_a_raw_error(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """A killed run's lock file, still writable, in a directory this user may not write: the run wrote its pid into
+    it, could not remove it, and ended in a raw ``[Errno 13]``; a lock file that cannot be opened in a writable
+    directory was missed by the dry run. Each is now the lock's refusal, or up to date, as the dry run says."""
+    place = tmp_path / "place"
+    place.mkdir()
+    out = place / "packed"
+    assert pack(corpus, out) == (0, "")
+    for name in ("packed", "new"):
+        (place / f".{name}.packcli-lock").write_text("")
+    place.chmod(0o555)
+    try:
+        runs = [
+            unprivileged("pack", str(corpus), "--out", str(place / name), *dry)
+            for name in ("packed", "new")
+            for dry in ([], ["--dry-run"])
+        ]
+        locks = [(place / f".{name}.packcli-lock").read_text() for name in ("packed", "new")]
+    finally:
+        place.chmod(0o755)
+    assert [run.returncode for run in runs] == [0, 0, 1, 1], [run.stderr for run in runs]
+    assert locks == ["", ""]
+    assert error_line(runs[2].stderr) == error_line(runs[3].stderr)
+    assert error_line(runs[2].stderr).endswith("lock file (.new.packcli-lock) beside it: Permission denied"), runs[
+        2
+    ].stderr
+    lock = tmp_path / ".other.packcli-lock"  # one that this user may not open, where the directory is writable
+    lock.write_text("")
+    lock.chmod(0o444)
+    runs = [unprivileged("pack", str(corpus), "--out", str(tmp_path / "other"), *dry) for dry in ([], ["--dry-run"])]
+    assert [run.returncode for run in runs] == [1, 1], [run.stderr for run in runs]
+    assert error_line(runs[0].stderr) == error_line(runs[1].stderr), [run.stderr for run in runs]
+
+
+def test_an_out_this_user_may_not_reach_is_one_line(corpus: Path, tmp_path: Path) -> None:
+    """Inside a directory this user may not enter: a raw ``[Errno 13]`` from the run and from the dry run."""
+    shut = tmp_path / "shut"
+    shut.mkdir()
+    shut.chmod(0o600)
+    try:
+        runs = [unprivileged("pack", str(corpus), "--out", str(shut / "packed"), *dry) for dry in ([], ["--dry-run"])]
+    finally:
+        shut.chmod(0o755)
+    assert [run.returncode for run in runs] == [1, 1], [run.stderr for run in runs]
+    assert (
+        error_line(runs[0].stderr)
+        == error_line(runs[1].stderr)
+        == (f"error: {shut / 'packed'}: cannot be read (Permission denied)")
+    ), runs[0].stderr
+
+
+def test_a_directory_this_user_may_write_but_not_read_takes_a_new_output(corpus: Path, tmp_path: Path) -> None:
+    """Its entries can be made and renamed, but it cannot be opened to sync: the output was published, and the run
+    still ended 1, "cannot move the new output into place" (with --overwrite leaving the old output beside it)."""
+    place = tmp_path / "place"
+    place.mkdir()
+    assert pack(corpus, place / "packed", "--max-len", "64") == (0, "")
+    place.chmod(0o311)
+    try:
+        fresh = unprivileged("pack", str(corpus), "--out", str(place / "new"), "--quiet")
+        replaced = unprivileged("pack", str(corpus), "--out", str(place / "packed"), "--overwrite", "--quiet")
+    finally:
+        place.chmod(0o755)
+    assert (fresh.returncode, replaced.returncode) == (0, 0), (fresh.stderr, replaced.stderr)
+    assert verified(place / "new") and verified(place / "packed")
+    assert sorted(path.name for path in place.iterdir()) == ["new", "packed"]
+
+
+def test_a_partitioned_output_up_to_date_is_refused_where_a_plain_run_refuses_it(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An up-to-date partitioned run answered before checking where --out is: the current directory was up to
+    date for it and refused by a plain run and by the dry run."""
+    out = tmp_path / "packed"
+    assert pack(corpus, out, "--partitions", "2") == (0, "")
+    monkeypatch.chdir(out)
+    code, line = said_alike(corpus, Path("."), "--partitions", "2")
+    assert code == 1 and "is the current directory" in line, line
+
+
+def test_dry_run_refuses_another_output_in_the_runs_words(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "packed"
+    assert pack(corpus, out) == (0, "")
+    code, line = said_alike(corpus, out, "--max-len", "64")
+    assert code == 1 and "pass --overwrite to replace it" in line, line
 
 
 # --- what looks like a datasets cache file but is not one ---------------------------------------------------------

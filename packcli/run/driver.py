@@ -30,9 +30,9 @@ from packcli.storage import UrlPath
 from packcli.util.progress import Reporter, SilentReporter
 from packcli.util.scratch import scratch_directory
 from packcli.util.signals import signals_held
-from packcli.write.publish import Publication
+from packcli.write.publish import Publication, check_target
 from packcli.write.remote import RemotePublication, output_state, remove_leftovers
-from packcli.write.staging import FULL_DISK
+from packcli.write.staging import FULL_DISK, resolved_out
 
 __all__ = ["pack_corpus"]
 
@@ -61,6 +61,8 @@ def pack_corpus(
     partitioned = plan.partitioned
     details: dict[str, Any] = {"partitions": len(plan)} if partitioned else {}
     current = takes_output(options.tokenizer_backend)
+    if not isinstance(out, UrlPath):  # where --out is, checked first whatever follows, as the dry run does
+        check_target(out, resolved_out(out), read)
     if partitioned and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint, warn)
         return PackResult(out, "up-to-date", read_manifest(out), details=details)  # no engine started

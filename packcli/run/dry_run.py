@@ -19,7 +19,7 @@ from packcli.storage.sources import parquet_source
 from packcli.storage.urls import UrlPath
 from packcli.write.publish import check_target, lock_refusal
 from packcli.write.remote import output_state
-from packcli.write.staging import resolved_out
+from packcli.write.staging import resolved_out, up_to_date
 
 __all__ = ["dry_run"]
 
@@ -64,21 +64,16 @@ def dry_run(
     if local:  # as the run checks, in its order: where it goes, what is there, whether it can take the lock
         check_target(out, resolved_out(out), kept_out_of_output(inputs, setup.files))
     output = output_state(out, fingerprint)
-    up_to_date = output == "same" and takes_output(options.tokenizer_backend)(out)
-    refusal = lock_refusal(out) if local and not up_to_date else None
+    same = output == "same" and takes_output(options.tokenizer_backend)(out)
+    refusal = lock_refusal(out) if local and not same else None
     if refusal is not None:
         raise refusal
-    if output == "other" and not overwrite:
-        raise PackcliError(
-            "holds another packcli output (other inputs, tokenizer or options, or this run's output with a shard "
-            "missing, not its listed size, listed twice or not listed): the run would refuse it without --overwrite",
-            out,
-        )
+    up_to_date(output, overwrite, out)  # another output without overwrite: refused in the run's words
     files = [_file_entry(item.path, item.name) for item in setup.inputs]  # documents: None where only reading tells
     known = [entry["documents"] for entry in files]
     return {
         "dry_run": True,
-        "status": "up-to-date" if up_to_date else "would-pack",
+        "status": "up-to-date" if same else "would-pack",
         "fingerprint": fingerprint,
         "out": str(out),
         "output": output,

@@ -9,6 +9,7 @@ a killed run left the next run removes. A resumable publication (partitioned run
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -99,6 +100,11 @@ class Publication(Claim):
             self.target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _plain(exc, _NO_DIRECTORY) from None
+        refusal = lock_refusal(self.out)  # asked before the lock file is touched: nothing written where it cannot be
+        if refusal is not None and self._up_to_date_as_read():
+            return self
+        if refusal is not None:
+            raise refusal
         try:
             locked = self._lock.acquire(wait=False)
         except OSError as exc:
@@ -156,7 +162,7 @@ class Publication(Claim):
                 _fsync_directory(self.staging)
                 retired = _swap_into_place(self.staging, self.target)
                 self._committed = True
-                _fsync_directory(self.target.parent)
+                _sync_parent(self.target.parent)
                 if retired is not None:
                     remove_path(retired)
             except OSError as exc:
@@ -200,12 +206,18 @@ def lock_refusal(out: Path) -> PackcliError | None:
     place, missing = target.parent, None
     while not place.exists():
         place, missing = place.parent, place
-    if os.access(place, os.W_OK | os.X_OK):
+    lock = sibling(target, "lock")
+    if os.access(place, os.W_OK | os.X_OK) and (missing is not None or _openable(lock)):
         return None
     reason = os.strerror(errno.EROFS if os.statvfs(place).f_flag & os.ST_RDONLY else errno.EACCES)
     if missing is not None:  # as Path.mkdir(parents=True) says it: the first directory it cannot make
         return PackcliError(f"{_NO_DIRECTORY}: {reason}", missing)
-    return _no_lock(out, sibling(target, "lock"), reason)
+    return _no_lock(out, lock, reason)
+
+
+def _openable(lock: Path) -> bool:
+    """Whether the lock file, if a killed run left one, can be opened for reading and writing, as a run opens it."""
+    return not os.path.lexists(lock) or os.access(lock, os.R_OK | os.W_OK)
 
 
 def _no_lock(out: Path, lock: Path, reason: str) -> PackcliError:
@@ -318,6 +330,13 @@ def _fsync_directory(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _sync_parent(path: Path) -> None:
+    """Flush the swap in the directory that holds the output to disk, where this user may read that directory: one
+    that may only be written and entered cannot be opened to sync, and the swap stands all the same."""
+    with contextlib.suppress(PermissionError):
+        _fsync_directory(path)
 
 
 def _plain(exc: OSError, what: str) -> PackcliError:

@@ -128,9 +128,12 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
 
 def directory_names(target: Path, shown: Path) -> list[str]:
     """The names ``target`` holds, sorted; none when it does not exist, a PackcliError naming ``shown`` when it is
-    not a directory."""
-    if not target.exists():
-        return []
+    not a directory or cannot be reached."""
+    try:
+        if not target.exists():
+            return []
+    except PermissionError as exc:  # a directory on its way this user may not enter
+        raise PackcliError(f"cannot be read ({exc.strerror})", shown) from None
     if not target.is_dir():
         raise PackcliError(f"exists and is not a directory; choose another {option('out')}", shown)
     return sorted(path.name for path in target.iterdir())
