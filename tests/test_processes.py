@@ -368,17 +368,19 @@ def test_a_worker_whose_driver_died_while_it_started_ends_at_once() -> None:
     assert finished.returncode == 1 and time.monotonic() - started < 30
 
 
+@pytest.mark.parametrize("killed", [[], ["--partitions", "2", "--workers", "1"]], ids=["plain", "partitioned"])
 def test_a_killed_run_leaves_nothing_in_packcli_scratch_once_rerun(
-    big: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    big: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed: list[str]
 ) -> None:
-    """A one-job run keeps its token store in ``$PACKCLI_SCRATCH``; kill -9 leaves it there, and the next run on the
-    same output removes it (its staging directory has another name, its scratch must not)."""
+    """A run keeps its token stores in ``$PACKCLI_SCRATCH``; kill -9 leaves them there, and the next run on the
+    same output removes them (its staging directory has another name, its scratch must not), also where it is a
+    plain run that removes a partitioned run's parts (their scratch stayed for good)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
     monkeypatch.setenv("PACKCLI_CACHE", str(tmp_path / "cache"))  # tokenized afresh: the store is written
     out = tmp_path / "out"
-    command = [*PACK, str(big), "--max-len", "1024", "--out", str(out), "--quiet"]
+    command = [*PACK, str(big), "--max-len", "1024", "--out", str(out), "--quiet", *killed]
     process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
     wait_for(lambda: any(scratch.glob("packcli-*/tokens*")), process)
     os.killpg(process.pid, signal.SIGKILL)

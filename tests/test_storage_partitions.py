@@ -278,11 +278,14 @@ def test_a_full_scratch_disk_in_a_partitioned_run_to_a_store_is_one_line(
 
 
 def test_no_resume_area_outlives_a_later_run_on_the_output(
-    s3_server: S3Server, corpus: Path, monkeypatch: pytest.MonkeyPatch
+    s3_server: S3Server, corpus: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The parts a killed partitioned run left are removed by the next plain run on the output, packing or up to
-    date, which says so with their size; nothing is left that the manifest does not list."""
+    date, which says so with their size; nothing is left that the manifest does not list, in the store or in
+    node-local scratch (the killed part's token store stayed there for good)."""
     monkeypatch.setenv("PACKCLI_LOCK_STALE_S", "1")  # the dead run's lock is taken over a second after its last beat
+    scratch = tmp_path / "scratch"
+    monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
     fs, bucket = uploaded(s3_server, corpus)
     out = f"{bucket}/packed"
     plain = ["pack", f"{bucket}/corpus/", "--max-len", "256", "--out", out, "--json"]
@@ -298,6 +301,7 @@ def test_no_resume_area_outlives_a_later_run_on_the_output(
         assert said in result.stderr, result.stderr
         manifest = json.loads(fs.cat(f"{out}/manifest.json"))
         assert object_keys(fs, out) == sorted(["manifest.json", *listed_files(manifest)])
+        assert sorted(path.name for path in scratch.iterdir()) == [], later
 
 
 def test_the_parts_an_earlier_packcli_left_under_packcli_resume_are_removed_saying_so(

@@ -33,7 +33,7 @@ from packcli.read.inputs import InputFile
 from packcli.storage.objects import remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json, write_json
-from packcli.util.scratch import scratch_directory, scratch_key
+from packcli.util.scratch import part_scratch
 from packcli.write.staging import RUN_RECORD, remove_path, staging_family
 
 __all__ = ["PartsArea", "input_facts", "part_name"]
@@ -62,7 +62,7 @@ class PartsArea:
     def _scratch(self, partition: int) -> Path:
         """A part's node-local directory: one name per output and partition, whichever run stages it."""
         owner = self.root.parent if self.remote else staging_family(self.root.resolve())
-        return scratch_directory() / f"packcli-{scratch_key(owner)}-{part_name(partition)}"
+        return part_scratch(owner, part_name(partition))
 
     def build_path(self, partition: int) -> Path:
         """Where a running part writes its shards: its own directory, or in a store its scratch (uploaded on commit)."""

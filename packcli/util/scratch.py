@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packcli.errors import PackcliError
 
-__all__ = ["scratch_directory", "scratch_key"]
+__all__ = ["part_scratch", "scratch_directory", "scratch_key"]
 
 
 def scratch_directory() -> Path:
@@ -41,3 +41,9 @@ def scratch_key(location: Path) -> str:
     """The name of an output (or a run's parts) in node-local scratch: the next run on it finds what a killed run
     left there."""
     return hashlib.sha256(str(location).encode()).hexdigest()[:16]
+
+
+def part_scratch(owner: Path, part: str = "*") -> Path:
+    """The node-local directory of the part named ``part`` (``part-00003``) of the output (or parts area)
+    ``owner``, whichever run stages it; ``*`` (a glob pattern): every part's."""
+    return scratch_directory() / f"packcli-{scratch_key(owner)}-{part}"

@@ -34,6 +34,7 @@ from packcli.write.staging import (
     parts_fingerprint,
     parts_kept,
     remove_debris,
+    remove_parts_area,
     remove_path,
     resolved_out,
     sibling,
@@ -240,7 +241,7 @@ def remove_dead_runs(out: Path, fingerprint: str, warn: Callable[[str], None] = 
         with signals_held():
             resume = sibling(target, "resume")
             if resume.is_dir() and not resume.is_symlink() and parts_fingerprint(resume) in (None, fingerprint):
-                remove_path(resume)
+                remove_parts_area(resume)
             remove_debris(target, warn)
     finally:
         lock.release(remove=True)

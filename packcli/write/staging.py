@@ -18,6 +18,7 @@ from packcli.errors import PackcliError, option
 from packcli.format.integrity import directory_sizes, file_damage, listed_files
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest
 from packcli.format.sidecars import SIDECAR_FILE
+from packcli.util.scratch import part_scratch
 
 __all__ = [
     "FULL_DISK",
@@ -32,6 +33,7 @@ __all__ = [
     "parts_kept",
     "parts_removed",
     "remove_debris",
+    "remove_parts_area",
     "remove_path",
     "resolved_out",
     "sibling",
@@ -166,6 +168,15 @@ def remove_debris(target: Path, warn: Callable[[str], None] | None) -> None:
         return
     files = [path for path in area.rglob("*") if path.is_file() and not path.is_symlink()] if area.is_dir() else []
     warn(parts_removed(area, len(files), sum(path.stat().st_size for path in files)))
+    remove_parts_area(area)
+
+
+def remove_parts_area(area: Path) -> None:
+    """Remove a partitioned run's parts ``area`` beside an output, and its parts' node-local scratch (their token
+    stores under ``$PACKCLI_SCRATCH``), which no run will resume once the area is gone."""
+    pattern = part_scratch(staging_family(area.resolve()))
+    for scratch in pattern.parent.glob(pattern.name):
+        remove_path(scratch)
     remove_path(area)
 
 
