@@ -61,7 +61,7 @@ def pack_corpus(
     partitioned = plan.partitioned
     details: dict[str, Any] = {"partitions": len(plan)} if partitioned else {}
     current = takes_output(options.tokenizer_backend)
-    if not isinstance(out, UrlPath):  # where --out is, checked first whatever follows, as the dry run does
+    if partitioned and not isinstance(out, UrlPath):  # where --out is, before it is found up to date with no claim
         check_target(out, resolved_out(out), read)
     if partitioned and output_state(out, fingerprint) == "same" and current(out):
         remove_leftovers(out, fingerprint, warn)

@@ -44,7 +44,6 @@ from packcli.write.staging import (
 __all__ = ["Claim", "Publication", "check_target", "lock_refusal", "remove_dead_runs"]
 
 _NO_DIRECTORY = "cannot create the directory that holds the output"
-_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)  # no lock file there: an up-to-date output is only read
 _RENAME_EXCHANGE = 2  # renameat2's flag and its "relative to the working directory"
 _AT_FDCWD = -100
 
@@ -101,17 +100,17 @@ class Publication(Claim):
             self.target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _plain(exc, _NO_DIRECTORY) from None
+        locked = False
         refusal = lock_refusal(self.out)  # asked before the lock file is touched: nothing written where it cannot be
-        if refusal is not None and self._up_to_date_as_read():
-            return self
-        if refusal is not None:
-            raise refusal
-        try:
-            locked = self._lock.acquire(wait=False)
-        except OSError as exc:
-            if exc.errno in _NOT_WRITABLE and self._up_to_date_as_read():
+        if refusal is None:
+            try:
+                locked = self._lock.acquire(wait=False)
+            except OSError as exc:  # what the system did not say beforehand (a file system that refuses root)
+                refusal = _no_lock(self.out, self._lock.path, str(exc.strerror or exc))
+        if refusal is not None:  # no lock: an up-to-date output is only read, as a reader reads it
+            if self._up_to_date_as_read():
                 return self
-            raise _no_lock(self.out, self._lock.path, str(exc.strerror or exc)) from None
+            raise refusal
         if not locked:
             holder = self._lock.holder()
             raise in_use(f"pid {holder}" if holder else "another process", self.out)
