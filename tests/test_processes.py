@@ -368,13 +368,23 @@ def test_a_worker_whose_driver_died_while_it_started_ends_at_once() -> None:
     assert finished.returncode == 1 and time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("killed", [[], ["--partitions", "2", "--workers", "1"]], ids=["plain", "partitioned"])
+@pytest.mark.parametrize(
+    ("killed", "rerun"),
+    [
+        ([], []),
+        (["--partitions", "2", "--workers", "1"], []),
+        (["--partitions", "3", "--workers", "1"], ["--partitions", "2"]),
+        ([], ["--partitions", "2"]),
+    ],
+    ids=["plain", "partitioned-then-plain", "fewer-partitions", "plain-then-partitioned"],
+)
 def test_a_killed_run_leaves_nothing_in_packcli_scratch_once_rerun(
-    big: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed: list[str]
+    big: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed: list[str], rerun: list[str]
 ) -> None:
     """A run keeps its token stores in ``$PACKCLI_SCRATCH``; kill -9 leaves them there, and the next run on the
-    same output removes them (its staging directory has another name, its scratch must not), also where it is a
-    plain run that removes a partitioned run's parts (their scratch stayed for good)."""
+    same output removes them (its staging directory has another name, its scratch must not), whatever it is: a
+    plain run after a partitioned one, a partitioned one after a plain one, or one of fewer partitions (a
+    partition past its count, or the plain run's store, stayed for good)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setenv("PACKCLI_SCRATCH", str(scratch))
@@ -382,13 +392,14 @@ def test_a_killed_run_leaves_nothing_in_packcli_scratch_once_rerun(
     out = tmp_path / "out"
     command = [*PACK, str(big), "--max-len", "1024", "--out", str(out), "--quiet", *killed]
     process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
-    wait_for(lambda: any(scratch.glob("packcli-*/tokens*")), process)
+    last = f"-part-{int(killed[1]) - 1:05d}" if killed else ""  # the last partition's: past the rerun's count
+    wait_for(lambda: any(scratch.glob(f"packcli-*{last}/tokens*")), process)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert list(scratch.iterdir()), "the kill came after the run had cleaned its scratch"
 
-    rerun = invoke("pack", str(big), "--max-len", "1024", "--out", str(out), "--quiet")
-    assert rerun.exit_code == 0, rerun.output
+    again = invoke("pack", str(big), "--max-len", "1024", "--out", str(out), "--quiet", *rerun)
+    assert again.exit_code == 0, again.output
     assert invoke("verify", str(out)).exit_code == 0
     assert sorted(path.name for path in scratch.iterdir()) == []
 

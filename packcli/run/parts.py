@@ -33,7 +33,7 @@ from packcli.read.inputs import InputFile
 from packcli.storage.objects import remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json, write_json
-from packcli.util.scratch import part_scratch
+from packcli.util.scratch import part_scratch, remove_part_scratch
 from packcli.write.staging import RUN_RECORD, remove_path, staging_family
 
 __all__ = ["PartsArea", "input_facts", "part_name"]
@@ -59,10 +59,14 @@ class PartsArea:
         """Where a part's manifest is committed."""
         return self.root / part_name(partition)
 
+    @property
+    def _owner(self) -> Path:
+        """What names the parts' node-local directories: the output in a store, else the area's family."""
+        return self.root.parent if self.remote else staging_family(self.root.resolve())
+
     def _scratch(self, partition: int) -> Path:
         """A part's node-local directory: one name per output and partition, whichever run stages it."""
-        owner = self.root.parent if self.remote else staging_family(self.root.resolve())
-        return part_scratch(owner, part_name(partition))
+        return part_scratch(self._owner, part_name(partition))
 
     def build_path(self, partition: int) -> Path:
         """Where a running part writes its shards: its own directory, or in a store its scratch (uploaded on commit)."""
@@ -116,6 +120,7 @@ class PartsArea:
         if earlier == run and not self.remote:
             self._regather(partitions)
         files = _files(self.root)  # one listing, with each file's size
+        remove_part_scratch(self._owner)  # what a killed run left in node-local scratch, whatever its partitions
         if earlier != run:
             committed = self._committed(files, partitions) if earlier is not None else []
             if committed:
@@ -133,8 +138,6 @@ class PartsArea:
         for partition in sorted(unfinished):  # committed once, but its manifest no longer reads as a part's
             if f"{part_name(partition)}/{MANIFEST_NAME}" in files:
                 warn(f"partition {partition} is packed again: its manifest cannot be read as a part's")
-        for partition in range(partitions):  # what a killed run left in node-local scratch
-            shutil.rmtree(self._scratch(partition), ignore_errors=True)
         # what an unfinished part left goes silently; then files no committed part lists, said
         left = {name for name in files if (match := _OF_PART.match(name)) and int(match[1]) in unfinished}
         _remove_files(self.root, [name for name in files if name in left])

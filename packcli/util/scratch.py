@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 from packcli.errors import PackcliError
 
-__all__ = ["part_scratch", "scratch_directory", "scratch_key"]
+__all__ = ["part_scratch", "remove_part_scratch", "scratch_directory", "scratch_key"]
 
 
 def scratch_directory() -> Path:
@@ -43,7 +44,14 @@ def scratch_key(location: Path) -> str:
     return hashlib.sha256(str(location).encode()).hexdigest()[:16]
 
 
-def part_scratch(owner: Path, part: str = "*") -> Path:
+def part_scratch(owner: Path, part: str) -> Path:
     """The node-local directory of the part named ``part`` (``part-00003``) of the output (or parts area)
-    ``owner``, whichever run stages it; ``*`` (a glob pattern): every part's."""
+    ``owner``, whichever run stages it."""
     return scratch_directory() / f"packcli-{scratch_key(owner)}-{part}"
+
+
+def remove_part_scratch(owner: Path) -> None:
+    """Remove every part's node-local directory of ``owner``: its parts are gone, and no run will resume them."""
+    pattern = part_scratch(owner, "*")
+    for directory in pattern.parent.glob(pattern.name):
+        shutil.rmtree(directory, ignore_errors=True)

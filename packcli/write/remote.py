@@ -30,7 +30,7 @@ from packcli.storage.lock import ObjectLock, stale_seconds
 from packcli.storage.objects import filesystem, is_file, object_sizes, remove_objects, upload_files, write_object
 from packcli.storage.urls import UrlPath, file_sizes
 from packcli.util.files import canonical_json
-from packcli.util.scratch import part_scratch, scratch_directory, scratch_key
+from packcli.util.scratch import remove_part_scratch, scratch_directory, scratch_key
 from packcli.util.signals import Interrupted
 from packcli.write.publish import Claim, remove_dead_runs
 from packcli.write.staging import (
@@ -91,9 +91,7 @@ class RemotePublication(Claim):
                 shutil.rmtree(dead, ignore_errors=True)
             existing, resumed = _remove_dead(self.out, self.fingerprint, self.warn, self.resumable)
             if resumed is None:  # the parts of runs that none will resume: their node-local scratch goes too
-                pattern = part_scratch(self.out)
-                for dead in pattern.parent.glob(pattern.name):
-                    shutil.rmtree(dead, ignore_errors=True)
+                remove_part_scratch(self.out)
             self.run = resumed or self.run  # a partitioned run resumes the parts under its latest run prefix
             self._earlier = existing != "absent"
             self.up_to_date = up_to_date(existing, self.overwrite, self.out) and self.current(self.out)

@@ -18,7 +18,7 @@ from packcli.errors import PackcliError, option
 from packcli.format.integrity import directory_sizes, file_damage, listed_files
 from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest
 from packcli.format.sidecars import SIDECAR_FILE
-from packcli.util.scratch import part_scratch
+from packcli.util.scratch import remove_part_scratch
 
 __all__ = [
     "FULL_DISK",
@@ -163,6 +163,7 @@ def remove_debris(target: Path, warn: Callable[[str], None] | None) -> None:
     for pattern in _DEBRIS:
         for path in target.parent.glob(f".{glob.escape(target.name)}.packcli-{pattern}"):
             remove_path(path)
+    remove_part_scratch(sibling(target, STAGING))  # a killed one-run staging's token store (the family's name)
     area = sibling(target, "resume")
     if warn is None or not os.path.lexists(area):
         return
@@ -174,9 +175,7 @@ def remove_debris(target: Path, warn: Callable[[str], None] | None) -> None:
 def remove_parts_area(area: Path) -> None:
     """Remove a partitioned run's parts ``area`` beside an output, and its parts' node-local scratch (their token
     stores under ``$PACKCLI_SCRATCH``), which no run will resume once the area is gone."""
-    pattern = part_scratch(staging_family(area.resolve()))
-    for scratch in pattern.parent.glob(pattern.name):
-        remove_path(scratch)
+    remove_part_scratch(staging_family(area.resolve()))
     remove_path(area)
 
 
