@@ -179,6 +179,23 @@ def test_a_pipe_or_a_broken_link_found_in_the_inputs_is_named_not_read(tmp_path:
         assert f"{data / 'c.jsonl'} (a link to nothing)" in warnings[0], warnings
 
 
+def test_a_directory_of_only_files_not_read_names_them_and_why(tmp_path: Path) -> None:
+    """The error said only "holds no file packcli reads": a pipe named ``b.jsonl`` and a link to nothing, which
+    look read, went unnamed where nothing else was there (the warning names them only beside a file read)."""
+    import os
+
+    data = tmp_path / "data"
+    data.mkdir()
+    os.mkfifo(data / "b.jsonl")
+    (data / "c.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    for spec in (str(data), str(data / "*.jsonl")):
+        with pytest.raises(PackcliError) as raised:
+            find_inputs([spec])
+        said = str(raised.value)
+        assert f"not read: {data / 'b.jsonl'} (a pipe, a device or a socket)" in said, said
+        assert f"{data / 'c.jsonl'} (a link to nothing)" in said, said
+
+
 def test_a_file_url_is_read_as_its_path(tmp_path: Path) -> None:
     """``file://`` URLs name local files, directories and globs as plain paths do (the docs say so; an input
     ``file:///...`` was looked for as a relative path ``file:/...`` and not found), percent-escapes decoded; a

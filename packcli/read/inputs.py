@@ -8,11 +8,9 @@ input (and said so); a Hugging Face ``save_to_disk`` folder is read through the 
 
 from __future__ import annotations
 
-import errno
 import glob
 import json
 import os
-import stat
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
 from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
+from packcli.read.unread import not_read
 from packcli.storage import UrlPath, is_url, location
 
 __all__ = [
@@ -45,7 +44,6 @@ __all__ = [
 JSON_SUFFIXES = tuple(kind + packed for kind in (".jsonl", ".ndjson", ".json") for packed in ("", *COMPRESSIONS))
 SUPPORTED_SUFFIXES = (*JSON_SUFFIXES, ".parquet", ".arrow")
 FORMATS_READ = ".jsonl, .ndjson or .json (each also .gz, .zst, .bz2 or .xz), .parquet, .arrow"
-_NAMED_UNREAD = 5  # files named in the warning; the rest are counted
 
 Warn = Callable[[str], None]
 FileIdentity = tuple[int, int] | str  # a file's device and inode, an object's URL: see file_identity
@@ -174,20 +172,6 @@ def input_format(path: Path) -> str | None:
     return "json" if name.endswith(JSON_SUFFIXES) else None
 
 
-def _unread_name(path: Path) -> str:
-    """A file not read, named with why where its name is no reason: a pipe, a device or a socket, a link to
-    nothing, a loop of links, or gone since it was found."""
-    if isinstance(path, UrlPath):  # a store lists objects only: no question asked of it again
-        return str(path)
-    try:
-        if stat.S_ISREG(path.stat().st_mode):
-            return str(path)
-    except OSError as exc:
-        dangling = exc.errno == errno.ENOENT and path.is_symlink()
-        return f"{path} ({'a link to nothing' if dangling else exc.strerror or exc})"
-    return f"{path} (a pipe, a device or a socket)"
-
-
 def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inputs:
     """Expand files, directories (searched recursively) and glob patterns; each argument's files in sorted order.
 
@@ -212,15 +196,17 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
                 raise PackcliError(
                     f"is a packcli export ({EXPORT_NAME}), not a corpus; pass the files it was packed from", path
                 )
+            before = len(unread)
             matches = _walk(path, unread, warn)
             if not matches:
-                raise PackcliError(f"directory holds no file packcli reads ({FORMATS_READ})", path)
+                said = f"directory holds no file packcli reads ({FORMATS_READ})"
+                raise PackcliError(said + not_read(unread[before:], "; not read: "), path)
         elif path.is_file():
             if input_format(path) is None:
                 raise PackcliError(f"unsupported input format; packcli reads {FORMATS_READ}", path)
             matches = [path]
         elif glob.has_magic(spec):
-            matches = []
+            matches, before = [], len(unread)
             for match in sorted(Path(name) for name in glob.glob(str(path), recursive=True)):
                 if match.is_dir() and (made := _made_by_packcli(match)):
                     warn(f"skipping {match}: {made}, not input")
@@ -229,7 +215,8 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
                 else:  # a pipe or a broken link is no file to read: named with the files not read
                     (matches if match.is_file() and input_format(match) else unread).append(match)
             if not matches:
-                raise PackcliError(f"no file that packcli reads ({FORMATS_READ}) matches this pattern", spec)
+                said = f"no file that packcli reads ({FORMATS_READ}) matches this pattern"
+                raise PackcliError(said + not_read(unread[before:], "; not read: "), spec)
         elif path.exists():  # a pipe (``<(zcat corpus.gz)`` names one), a device, a socket
             raise UsageError(
                 "is not a regular file or directory (a pipe, a device or a socket): give a stream as standard "
@@ -240,9 +227,9 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
             raise PackcliError("no such file or directory", path)
         found.extend(matches)
     if unread:
-        names = ", ".join(_unread_name(path) for path in unread[:_NAMED_UNREAD])
-        more = f" and {len(unread) - _NAMED_UNREAD:,} more" if len(unread) > _NAMED_UNREAD else ""
-        warn(f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}): {names}{more}")
+        warn(
+            f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}){not_read(unread)}"
+        )
     unique: dict[FileIdentity, Path] = {}
     for path in found:
         unique.setdefault(file_identity(path), path.resolve())
