@@ -13,6 +13,7 @@ BENCHES = [
     "bench_backends.py",
     "bench_encode.py",
     "bench_builds.py",
+    "bench_first_token.py",
     "bench_fast_backends.py",
     "bench_loader.py",
     "bench_balance.py",
