@@ -38,6 +38,7 @@ __all__ = [
     "PackcliError",
     "UsageError",
     "keyword_spelling",
+    "one_line",
     "option",
     "requires_extra",
 ]
@@ -101,6 +102,16 @@ class UsageError(PackcliError):
 
 
 _KEYWORDS: ContextVar[bool] = ContextVar("packcli_keywords", default=False)  # the caller is Python, not the shell
+
+
+# Control characters (a line break in a file's name, a library's multi-line message) written as Python escapes them
+_ONE_LINE = {code: repr(chr(code))[1:-1] for code in (*range(32), 127)}
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its control characters written as escapes (``\\n``), as an error line or a file's name
+    is printed."""
+    return text.translate(_ONE_LINE)
 
 
 def option(name: str, value: object = None) -> str:

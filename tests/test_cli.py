@@ -175,3 +175,28 @@ def test_progress_shows_on_a_terminal_and_not_with_quiet(tmp_path: Path) -> None
     assert stdout.startswith("packed ")
     _, quiet = run_with_terminal_stderr(["pack", str(SAMPLE), "--out", str(tmp_path / "b"), "--quiet"])
     assert "tokenizing" not in quiet
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda path: None, "no such file or directory"),
+        (lambda path: path.symlink_to(path.parent / "nowhere"), "a link to nothing"),
+        (lambda path: path.symlink_to(path), "a loop of symbolic links"),
+    ],
+    ids=["missing", "dangling", "loop"],
+)
+def test_a_path_naming_nothing_says_why_in_every_command(tmp_path: Path, make: object, said: str) -> None:
+    """verify, show and export said "no manifest.json: not a packcli output" of a path that is not there, and pack
+    and stats "no such file or directory" of a link loop: each now says which of the three it is."""
+    path = tmp_path / "packed"
+    make(path)  # type: ignore[operator]
+    for args in (
+        ["pack", str(path), "--out", str(tmp_path / "o")],
+        ["stats", str(path)],
+        ["verify", str(path)],
+        ["show", str(path)],
+        ["export", str(path), "--to", "megatron", "--out", str(tmp_path / "e")],
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 1 and error_line(result.stderr) == f"error: {path}: {said}", (args, result.stderr)

@@ -97,7 +97,10 @@ def test_show_errors(tmp_path: Path, sft_output: Path) -> None:
     wrong = runner.invoke(app, ["show", str(sft_output), "--tokenizer", str(other)])
     assert wrong.exit_code == 1 and "is not the one this output was packed with" in wrong.stderr
     missing = runner.invoke(app, ["show", str(tmp_path / "nothing")])
-    assert missing.exit_code == 1 and "not a packcli output" in missing.stderr
+    assert missing.exit_code == 1 and "nothing: no such file or directory" in missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = runner.invoke(app, ["show", str(tmp_path / "empty")])
+    assert empty.exit_code == 1 and "empty: no manifest.json: not a packcli output" in empty.stderr
 
 
 def test_control_characters_in_a_document_are_shown_as_escapes_not_acted_on(tmp_path: Path) -> None:
@@ -114,6 +117,19 @@ def test_control_characters_in_a_document_are_shown_as_escapes_not_acted_on(tmp_
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", shown.stdout)
     decoded = json.loads(runner.invoke(app, ["show", str(out), "--json"]).stdout)
     assert decoded["documents"][0]["segments"][0]["text"] == text + "<|endoftext|>"
+
+
+def test_a_file_name_holding_a_line_break_is_shown_on_one_line(tmp_path: Path) -> None:
+    """``show --source`` and a row's document header printed such a name over two lines (a line that reads as
+    another, in a log or to a script reading lines); the name is written with ``\\n`` now, as errors write it."""
+    corpus = write_jsonl(tmp_path / "a\nb.jsonl", [{"text": "one document"}])
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["pack", str(corpus), "--out", str(out), "--quiet"]).exit_code == 0
+    found = runner.invoke(app, ["show", str(out), "--source", f"{corpus}:1"])
+    assert found.exit_code == 0, found.output
+    assert found.stdout == f"{tmp_path}/a\\nb.jsonl:1: {out} row 0 (shard-00000.arrow row 0), document 1\n"
+    header = runner.invoke(app, ["show", str(out)]).stdout.splitlines()[1]
+    assert header.endswith(f"from {tmp_path}/a\\nb.jsonl:1"), header
 
 
 def test_every_key_of_show_json_is_documented(packed_sft: Path) -> None:

@@ -117,12 +117,10 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-# Control characters (a line break in a file's name, a library's multi-line message) written as Python escapes them
-_ONE_LINE = {code: repr(chr(code))[1:-1] for code in (*range(32), 127)}
-
-
 def _fail(message: str, code: int) -> None:
-    print(f"error: {message.translate(_ONE_LINE)}", file=sys.stderr)
+    from packcli.errors import one_line
+
+    print(f"error: {one_line(message)}", file=sys.stderr)
     sys.exit(code)
 
 

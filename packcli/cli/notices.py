@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, one_line
 
 __all__ = ["MAX_WARNINGS", "Warnings", "resolve_summary", "warn_loss", "write_summary"]
 
@@ -28,7 +28,7 @@ class Warnings:
         if self.count <= MAX_WARNINGS:
             self.first.append(message)
             if not self.quiet:
-                print(f"warning: {message}", file=sys.stderr)
+                print(f"warning: {one_line(message)}", file=sys.stderr)
 
     def close(self) -> None:
         if not self.quiet and self.count > MAX_WARNINGS:
@@ -38,7 +38,7 @@ class Warnings:
 def warn_loss(message: str | None) -> None:
     """The loss warning is printed even with --quiet: nothing is lost silently."""
     if message is not None:
-        print(f"warning: {message}", file=sys.stderr)
+        print(f"warning: {one_line(message)}", file=sys.stderr)
 
 
 def resolve_summary(given: Path | None) -> Path | None:
@@ -71,4 +71,4 @@ def write_summary(markdown: str, target: Path | None) -> None:
 
 
 def _summary_lost(exc: PackcliError) -> None:
-    print(f"warning: {exc}; no summary written, the command's result stands", file=sys.stderr)
+    print(f"warning: {one_line(str(exc))}; no summary written, the command's result stands", file=sys.stderr)

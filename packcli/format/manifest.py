@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from packcli.errors import PackcliError
 from packcli.format.columns import FORMAT_VERSION, column_names
-from packcli.util.files import write_json
+from packcli.util.files import why_absent, write_json
 from packcli.version import __version__
 
 __all__ = [
@@ -140,6 +140,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             directory,
         )
     if not path.is_file():
+        if not directory.exists():
+            raise PackcliError(why_absent(directory), directory)
         raise PackcliError(f"no {MANIFEST_NAME}: not a packcli output (run packcli pack first)", directory)
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))

@@ -25,6 +25,7 @@ from packcli.read.streams import COMPRESSIONS, Span
 from packcli.read.tables import read_arrow, read_parquet
 from packcli.read.unread import not_read
 from packcli.storage import UrlPath, is_url, location
+from packcli.util.files import why_absent
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -224,7 +225,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
                 path,
             )
         else:
-            raise PackcliError("no such file or directory", path)
+            raise PackcliError(why_absent(path), path)
         found.extend(matches)
     if unread:
         warn(

@@ -3,11 +3,11 @@ its name is no reason (a pipe named ``b.jsonl``, a link to nothing), the first f
 
 from __future__ import annotations
 
-import errno
 import stat
 from pathlib import Path
 
 from packcli.storage import UrlPath
+from packcli.util.files import why_absent
 
 __all__ = ["not_read"]
 
@@ -30,7 +30,6 @@ def _named(path: Path) -> str:
     try:
         if stat.S_ISREG(path.stat().st_mode):
             return str(path)
-    except OSError as exc:
-        dangling = exc.errno == errno.ENOENT and path.is_symlink()
-        return f"{path} ({'a link to nothing' if dangling else exc.strerror or exc})"
+    except OSError:
+        return f"{path} ({why_absent(path)})"
     return f"{path} (a pipe, a device or a socket)"

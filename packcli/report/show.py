@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
-from packcli.errors import PackcliError, UsageError
+from packcli.errors import PackcliError, UsageError, one_line
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN
 from packcli.format.manifest import read_manifest, shard_path
 from packcli.format.replaced import reads_output
@@ -181,7 +181,7 @@ def print_found(found: list[dict[str, Any]], title: str) -> None:
     for place in found:
         out.print(
             Text(
-                f"{place['source']['text']}: {title} row {place['row']:,} ({place['shard']} row "
+                f"{one_line(place['source']['text'])}: {title} row {place['row']:,} ({place['shard']} row "
                 f"{place['shard_row']:,}), document {place['document']}"
             )
         )
@@ -314,7 +314,7 @@ def print_row(decoded: dict[str, Any], title: str) -> None:
         )
     for document in decoded["documents"]:
         end = document["start"] + document["length"] - 1
-        source = "" if document["source"] is None else f", from {document['source']['text']}"
+        source = "" if document["source"] is None else f", from {one_line(document['source']['text'])}"
         out.print(
             Text(
                 f"-- document {document['number']}: tokens {document['start']}-{end} ({document['length']} tokens)"

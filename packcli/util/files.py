@@ -13,7 +13,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "file_sha256", "temporary_beside", "unwritable", "write_atomically", "write_json"]
+__all__ = [
+    "canonical_json",
+    "file_sha256",
+    "temporary_beside",
+    "unwritable",
+    "why_absent",
+    "write_atomically",
+    "write_json",
+]
 
 
 def canonical_json(value: Any) -> str:
@@ -73,3 +81,17 @@ def unwritable(path: Path) -> str | None:
     if not path.parent.is_dir():
         return os.strerror(errno.ENOTDIR)
     return None if os.access(path.parent, os.W_OK | os.X_OK) else os.strerror(errno.EACCES)
+
+
+def why_absent(path: Path) -> str:
+    """Why ``path`` names nothing to read, as an error says it: a loop of symbolic links, a link to nothing, or
+    the system's reason (no such file or directory; permission denied on the way)."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return "a link to nothing"
+        return (exc.strerror or str(exc)).lower()
+    return "no such file or directory"  # gone since it was looked for
