@@ -414,7 +414,7 @@ def test_a_restored_output_with_a_shard_cut_short_is_not_called_another_runs(
     for result in (dry, real):
         assert result.exit_code == 1 and result.stdout == "" and error_line(result.stderr), result.output
         assert (
-            "or this run's output with a shard missing, not its listed size, listed twice or not listed"
+            "or this run's output with a shard missing, not its listed size, listed twice or out of order, or not listed"
             in result.stderr
         )
     assert "--overwrite" in dry.stderr and "--overwrite" in real.stderr

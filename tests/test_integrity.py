@@ -84,22 +84,26 @@ def _list_the_first_shard_twice(manifest: dict[str, object]) -> bytes:
 
 def test_an_output_listing_a_shard_twice_or_holding_an_unlisted_one_is_not_up_to_date(tmp_path: Path) -> None:
     """pack's up-to-date check took an output as up to date on its listed files' sizes alone: a manifest listing a
-    shard twice (another left out), or a shard file no entry lists, passed it, though stats, the loader and verify
+    shard twice (another left out) or its shards in another order, or a shard file no entry lists, passed it, though stats, the loader and verify
     refuse that output. Each is damage, as a gate says: the run refuses it, --overwrite replaces it."""
     packed = tmp_path / "packed"
     args = [*_pack_args(tmp_path), "--out"]
     assert runner.invoke(app, [*args, str(packed)]).exit_code == 0
     manifest = read_manifest(packed)
-    for damage in ("twice", "unlisted"):
+    for damage in ("twice", "reordered", "unlisted"):
         out = tmp_path / damage
         shutil.copytree(packed, out)
         if damage == "twice":
             (out / "manifest.json").write_bytes(_list_the_first_shard_twice(manifest))
+        elif damage == "reordered":  # the same files, listed in another order: every row renumbered
+            first, second, *rest = manifest["shards"]
+            (out / "manifest.json").write_text(json.dumps({**manifest, "shards": [second, first, *rest]}))
         else:
             shutil.copy(out / manifest["shards"][0]["file"], out / "shard-09999.arrow")
         for dry in ([], ["--dry-run"]):
             refused = runner.invoke(app, [*args, str(out), *dry])
-            assert refused.exit_code == 1 and "listed twice or not listed" in error_line(refused.stderr), (damage, dry)
+            said = error_line(refused.stderr)
+            assert refused.exit_code == 1 and "listed twice or out of order, or not listed" in said, (damage, dry)
         replaced = runner.invoke(app, [*args, str(out), "--overwrite"])
         assert replaced.exit_code == 0 and json.loads(replaced.stdout)["status"] == "packed", replaced.output
         assert runner.invoke(app, ["verify", str(out)]).exit_code == 0

@@ -98,6 +98,10 @@ DAMAGE = {
         "leaves the output directory",
     ),
     "listed twice": (edit_manifest(lambda m: m["shards"].append(dict(m["shards"][0]))), "listed twice"),
+    "reordered shards": (
+        edit_manifest(lambda m: m["shards"].insert(0, m["shards"].pop(1))),
+        "shard-00000.arrow: listed out of the order packcli writes shards in",
+    ),
     "unlisted shard": (edit_manifest(lambda m: m["shards"].pop()), "not listed in the manifest"),
 }
 
@@ -124,6 +128,7 @@ def test_damage_is_named(packed: Path, tmp_path: Path, kind: str) -> None:
     ("kind", "problem"),
     [
         ("listed twice", "'shards': shard-00000.arrow: listed twice in the manifest"),
+        ("reordered shards", "'shards': shard-00000.arrow: listed out of the order packcli writes shards in"),
         ("unlisted shard", "'shards': shard-"),
         ("wrong row count", "'totals.sequences': totals.sequences is"),
     ],

@@ -4,8 +4,9 @@ output makes, at the depth it needs, with one wording per kind of damage.
 1. Names and sizes (:func:`file_damage`, no byte read): the files a manifest lists, its shards and their sidecars
    (:func:`~packcli.format.sidecars.entry_files`), against the files present, a mapping of name -> size that the
    caller supplies (a directory's listing, or one listing of a store's objects): a listed file leaving the output,
-   listed twice, missing or of another size; a shard or sidecar file present but unlisted. What ``pack``'s
-   up-to-date check, a rerun's reuse of a part in a store, a gate and ``verify`` start from.
+   listed twice, a shard listed out of the order packcli writes shards in, missing or of another size; a shard or
+   sidecar file present but unlisted. What ``pack``'s up-to-date check, a rerun's reuse of a part in a store, a
+   gate and ``verify`` start from.
 2. Counted rows and tokens (:func:`count_damage`, :func:`total_damage`): a shard's counts against its entry, the
    totals against the shards'. :mod:`packcli.format.listing` checks the names of depth 1 and these from the record
    batches (no token read, and each shard's metadata): what ``stats`` and the loader check on open.
@@ -16,6 +17,7 @@ output makes, at the depth it needs, with one wording per kind of damage.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,9 @@ __all__ = [
     "total_damage",
 ]
 
-Kind = Literal["outside", "twice", "missing", "size", "sha256", "unlisted", "link"]
+Kind = Literal["outside", "twice", "order", "missing", "size", "sha256", "unlisted", "link"]
+# A shard's place in the order packcli writes and lists shards: its partition (none: -1), then its number.
+_SHARD_PLACE = re.compile(r"(?:part-(\d+)-)?shard-(\d+)\.arrow")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Damage:
         return {
             "outside": "its path leaves the output directory",
             "twice": "listed twice in the manifest",
+            "order": "listed out of the order packcli writes shards in (a reordered manifest renumbers every row)",
             "missing": "missing",
             "sha256": "sha256 differs from the manifest (the file was changed or damaged)",
             "link": "a symbolic link, not a file packcli wrote",
@@ -79,14 +84,19 @@ def listed_files(manifest: dict[str, Any], sidecars: bool = True) -> list[dict[s
 
 def name_damage(manifest: dict[str, Any], names: Iterable[str]) -> list[Damage]:
     """What is wrong with the names alone, ``names`` being those present: a listed file whose path leaves the
-    output or that is listed again, a shard or sidecar file present (at the top) that no entry lists."""
-    damage, seen = [], set()
+    output or that is listed again, a shard listed before one packcli wrote earlier (row numbers, a loader's resume
+    state and ``show --row`` follow the listing), a shard or sidecar file present (at the top) that no entry lists."""
+    damage, seen, last = [], set(), (-1, -1)
     for shard, item in _owned(manifest):
         name = item["file"]
         if not _inside(name):
             damage.append(Damage(str(name), "outside", shard))
         elif name in seen:
             damage.append(Damage(name, "twice", shard))
+        elif name == shard and (place := _place(name)) is not None:
+            if place < last:
+                damage.append(Damage(name, "order", shard))
+            last = max(last, place)
         seen.add(name)
     unlisted = (name for name in sorted(names) if SHARD_FILE.fullmatch(name) or SIDECAR_FILE.fullmatch(name))
     return [*damage, *(Damage(name, "unlisted") for name in unlisted if name not in seen)]
@@ -148,6 +158,13 @@ def _owned(manifest: dict[str, Any], sidecars: bool = True) -> list[tuple[str, d
     return [
         (shard["file"], item) for shard in manifest["shards"] for item in entry_files(shard)[: None if sidecars else 1]
     ]
+
+
+def _place(name: str) -> tuple[int, int] | None:
+    """A shard file's place in the order packcli lists shards (its partition, then its number; a store's run prefix
+    aside), or None for a name packcli does not give."""
+    found = _SHARD_PLACE.fullmatch(name.rsplit("/", 1)[-1])
+    return None if found is None else (int(found.group(1) or -1), int(found.group(2)))
 
 
 def _inside(name: object) -> bool:
