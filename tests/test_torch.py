@@ -444,3 +444,22 @@ def test_sources_of_an_output_url_come_with_its_local_copy(packed: Path, s3_serv
     remote = next(iter(loader(url, batch_size=4, cache_dir=cache, sources=True)))
     local = next(iter(loader(packed, batch_size=4, sources=True)))
     assert remote["sources"] == local["sources"] and remote["row_index"].tolist() == local["row_index"].tolist()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is there: the loader may use it")
+def test_a_cuda_device_torch_cannot_reach_is_refused_before_the_output_is_opened(tmp_path: Path) -> None:
+    """``device="cuda"`` on a torch without CUDA was taken, and the first batch failed in torch's own assertion
+    ("Torch not compiled with CUDA enabled"), mid-loop; now the call refuses it in one line, as its other
+    arguments are checked, before the output is read (a path that holds nothing shows it)."""
+    with pytest.raises(ValueError, match=r"^device='cuda': torch sees no CUDA device") as refused:
+        loader(tmp_path / "nothing", batch_size=2, device="cuda")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_state_that_is_not_a_dict_is_refused_in_one_line(packed: Path) -> None:
+    """``load_state_dict(None)`` (a checkpoint without the loader's entry) raised a raw AttributeError."""
+    dataset = PackedDataset(packed)
+    for state in (None, [], "state"):
+        with pytest.raises(PackcliError, match=r"^cannot resume: the state is a \w+, not the dict state_dict"):
+            dataset.load_state_dict(state)  # type: ignore[arg-type]
+    assert (dataset.epoch, dataset.consumed) == (0, 0)

@@ -107,8 +107,8 @@ def loader(
         collate_options: passed to the varlen collate function (``pad_to_multiple_of``, ``cu_seqlens_length``).
 
     Raises:
-        ValueError: an argument out of its range, an unknown layout, or context parallelism without an explicit
-            data-parallel rank.
+        ValueError: an argument out of its range, an unknown layout, context parallelism without an explicit
+            data-parallel rank, or a CUDA device torch cannot reach.
         TypeError: an option the layout's collate function does not take.
     """
     if layout not in COLLATE_OPTIONS:
@@ -129,6 +129,11 @@ def loader(
     if cp_size != 1 and layout != "varlen":
         raise ValueError(f"context parallelism (cp_size={cp_size}) needs layout='varlen', not {layout!r}")
     target = torch.device(device)  # every argument is checked before the output is opened (or fetched)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r}: torch sees no CUDA device (torch.cuda.is_available() is False: a CPU build of torch, "
+            "or no GPU visible to this process); pass device='cpu' or install torch with CUDA"
+        )
     dataset = PackedDataset(
         path,
         shuffle=shuffle,

@@ -71,6 +71,8 @@ def check_state(dataset: Resumable, state: dict[str, Any], info: Any) -> dict[st
     Raises:
         PackcliError: the first key that does not, in one line starting ``cannot resume:``.
     """
+    if not isinstance(state, dict):
+        raise PackcliError(f"cannot resume: the state is a {type(state).__name__}, not the dict state_dict() returns")
     if state.get("output") != dataset.output:
         raise PackcliError(
             f"cannot resume: the state is of output {state.get('output')!r}, this dataset reads output "
