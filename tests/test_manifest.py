@@ -184,7 +184,7 @@ def test_every_key_removed_in_turn_is_named_by_verify_stats_and_the_loader(sft_o
 @pytest.mark.parametrize(
     "path,value,expected",
     [
-        (("max_len",), "256", 'must be an integer >= 1, not "256"'),
+        (("max_len",), "256", 'must be an integer >= 1 (below 2**63), not "256"'),
         (("max_len",), 0, "must be an integer >= 1"),
         (("totals", "tokens"), -1, "'totals.tokens' must be an integer >= 0"),
         (("totals", "documents"), 1.5, "'totals.documents' must be an integer >= 0"),
@@ -196,6 +196,14 @@ def test_every_key_removed_in_turn_is_named_by_verify_stats_and_the_loader(sft_o
         (("tokenizer", "eos_id"), -5, "'tokenizer.eos_id' must be a token id or null"),
         (("columns",), ["input_ids", 3], "'columns' must be a list of strings"),
         (("options",), None, "'options' must be an object"),
+        # each passed verify, stats, show and export (show crashed on the count: an OverflowError)
+        (("shards", "0", "rows"), 2**70, "'shards[0].rows' must be an integer >= 0 (below 2**63)"),
+        (("options", "overflow"), "explode", '\'options.overflow\' must be "split", "truncate" or "drop"'),
+        (("options", "eos"), "yes", "'options.eos' must be true or false"),
+        (("options", "seed"), "x", "'options.seed' must be an integer"),
+        (("partitions",), "junk", "'partitions' must be an object"),
+        (("partitions",), {"count": "3", "plan_hash": "ab"}, "'partitions.count' must be an integer >= 1"),
+        (("partitions",), {"count": 3}, "'partitions.plan_hash' is missing"),
     ],
 )
 def test_wrong_types_are_named(

@@ -254,3 +254,25 @@ def test_show_tells_special_token_text_held_as_text_from_the_special_id(tmp_path
     printed = runner.invoke(app, ["show", str(out)])
     held = [line for line in printed.stdout.splitlines() if "not a special token" in line]
     assert held == ["   text '<|im_end|>' here is plain text, not a special token"], printed.stdout
+
+
+def test_a_damaged_shard_or_listing_is_named_as_damage(packed_text: Path, tmp_path: Path) -> None:
+    """show said pyarrow's words alone of a shard it could not read (``error: Invalid flatbuffers message.``, no
+    file), and took a manifest listing no shard, its totals holding rows, for a usage error (exit 2, '--row 0 is
+    out of range'): each is damage now, exit 1, as stats says it."""
+    flipped = tmp_path / "flipped"
+    shutil.copytree(packed_text, flipped)
+    shard = flipped / "shard-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    data[4] ^= 0xFF  # inside the first message's header
+    shard.write_bytes(bytes(data))
+    result = runner.invoke(app, ["show", str(flipped), "--row", "0"])
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(f"error: {shard}: unreadable shard ("), (
+        result.stderr
+    )
+    emptied = tmp_path / "emptied"
+    shutil.copytree(packed_text, emptied)
+    manifest = json.loads((emptied / "manifest.json").read_text())
+    (emptied / "manifest.json").write_text(json.dumps({**manifest, "shards": []}))
+    result = runner.invoke(app, ["show", str(emptied), "--row", "0"])
+    assert result.exit_code == 1 and "manifest key 'shards'" in error_line(result.stderr), result.stderr

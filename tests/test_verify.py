@@ -1115,3 +1115,32 @@ def test_show_and_stats_of_an_output_replaced_after_its_manifest_was_read_say_so
         f"error: {out}: replaced by another run (pack --overwrite?) while it was read, so what was read may mix two "
         "outputs: run the command again"
     )
+
+
+@pytest.mark.parametrize("file", ["shard-00000.arrow", "shard-00000.arrow.sources"])
+def test_a_pipe_in_place_of_a_shard_or_sidecar_is_named_not_opened(packed: Path, tmp_path: Path, file: str) -> None:
+    """A pipe where a shard or its sources sidecar belongs hung stats and show (a shard) or verify, show and export
+    (a sidecar) for good, opening it for a writer that never came, SIGTERM retried; each names it now, at once."""
+    import os
+
+    out = tmp_path / "out"
+    shutil.copytree(packed, out)
+    (out / file).unlink()
+    os.mkfifo(out / file)
+    sidecar = file.endswith(".sources")
+    if sidecar:  # stats does not read a shard's sources: it reports as before
+        assert runner.invoke(app, ["stats", str(out)]).exit_code == 0
+    for args in (
+        *([] if sidecar else [["stats", str(out)]]),
+        ["show", str(out), "--row", "0"],
+        ["verify", str(out)],
+        ["export", str(out), "--to", "megatron", "--out", str(tmp_path / "e"), "--sources"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.stderr.splitlines()[-1].startswith("error: "), (
+            args,
+            result.stderr,
+        )  # verify lists problems first
+        named = [line for line in result.output.splitlines() if f"{file}:" in line]
+        assert named and ("not a regular file" in named[0] or "missing" in named[0]), (args, result.output)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from packcli.options import PackOptions
 
 __all__ = [
+    "INT64_MAX",
     "BosOption",
     "ChatTemplateOption",
     "EosTokenOption",
@@ -43,6 +44,7 @@ __all__ = [
     "pack_options",
 ]
 
+INT64_MAX = 2**63 - 1  # the bound of a count that numpy and the columns take: a larger one is a usage error
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")]
 MaxLenOption = Annotated[int, typer.Option("--max-len", min=1, help="Tokens per packed sequence.")]
 TokenizerOption = Annotated[

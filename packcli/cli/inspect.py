@@ -49,6 +49,7 @@ def stats(
         int,
         typer.Option(
             min=1,
+            max=flags.INT64_MAX,
             help="Documents per batch of the padding baselines; sequences per step (with --model-config: per rank "
             "and micro-step).",
         ),
@@ -106,9 +107,14 @@ def stats(
         ),
     ] = None,
     world_size: Annotated[
-        int, typer.Option(min=1, help="With --model-config: data-parallel ranks of the step imbalance.")
+        int,
+        typer.Option(
+            min=1, max=flags.INT64_MAX, help="With --model-config: data-parallel ranks of the step imbalance."
+        ),
     ] = 8,
-    grad_accum: Annotated[int, typer.Option(min=1, help="With --model-config: micro-steps per optimizer step.")] = 1,
+    grad_accum: Annotated[
+        int, typer.Option(min=1, max=flags.INT64_MAX, help="With --model-config: micro-steps per optimizer step.")
+    ] = 1,
     summary_file: flags.SummaryOption = None,
     json_output: flags.JsonOption = False,
     quiet: flags.QuietOption = False,

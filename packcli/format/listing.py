@@ -35,7 +35,7 @@ from packcli.format.schema import shard_metadata
 from packcli.format.shards import list_views, read_shard
 from packcli.util.files import file_sha256
 
-__all__ = ["check_intact", "check_listing", "open_listed_shard"]
+__all__ = ["SHARD_ERRORS", "check_intact", "check_listing", "open_listed_shard", "unreadable_shard"]
 
 REPACK = "the manifest was edited or the output is damaged: run packcli verify, or repack"
 
@@ -94,6 +94,16 @@ def check_intact(directory: Path, manifest: dict[str, Any]) -> None:
             first += batch.num_rows
 
 
+# What reading a damaged shard raises (pyarrow's errors, a file cut short, a column missing).
+SHARD_ERRORS = (pa.ArrowException, OSError, KeyError, ValueError)
+
+
+def unreadable_shard(path: Path, exc: BaseException) -> PackcliError:
+    """The one wording of a shard that cannot be read, naming it (``exc``: one of :data:`SHARD_ERRORS`)."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+    return PackcliError(f"unreadable shard ({reason}): run packcli verify, or repack", path)
+
+
 def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> pa.Table:
     """Memory-map the shard of manifest entry ``shards[index]`` and check its rows, documents and tokens against the
     entry, and its schema metadata against the manifest.
@@ -112,9 +122,8 @@ def open_listed_shard(directory: Path, manifest: dict[str, Any], index: int) -> 
             offsets, bounds = views["input_ids"][1], views["cu_seqlens"][1]
             tokens += int(offsets[-1]) - int(offsets[0])
             documents += int(bounds[-1]) - int(bounds[0]) - batch.num_rows  # a row of k documents: k + 1 bounds
-    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise PackcliError(f"unreadable shard ({reason}): run packcli verify, or repack", path) from None
+    except SHARD_ERRORS as exc:
+        raise unreadable_shard(path, exc) from None
     counted = {"rows": table.num_rows, "documents": documents, "tokens": tokens}
     for key, problem in count_damage(shard["file"], shard, counted):
         _fail(directory, f"shards[{index}].{key}", problem)

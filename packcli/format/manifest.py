@@ -57,8 +57,12 @@ SPLIT_PIECES = "split_pieces"  # a shard entry's pieces of split documents (see 
 # What a value must be: (its description in an error, the test).
 Kind = tuple[str, Callable[[object], bool]]
 TEXT: Kind = ("a string", lambda value: isinstance(value, str))
-COUNT: Kind = ("an integer >= 0", lambda value: type(value) is int and value >= 0)
-POSITIVE: Kind = ("an integer >= 1", lambda value: type(value) is int and value >= 1)
+_INT64_MAX = 2**63 - 1  # every count packcli writes fits an int64, as its readers (numpy) take it
+COUNT: Kind = ("an integer >= 0 (below 2**63)", lambda value: type(value) is int and 0 <= value <= _INT64_MAX)
+POSITIVE: Kind = ("an integer >= 1 (below 2**63)", lambda value: type(value) is int and 1 <= value <= _INT64_MAX)
+FLAG: Kind = ("true or false", lambda value: type(value) is bool)
+INTEGER: Kind = ("an integer", lambda value: type(value) is int)
+OVERFLOW: Kind = ('"split", "truncate" or "drop"', lambda value: value in ("split", "truncate", "drop"))
 TOKEN_ID: Kind = ("a token id or null", lambda value: value is None or (type(value) is int and value >= 0))
 OBJECT: Kind = ("an object", lambda value: isinstance(value, dict))
 LIST: Kind = ("a list", lambda value: isinstance(value, list))
@@ -83,6 +87,18 @@ TOP: dict[str, tuple[Kind, bool]] = {
     "columns": (NAMES, False),
     "inputs": (LIST, False),
 }
+# The options the readers act on (verify's accounting, the loader's EOS, export's labels), where present.
+OPTIONS: dict[str, tuple[Kind, bool]] = {
+    "overflow": (OVERFLOW, False),
+    "max_len": (POSITIVE, False),
+    "eos": (FLAG, False),
+    "bos": (FLAG, False),
+    "shuffle": (FLAG, False),
+    "seed": (INTEGER, False),
+    "position_ids": (FLAG, False),
+}
+# A partitioned run's record (absent from a run of one partition).
+PARTITIONS: dict[str, tuple[Kind, bool]] = {"count": (POSITIVE, True), "plan_hash": (TEXT, True)}
 # A run on pre-tokenized records without a tokenizer has none: its sha256 and vocab_size are null.
 TOKENIZER: dict[str, tuple[Kind, bool]] = {
     "sha256": (OPTIONAL_TEXT, True),
@@ -167,7 +183,12 @@ def validate_manifest(manifest: dict[str, Any], path: Path) -> None:
         PackcliError: naming the first key at fault, e.g. ``manifest key 'shards[3].bytes' is missing``.
     """
     _check_block(manifest, TOP, "", path)
+    _check_block(manifest["options"], OPTIONS, "options.", path)
     _check_block(manifest["tokenizer"], TOKENIZER, "tokenizer.", path)
+    if "partitions" in manifest:
+        if not isinstance(manifest["partitions"], dict):
+            _fail("partitions", f"must be {OBJECT[0]}, not {_shown(manifest['partitions'])}", path)
+        _check_block(manifest["partitions"], PARTITIONS, "partitions.", path)
     _check_block(manifest["totals"], TOTALS, "totals.", path)
     for index, shard in enumerate(manifest["shards"]):
         if not isinstance(shard, dict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
+from packcli.errors import PackcliError
 from packcli.format.schema import SHARD_COLUMN_TYPE
 
 __all__ = [
@@ -213,11 +215,17 @@ class ShardWriter:
 def open_file(path: Path) -> pa.NativeFile:
     """A file of an output (a shard, or a file beside it) as pyarrow reads it: memory-mapped on disk; at a URL (a
     :class:`~packcli.storage.urls.UrlPath`, which ``os.fspath`` refuses) a seekable stream of its object, each
-    read fetched then and retried, nothing copied to disk."""
+    read fetched then and retried, nothing copied to disk.
+
+    Raises:
+        PackcliError: on disk, ``path`` is not a regular file (a pipe, a device), named.
+    """
     try:
         local = os.fspath(path)
     except TypeError:
         return pa.PythonFile(path.open("rb"), mode="r")
+    if not stat.S_ISREG(os.stat(local).st_mode):  # opening a pipe would wait for a writer, for good
+        raise PackcliError("not a regular file (a pipe, a device or a socket): not a file packcli wrote", path)
     return pa.memory_map(local)
 
 

@@ -29,6 +29,7 @@ from rich.text import Text
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
 from packcli.errors import PackcliError, UsageError, one_line
 from packcli.format.columns import IGNORE_INDEX, LABELS_COLUMN, POSITIONS_COLUMN
+from packcli.format.listing import SHARD_ERRORS, check_listing, unreadable_shard
 from packcli.format.manifest import read_manifest, shard_path
 from packcli.format.replaced import reads_output
 from packcli.format.schema import row_position_ids
@@ -64,6 +65,7 @@ class Row:
 def read_row(out: Path, index: int) -> tuple[dict[str, Any], Row]:
     """The manifest and row ``index`` (0-based, over all shards in manifest order) of the output ``out``."""
     manifest = read_manifest(out)
+    check_listing(out, manifest)  # the rows the entries list are the output's: a damaged listing is no range
     counts = np.array([int(shard["rows"]) for shard in manifest["shards"]], dtype=np.int64)
     total = int(counts.sum())
     if not 0 <= index < total:
@@ -99,15 +101,18 @@ def _shard_row(path: Path, row: int) -> tuple[pa.Table, int]:
     batches only up to the one holding it (from a URL, nothing of the shard past that batch is fetched).
 
     Raises:
-        PackcliError: the shard holds fewer rows than its manifest entry says.
+        PackcliError: the shard cannot be read, or holds fewer rows than its manifest entry says (naming it).
     """
     first = documents = 0
-    for batch in open_shard(path):
-        if row < first + batch.num_rows:
-            documents += int(_documents_per_row(batch)[: row - first].sum())
-            return pa.Table.from_batches([batch.slice(row - first, 1)]), documents
-        documents += int(_documents_per_row(batch).sum())
-        first += batch.num_rows
+    try:
+        for batch in open_shard(path):
+            if row < first + batch.num_rows:
+                documents += int(_documents_per_row(batch)[: row - first].sum())
+                return pa.Table.from_batches([batch.slice(row - first, 1)]), documents
+            documents += int(_documents_per_row(batch).sum())
+            first += batch.num_rows
+    except SHARD_ERRORS as exc:
+        raise unreadable_shard(path, exc) from None
     raise PackcliError(f"holds {first} rows, fewer than its manifest entry says: run packcli verify", path)
 
 
