@@ -200,3 +200,21 @@ def test_a_path_naming_nothing_says_why_in_every_command(tmp_path: Path, make: o
     ):
         result = invoke(*args)
         assert result.exit_code == 1 and error_line(result.stderr) == f"error: {path}: {said}", (args, result.stderr)
+
+
+def test_an_output_path_holding_a_line_break_is_one_line_in_every_report(tmp_path: Path, tiny_corpus: Path) -> None:
+    """pack's summary, its up-to-date line, verify's OK, export's line and show's header printed such a path over
+    two lines (the error lines already wrote it ``\\n``); each writes it so now."""
+    out, exported = tmp_path / "a\nb", tmp_path / "e\nx"
+    shown, shown_export = f"{tmp_path}/a\\nb", f"{tmp_path}/e\\nx"
+    packed = invoke("pack", str(tiny_corpus), "--max-len", "512", "--out", str(out), "--quiet")
+    assert packed.exit_code == 0 and packed.stdout.splitlines()[0].endswith(f"shard in {shown}"), packed.stdout
+    again = invoke("pack", str(tiny_corpus), "--max-len", "512", "--out", str(out), "--quiet")
+    assert again.stdout.splitlines()[0].startswith(f"{shown} is up to date"), again.stdout
+    verified = invoke("verify", str(out))
+    assert verified.exit_code == 0 and verified.stdout.startswith(f"{shown}: OK ("), verified.stdout
+    assert len(verified.stdout.splitlines()) == 1
+    export = invoke("export", str(out), "--to", "megatron", "--out", str(exported), "--quiet")
+    assert export.exit_code == 0 and export.stdout.splitlines()[-1].endswith(f"into {shown_export}"), export.stdout
+    header = invoke("show", str(out)).stdout.splitlines()[0]
+    assert header.startswith(f"{shown} row 0 of "), header

@@ -13,6 +13,7 @@ import typer
 from packcli.cli import flags
 from packcli.cli.closed_stdout import said_with_what_was_done
 from packcli.cli.notices import Warnings
+from packcli.errors import one_line
 from packcli.storage.urls import location
 
 __all__ = ["export"]
@@ -71,10 +72,10 @@ def export(
         if json_output:
             print(json.dumps(summary, sort_keys=True))
         elif result.status == "up-to-date":
-            print(f"{out} is up to date (same packed output, format and options); nothing to do")
+            print(f"{one_line(str(out))} is up to date (same packed output, format and options); nothing to do")
         else:
             totals = summary["totals"]
             print(
                 f"exported {count(totals['documents'], 'document')} in {count(totals['sequences'], 'sequence')} "
-                f"({totals['tokens']:,} tokens) as {to} into {out}"
+                f"({totals['tokens']:,} tokens) as {to} into {one_line(str(out))}"
             )

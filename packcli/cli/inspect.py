@@ -13,6 +13,7 @@ import typer
 
 from packcli.cli import flags
 from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summary
+from packcli.errors import one_line
 from packcli.options import DEFAULT_MAX_LEN
 
 if TYPE_CHECKING:
@@ -301,7 +302,7 @@ def verify(
         print(json.dumps(report.to_json(), sort_keys=True))
     elif report.ok:
         print(
-            f"{path}: OK ({count(report.shards, 'shard')}, {count(report.rows, 'sequence')}, "
+            f"{one_line(str(path))}: OK ({count(report.shards, 'shard')}, {count(report.rows, 'sequence')}, "
             f"{report.tokens:,} tokens checked)"
         )
     else:
@@ -361,11 +362,11 @@ def show(
         if json_output:
             print(_json(found))
         else:
-            print_found(found, path)
+            print_found(found, one_line(str(path)))
         return
     manifest, shown = read_row(out, row)
     decoded = decode_row(shown, output_tokenizer(manifest, tokenizer), positions)
     if json_output:
         print(_json(decoded))
     else:
-        print_row(decoded, str(path))
+        print_row(decoded, one_line(str(path)))

@@ -218,6 +218,7 @@ def _dry_run_lines(report: dict[str, Any]) -> list[str]:
 def _report(result: PackResult, out: str, json_output: bool, summary: Path | None, warnings: Warnings) -> None:
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
     from packcli.cli.summary import pack_summary
+    from packcli.errors import one_line
     from packcli.report.markdown import pack_markdown
     from packcli.report.terminal import loss_warning, special_text_warning, tools_warning
 
@@ -235,6 +236,6 @@ def _report(result: PackResult, out: str, json_output: bool, summary: Path | Non
     if json_output:
         print(json.dumps(figures, sort_keys=True))
     elif result.status == "up-to-date":
-        print(f"{out} is up to date (same inputs, tokenizer and options); nothing to do")
+        print(f"{one_line(str(out))} is up to date (same inputs, tokenizer and options); nothing to do")
     else:
         print("\n".join(pack_summary(figures, out)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from packcli.errors import one_line
 from packcli.format.manifest import TOTALS
 from packcli.report.terminal import count, documents_phrase, percent
 
@@ -27,7 +28,7 @@ def pack_summary(summary: dict[str, Any], out: object) -> list[str]:
     capacity = summary["sequences"] * summary["max_len"]
     lines = [
         f"packed {what} into {count(summary['sequences'], 'sequence')} of max_len {summary['max_len']:,} "
-        f"({summary['tokens'] / capacity:.2%} full), {count(summary['shards'], 'shard')} in {out}"
+        f"({summary['tokens'] / capacity:.2%} full), {count(summary['shards'], 'shard')} in {one_line(str(out))}"
     ]
     for key in TOTALS:
         if (
