@@ -17,7 +17,6 @@ output makes, at the depth it needs, with one wording per kind of damage.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +38,6 @@ __all__ = [
 ]
 
 Kind = Literal["outside", "twice", "order", "missing", "size", "sha256", "unlisted", "link"]
-# A shard's place in the order packcli writes and lists shards: its partition (none: -1), then its number.
-_SHARD_PLACE = re.compile(r"(?:part-(\d+)-)?shard-(\d+)\.arrow")
 
 
 @dataclass(frozen=True)
@@ -163,7 +160,7 @@ def _owned(manifest: dict[str, Any], sidecars: bool = True) -> list[tuple[str, d
 def _place(name: str) -> tuple[int, int] | None:
     """A shard file's place in the order packcli lists shards (its partition, then its number; a store's run prefix
     aside), or None for a name packcli does not give."""
-    found = _SHARD_PLACE.fullmatch(name.rsplit("/", 1)[-1])
+    found = SHARD_FILE.fullmatch(name.rsplit("/", 1)[-1])
     return None if found is None else (int(found.group(1) or -1), int(found.group(2)))
 
 

@@ -48,7 +48,7 @@ __all__ = [
 
 MANIFEST_NAME = "manifest.json"
 EXPORT_NAME = "export.json"  # an export's own manifest (packcli.export.record): a directory holding it is no output
-SHARD_FILE = re.compile(r"(part-\d+-)?shard-\d+\.arrow")  # the names packcli gives shards
+SHARD_FILE = re.compile(r"(?:part-(\d+)-)?shard-(\d+)\.arrow")  # the names packcli gives shards: part, number
 RUN_PREFIX = "packcli-run-"  # where an output on object storage keeps a run's shards: RUN_PREFIX + the run's id
 RUN_DIRECTORY = re.compile(rf"{RUN_PREFIX}[0-9A-Za-z-]+")
 TEMPORARY_SUFFIX = ".tmp"  # a file being written; renamed once complete
