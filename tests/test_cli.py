@@ -203,8 +203,8 @@ def test_a_path_naming_nothing_says_why_in_every_command(tmp_path: Path, make: o
 
 
 def test_an_output_path_holding_a_line_break_is_one_line_in_every_report(tmp_path: Path, tiny_corpus: Path) -> None:
-    """pack's summary, its up-to-date line, verify's OK, export's line and show's header printed such a path over
-    two lines (the error lines already wrote it ``\\n``); each writes it so now."""
+    """pack's summary, its up-to-date and dry-run lines, verify's OK and summary, export's line, show's and stats'
+    headers printed such a path over two lines (the error lines already wrote it ``\\n``); each writes it so now."""
     out, exported = tmp_path / "a\nb", tmp_path / "e\nx"
     shown, shown_export = f"{tmp_path}/a\\nb", f"{tmp_path}/e\\nx"
     packed = invoke("pack", str(tiny_corpus), "--max-len", "512", "--out", str(out), "--quiet")
@@ -218,3 +218,10 @@ def test_an_output_path_holding_a_line_break_is_one_line_in_every_report(tmp_pat
     assert export.exit_code == 0 and export.stdout.splitlines()[-1].endswith(f"into {shown_export}"), export.stdout
     header = invoke("show", str(out)).stdout.splitlines()[0]
     assert header.startswith(f"{shown} row 0 of "), header
+    dry = invoke("pack", str(tiny_corpus), "--max-len", "512", "--out", str(out), "--dry-run")
+    assert f"{shown} is up to date: the run would do nothing" in dry.stdout.splitlines(), dry.stdout
+    stats = invoke("stats", str(out))
+    assert stats.exit_code == 0 and stats.stdout.splitlines()[0].startswith(f"{shown}  strategy bfd"), stats.stdout
+    summary = tmp_path / "verify.md"
+    assert invoke("verify", str(out), "--summary", str(summary)).exit_code == 0
+    assert f"`{shown}`" in summary.read_text(), summary.read_text()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import shutil
+import types
 from pathlib import Path
 from typing import Any
 
@@ -463,3 +465,9 @@ def test_a_state_that_is_not_a_dict_is_refused_in_one_line(packed: Path) -> None
         with pytest.raises(PackcliError, match=r"^cannot resume: the state is a \w+, not the dict state_dict"):
             dataset.load_state_dict(state)  # type: ignore[arg-type]
     assert (dataset.epoch, dataset.consumed) == (0, 0)
+    taken = PackedDataset(packed)
+    next(iter(taken))
+    for mapping in (types.MappingProxyType(taken.state_dict()), collections.UserDict(taken.state_dict())):
+        resumed = PackedDataset(packed)
+        resumed.load_state_dict(mapping)  # type: ignore[arg-type]  # a mapping that is no dict resumes as one does
+        assert resumed.consumed == taken.consumed

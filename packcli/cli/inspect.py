@@ -176,7 +176,7 @@ def stats(
             "stats reads one packed output at a time, or raw corpus files: run it once per output", outputs[0]
         )
     raw = not outputs
-    title = " ".join(STDIN_NAME if target == STDIN else target for target in targets)
+    title = one_line(" ".join(STDIN_NAME if target == STDIN else target for target in targets))
     if raw:
         from packcli.cli.progress import make_reporter
 
@@ -297,7 +297,7 @@ def verify(
 
     summary = resolve_summary(summary_file)
     report = verify_output(location(path))  # an output URL: each shard streamed, hashed as it is read
-    write_summary(verify_markdown(report.to_json(), path), summary)
+    write_summary(verify_markdown(report.to_json(), one_line(str(path))), summary)
     if json_output:
         print(json.dumps(report.to_json(), sort_keys=True))
     elif report.ok:

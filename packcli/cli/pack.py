@@ -13,6 +13,7 @@ import typer
 from packcli.cli import flags
 from packcli.cli.closed_stdout import said_with_what_was_done
 from packcli.cli.notices import Warnings, resolve_summary, warn_loss, write_summary
+from packcli.errors import one_line
 from packcli.options import DEFAULT_MAX_LEN
 from packcli.util.signals import Interrupted
 
@@ -198,7 +199,7 @@ def pack(
 
 def _dry_run_lines(report: dict[str, Any]) -> list[str]:
     """What ``pack --dry-run`` prints without ``--json``, from :func:`dry_run`'s object."""
-    documents, out = report["input_documents"], report["out"]
+    documents, out = report["input_documents"], one_line(report["out"])
     read = f"{report['input_files']:,} file(s), {report['input_bytes']:,} bytes" + (
         "" if documents is None else f", {documents:,} documents"
     )
@@ -218,7 +219,6 @@ def _dry_run_lines(report: dict[str, Any]) -> list[str]:
 def _report(result: PackResult, out: str, json_output: bool, summary: Path | None, warnings: Warnings) -> None:
     """What pack prints once the output is in place: the warnings, the summary file, the summary or JSON."""
     from packcli.cli.summary import pack_summary
-    from packcli.errors import one_line
     from packcli.report.markdown import pack_markdown
     from packcli.report.terminal import loss_warning, special_text_warning, tools_warning
 

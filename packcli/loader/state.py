@@ -11,6 +11,7 @@ before balanced steps existed) means no balance.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -71,7 +72,7 @@ def check_state(dataset: Resumable, state: dict[str, Any], info: Any) -> dict[st
     Raises:
         PackcliError: the first key that does not, in one line starting ``cannot resume:``.
     """
-    if not isinstance(state, dict):
+    if not isinstance(state, Mapping):
         raise PackcliError(f"cannot resume: the state is a {type(state).__name__}, not the dict state_dict() returns")
     if state.get("output") != dataset.output:
         raise PackcliError(
