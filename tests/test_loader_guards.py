@@ -258,6 +258,9 @@ def test_a_worker_that_finds_another_output_at_the_path_refuses_it(outputs: dict
         ({"epoch": "2"}, r"epoch='2' is not an integer >= 0"),
         ({"worker": {"id": 0, "num_workers": 2, "taken": 3}}, r"worker"),
         ({"seed": 9}, r"seed"),
+        ({"version": 3}, r"the state is of version 3, newer than this packcli reads \(2\)"),
+        ({"version": "2"}, r"the state's version='2' is not an integer"),
+        ({"version": None}, r"the state's version=None is not an integer"),
     ],
 )
 def test_a_refused_state_leaves_the_position_as_it_was(

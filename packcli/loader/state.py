@@ -74,6 +74,13 @@ def check_state(dataset: Resumable, state: dict[str, Any], info: Any) -> dict[st
     """
     if not isinstance(state, Mapping):
         raise PackcliError(f"cannot resume: the state is a {type(state).__name__}, not the dict state_dict() returns")
+    version = _integer(state.get("version"))
+    if version is None:
+        raise PackcliError(f"cannot resume: the state's version={state.get('version')!r} is not an integer")
+    if version > STATE_VERSION:  # its keys may mean what this packcli cannot know
+        raise PackcliError(
+            f"cannot resume: the state is of version {version}, newer than this packcli reads ({STATE_VERSION})"
+        )
     if state.get("output") != dataset.output:
         raise PackcliError(
             f"cannot resume: the state is of output {state.get('output')!r}, this dataset reads output "
