@@ -391,6 +391,14 @@ def test_a_positive_weight_too_small_for_one_document_is_said_not_shown_as_zero(
     assert "(weight <0.1%)" in line and "nothing drawn: its share is less than any of its documents" in line
 
 
+def test_a_weight_of_zero_is_said_to_leave_its_source_out(tmp_path: Path) -> None:
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
+    result = runner.invoke(app, ["pack", str(a), str(b), "--weights", "1,0", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if "source " in line and "b.jsonl" in line)
+    assert line.endswith("(weight 0.0%); left out: its weight is 0"), line  # not "sampled down to 0.0%"
+
+
 @pytest.mark.parametrize("weights", ["1e308,1e308", "1e-9,1", "7,3"])
 def test_dry_run_gives_the_weights_the_run_writes(tmp_path: Path, weights: str) -> None:
     """``--dry-run`` once divided by the weights' sum: 1e308,1e308 (whose sum is infinite) read 0.0,0.0."""

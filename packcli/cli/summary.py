@@ -52,7 +52,9 @@ def _source_line(source: dict[str, Any]) -> str:
     if used > 1:
         passes = f"{source['passes']} whole pass{'es' if source['passes'] > 1 else ''}"
         how = f"repeated: {used:.2f} times its tokens ({passes}, then a sample)"
-    elif source["weight"] > 0 and not source["output_tokens"]:
+    elif source["weight"] == 0:
+        how = "left out: its weight is 0"
+    elif not source["output_tokens"]:
         how = "nothing drawn: its share is less than any of its documents"
     elif used < 1:
         how = f"sampled down to {percent(used)} of its tokens"
