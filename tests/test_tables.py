@@ -141,3 +141,41 @@ def test_a_cut_arrow_stream_names_the_file(tmp_path: Path) -> None:
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
     with pytest.raises(PackcliError, match=r"cut\.arrow: the Arrow data is damaged or cut short after 1 record batch"):
         batches(cut)
+
+
+TEXTS = ["first", "second", None, "first", "third"]  # a null is a bad record whatever the column's type
+STRING_COLUMNS = {
+    "large_string": pa.array(TEXTS, pa.large_string()),
+    "string_view": pa.array(TEXTS, pa.string_view()),  # polars writes text so
+    "dictionary": pa.array(TEXTS).dictionary_encode().cast(pa.dictionary(pa.int16(), pa.string())),  # pandas Categorical
+    "large_dictionary": pa.array(TEXTS, pa.large_string()).dictionary_encode(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STRING_COLUMNS))
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_every_kind_of_string_column_is_read_as_a_plain_one(tmp_path: Path, kind: str, suffix: str) -> None:
+    """A ``string_view`` or ``dictionary<string>`` text column was refused ("column 'text' is dictionary<...>, not a
+    string"): polars writes the one, pandas' Categorical comes back from Parquet as the other. Each is read as its
+    plain string values, into the same shards; a column of another type is still refused."""
+    runner = CliRunner()
+    shards = {}
+    for name, column in (("plain", pa.array(TEXTS)), (kind, STRING_COLUMNS[kind])):
+        path = tmp_path / f"{name}{suffix}"
+        table = pa.table({"text": column, "prompt": column, "response": column})
+        pq.write_table(table, path) if suffix == ".parquet" else write_arrow(path, table, max_chunksize=2)
+        assert [text for batch in batches(path, skip=True) for text in batch.columns[0]] == [
+            "first", "second", "first", "third"
+        ]
+        for flags in (["--skip-bad-records"], ["--prompt-field", "prompt", "--response-field", "response"]):
+            out = tmp_path / f"out-{name}-{flags[0]}"
+            result = runner.invoke(app, ["pack", str(path), "--out", str(out), "--skip-bad-records", *flags])
+            assert result.exit_code == 0, result.stderr
+            shards[name, flags[0]] = (out / "shard-00000.arrow").read_bytes()
+    for flags in ("--skip-bad-records", "--prompt-field"):
+        assert shards[kind, flags] == shards["plain", flags]
+    numbers = tmp_path / f"numbers{suffix}"
+    table = pa.table({"text": pa.array([1, 2]).dictionary_encode()})
+    pq.write_table(table, numbers) if suffix == ".parquet" else write_arrow(numbers, table)
+    with pytest.raises(PackcliError, match=r"column 'text' is .*int64.*, not a string"):
+        batches(numbers)

@@ -1,6 +1,8 @@
 """Parquet and Arrow IPC inputs: the requested columns, checked, in record batches; errors name the 1-based row.
 
-Plain string fields without nulls are taken whole (Arrow strings are UTF-8, which cannot hold a lone surrogate);
+A string field's column may hold its text in any of Arrow's string layouts (``string``, ``large_string``,
+``string_view`` as polars writes it, ``dictionary<string>`` as a pandas Categorical comes back from Parquet): each is
+read as the plain string column of the same values. Plain string fields without nulls are taken whole (Arrow strings are UTF-8, which cannot hold a lone surrogate);
 anything else, and a column with a string that is not valid UTF-8, is checked row by row like a JSON record.
 """
 
@@ -34,10 +36,25 @@ def check_columns(path: Path, schema: pa.Schema, fields: Sequence[Field]) -> lis
         if field.name not in schema.names:
             raise PackcliError(f"no column {field.name!r} (columns: {', '.join(schema.names)}); use {field.flag}", path)
         kind = schema.field(field.name).type
-        if field.kind == "string" and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        if field.kind == "string" and not _holds_text(kind):
             raise PackcliError(f"column {field.name!r} is {kind}, not a string", path)
         indices.append(schema.get_field_index(field.name))
     return indices
+
+
+def _holds_text(kind: pa.DataType) -> bool:
+    """Whether a column of ``kind`` holds strings, in one of Arrow's layouts (a dictionary's in its values)."""
+    if pa.types.is_dictionary(kind):
+        return _holds_text(kind.value_type)
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _plain_strings(column: pa.Array) -> pa.Array:
+    """A string column in the plain ``string`` layout (``large_string`` kept: its offsets may not fit 32 bits), the
+    same values; any other column as it is."""
+    if pa.types.is_dictionary(column.type) and _holds_text(column.type):
+        column = column.dictionary_decode()
+    return column.cast(pa.string()) if pa.types.is_string_view(column.type) else column
 
 
 def table_records(
@@ -107,7 +124,7 @@ def read_parquet(
     size = path.stat().st_size
     for group in range(first, last):
         table = parquet.read_row_group(group, columns=[field.name for field in fields])
-        columns = [table.column(field.name).combine_chunks() for field in fields]
+        columns = [_plain_strings(table.column(field.name).combine_chunks()) for field in fields]
         records, numbers = table_records(path, columns, fields, rows, reject, convert)
         yield FieldBatch(records, size * (group + 1) // groups, numbers)
         rows += table.num_rows
@@ -146,7 +163,7 @@ def read_arrow(
         if number < first:  # memory-mapped: skipping a batch reads its header, not its data
             rows += batch.num_rows
             continue
-        columns = [batch.column(index) for index in indices]
+        columns = [_plain_strings(batch.column(index)) for index in indices]
         records, numbers = table_records(path, columns, fields, rows, reject, convert)
         yield FieldBatch(records, min(size, source.tell()), numbers)
         rows += batch.num_rows
