@@ -262,3 +262,77 @@ def test_a_file_named_twice_is_read_once_however_it_is_spelled(tmp_path: Path) -
     (tmp_path / "hard.jsonl").hardlink_to(a)
     found = find_inputs([str(a), str(tmp_path / "link.jsonl"), str(tmp_path / "hard.jsonl"), str(tmp_path)])
     assert found.files == [a.resolve()]
+
+
+def test_a_glob_never_reads_the_files_of_a_packcli_output(tmp_path: Path) -> None:
+    """A recursive glob read the shards (and the manifest) of an earlier output as input, with no warning: only a
+    directory it matched was checked. A file it matches inside an output is skipped, the output named once as a
+    walk names it; a shard named on the command line is refused in one line."""
+    data = tmp_path / "g"
+    data.mkdir()
+    write_jsonl(data / "corpus.jsonl", RECORDS)
+    runner = CliRunner()
+    assert runner.invoke(app, ["pack", str(data / "**" / "*.jsonl"), "--out", str(data / "packed")]).exit_code == 0
+    skipped = f"skipping {data / 'packed'}: a packcli output, not input"
+    for pattern in ("**/*", "**", "*"):
+        warnings: list[str] = []
+        found = find_inputs([str(data / pattern)], warnings.append)
+        assert found.files == [(data / "corpus.jsonl").resolve()] and found.unread == [], pattern
+        assert warnings == [skipped], (pattern, warnings)
+    for pattern in ("**/*.arrow", "*/*.json", "packed/*"):
+        warnings = []
+        with pytest.raises(PackcliError, match=r"no file that packcli reads .* matches this pattern"):
+            find_inputs([str(data / pattern)], warnings.append)
+        assert warnings == [skipped], (pattern, warnings)
+    result = runner.invoke(app, ["pack", str(data / "**" / "*"), "--out", str(tmp_path / "again"), "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["unread_files"] == 0, result.output
+    assert f"skipping {data / 'packed'}: a packcli output, not input" in result.stderr
+    shard = data / "packed" / "shard-00000.arrow"
+    result = runner.invoke(app, ["pack", str(shard), "--ids-field", "input_ids", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {shard}: is part of a packcli output ({data / 'packed'}), not a corpus; pass the files it was "
+        "packed from (a trainer reads an output through packcli.torch or packcli export)"
+    ]
+
+
+def test_a_glob_walks_a_loop_of_links_once_and_counts_each_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a link to a parent directory a ``**`` went some 40 levels deep (two such links: forever), counting
+    each link to nothing found there again at each level (83 files not read where a walk counts 2)."""
+    data = tmp_path / "ln"
+    (data / "sub").mkdir(parents=True)
+    write_jsonl(data / "sub" / "a.jsonl", RECORDS)
+    for name in ("loop", "again"):
+        (data / "sub" / name).symlink_to("..", target_is_directory=True)
+    (data / "broken.jsonl").symlink_to("nowhere.jsonl")
+    (data / "self.jsonl").symlink_to("self.jsonl")
+    expected = [data / "broken.jsonl", data / "self.jsonl"]
+    for spec in (str(data), str(data / "**" / "*.jsonl"), str(data / "**"), str(data / "*" / "**" / "*.jsonl")):
+        found = find_inputs([spec])
+        assert found.files == [(data / "sub" / "a.jsonl").resolve()], spec
+        assert [path.name for path in found.unread] == ["broken.jsonl", "self.jsonl"], spec  # ln/*/**: via a link
+    assert find_inputs([str(data), str(data / "**" / "*")]).unread == expected  # each once, across inputs too
+    monkeypatch.chdir(data)  # a relative pattern, spelled as given
+    assert find_inputs(["**/*.jsonl"]).unread == [Path("broken.jsonl"), Path("self.jsonl")]
+
+
+def test_a_recursive_glob_matches_what_glob_matches_where_no_link_loops(tmp_path: Path) -> None:
+    """The loop-safe ``**`` matches what ``glob.glob`` matches in a tree without loops: hidden names, links to
+    directories elsewhere, a final ``**`` and ``**/``, a pattern after it, two of them."""
+    import glob
+
+    from packcli.read.walk import _glob
+
+    data = tmp_path / "d"
+    for directory in ("a/b/c", "a/.hidden/c", "x/c", "elsewhere/c"):
+        (tmp_path / directory if directory.startswith("elsewhere") else data / directory).mkdir(parents=True)
+    for file in ("a/b/c/1.jsonl", "a/.hidden/c/2.jsonl", "x/c/3.jsonl", "a/.4.jsonl", "x/5.txt"):
+        (data / file).write_text("{}\n")
+    (tmp_path / "elsewhere" / "c" / "6.jsonl").write_text("{}\n")
+    (data / "x" / "out").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (data / "dangling").symlink_to(tmp_path / "none")
+    for pattern in ("**", "**/", "**/*.jsonl", "**/c/*", "*/**/c/**", "a/**/.*", "**/c/**/*.jsonl", "x/**/6*"):
+        spec = str(data / pattern)
+        assert sorted(_glob(spec)) == sorted(glob.glob(spec, recursive=True)), pattern

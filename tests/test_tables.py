@@ -147,7 +147,9 @@ TEXTS = ["first", "second", None, "first", "third"]  # a null is a bad record wh
 STRING_COLUMNS = {
     "large_string": pa.array(TEXTS, pa.large_string()),
     "string_view": pa.array(TEXTS, pa.string_view()),  # polars writes text so
-    "dictionary": pa.array(TEXTS).dictionary_encode().cast(pa.dictionary(pa.int16(), pa.string())),  # pandas Categorical
+    "dictionary": pa.array(TEXTS)
+    .dictionary_encode()
+    .cast(pa.dictionary(pa.int16(), pa.string())),  # pandas Categorical
     "large_dictionary": pa.array(TEXTS, pa.large_string()).dictionary_encode(),
 }
 
@@ -165,7 +167,10 @@ def test_every_kind_of_string_column_is_read_as_a_plain_one(tmp_path: Path, kind
         table = pa.table({"text": column, "prompt": column, "response": column})
         pq.write_table(table, path) if suffix == ".parquet" else write_arrow(path, table, max_chunksize=2)
         assert [text for batch in batches(path, skip=True) for text in batch.columns[0]] == [
-            "first", "second", "first", "third"
+            "first",
+            "second",
+            "first",
+            "third",
         ]
         for flags in (["--skip-bad-records"], ["--prompt-field", "prompt", "--response-field", "response"]):
             out = tmp_path / f"out-{name}-{flags[0]}"
@@ -179,3 +184,32 @@ def test_every_kind_of_string_column_is_read_as_a_plain_one(tmp_path: Path, kind
     pq.write_table(table, numbers) if suffix == ".parquet" else write_arrow(numbers, table)
     with pytest.raises(PackcliError, match=r"column 'text' is .*int64.*, not a string"):
         batches(numbers)
+
+
+def test_a_stream_cut_at_a_record_batch_boundary_is_said_to_be_maybe_cut(tmp_path: Path) -> None:
+    """An Arrow IPC stream cut exactly after a record batch read as whole (exit 0, half its rows, verify OK): the
+    format lets a stream end without its end-of-stream marker, but every pyarrow writer (``datasets``' among them)
+    writes one, so a file without it is named in a warning, and still read."""
+    table = pa.table({"text": [f"doc {i}" for i in range(200)]})
+    sink = pa.BufferOutputStream()
+    ends = []
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=20):
+            writer.write_batch(batch)
+            ends.append(sink.tell())
+    whole = tmp_path / "whole.arrow"
+    whole.write_bytes(sink.getvalue().to_pybytes())
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(whole.read_bytes()[: ends[4]])
+    runner = CliRunner()
+    result = runner.invoke(app, ["pack", str(cut), "--out", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["input_documents"] == 100
+    warning = f"{cut}: no end-of-stream marker: it may be cut short after 5 record batch(es)"
+    assert result.stderr.count(warning) == 1, result.stderr
+    result = runner.invoke(app, ["pack", str(tmp_path / "*.arrow"), "--out", str(tmp_path / "both"), "--json"])
+    assert result.exit_code == 0 and result.stderr.count("no end-of-stream marker") == 1, result.stderr
+    assert str(whole) not in result.stderr
+    file_format = write_arrow(tmp_path / "file.arrow", table, stream=False)  # its footer says where it ends
+    result = runner.invoke(app, ["pack", str(file_format), "--out", str(tmp_path / "file"), "--json"])
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr

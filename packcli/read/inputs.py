@@ -9,7 +9,6 @@ input (and said so); a Hugging Face ``save_to_disk`` folder is read through the 
 from __future__ import annotations
 
 import glob
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +21,9 @@ from packcli.format.manifest import EXPORT_NAME, is_output
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
 from packcli.read.streams import COMPRESSIONS, Span
-from packcli.read.tables import read_arrow, read_parquet
+from packcli.read.tables import read_arrow, read_parquet, unmarked_batches
 from packcli.read.unread import not_read
+from packcli.read.walk import glob_inputs, is_export, packcli_home, walk_directory
 from packcli.storage import UrlPath, is_url, location
 from packcli.util.files import why_absent
 
@@ -193,28 +193,28 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         elif path.is_dir():
             if is_output(path):
                 raise PackcliError("is a packcli output, not a corpus; pass the files it was packed from", path)
-            if _is_export(path):
+            if is_export(path):
                 raise PackcliError(
                     f"is a packcli export ({EXPORT_NAME}), not a corpus; pass the files it was packed from", path
                 )
             before = len(unread)
-            matches = _walk(path, unread, warn)
+            matches = walk_directory(path, _readable, unread, warn)
             if not matches:
                 said = f"directory holds no file packcli reads ({FORMATS_READ})"
                 raise PackcliError(said + not_read(unread[before:], "; not read: "), path)
         elif path.is_file():
             if input_format(path) is None:
                 raise PackcliError(f"unsupported input format; packcli reads {FORMATS_READ}", path)
+            if home := packcli_home(path, path.parent):
+                raise PackcliError(
+                    f"is part of {home[1]} ({home[0]}), not a corpus; pass the files it was packed from (a trainer "
+                    "reads an output through packcli.torch or packcli export)",
+                    path,
+                )
             matches = [path]
         elif glob.has_magic(spec):
-            matches, before = [], len(unread)
-            for match in sorted(Path(name) for name in glob.glob(str(path), recursive=True)):
-                if match.is_dir() and (made := _made_by_packcli(match)):
-                    warn(f"skipping {match}: {made}, not input")
-                elif match.is_dir():
-                    matches.extend(_walk(match, unread, warn))
-                else:  # a pipe or a broken link is no file to read: named with the files not read
-                    (matches if match.is_file() and input_format(match) else unread).append(match)
+            before = len(unread)
+            matches = glob_inputs(str(path), _readable, unread, warn)
             if not matches:
                 said = f"no file that packcli reads ({FORMATS_READ}) matches this pattern"
                 raise PackcliError(said + not_read(unread[before:], "; not read: "), spec)
@@ -227,6 +227,7 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         else:
             raise PackcliError(why_absent(path), path)
         found.extend(matches)
+    unread = _each_once(unread)
     if unread:
         warn(
             f"{len(unread):,} file(s) found in the inputs are not read (packcli reads {FORMATS_READ}){not_read(unread)}"
@@ -234,7 +235,26 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
     unique: dict[FileIdentity, Path] = {}
     for path in found:
         unique.setdefault(file_identity(path), path.resolve())
+    for path in unique.values():
+        batches = None if isinstance(path, UrlPath) or input_format(path) != "arrow" else unmarked_batches(path)
+        if batches is not None:
+            warn(f"{path}: no end-of-stream marker: it may be cut short after {batches:,} record batch(es)")
     return Inputs(list(unique.values()), unread)
+
+
+def _readable(path: Path) -> bool:
+    """Whether packcli reads a file of ``path``'s name."""
+    return input_format(path) is not None
+
+
+def _each_once(unread: list[Path]) -> list[Path]:
+    """``unread`` with each file once, however it was reached (a glob through a link to a directory, a directory
+    and a glob in it): a file is its directory's real path and its name, the link itself where it is one."""
+    unique: dict[str, Path] = {}
+    for path in unread:
+        key = str(path) if isinstance(path, UrlPath) else os.path.join(os.path.realpath(path.parent), path.name)
+        unique.setdefault(key, path)
+    return list(unique.values())
 
 
 def file_identity(path: Path) -> FileIdentity:
@@ -264,79 +284,6 @@ def _url_matches(spec: str, unread: list[Path], warn: Warn) -> list[Path]:
     if not matches:
         raise PackcliError(f"no object that packcli reads ({FORMATS_READ}) is there", spec)
     return list(matches)
-
-
-def _walk(root: Path, unread: list[Path], warn: Warn) -> list[Path]:
-    """The files packcli reads under ``root``, sorted; the others (a pipe or a broken link among them) go to
-    ``unread``. Symlinked directories are followed once; packcli outputs, staging directories and exports are
-    skipped, with a warning."""
-    found: list[Path] = []
-    seen: set[str] = set()
-    for directory, subdirectories, names in os.walk(root, followlinks=True):
-        here = Path(directory)
-        real = os.path.realpath(here)
-        if real in seen:  # a symlink back to a directory already read
-            subdirectories[:] = []
-            continue
-        seen.add(real)
-        kept = []
-        for name in sorted(subdirectories):
-            if made := _made_by_packcli(here / name):
-                warn(f"skipping {here / name}: {made}, not input")
-            else:
-                kept.append(name)
-        subdirectories[:] = kept
-        metadata, data_files = _saved_dataset(here)
-        for name in sorted(names):
-            path = here / name
-            if name in metadata or _is_staging(name):
-                continue
-            if path.is_file() and input_format(path) is not None and (data_files is None or name in data_files):
-                found.append(path)
-            else:
-                unread.append(path)
-    return sorted(found)
-
-
-def _made_by_packcli(directory: Path) -> str | None:
-    """What ``directory`` is, as a skipping warning names it, when packcli wrote it (an export; an output or a
-    run's staging directory); None for any other directory."""
-    if _is_export(directory):
-        return "a packcli export"
-    if _is_staging(directory.name) or is_output(directory):
-        return "a packcli output"
-    return None
-
-
-def _is_staging(name: str) -> bool:
-    """A run's staging directory (or lock) beside its output: ``.NAME.packcli-...``."""
-    return name.startswith(".") and ".packcli-" in name
-
-
-def _saved_dataset(directory: Path) -> tuple[frozenset[str], frozenset[str] | None]:
-    """For a Hugging Face ``save_to_disk`` folder: its metadata file names and the data files its ``state.json``
-    lists; else (no names, None). A DatasetDict (a folder of such folders, one per split) is refused: packing every
-    split together would mix evaluation data into training data."""
-    if (directory / "dataset_dict.json").is_file():
-        splits = sorted(entry.name for entry in directory.iterdir() if (entry / "state.json").is_file())
-        example = directory / (splits[0] if splits else "train")
-        raise PackcliError(
-            f"is a Hugging Face DatasetDict (splits: {', '.join(splits) or 'none'}); pass one split's folder, "
-            f"e.g. {example}",
-            directory,
-        )
-    state, info = directory / "state.json", directory / "dataset_info.json"
-    if not (state.is_file() and info.is_file()):
-        return frozenset(), None
-    try:
-        listed = json.loads(state.read_bytes())["_data_files"]
-        data_files = frozenset(str(entry["filename"]) for entry in listed)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PackcliError(f"cannot read the Hugging Face dataset state ({exc})", state) from None
-    for name in sorted(data_files):
-        if not (directory / name).is_file():
-            raise PackcliError(f"Hugging Face dataset data file {name}, listed in state.json, is missing", directory)
-    return frozenset((state.name, info.name)), data_files
 
 
 def read_records(
@@ -374,8 +321,3 @@ def read_records(
         yield from read_arrow(path, fields, reject, convert, span)
     else:
         yield from read_json(path, fields, reject, convert, span)
-
-
-def _is_export(directory: Path) -> bool:
-    """Whether ``directory`` is a ``packcli export`` (its ``export.json``; its files are a trainer's, never input)."""
-    return (directory / EXPORT_NAME).is_file() and not is_output(directory)

@@ -2,8 +2,9 @@
 
 A string field's column may hold its text in any of Arrow's string layouts (``string``, ``large_string``,
 ``string_view`` as polars writes it, ``dictionary<string>`` as a pandas Categorical comes back from Parquet): each is
-read as the plain string column of the same values. Plain string fields without nulls are taken whole (Arrow strings are UTF-8, which cannot hold a lone surrogate);
-anything else, and a column with a string that is not valid UTF-8, is checked row by row like a JSON record.
+read as the plain string column of the same values. Plain string fields without nulls are taken whole (Arrow strings
+are UTF-8, which cannot hold a lone surrogate); anything else, and a column with a string that is not valid UTF-8, is
+checked row by row like a JSON record.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from packcli.read.fields import Columns, Convert, Field, FieldBatch, Reject
 from packcli.read.streams import Span
 from packcli.storage.sources import arrow_source, parquet_source
 
-__all__ = ["check_columns", "read_arrow", "read_parquet", "table_records"]
+__all__ = ["check_columns", "read_arrow", "read_parquet", "table_records", "unmarked_batches"]
 
 
 def present(schema: pa.Schema, fields: Sequence[Field]) -> list[Field]:
@@ -46,7 +47,7 @@ def _holds_text(kind: pa.DataType) -> bool:
     """Whether a column of ``kind`` holds strings, in one of Arrow's layouts (a dictionary's in its values)."""
     if pa.types.is_dictionary(kind):
         return _holds_text(kind.value_type)
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
 
 
 def _plain_strings(column: pa.Array) -> pa.Array:
@@ -167,6 +168,27 @@ def read_arrow(
         records, numbers = table_records(path, columns, fields, rows, reject, convert)
         yield FieldBatch(records, min(size, source.tell()), numbers)
         rows += batch.num_rows
+
+
+def unmarked_batches(path: Path) -> int | None:
+    """For an Arrow IPC stream on a local disk that ends without its end-of-stream marker, the record batches it
+    holds; else None (a stream that has it, the file format, a file :func:`read_arrow` refuses). The format lets a
+    stream end without the marker, but pyarrow's writers (``datasets``' ``save_to_disk`` among them) always write it:
+    a stream without it is most likely cut short, and one cut at a record batch's end reads as whole. Only the
+    messages' headers are read (memory-mapped: the batches' data is not touched)."""
+    try:
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.MessageReader.open_stream(source)
+            messages = batches = end = 0
+            while True:
+                try:
+                    message = reader.read_next_message()
+                except StopIteration:  # at the marker (read past it) or at the end of the file (nothing read)
+                    break
+                messages, batches, end = messages + 1, batches + (message.type == "record batch"), source.tell()
+            return batches if messages and source.tell() == end else None
+    except (OSError, pa.ArrowException):
+        return None
 
 
 def _named_failures(path: Path, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
