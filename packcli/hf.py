@@ -54,9 +54,10 @@ def pack(
         options: the other ``pack`` options, by their :class:`~packcli.options.PackOptions` names (``strategy``,
             ``text_field``, ``prompt_field``, ``response_field``, ``overflow``, ``seed``, ``shuffle``, ``shard_size``
             and ``partition_size`` as bytes or text like "64MiB", ``target_tokens`` as a number or text like "3M",
-            ``weights`` as numbers or text like "0.7,0.3": parsed as the command line parses them,
-            :meth:`~packcli.options.PackOptions.from_values`). A dataset is never partitioned: ``partitions=1``
-            is the plain run, more is refused.
+            ``weights`` as a list of numbers (no bool, no string: text is one string) or text like "0.7,0.3":
+            parsed as the command line parses them, :meth:`~packcli.options.PackOptions.from_values`; None only
+            where the option's default is None). A dataset is never partitioned: ``partitions=1`` is the plain run,
+            more is refused.
 
     Warns:
         PackcliDataLossWarning: for each loss ``packcli pack`` warns of: overflow drop or truncate losing more than
@@ -65,8 +66,9 @@ def pack(
             up to date.
 
     Raises:
-        UsageError: an unknown option or one of the wrong type (numpy's integers and booleans are taken as plain
-            ones), an ``out`` URL, a dataset with partitions, or a dataset without the columns the options name.
+        UsageError: an unknown option or one of the wrong type, None included where it is no default (numpy's
+            integers and booleans are taken as plain ones), an ``out`` URL, a dataset with partitions, or a
+            dataset without the columns the options name.
         PackcliError: as ``packcli pack`` (a bad record, an output in the way, ...), and a streamed column whose
             type changes between rows (other than a batch of None). Messages name keyword arguments where the
             command line names flags (``overwrite=True``, not ``--overwrite``).

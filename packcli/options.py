@@ -7,7 +7,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
@@ -80,7 +80,8 @@ class PackOptions:
         """The options of a front end's values, by field name: the command line's flags and ``packcli.pack()``'s
         keyword arguments alike. Sizes (``shard_size``, ``partition_size``: "512MiB"), the token count
         (``target_tokens``: "3M") and the weights ("0.7,0.3") may be text, parsed here; any other value must be of
-        its field's plain type (numpy's integers and booleans are taken as plain ones).
+        its field's plain type (numpy's integers and booleans are taken as plain ones; the weights as a list of
+        numbers), and None only where the field gives None a meaning (``tokenizer=None``: the bundled GPT-2).
 
         Raises:
             UsageError: an unknown option, text that does not parse, a value of another type, or options that do
@@ -92,8 +93,8 @@ class PackOptions:
             raise UsageError(f"unknown pack option(s) {', '.join(unknown)}; known: {known}")
         parsed = {}
         for name, value in values.items():
-            parse = _TEXT_PARSERS.get(name)
-            parsed[name] = parse(value, name) if parse is not None and isinstance(value, str) else _plain(name, value)
+            text = _TEXT_PARSERS.get(name)
+            parsed[name] = text[0](value, name) if text is not None and isinstance(value, str) else _plain(name, value)
         return cls(**parsed)
 
     @property
@@ -126,6 +127,7 @@ class PackOptions:
 
     def __post_init__(self) -> None:
         self._check_pretokenized()
+        self._check_eos_token()
         self._check_mixing()
         if (self.prompt_field is None) != (self.response_field is None):
             raise UsageError(f"{option('prompt_field')} and {option('response_field')} go together")
@@ -198,11 +200,25 @@ class PackOptions:
             if not 0 <= self.eos_id <= INT32_MAX:
                 raise UsageError(f"{option('eos_id')} must be in [0, 2^31), got {self.eos_id}")
 
+    def _check_eos_token(self) -> None:
+        """``--eos-token`` names a token the run appends, or one a chat template renders (``eos_token``): an empty
+        one, or one no document gets, would change the fingerprint alone."""
+        if self.eos_token is None:
+            return
+        if not self.eos_token:
+            raise UsageError(f"{option('eos_token')} must name a token, got ''")
+        if not self.eos and self.messages_field is None:
+            raise UsageError(
+                f"{option('eos_token')} and {option('eos', False)} contradict each other; pass one of them"
+            )
+
     def _check_mixing(self) -> None:
         if self.weights is not None:
             weights = tuple(float(weight) for weight in self.weights)
             object.__setattr__(self, "weights", weights)
-            if not weights or any(not math.isfinite(weight) for weight in weights):
+            if not weights:
+                raise UsageError(f"{option('weights')} takes one weight per input, got none")
+            if any(not math.isfinite(weight) for weight in weights):
                 raise UsageError(f"{option('weights')} must be finite numbers, got {format_weights(weights)}")
             if any(weight < 0 for weight in weights):
                 raise UsageError(f"{option('weights')} must not be negative, got {format_weights(weights)}")
@@ -304,30 +320,35 @@ def format_weights(weights: tuple[float, ...]) -> str:
     return ",".join(f"{weight:g}" for weight in weights)
 
 
-# The options that may be given as text (the command line's, or "512MiB" in Python), and their parsers.
-_TEXT_PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "shard_size": lambda text, name: parse_size(text),
-    "partition_size": lambda text, name: parse_size(text),
-    "target_tokens": parse_count,
-    "weights": parse_weights,
+# The options that may be given as text (the command line's, or "512MiB" in Python): their parsers, and an example.
+_TEXT_PARSERS: dict[str, tuple[Callable[[str, str], Any], str]] = {
+    "shard_size": (lambda text, name: parse_size(text), "512MiB"),
+    "partition_size": (lambda text, name: parse_size(text), "512MiB"),
+    "target_tokens": (parse_count, "3M"),
+    "weights": (parse_weights, "0.7,0.3"),
 }
 PATH_OPTIONS = ("tokenizer", "chat_template")  # files: a Path is taken too
-_TYPE_WORDS = {bool: "True or False", int: "a whole number", str: "a string"}
-# The plain type of each field (None: __post_init__ checks it), from its annotation: "int", "str | None", ...
+_TYPE_WORDS = {bool: "True or False", int: "a whole number", str: "a string", tuple: "a list of numbers"}
+# The plain type of each field (None: __post_init__ checks it), from its annotation: "int", "str | None",
+# "tuple[float, ...] | None"; and the fields that take None ("... | None").
 _FIELD_TYPES: dict[str, type | None] = {
-    field.name: next((kind for kind in _TYPE_WORDS if field.type in (kind.__name__, f"{kind.__name__} | None")), None)
+    field.name: next(
+        (kind for kind in _TYPE_WORDS if str(field.type).removesuffix(" | None").split("[")[0] == kind.__name__), None
+    )
     for field in dataclasses.fields(PackOptions)
 }
+_OPTIONAL = frozenset(field.name for field in dataclasses.fields(PackOptions) if str(field.type).endswith(" | None"))
 
 
 def _plain(name: str, value: Any) -> Any:
     """An option's value as the plain Python type its field holds (numpy's integers and booleans too).
 
     Raises:
-        UsageError: a value of another type (``"128"`` or ``128.5`` for ``max_len``), naming the option.
+        UsageError: a value of another type (``"128"`` or ``128.5`` for ``max_len``, None for ``eos``, a bool or a
+            string among the weights), naming the option.
     """
     kind = _FIELD_TYPES[name]
-    if value is None or kind is None:
+    if kind is None or (value is None and name in _OPTIONAL):
         return value
     if kind is bool and (isinstance(value, bool) or _numpy_bool(value)):
         return bool(value)
@@ -335,7 +356,13 @@ def _plain(name: str, value: Any) -> Any:
         return int(value)
     if kind is str and (isinstance(value, str) or (name in PATH_OPTIONS and isinstance(value, os.PathLike))):
         return os.fspath(value)
-    raise UsageError(f"{option(name)} must be {_TYPE_WORDS[kind]}, got {value!r}")
+    if kind is tuple and isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping | Set):
+        numbers_given = tuple(value)  # a list, a tuple, a numpy array: in input order (a set has none)
+        if all(isinstance(number, numbers.Real) and not isinstance(number, bool) for number in numbers_given):
+            return numbers_given
+    text = _TEXT_PARSERS.get(name)
+    said = f" or text such as {text[1]!r}" if text is not None else ""
+    raise UsageError(f"{option(name)} must be {_TYPE_WORDS[kind]}{said}, got {value!r}")
 
 
 def _numpy_bool(value: Any) -> bool:

@@ -104,3 +104,14 @@ def test_the_default_tokenizer_is_named(tmp_path: Path) -> None:
         assert result.exit_code == 2
         assert "EOS token '<nope>' is not in the vocabulary of tokenizer gpt2 (bundled)" in result.stderr
         assert "None" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["pack", "stats"])
+def test_the_backend_help_names_the_fast_backends_in_the_order_auto_tries_them(command: str) -> None:
+    """``--tokenizer-backend auto`` tries gigatoken first, then fastokens (docs/cli.md, the manifest): the help named
+    fastokens alone."""
+    from packcli.encode.backends import FAST_BACKENDS
+
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert f"({', then '.join(FAST_BACKENDS)})" in " ".join(result.stdout.split()), result.stdout

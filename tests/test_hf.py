@@ -151,6 +151,18 @@ def test_an_empty_dataset_is_refused_as_an_empty_file_is(tmp_path: Path) -> None
         ("seed", 1.5, "seed must be a whole number, got 1.5"),
         ("shuffle", "no", "shuffle must be True or False, got 'no'"),
         ("text_field", 3, "text_field must be a string, got 3"),
+        # None only where the field documents it as a meaning (tokenizer=None: the bundled GPT-2)
+        *((name, None, f"{name} must be True or False, got None") for name in ("eos", "bos", "shuffle")),
+        ("position_ids", None, "position_ids must be True or False, got None"),
+        ("skip_bad_records", None, "skip_bad_records must be True or False, got None"),
+        ("max_len", None, "max_len must be a whole number, got None"),
+        ("seed", None, "seed must be a whole number, got None"),
+        ("shard_size", None, "shard_size must be a whole number or text such as '512MiB', got None"),
+        ("text_field", None, "text_field must be a string, got None"),
+        ("weights", 1, "weights must be a list of numbers or text such as '0.7,0.3', got 1"),
+        ("weights", [], "weights takes one weight per input, got none"),
+        ("weights", [True], "weights must be a list of numbers or text such as '0.7,0.3', got [True]"),
+        ("weights", ["1"], "weights must be a list of numbers or text such as '0.7,0.3', got ['1']"),
     ],
 )
 def test_an_option_of_the_wrong_type_is_a_usage_error_naming_it(

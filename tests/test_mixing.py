@@ -209,6 +209,43 @@ def test_a_target_whose_shards_no_disk_here_holds_is_refused_before_reading(tmp_
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.packcli-*"))
 
 
+def test_a_target_too_large_for_a_float_is_said_exactly(tmp_path: Path) -> None:
+    """The bytes a target needs are an integer: said without the rounding of a float (it printed
+    799,999,999,999,999,868,928.0 GB for 799,999,999,999,999,999,992)."""
+    a, b = corpus(tmp_path / "a.jsonl", ["yew"], 5), corpus(tmp_path / "b.jsonl", ["box"], 5)
+    target = ["--target-tokens", "99999999999999999999B"]
+    result = runner.invoke(app, ["pack", str(a), str(b), *target, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert "makes at least 799,999,999,999,999,999,992.0 GB of shards (8 bytes a token)" in result.stderr
+
+
+@pytest.mark.parametrize("overflow", [[], ["--overflow", "drop"]])
+def test_an_input_of_empty_records_is_said_to_be_so(tmp_path: Path, overflow: list[str]) -> None:
+    """An input whose records are all empty, under a positive weight: the error says it holds no document (it spoke
+    of documents too long for --max-len under --overflow drop, whatever the policy)."""
+    a = corpus(tmp_path / "a.jsonl", ["yew"], 5)
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"text": ""}, {"text": ""}])
+    args = ["pack", str(a), str(empty), "--weights", "1,1", *overflow]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert error_line(result.stderr) == (
+        f"error: {empty}: no document of this input can go into the output: it holds none (no record, or only "
+        "empty ones, counted as empty documents); give it weight 0 or fix it"
+    )
+
+
+def test_an_input_whose_documents_are_all_too_long_under_drop_is_said_to_be_so(tmp_path: Path) -> None:
+    a = corpus(tmp_path / "a.jsonl", ["yew"], 5)
+    long = write_jsonl(tmp_path / "long.jsonl", [{"text": "word " * 50}])
+    args = ["pack", str(a), str(long), "--weights", "1,1", "--max-len", "16", "--overflow", "drop"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert error_line(result.stderr) == (
+        f"error: {long}: no document of this input can go into the output: its 1 document(s) are all too long for "
+        "--max-len 16 with --overflow drop; give it weight 0 or fix it"
+    )
+
+
 def test_how_files_are_grouped_into_sources_is_part_of_the_run_identity(tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()

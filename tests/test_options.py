@@ -73,3 +73,40 @@ def test_one_parser_takes_text_sizes_counts_and_weights_and_names_options_as_the
         with keyword_spelling(), pytest.raises(UsageError) as refused:
             PackOptions.from_values(values)
         assert str(refused.value).startswith(keywords) and "--" not in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--eos-token", "hello", "--no-eos"],
+            "error: --eos-token and --no-eos contradict each other; pass one of them",
+        ),
+        (["--eos-token", ""], "error: --eos-token must name a token, got ''"),
+    ],
+)
+def test_an_eos_token_no_eos_is_appended_by_or_an_empty_one_is_a_usage_error(
+    tmp_path: Path, tiny_corpus: Path, extra: list[str], message: str
+) -> None:
+    """``--eos-token hello --no-eos`` recorded hello's id as the EOS no document ends with, and an empty
+    ``--eos-token`` was stored as "": both wrote the default shards under another fingerprint, so the output was
+    later refused as another run's. Both are refused before a record is read."""
+    result = runner.invoke(app, ["pack", str(tiny_corpus), "--max-len", "64", *extra, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert error_line(result.stderr) == message
+    assert not (tmp_path / "o").exists()
+
+
+def test_weights_are_taken_from_any_sequence_of_real_numbers() -> None:
+    """A list, a tuple or a numpy array of numbers (numpy's too) are weights; a bool or a string in them is not
+    (the text form is one string, "0.7,0.3")."""
+    import numpy as np
+
+    for weights in ([0.7, 0.3], (0.7, 0.3), np.array([0.7, 0.3]), [np.float32(0.5), 1]):
+        assert PackOptions.from_values({"weights": weights}).weights == tuple(float(w) for w in weights)
+
+
+def test_an_eos_token_with_no_eos_is_the_chat_templates_eos_token() -> None:
+    """Under ``--messages-field`` the template renders ``eos_token``: ``--eos-token`` names it with ``--no-eos``."""
+    values = {"messages_field": "messages", "eos": False, "eos_token": "<|im_end|>"}
+    assert PackOptions.from_values(values).eos_token == "<|im_end|>"

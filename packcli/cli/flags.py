@@ -55,7 +55,8 @@ TokenizerBackendOption = Annotated[
     str,
     typer.Option(
         help="'auto': the fastest backend that encodes exactly as Hugging Face tokenizers for this tokenizer "
-        "(fastokens), else Hugging Face, saying why; 'hf': Hugging Face tokenizers. The tokens are the same.",
+        "(gigatoken, then fastokens), else Hugging Face, saying why; 'hf': Hugging Face tokenizers. The tokens "
+        "are the same.",
     ),
 ]
 StrategyOption = Annotated[str, typer.Option(help="Packing strategy (see `packcli strategies`).")]

@@ -118,10 +118,17 @@ def _check_room_for_target(options: PackOptions, built: Path, shown: Path) -> No
     free = shutil.disk_usage(built).free
     if need > free:
         raise PackcliError(
-            f"--target-tokens {options.target_tokens:,} makes at least {need / 1e9:,.1f} GB of shards "
-            f"({_LEAST_BYTES_PER_TOKEN} bytes a token), more than the {free / 1e9:,.1f} GB free where they are "
+            f"--target-tokens {options.target_tokens:,} makes at least {_gigabytes(need)} GB of shards "
+            f"({_LEAST_BYTES_PER_TOKEN} bytes a token), more than the {_gigabytes(free)} GB free where they are "
             f"written ({shown}); ask for fewer tokens, or make room"
         )
+
+
+def _gigabytes(size: int) -> str:
+    """``size`` bytes in GB to one decimal, rounded down and exact: a float's rounding showed 8 * 10**29 bytes as
+    799,999,999,999,999,868,928.0 GB."""
+    tenths = size // 10**8
+    return f"{tenths // 10:,}.{tenths % 10}"
 
 
 def _build_part(

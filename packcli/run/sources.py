@@ -86,8 +86,8 @@ def mixed_stream(
     for given, part, weight in zip(sources, per_source, options.weights or [1.0] * len(sources)):
         if weight > 0 and not part.any():
             raise PackcliError(
-                "no document of this input can go into the output (none read, or all too long for "
-                f"{option('max_len', options.max_len)} with {option('overflow')} drop); give it weight 0 or fix it",
+                f"no document of this input can go into the output: {_why_none_fits(len(part), options)}; give it "
+                "weight 0 or fix it",
                 given.spec,
             )
     draws = mix(per_source, weights, options.target_tokens, options.seed)
@@ -104,6 +104,18 @@ def mixed_stream(
         np.concatenate([source, owner]).astype(np.int64),
         draws,
         normalised(weights),
+    )
+
+
+def _why_none_fits(documents: int, options: PackOptions) -> str:
+    """Why an input of ``documents`` documents puts no token into the output. An empty record is no document (it is
+    counted in ``empty_documents``), and under split or truncate every document puts in some tokens: so either the
+    input holds none, or the drop policy left out every one."""
+    if not documents:
+        return "it holds none (no record, or only empty ones, counted as empty documents)"
+    return (
+        f"its {documents:,} document(s) are all too long for {option('max_len', options.max_len)} with "
+        f"{option('overflow')} drop"
     )
 
 
