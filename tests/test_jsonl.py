@@ -118,6 +118,10 @@ TRICKY = [
     b"\x0b",
     b'{"text": "a\xffb"}',
     b'{"te\\u0078t": "a"}',
+    b'{"text": "a", "author": "Jos\xe9"}',  # invalid UTF-8 in a field packcli does not read
+    b'{"text": "a", "author": "caf\xc3"}',  # a sequence cut short
+    b'{"text": "a", "n": ' + b"7" * 5000 + b"}",  # beyond Python's 4,300 digits for an int
+    b'{"text": ' + b"7" * 5000 + b"}",
     b'{"text": 5}',
     b"[1]",
 ]
@@ -244,6 +248,44 @@ def test_a_bom_through_the_cli_with_skip_bad_records(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.stderr
         summary = json.loads(result.stdout)
         assert (summary["bad_records"], summary["input_documents"]) == (0, 2), args
+
+
+def test_a_line_that_is_not_utf8_is_a_bad_record_whatever_the_lines_around_it(tmp_path: Path) -> None:
+    """Invalid UTF-8 in a field packcli does not read: pyarrow's parser never looked at those bytes, so the line was
+    packed, or refused when a neighbouring line sent its piece to the line parser, or with --partitions."""
+    lines = [line(f"hello {i}") for i in range(50)]
+    lines[30] = b'{"text": "ok", "author": "Jos\xe9"}\n'
+    alone, beside = tmp_path / "alone.jsonl", tmp_path / "beside.jsonl"
+    alone.write_bytes(b"".join(lines))
+    beside.write_bytes(b"".join([b" " + lines[0], *lines[1:]]))  # a leading space: that piece goes line by line
+    for corpus in (alone, beside):
+        for extra in ([], ["--partitions", "2"]):
+            result = pack(str(corpus), "--out", str(tmp_path / f"o-{corpus.stem}-{len(extra)}"), *extra)
+            assert result.exit_code == 1, (corpus, extra, result.output)
+            assert error_line(result.stderr).startswith(f"error: {corpus}:31: invalid UTF-8 at byte 30 of the line")
+    result = pack(str(alone), "--out", str(tmp_path / "o"), "--skip-bad-records", "--json", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert (json.loads(result.stdout)["bad_records"], json.loads(result.stdout)["input_documents"]) == (1, 49)
+
+
+def test_an_integer_beyond_pythons_digits_is_read_as_the_fast_parser_reads_it(tmp_path: Path) -> None:
+    """Python's json refuses an int of more than 4,300 digits with a bare ValueError (the run ended in 'unexpected
+    ValueError', no file, no line); in a field packcli does not read it is no reason to refuse the record."""
+    huge = b"7" * 5000
+    records = [b'{"text": "hi", "n": ' + huge + b"}\n", b'{"text": "x"}\n']
+    alone, beside, array = tmp_path / "alone.jsonl", tmp_path / "beside.jsonl", tmp_path / "array.json"
+    alone.write_bytes(b"".join(records))
+    beside.write_bytes(b"".join([records[0], b" " + records[1]]))  # the line parser reads this piece
+    array.write_bytes(b"[" + b",".join(record.strip() for record in records) + b"]")
+    for corpus in (alone, beside, array):
+        assert read(corpus)[:2] == (["hi", "x"], ReadCounts())
+        result = pack(str(corpus), "--out", str(tmp_path / "o"), "--overwrite", "--json", "--quiet")
+        assert result.exit_code == 0, (corpus, result.output)
+        assert json.loads(result.stdout)["input_documents"] == 2
+    as_text = tmp_path / "as_text.jsonl"
+    as_text.write_bytes(b'{"text": ' + huge + b'}\n{"text": "x"}\n')
+    result = pack(str(as_text), "--out", str(tmp_path / "o2"))
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(f"error: {as_text}:1: field 'text' is")
 
 
 SURROGATE = b'{"text": "fine"}\n{"text": "half a pair \\ud800 here"}\n{"text": "after"}\n'
