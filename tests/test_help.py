@@ -87,9 +87,9 @@ def test_a_list_per_line_is_named(tmp_path: Path) -> None:
     corpus = tmp_path / "lists.jsonl"
     corpus.write_text("[1, 2]\n[3]\n")
     result = runner.invoke(app, ["pack", str(corpus), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1
+    assert result.exit_code == 1  # JSON Lines whose first line is a list: a bad record, as on any line
     assert (
-        f"error: {corpus}: line 1 is a JSON list, not an object" in result.stderr and "Extra data" not in result.stderr
+        f"error: {corpus}:1: record is an array, not an object" in result.stderr and "Extra data" not in result.stderr
     )
     one = tmp_path / "one.jsonl"
     one.write_text('{"text": "fine"}\n"just a string"\n')

@@ -288,6 +288,37 @@ def test_an_integer_beyond_pythons_digits_is_read_as_the_fast_parser_reads_it(tm
     assert result.exit_code == 1 and error_line(result.stderr).startswith(f"error: {as_text}:1: field 'text' is")
 
 
+@pytest.mark.parametrize("name", ["lists.jsonl", "lists.json"])
+def test_a_list_on_line_one_of_json_lines_is_a_bad_record_like_any_other_line(tmp_path: Path, name: str) -> None:
+    """A file whose first line is a whole JSON list with more lines after it is JSON Lines, not one array: the list
+    is a bad record, skipped and counted with --skip-bad-records (the whole file was refused as 'a JSON list')."""
+    corpus = tmp_path / name
+    corpus.write_bytes(b'[1, 2]\n{"text": "a"}\n[3]\n{"text": "b"}\n')
+    result = pack(str(corpus), "--out", str(tmp_path / "o"))
+    assert (
+        result.exit_code == 1 and error_line(result.stderr) == f"error: {corpus}:1: record is an array, not an object"
+    )
+    result = pack(str(corpus), "--out", str(tmp_path / "o"), "--skip-bad-records", "--json", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["bad_records"], summary["input_documents"]) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " " * 5000 + json.dumps([{"text": "a"}, {"text": "b"}]),  # past the first 4 KiB of whitespace
+        "\n\n" + json.dumps([{"text": "a"}, {"text": "b"}]) + "\n\n",  # one line, blank lines around it
+        json.dumps([{"text": "a"}, {"text": "b"}], indent=2),  # over many lines
+        "[\n" + json.dumps({"text": "a"}) + ",\n" + json.dumps({"text": "b"}) + "]\n",
+    ],
+)
+def test_a_json_array_is_read_as_one_however_it_is_laid_out(tmp_path: Path, text: str) -> None:
+    corpus = tmp_path / "array.json"
+    corpus.write_text(text)
+    assert read(corpus)[:2] == (["a", "b"], ReadCounts())
+
+
 SURROGATE = b'{"text": "fine"}\n{"text": "half a pair \\ud800 here"}\n{"text": "after"}\n'
 
 

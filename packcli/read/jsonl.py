@@ -36,6 +36,8 @@ _ESCAPE_PAIR = re.compile(rb"\\.", re.DOTALL)
 # pyarrow takes no piece with a line holding more opening brackets than this: Python's parser stops near 1,000
 # levels of nesting (a bad record there), pyarrow's does not.
 _MAX_FAST_BRACKETS = 512
+_SNIFF_BYTES = 1 << 16  # what the array sniff reads at a time: a JSON Lines file is told by its first byte
+_LINE_ONE_BYTES = 16 << 20  # the most of a line 1 opening with [ that the sniff holds to tell an array from a line
 
 
 def read_json(
@@ -57,13 +59,47 @@ def read_json(
 
 
 def is_json_array(path: Path) -> bool:
-    """True when a JSON file holds one array of records rather than JSON Lines."""
+    """True when a JSON file holds one array of records rather than JSON Lines: its first value (after a BOM and any
+    whitespace) opens with ``[``, and is not a whole line followed by more lines, which makes it line 1 of JSON Lines
+    (a list there is a bad record, as on any other line). A first line of over _LINE_ONE_BYTES is taken as an array
+    without being parsed (the sniff holds no more)."""
     try:
         with open_decompressed(path) as (stream, raw):
-            head = _read(stream, raw, 4096, path, lines_before=0, offset=0)
+            chunks = _chunks(stream, raw, path, _SNIFF_BYTES)
+            rest = b""
+            for number, chunk in enumerate(chunks):
+                rest = (chunk.removeprefix(_BOM) if number == 0 else chunk).lstrip(_JSON_SPACE)
+                if rest:
+                    break
+            if not rest.startswith(b"["):
+                return False
+            line, end = [rest], rest.find(b"\n")
+            while end < 0 and sum(map(len, line)) <= _LINE_ONE_BYTES and (chunk := next(chunks, b"")):
+                end = chunk.find(b"\n")
+                line.append(chunk)
+            if end < 0:
+                return True  # the file is one line, or its first is too long to hold: an array either way
+            after = line[-1][end + 1 :]
+            while not after.strip(_JSON_SPACE) and (chunk := next(chunks, b"")):
+                after = chunk
+            if not after.strip(_JSON_SPACE):
+                return True  # nothing but whitespace after line 1: the array is the whole file
+            try:
+                loads(b"".join([*line[:-1], line[-1][:end]]).decode("utf-8"))
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError too
+                return True  # line 1 is no whole value: an array laid out over several lines
+            return False
     except STREAM_ERRORS as exc:  # the stream's header, read on opening
         raise _damaged(path, exc, lines_before=0, read=0) from None
-    return head.removeprefix(_BOM).lstrip(_JSON_SPACE).startswith(b"[")
+
+
+def _chunks(stream: IO[bytes], raw: IO[bytes], path: Path, size: int) -> Iterator[bytes]:
+    """The decompressed bytes of ``stream`` in pieces of ``size`` (the last shorter), each read by :func:`_read`,
+    which names where damaged compressed data broke."""
+    offset = lines = 0
+    while chunk := _read(stream, raw, size, path, lines, offset):
+        offset, lines = offset + len(chunk), lines + chunk.count(b"\n")
+        yield chunk
 
 
 def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before: int, offset: int) -> bytes:
