@@ -57,7 +57,7 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], int, str]]:
     return [
         (["badjson.jsonl"], 1, "badjson.jsonl:2: invalid JSON"),
         (["nofield.jsonl"], 1, "nofield.jsonl:2: record has no field 'text'"),
-        (["nonstr.jsonl"], 1, "nonstr.jsonl:2: field 'text' is list, not a string"),
+        (["nonstr.jsonl"], 1, "nonstr.jsonl:2: field 'text' is an array, not a string"),
         (["utf8.jsonl"], 1, "utf8.jsonl:2: invalid UTF-8"),
         (["empty.jsonl"], 1, "empty.jsonl: no documents"),
         (["missing.jsonl"], 1, "missing.jsonl: no such file or directory"),

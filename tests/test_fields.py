@@ -18,11 +18,11 @@ CHAT = Field("messages", "messages", "--messages-field")
     "value,field,message",
     [
         (None, TEXT, "field 'text' is null"),
-        (5, TEXT, "field 'text' is int, not a string"),
-        (["a"], TEXT, "field 'text' is list, not a string"),
+        (5, TEXT, "field 'text' is a number, not a string"),
+        (["a"], TEXT, "field 'text' is an array, not a string"),
         ("a \ud800 b", TEXT, r"field 'text' holds a lone surrogate \(\\ud800 at character 3\)"),
         ("\udfff", TEXT, r"lone surrogate \(\\udfff at character 1\)"),
-        ("hi", CHAT, "field 'messages' is str, not a list of messages"),
+        ("hi", CHAT, "field 'messages' is a string, not a list of messages"),
         ([{"content": "x"}], CHAT, "message 1 of 'messages' has no role"),
         (["x"], CHAT, "message 1 of 'messages' has no role"),
         ([{"role": "bot", "content": "x"}], CHAT, "message 1 has unknown role 'bot' \\(known: system, user"),
@@ -80,7 +80,7 @@ def test_columns_convert_each_checked_record_into_one_column() -> None:
     columns.add(["x", "y"], 1)
     with pytest.raises(BadRecordError, match="the template refuses it"):
         columns.add(["refuse", "y"], 2)
-    with pytest.raises(BadRecordError, match="field 'b' is int"):
+    with pytest.raises(BadRecordError, match="field 'b' is a number"):
         columns.add(["x", 5], 3)  # checked before conversion: convert never sees it
     assert columns.take(0).columns == [["x|y"]]
     assert seen == [["x", "y"], ["refuse", "y"]]

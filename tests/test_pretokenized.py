@@ -133,7 +133,7 @@ def test_a_tokenizer_gives_the_eos_and_the_vocabulary_bound(tmp_path: Path, docu
         ([[1, 2], [3]], "is not a list of ints"),
         ([1, False, 3], "holds false at position 1: a token id is a number, not true or false"),
         ([True, 2], "holds true at position 0"),
-        ("1 2 3", "is str, not a list of token ids"),
+        ("1 2 3", "is a string, not a list of token ids"),
         (None, "is null"),
     ],
 )
@@ -153,7 +153,7 @@ def test_a_column_of_strings_is_named_by_row(tmp_path: Path) -> None:
     path = tmp_path / "text.parquet"
     pq.write_table(pa.table({"ids": ["not", "ids"]}), path)
     result = runner.invoke(app, ["pack", str(path), "--ids-field", "ids", "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1 and error_line(result.stderr).startswith(f"error: {path}:1: field 'ids' is str")
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(f"error: {path}:1: field 'ids' is a string")
 
 
 def test_labels_become_the_labels_column(tmp_path: Path, documents: list[list[int]]) -> None:

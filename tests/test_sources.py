@@ -73,7 +73,7 @@ def test_find_inputs_dirs_globs_and_errors(tmp_path: Path) -> None:
 BAD_LINES = [
     (b'{"text": "ok"}\n\n{"text": "broken"\n', 3, "invalid JSON"),
     (b'{"text": "ok"}\n{"body": "x"}\n', 2, "no field 'text'"),
-    (b'{"text": "ok"}\n{"text": 5}\n', 2, "is int, not a string"),
+    (b'{"text": "ok"}\n{"text": 5}\n', 2, "is a number, not a string"),
     (b'{"text": "ok"}\n{"text": null}\n', 2, "field 'text' is null"),
     (b'{"text": "ok"}\n{"text": "a\xffb"}\n', 2, "invalid UTF-8"),
     (b'{"text": "ok"}\n[1, 2]\n', 2, "not an object"),

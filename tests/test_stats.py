@@ -339,7 +339,7 @@ def test_raw_stats_bos_and_bad_records(tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"text": "one two"}\n{"text": 3}\n{"text": "three four five"}\n')
     failed = runner.invoke(app, ["stats", str(corpus), "--max-len", "8"])
-    assert failed.exit_code == 1 and f"{corpus}:2: field 'text' is int, not a string" in failed.stderr
+    assert failed.exit_code == 1 and f"{corpus}:2: field 'text' is a number, not a string" in failed.stderr
     skipped = runner.invoke(app, ["stats", str(corpus), "--max-len", "8", "--skip-bad-records", "--json"])
     assert skipped.exit_code == 0 and json.loads(skipped.stdout)["bad_records"] == 1
     no_bos = runner.invoke(app, ["stats", str(corpus), "--max-len", "8", "--skip-bad-records", "--bos"])

@@ -128,7 +128,7 @@ def test_stats_of_stdin_leaves_tokens_that_pack_of_stdin_reuses(tmp_path: Path) 
 def test_a_bad_record_is_named_by_stdin_and_line(tmp_path: Path, spool_dir: Path) -> None:
     result = pack_stdin(JSONL + b'{"text": 7}\n', tmp_path / "out")
     assert result.exit_code == 1
-    assert error_line(result.stderr) == f"error: <stdin>:{len(RECORDS) + 1}: field 'text' is int, not a string"
+    assert error_line(result.stderr) == f"error: <stdin>:{len(RECORDS) + 1}: field 'text' is a number, not a string"
     assert not (tmp_path / "out").exists() and list(spool_dir.iterdir()) == []
 
 
@@ -157,7 +157,7 @@ def test_stdin_beside_a_file_is_one_source_named_stdin(tmp_path: Path) -> None:
 def test_a_skipped_record_and_a_dry_run_name_stdin_never_the_spool(tmp_path: Path, spool_dir: Path) -> None:
     skipped = pack_stdin(JSONL + b'{"text": 7}\n', tmp_path / "out", "--skip-bad-records")
     assert skipped.exit_code == 0, skipped.stderr
-    assert f"<stdin>:{len(RECORDS) + 1}: field 'text' is int" in skipped.stderr
+    assert f"<stdin>:{len(RECORDS) + 1}: field 'text' is a number" in skipped.stderr
     assert str(spool_dir) not in skipped.stderr
     other = tmp_path / "other.jsonl"
     other.write_bytes(JSONL)

@@ -110,13 +110,13 @@ def check_value(value: Any, field: Field) -> Any:
         return value
     if field.kind == "string":
         if not isinstance(value, str):
-            raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a string")
+            raise BadRecordError(f"field {field.name!r} is {json_kind(value)}, not a string")
         _check_text(value, f"field {field.name!r}")
         return value
     if field.kind in ("ids", "labels"):
         return _token_ids(value, field)
     if not isinstance(value, list):
-        raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of messages")
+        raise BadRecordError(f"field {field.name!r} is {json_kind(value)}, not a list of messages")
     for number, message in enumerate(value, start=1):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise BadRecordError(f"message {number} of {field.name!r} has no role")
@@ -154,7 +154,7 @@ def _token_ids(value: Any, field: Field) -> np.ndarray:
     """A list of ints as an int32 array, every value in [0, 2^31) (labels: or -100); else BadRecordError. A JSON
     ``true`` or ``false`` is no id, even among numbers."""
     if not isinstance(value, (list, np.ndarray)):  # an Arrow list column arrives as numpy arrays
-        raise BadRecordError(f"field {field.name!r} is {type(value).__name__}, not a list of token ids")
+        raise BadRecordError(f"field {field.name!r} is {json_kind(value)}, not a list of token ids")
     if isinstance(value, list) and bool in map(type, value):  # numpy would read false as 0 and true as 1
         position = [type(item) for item in value].index(bool)
         raise BadRecordError(
