@@ -219,30 +219,35 @@ def test_a_target_too_large_for_a_float_is_said_exactly(tmp_path: Path) -> None:
     assert "makes at least 799,999,999,999,999,999,992.0 GB of shards (8 bytes a token)" in result.stderr
 
 
-@pytest.mark.parametrize("overflow", [[], ["--overflow", "drop"]])
-def test_an_input_of_empty_records_is_said_to_be_so(tmp_path: Path, overflow: list[str]) -> None:
-    """An input whose records are all empty, under a positive weight: the error says it holds no document (it spoke
-    of documents too long for --max-len under --overflow drop, whatever the policy)."""
+EMPTY_INPUT = "it holds none (no record, or only empty ones, counted as empty documents)"
+
+
+@pytest.mark.parametrize(
+    ("records", "options", "why"),
+    [
+        ([{"text": ""}, {"text": ""}], [], EMPTY_INPUT),
+        ([{"text": ""}, {"text": ""}], ["--overflow", "drop"], EMPTY_INPUT),
+        (
+            [{"text": "word " * 50}],
+            ["--max-len", "16", "--overflow", "drop"],
+            "its 1 document(s) are all too long for --max-len 16 with --overflow drop",
+        ),
+    ],
+)
+def test_an_input_that_gives_no_document_is_said_to_be_so(
+    tmp_path: Path, records: list[dict[str, str]], options: list[str], why: str
+) -> None:
+    """An input that gives the output nothing under a positive weight says why: its records are all empty, or (under
+    --overflow drop) its documents all too long; it spoke of documents too long for --max-len under --overflow drop
+    whatever the policy and whatever the reason."""
     a = corpus(tmp_path / "a.jsonl", ["yew"], 5)
-    empty = write_jsonl(tmp_path / "empty.jsonl", [{"text": ""}, {"text": ""}])
-    args = ["pack", str(a), str(empty), "--weights", "1,1", *overflow]
-    result = runner.invoke(app, [*args, "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1, result.output
-    assert error_line(result.stderr) == (
-        f"error: {empty}: no document of this input can go into the output: it holds none (no record, or only "
-        "empty ones, counted as empty documents); give it weight 0 or fix it"
+    given = write_jsonl(tmp_path / "given.jsonl", records)
+    result = runner.invoke(
+        app, ["pack", str(a), str(given), "--weights", "1,1", *options, "--out", str(tmp_path / "o")]
     )
-
-
-def test_an_input_whose_documents_are_all_too_long_under_drop_is_said_to_be_so(tmp_path: Path) -> None:
-    a = corpus(tmp_path / "a.jsonl", ["yew"], 5)
-    long = write_jsonl(tmp_path / "long.jsonl", [{"text": "word " * 50}])
-    args = ["pack", str(a), str(long), "--weights", "1,1", "--max-len", "16", "--overflow", "drop"]
-    result = runner.invoke(app, [*args, "--out", str(tmp_path / "o")])
     assert result.exit_code == 1, result.output
     assert error_line(result.stderr) == (
-        f"error: {long}: no document of this input can go into the output: its 1 document(s) are all too long for "
-        "--max-len 16 with --overflow drop; give it weight 0 or fix it"
+        f"error: {given}: no document of this input can go into the output: {why}; give it weight 0 or fix it"
     )
 
 
