@@ -15,9 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import packcli
 from packcli.cli import app
 from packcli.encode.store import TokenStore
 from packcli.encode.tokenizer import load_tokenizer
+from packcli.errors import PackcliError
 from packcli.format.shards import read_shard
 from packcli.options import PackOptions, parse_count
 from packcli.packing.mixing import interleave, mix, quotas, sample_to_budget
@@ -207,6 +209,10 @@ def test_a_target_whose_shards_no_disk_here_holds_is_refused_before_reading(tmp_
     assert "--target-tokens 1,000,000,000,000,000 makes at least 8,000,000.0 GB of shards" in result.stderr
     assert f"free where they are written ({tmp_path})" in result.stderr and "MemoryError" not in result.stderr
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.packcli-*"))
+    with pytest.raises(PackcliError, match=r"^target_tokens=1,000,000,000,000,000 makes at least 8,000,000\.0 GB"):
+        packcli.pack(
+            [str(a), str(b)], max_len=4096, target_tokens=10**15, out=str(tmp_path / "o")
+        )  # named as Python spells it
 
 
 def test_a_target_too_large_for_a_float_is_said_exactly(tmp_path: Path) -> None:

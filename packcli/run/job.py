@@ -21,7 +21,7 @@ from packcli.encode.chat import chat_totals
 from packcli.encode.corpus import Tokenized, tokenize_corpus
 from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, use_threads
-from packcli.errors import PackcliError
+from packcli.errors import PackcliError, option
 from packcli.format.manifest import part_manifest
 from packcli.format.schema import shard_metadata, shard_schema
 from packcli.options import PackOptions
@@ -118,7 +118,7 @@ def _check_room_for_target(options: PackOptions, built: Path, shown: Path) -> No
     free = shutil.disk_usage(built).free
     if need > free:
         raise PackcliError(
-            f"--target-tokens {options.target_tokens:,} makes at least {_gigabytes(need)} GB of shards "
+            f"{option('target_tokens', f'{options.target_tokens:,}')} makes at least {_gigabytes(need)} GB of shards "
             f"({_LEAST_BYTES_PER_TOKEN} bytes a token), more than the {_gigabytes(free)} GB free where they are "
             f"written ({shown}); ask for fewer tokens, or make room"
         )
