@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import write_jsonl
+from conftest import error_line, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -294,6 +294,12 @@ def test_a_glob_never_reads_the_files_of_a_packcli_output(tmp_path: Path) -> Non
         f"error: {shard}: is part of a packcli output ({data / 'packed'}), not a corpus; pass the files it was "
         "packed from (a trainer reads an output through packcli.torch or packcli export)"
     ]
+    link = tmp_path / "elsewhere.arrow"  # a link kept outside the output, to one of its shards
+    link.symlink_to(shard)
+    result = runner.invoke(app, ["pack", str(link), "--ids-field", "input_ids", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and error_line(result.stderr).startswith(
+        f"error: {link}: is part of a packcli output ({data / 'packed'}), not a corpus"
+    )
 
 
 def test_a_glob_walks_a_loop_of_links_once_and_counts_each_file_once(

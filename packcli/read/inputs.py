@@ -205,7 +205,8 @@ def find_inputs(specs: Sequence[str], warn: Warn = lambda message: None) -> Inpu
         elif path.is_file():
             if input_format(path) is None:
                 raise PackcliError(f"unsupported input format; packcli reads {FORMATS_READ}", path)
-            if home := packcli_home(path, path.parent):
+            real = path.resolve()  # a link kept elsewhere to a shard is that shard
+            if home := packcli_home(path, path.parent) or packcli_home(real, real.parent):
                 raise PackcliError(
                     f"is part of {home[1]} ({home[0]}), not a corpus; pass the files it was packed from (a trainer "
                     "reads an output through packcli.torch or packcli export)",
