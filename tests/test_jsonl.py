@@ -319,6 +319,14 @@ def test_a_json_array_is_read_as_one_however_it_is_laid_out(tmp_path: Path, text
     assert read(corpus)[:2] == (["a", "b"], ReadCounts())
 
 
+def test_a_utf16_file_is_said_to_be_one(tmp_path: Path) -> None:
+    corpus = tmp_path / "wide.jsonl"
+    corpus.write_bytes('{"text": "a"}\n{"text": "b"}\n'.encode("utf-16"))  # a byte-order mark first, as Windows writes
+    result = pack(str(corpus), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 1
+    assert error_line(result.stderr) == f"error: {corpus}:1: invalid UTF-8 at byte 1 of the line (the file is UTF-16)"
+
+
 SURROGATE = b'{"text": "fine"}\n{"text": "half a pair \\ud800 here"}\n{"text": "after"}\n'
 
 

@@ -337,7 +337,8 @@ def _parse_line(raw_line: bytes) -> Any:
     try:
         line = raw_line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadRecordError(f"invalid UTF-8 at byte {exc.start + 1} of the line") from None
+        wide = " (the file is UTF-16)" if raw_line.startswith((b"\xff\xfe", b"\xfe\xff")) else ""  # its byte-order mark
+        raise BadRecordError(f"invalid UTF-8 at byte {exc.start + 1} of the line{wide}") from None
     try:
         return loads(line)
     except json.JSONDecodeError as exc:
