@@ -12,12 +12,11 @@ so a piece's records are exactly its lines' records whichever parser reads it: n
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +24,7 @@ import pyarrow.json as pa_json
 
 from packcli.errors import BadRecordError, PackcliError
 from packcli.read.fields import Columns, Convert, Field, FieldBatch, Reject, values_of
-from packcli.read.streams import STREAM_ERRORS, Span, open_decompressed
+from packcli.read.streams import STREAM_ERRORS, Span, chunks, damaged, open_decompressed, read_named
 
 __all__ = ["is_json_array", "read_json"]
 
@@ -65,22 +64,22 @@ def is_json_array(path: Path) -> bool:
     without being parsed (the sniff holds no more)."""
     try:
         with open_decompressed(path) as (stream, raw):
-            chunks = _chunks(stream, raw, path, _SNIFF_BYTES)
+            pieces = chunks(stream, raw, path, _SNIFF_BYTES)
             rest = b""
-            for number, chunk in enumerate(chunks):
+            for number, chunk in enumerate(pieces):
                 rest = (chunk.removeprefix(_BOM) if number == 0 else chunk).lstrip(_JSON_SPACE)
                 if rest:
                     break
             if not rest.startswith(b"["):
                 return False
             line, end = [rest], rest.find(b"\n")
-            while end < 0 and sum(map(len, line)) <= _LINE_ONE_BYTES and (chunk := next(chunks, b"")):
+            while end < 0 and sum(map(len, line)) <= _LINE_ONE_BYTES and (chunk := next(pieces, b"")):
                 end = chunk.find(b"\n")
                 line.append(chunk)
             if end < 0:
                 return True  # the file is one line, or its first is too long to hold: an array either way
             after = line[-1][end + 1 :]
-            while not after.strip(_JSON_SPACE) and (chunk := next(chunks, b"")):
+            while not after.strip(_JSON_SPACE) and (chunk := next(pieces, b"")):
                 after = chunk
             if not after.strip(_JSON_SPACE):
                 return True  # nothing but whitespace after line 1: the array is the whole file
@@ -90,59 +89,7 @@ def is_json_array(path: Path) -> bool:
                 return True  # line 1 is no whole value: an array laid out over several lines
             return False
     except STREAM_ERRORS as exc:  # the stream's header, read on opening
-        raise _damaged(path, exc, lines_before=0, read=0) from None
-
-
-def _chunks(stream: IO[bytes], raw: IO[bytes], path: Path, size: int) -> Iterator[bytes]:
-    """The decompressed bytes of ``stream`` in pieces of ``size`` (the last shorter), each read by :func:`_read`,
-    which names where damaged compressed data broke."""
-    offset = lines = 0
-    while chunk := _read(stream, raw, size, path, lines, offset):
-        offset, lines = offset + len(chunk), lines + chunk.count(b"\n")
-        yield chunk
-
-
-def _read(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before: int, offset: int) -> bytes:
-    """``stream.read(size)``, or the error naming where the compressed data broke: after which line, or within
-    how many bytes of the file (those read so far, never more than the file holds). ``offset``: the decompressed
-    bytes read before, holding ``lines_before`` line ends."""
-    try:
-        return stream.read(size)
-    except STREAM_ERRORS as exc:
-        read = raw.tell()
-        raise _damaged(path, exc, _whole_lines(path, offset, lines_before), read) from None
-
-
-def _whole_lines(path: Path, offset: int, lines_before: int) -> int:
-    """The line ends a damaged compressed file yields before it breaks. The read that broke lost its decompressed
-    bytes with the error, so the stream is read again: its first ``offset`` bytes (``lines_before`` line ends) in
-    large steps, then in steps of 4 KiB; a step that breaks may lose what it had decompressed (zstd's does), so
-    that last step is read once more a byte at a time."""
-    count, step = lines_before, 1 << 12
-    while True:
-        try:
-            with open_decompressed(path) as (stream, _):
-                # unbuffered, so that a step asks the decompressor for no more than ``step`` bytes
-                source = stream.raw if isinstance(stream, io.BufferedReader) else stream
-                left = offset
-                while left > 0 and (skipped := source.read(min(left, _BLOCK_BYTES))):
-                    left -= len(skipped)
-                while block := source.read(step):
-                    count += block.count(b"\n")
-                    offset += len(block)
-            return count
-        except STREAM_ERRORS:
-            if step == 1:
-                return count
-            step = 1
-
-
-def _damaged(path: Path, exc: Exception, lines_before: int, read: int) -> PackcliError:
-    """A compressed stream that cannot be read on: where it broke, as near as the reader knows."""
-    where = (
-        f"after line {lines_before:,}" if lines_before else f"in its first {read:,} bytes" if read else "at its start"
-    )
-    return PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path)
+        raise damaged(path, exc, lines_before=0, read=0) from None
 
 
 def _read_jsonl(
@@ -194,7 +141,7 @@ def _pieces(path: Path, span: Span | None) -> Iterator[tuple[bytes, int, int]]:
     at_file_start = span is None or span[0] == 0
     with open_decompressed(path, span) as (stream, raw):
         while True:
-            chunk = _read(stream, raw, _BLOCK_BYTES, path, lines_before, offset)
+            chunk = read_named(stream, raw, _BLOCK_BYTES, path, lines_before, offset)
             if not chunk:
                 break
             offset += len(chunk)
@@ -371,7 +318,7 @@ def _read_json_array(
     """A ``.json`` file holding one array of records; errors name the 1-based record number."""
     try:
         with open_decompressed(path) as (stream, raw):
-            records = loads(_read(stream, raw, -1, path, lines_before=0, offset=0).decode("utf-8-sig"))
+            records = loads(read_named(stream, raw, -1, path, lines_before=0, offset=0).decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise PackcliError(f"invalid UTF-8 at byte {exc.start}", path) from None
     except json.JSONDecodeError as exc:
@@ -385,7 +332,7 @@ def _read_json_array(
     except RecursionError:
         raise PackcliError("JSON nested too deeply to read", path) from None
     except STREAM_ERRORS as exc:  # the stream's header, read on opening
-        raise _damaged(path, exc, lines_before=0, read=0) from None
+        raise damaged(path, exc, lines_before=0, read=0) from None
     if not isinstance(records, list):
         raise PackcliError("expected an array of records", path)
     batch = Columns(fields, convert)

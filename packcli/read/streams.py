@@ -2,6 +2,8 @@
 name's last suffix (any case). The raw file's position says how far into the file on disk reading has come, for
 progress; a damaged compressed stream raises one of ``STREAM_ERRORS`` while it is read, and so do bytes after a
 whole stream that are no stream (an append gone wrong): every byte of the file is read or refused, never dropped.
+:func:`read_named` turns such an error into one naming where the data broke: after which line, or within how many
+bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pyarrow as pa
 
 from packcli.errors import PackcliError
 
-__all__ = ["COMPRESSIONS", "STREAM_ERRORS", "Span", "open_decompressed"]
+__all__ = ["COMPRESSIONS", "STREAM_ERRORS", "Span", "chunks", "damaged", "open_decompressed", "read_named"]
 
 COMPRESSIONS = (".gz", ".zst", ".bz2", ".xz")
 
@@ -29,6 +31,7 @@ COMPRESSIONS = (".gz", ".zst", ".bz2", ".xz")
 # pa.ArrowInvalid; bzip2: OSError or EOFError; xz: lzma.LZMAError or EOFError).
 STREAM_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, pa.ArrowInvalid)
 
+_SKIP_BYTES = 1 << 20  # what a recount of a damaged stream skips at a time, up to where it broke
 Span = tuple[int, int]  # [start, end) of a file in its own unit: bytes, row groups or record batches
 
 
@@ -162,3 +165,55 @@ def open_decompressed(path: Path, span: Span | None = None) -> Iterator[tuple[IO
             yield cast(IO[bytes], io.BufferedReader(_ByteRange(raw, *span))), raw
         else:
             yield _decompress(raw, path.suffix.lower()), raw
+
+
+def chunks(stream: IO[bytes], raw: IO[bytes], path: Path, size: int) -> Iterator[bytes]:
+    """The decompressed bytes of ``stream`` in pieces of ``size`` (the last shorter), each read by :func:`read_named`,
+    which names where damaged compressed data broke."""
+    offset = lines = 0
+    while chunk := read_named(stream, raw, size, path, lines, offset):
+        offset, lines = offset + len(chunk), lines + chunk.count(b"\n")
+        yield chunk
+
+
+def read_named(stream: IO[bytes], raw: IO[bytes], size: int, path: Path, lines_before: int, offset: int) -> bytes:
+    """``stream.read(size)``, or the error naming where the compressed data broke: after which line, or within
+    how many bytes of the file (those read so far, never more than the file holds). ``offset``: the decompressed
+    bytes read before, holding ``lines_before`` line ends."""
+    try:
+        return stream.read(size)
+    except STREAM_ERRORS as exc:
+        read = raw.tell()
+        raise damaged(path, exc, _whole_lines(path, offset, lines_before), read) from None
+
+
+def _whole_lines(path: Path, offset: int, lines_before: int) -> int:
+    """The line ends a damaged compressed file yields before it breaks. The read that broke lost its decompressed
+    bytes with the error, so the stream is read again: its first ``offset`` bytes (``lines_before`` line ends) in
+    large steps, then in steps of 4 KiB; a step that breaks may lose what it had decompressed (zstd's does), so
+    that last step is read once more a byte at a time."""
+    count, step = lines_before, 1 << 12
+    while True:
+        try:
+            with open_decompressed(path) as (stream, _):
+                # unbuffered, so that a step asks the decompressor for no more than ``step`` bytes
+                source = stream.raw if isinstance(stream, io.BufferedReader) else stream
+                left = offset
+                while left > 0 and (skipped := source.read(min(left, _SKIP_BYTES))):
+                    left -= len(skipped)
+                while block := source.read(step):
+                    count += block.count(b"\n")
+                    offset += len(block)
+            return count
+        except STREAM_ERRORS:
+            if step == 1:
+                return count
+            step = 1
+
+
+def damaged(path: Path, exc: Exception, lines_before: int, read: int) -> PackcliError:
+    """A compressed stream that cannot be read on: where it broke, as near as the reader knows."""
+    where = (
+        f"after line {lines_before:,}" if lines_before else f"in its first {read:,} bytes" if read else "at its start"
+    )
+    return PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path)
