@@ -245,3 +245,30 @@ def test_the_run_identity_covers_what_decides_the_bytes(tmp_path: Path) -> None:
     assert len({v[0] for v in variants}) == len(variants)
     fingerprint, cache_key = keys(ids_field="ids", seed=3)  # the row order changes, the tokens do not
     assert fingerprint != base[0] and cache_key == base[1]
+
+
+HUGE = b"7" * 5000  # beyond the 4,300 digits Python's json turns into an int
+
+
+@pytest.mark.parametrize("name", ["ids.jsonl", "ids.json"])
+def test_a_huge_number_beside_the_ids_leaves_them_ids(tmp_path: Path, name: str) -> None:
+    """A record holding an int of over 4,300 digits in a field packcli does not read was read again with every int
+    a float, so its ids (and in a .json array, every record's) were refused as 'not a list of ints'."""
+    records = [b'{"ids": [5, 6], "n": ' + HUGE + b"}", b'{"ids": [7]}']
+    path = tmp_path / name
+    path.write_bytes(b"[" + b",".join(records) + b"]" if name.endswith(".json") else b"\n".join(records) + b"\n")
+    result = runner.invoke(app, ["pack", str(path), "--ids-field", "ids", "--out", str(tmp_path / "o"), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["input_documents"], summary["bad_records"], summary["tokens"]) == (2, 0, 3)
+
+
+def test_a_huge_token_id_is_a_bad_record(tmp_path: Path) -> None:
+    path = tmp_path / "ids.jsonl"
+    path.write_bytes(b'{"ids": [5, ' + HUGE + b"]}\n" + b'{"ids": [7]}\n')
+    result = runner.invoke(app, ["pack", str(path), "--ids-field", "ids", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert error_line(result.stderr) == f"error: {path}:1: field 'ids' is not a list of ints (token ids)"
+    flags = ["--ids-field", "ids", "--skip-bad-records", "--out", str(tmp_path / "s"), "--json"]
+    skipped = runner.invoke(app, ["pack", str(path), *flags])
+    assert skipped.exit_code == 0 and json.loads(skipped.stdout)["bad_records"] == 1

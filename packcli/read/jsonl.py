@@ -303,13 +303,22 @@ def _parse_line(raw_line: bytes) -> Any:
 def loads(text: str) -> Any:
     """``json.loads``, reading an integer of more digits than Python converts (4,300: a bare ValueError) as a float,
     as pyarrow's parser does: a record is read alike whichever parser reads it (such a number is never a string or
-    a token id, so the record stays bad where packcli reads the field)."""
+    a token id, so the record stays bad where packcli reads the field). Only that number: the record's other ints
+    (its token ids) stay ints."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         raise
     except ValueError:  # the int conversion's limit: only such a text pays for the second parse
-        return json.loads(text, parse_int=float)
+        return json.loads(text, parse_int=_int_or_float)
+
+
+def _int_or_float(digits: str) -> int | float:
+    """The int of a JSON integer's ``digits``, or its float where they are too many for an int."""
+    try:
+        return int(digits)
+    except ValueError:
+        return float(digits)
 
 
 def _read_json_array(
