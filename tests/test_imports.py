@@ -192,11 +192,12 @@ def test_help_imports_nothing_heavy(command: list[str]) -> None:
     assert json.loads(result.stdout.splitlines()[-1]) == []
 
 
-def test_a_json_lines_pack_imports_neither_parquet_nor_verify(tmp_path: Path) -> None:
+def test_a_json_lines_pack_imports_neither_parquet_nor_verify_nor_pydantic(tmp_path: Path) -> None:
     """A plain pack of JSON Lines reads no Parquet and reuses no part: it pays for neither module's import (about
-    15 and 20 ms before its first token; packcli.read.tables defers Parquet's, so must the plan)."""
+    15 and 20 ms before its first token; packcli.read.tables defers Parquet's, so must the plan). Nor does its
+    command line coerce options through pydantic (typer 0.29 does: pyproject.toml keeps typer below it)."""
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "a few words"}, {"text": "and a few more"}])
-    unused = ["pyarrow.parquet", "packcli.report.verify"]
+    unused = ["pyarrow.parquet", "packcli.report.verify", "pydantic"]
     command = ["pack", str(corpus), "--out", str(tmp_path / "out"), "--max-len", "64", "--quiet"]
     result = subprocess.run(
         [sys.executable, "-c", AFTER_HELP, json.dumps(unused), *command], capture_output=True, text=True, cwd=REPO
