@@ -302,6 +302,35 @@ def test_a_glob_never_reads_the_files_of_a_packcli_output(tmp_path: Path) -> Non
     )
 
 
+def test_a_link_in_an_input_directory_to_a_file_of_an_output_is_skipped_by_a_walk_and_a_glob(tmp_path: Path) -> None:
+    """A link kept in an ordinary input directory to a shard of a packcli output elsewhere was read
+    as input by a directory walk or a glob; only such a link named on the command line was refused. Each is skipped,
+    named with the output it leads into."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    out = tmp_path / "packed"
+    assert CliRunner().invoke(app, ["pack", str(corpus), "--out", str(out)]).exit_code == 0
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "corpus.jsonl", RECORDS)
+    (data / "sub").mkdir()
+    (data / "linked.arrow").symlink_to(out / "shard-00000.arrow")
+    (data / "sub" / "relative.arrow").symlink_to(Path("..", "..", "packed", "shard-00000.arrow"))
+    skipped = [
+        f"skipping {data / name}: a link into a packcli output ({out}), not input"
+        for name in ("linked.arrow", "sub/relative.arrow")
+    ]
+    for spec in (data, data / "*", data / "**" / "*", data / "**" / "*.arrow"):
+        warnings: list[str] = []
+        if spec.name == "*.arrow":
+            with pytest.raises(PackcliError, match=r"no file that packcli reads .* matches this pattern"):
+                find_inputs([str(spec)], warnings.append)
+            assert warnings == skipped, warnings
+            continue
+        found = find_inputs([str(spec)], warnings.append)
+        assert found.files == [(data / "corpus.jsonl").resolve()] and found.unread == [], spec
+        assert warnings == skipped, (spec, warnings)
+
+
 def test_a_glob_walks_a_loop_of_links_once_and_counts_each_file_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -46,7 +46,9 @@ def walk_directory(root: Path, readable: Readable, unread: list[Path], warn: War
             path = here / name
             if name in metadata or _is_staging(name):
                 continue
-            if path.is_file() and readable(path) and (data_files is None or name in data_files):
+            if home := _linked_home(path):
+                warn(_link_skipped(path, home))
+            elif path.is_file() and readable(path) and (data_files is None or name in data_files):
                 found.append(path)
             else:
                 unread.append(path)
@@ -64,6 +66,8 @@ def glob_inputs(pattern: str, readable: Readable, unread: list[Path], warn: Warn
     for match in sorted(Path(name) for name in _glob(pattern)):
         if home := packcli_home(match, top, known):
             said.setdefault(f"skipping {home[0]}: {home[1]}, not input")
+        elif home := _linked_home(match):
+            said.setdefault(_link_skipped(match, home))
         elif match.is_dir():
             found.extend(walk_directory(match, readable, unread, lambda message: said.setdefault(message)))
         else:  # a pipe or a broken link is no file to read: named with the files not read
@@ -86,6 +90,19 @@ def packcli_home(path: Path, top: Path, known: dict[Path, str | None] | None = N
         if directory == top:
             break
     return None
+
+
+def _linked_home(path: Path) -> tuple[Path, str] | None:
+    """Where a symbolic link to a file leads into a directory packcli wrote (a link kept among a corpus' files to a
+    shard of an output elsewhere): that directory and what it is; None for any other path."""
+    if not (path.is_symlink() and path.is_file()):  # a broken link or a loop is a file not read, as before
+        return None
+    real = Path(os.path.realpath(path))
+    return packcli_home(real, real.parent)
+
+
+def _link_skipped(path: Path, home: tuple[Path, str]) -> str:
+    return f"skipping {path}: a link into {home[1]} ({home[0]}), not input"
 
 
 def made_by_packcli(directory: Path) -> str | None:
