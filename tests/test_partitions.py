@@ -478,11 +478,34 @@ def test_a_part_numbered_otherwise_and_a_linked_directory_do_not_stop_a_resume(t
 def test_a_partition_count_beyond_what_the_bytes_can_hold_is_refused_at_once(tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in TEXTS[:20]))
-    for flags in (["--partitions", "99999999999"], ["--partition-size", "1"]):
-        result = invoke("pack", str(corpus), *flags, "--out", str(tmp_path / "out"), "--dry-run")
-        assert result.exit_code == 2, result.output
-        assert "partitions are more than these inputs can be cut into" in result.stderr
-        assert "record(s); ask for fewer partitions" in result.stderr and error_line(result.stderr)
+    result = invoke("pack", str(corpus), "--partitions", "99999999999", "--out", str(tmp_path / "out"), "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert "partitions are more than these inputs can be cut into" in result.stderr
+    assert "record(s); ask for fewer partitions" in result.stderr and error_line(result.stderr)
+
+
+def test_a_partition_size_too_small_for_the_inputs_is_refused_naming_that_option(tmp_path: Path) -> None:
+    """``--partition-size 1`` was refused as if the user had asked for a partition count: "ask for fewer
+    partitions". The message names the size given and the count it made, and what to ask for instead."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in TEXTS[:20]))
+    size = corpus.stat().st_size
+    result = invoke("pack", str(corpus), "--partition-size", "1", "--out", str(tmp_path / "out"), "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert error_line(result.stderr).startswith(
+        f"error: --partition-size 1 cuts these inputs' {size:,} bytes into {size:,} partitions, more than they can "
+        "be cut into: their bytes hold at most"
+    )
+    assert error_line(result.stderr).endswith("record(s); ask for a larger --partition-size")
+    packed = tmp_path / "c.jsonl.gz"
+    packed.write_bytes(gzip.compress(corpus.read_bytes()))  # one piece, whatever its size
+    result = invoke("pack", str(packed), "--partition-size", "100B", "--out", str(tmp_path / "out"), "--dry-run")
+    count = -(-packed.stat().st_size // 100)
+    assert result.exit_code == 2, result.output
+    assert error_line(result.stderr).startswith(
+        f"error: --partition-size 100 cuts these inputs' {packed.stat().st_size:,} bytes into {count} partitions, "
+        "more than they can be cut into: ask for a larger --partition-size, or --partitions 1, which they can"
+    )
 
 
 def test_a_count_many_times_the_lines_is_refused_without_a_cut_per_partition(tmp_path: Path) -> None:

@@ -62,26 +62,33 @@ class Plan:
         return {"count": len(self.partitions), "plan_hash": self.digest}
 
 
-def plan_partitions(files: Sequence[Path], partitions: int) -> Plan:
-    """Cut ``files`` into ``partitions`` mixtures of the whole corpus.
+def plan_partitions(files: Sequence[Path], partitions: int, partition_size: int | None = None) -> Plan:
+    """Cut ``files`` into ``partitions`` mixtures of the whole corpus (a count ``--partition-size`` made, where
+    ``partition_size`` is given: a refusal then names that option).
 
     Raises:
         UsageError: some partition would hold no input: the files cannot be cut that finely.
     """
     sizes = [path.stat().st_size for path in files]
     most = sum(max(1, size // MIN_RECORD_BYTES) for size in sizes)
+    total = f"{sum(sizes):,} bytes"
+    if partition_size is None:
+        asked, inputs, fewer = f"{partitions:,} partitions are more than these inputs", f"their {total}", ""
+    else:  # the count is the size's: say so, and that a larger size is the way out
+        size = option("partition_size")
+        asked = f"{size} {partition_size:,} cuts these inputs' {total} into {partitions:,} partitions, more than they"
+        inputs, fewer = "their bytes", f"a larger {size}"
     if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
         raise UsageError(
-            f"{partitions:,} partitions are more than these inputs can be cut into: their {sum(sizes):,} bytes hold "
-            f"at most {most:,} record(s); ask for fewer partitions"
+            f"{asked} can be cut into: {inputs} hold at most {most:,} record(s); ask for {fewer or 'fewer partitions'}"
         )
     pieces = _file_pieces(files, sizes, partitions)
     if sum(map(len, pieces)) < partitions:  # the heap below fills every partition exactly when there are enough pieces
         raise UsageError(
-            f"{partitions} partitions are more than these inputs can be cut into: ask for "
-            f"{option('partitions', _accepted_count(files, sizes, partitions))}, which they can (a compressed file "
-            "or JSON array is one piece; plain JSON Lines are cut only at line starts, Parquet at row groups, Arrow "
-            "at record batches)"
+            f"{asked} can be cut into: ask for {fewer + ', or ' if fewer else ''}"
+            f"{option('partitions', _accepted_count(files, sizes, partitions))}"
+            ", which they can (a compressed file or JSON array is one piece; plain JSON Lines are cut only at line "
+            "starts, Parquet at row groups, Arrow at record batches)"
         )
     chosen: list[list[tuple[int, Span | None]]] = [[] for _ in range(partitions)]
     loads = [(0, 0, k) for k in range(partitions)]  # (bytes, pieces, partition): a heap, least loaded first

@@ -101,11 +101,11 @@ class Setup:
         options, files = self.options, self.files
         if not options.partitioned:
             return Plan.whole(files, sum(item.size for item in self.inputs)), self.fingerprint()
-        count = options.partitions
+        count, size = options.partitions, options.partition_size
         if count is None:  # as many as --partition-size bytes (on disk) each take
-            assert options.partition_size is not None  # the run is partitioned
-            count = max(1, math.ceil(sum(path.stat().st_size for path in files) / options.partition_size))
-        plan = plan_partitions(files, count)
+            assert size is not None  # the run is partitioned
+            count = max(1, math.ceil(sum(path.stat().st_size for path in files) / size))
+        plan = plan_partitions(files, count, size if options.partitions is None else None)
         return plan, self.fingerprint(plan.digest)
 
     def cache_key(self) -> str:
