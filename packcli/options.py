@@ -306,13 +306,18 @@ def parse_count(text: str, name: str = "target_tokens") -> int:
     return int(count)
 
 
+# A weight as written: ASCII digits, a point, an exponent (float() alone also takes 1_0 as 10, and other scripts'
+# digits); inf and nan are read so that PackOptions names them as not finite.
+_WEIGHT = re.compile(r"\s*(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan))\s*", re.ASCII | re.I)
+
+
 def parse_weights(text: str, name: str = "weights") -> tuple[float, ...]:
     """Parse ``--weights 0.7,0.3`` into one float per input (checked further by :class:`PackOptions`)."""
-    try:
-        return tuple(float(part) + 0.0 for part in text.split(","))  # + 0.0: -0 is 0
-    except ValueError:
+    parts = text.split(",")
+    if not all(_WEIGHT.fullmatch(part) for part in parts):
         message = f"cannot read {option(name)} {text!r}: give one number per input, such as 0.7,0.3"
-        raise UsageError(message) from None
+        raise UsageError(message)
+    return tuple(float(part) + 0.0 for part in parts)  # + 0.0: -0 is 0
 
 
 def format_weights(weights: tuple[float, ...]) -> str:

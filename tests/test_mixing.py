@@ -171,6 +171,8 @@ def test_shares_are_output_tokens_and_overflow_is_counted_once(tmp_path: Path, o
         (["--weights", "0.7,-0.3"], "--weights must not be negative"),
         (["--weights", "0,0"], "--weights are all zero"),
         (["--weights", "0.7,x"], "cannot read --weights '0.7,x'"),
+        (["--weights", "1_0,1"], "cannot read --weights '1_0,1'"),  # Python's float() read it as 10
+        (["--weights", "\u0661,1"], "cannot read --weights '\u0661,1'"),  # an Arabic-Indic one, read as 1
         (["--weights", "1,1", "--target-tokens", "lots"], "--target-tokens 'lots' is not a size"),
         (["--weights", "1,1", "--target-tokens", "0"], "--target-tokens must be at least 1"),
         (["--target-tokens", "2.5"], "--target-tokens '2.5' is not a whole number of tokens: give one such as 2 or 3"),
