@@ -437,6 +437,27 @@ def test_an_empty_compressed_file_is_damaged_not_an_empty_input(tmp_path: Path, 
     assert pack(str(whole), str(other), "--out", str(tmp_path / "out")).exit_code == 0
 
 
+@pytest.mark.parametrize(("suffix", "kind"), [(".gz", "gzip"), (".zst", "zstd"), (".bz2", "bzip2"), (".xz", "xz")])
+def test_a_plain_file_named_as_compressed_is_said_to_be_no_such_data(tmp_path: Path, suffix: str, kind: str) -> None:
+    """A plain JSON Lines file named ``.gz`` was "damaged or cut short in its first 2 bytes: Not a gzipped file":
+    nothing was cut, the name is wrong. A file whose first bytes are not its compression's is said to be no such
+    data, with what it begins with; one cut inside those bytes is still damaged."""
+    plain = tmp_path / f"plain.jsonl{suffix}"
+    plain.write_bytes(line("a document") * 3)
+    result = pack(str(plain), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1, result.output
+    assert error_line(result.stderr) == (
+        f"error: {plain}: is not {kind} data, though named {suffix} (it begins with b'{{\"text\":'); rename it for "
+        "what it holds, or compress it"
+    ), result.stderr
+    assert not (tmp_path / "out").exists()
+    result = runner.invoke(app, ["stats", str(plain), "--max-len", "64"])
+    assert result.exit_code == 1 and f"is not {kind} data" in result.stderr, result.output
+    cut = tmp_path / f"cut.jsonl{suffix}"
+    cut.write_bytes(WHOLE[suffix](line("a document"))[:1])
+    assert "damaged or cut short" in pack(str(cut), "--out", str(tmp_path / "out")).stderr
+
+
 def streams(suffix: str, *parts: bytes) -> bytes:
     """The texts 'a 0'.. 'a 99' in one stream, 'b 0'.. 'b 99' in the next, and so on, each part in its place."""
     letters = iter("abcd")

@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 from packcli.errors import PackcliError, UsageError
 from packcli.read.inputs import Spool
+from packcli.read.streams import MAGIC
 
 __all__ = ["STDIN", "STDIN_NAME", "Spooled", "spooled_stdin"]
 
@@ -37,10 +38,7 @@ _CHUNK = 1 << 20
 _WAIT_S = 0.2  # the longest a signal waits while standard input is idle
 _PREFIX = "packcli-stdin-"  # $TMPDIR/packcli-stdin-*: one run's spool
 _MAGIC = (  # first bytes -> the spool's suffix, which picks the reader
-    (b"\x1f\x8b", ".jsonl.gz"),
-    (b"\x28\xb5\x2f\xfd", ".jsonl.zst"),
-    (b"BZh", ".jsonl.bz2"),
-    (b"\xfd7zXZ\x00", ".jsonl.xz"),
+    *((magic, f".jsonl{suffix}") for suffix, (_, magic) in MAGIC.items()),
     (b"PAR1", ".parquet"),
     (b"ARROW1", ".arrow"),
     (b"\xff\xff\xff\xff", ".arrow"),  # an Arrow IPC stream (continuation marker)

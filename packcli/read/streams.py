@@ -23,9 +23,16 @@ import pyarrow as pa
 
 from packcli.errors import PackcliError
 
-__all__ = ["COMPRESSIONS", "STREAM_ERRORS", "Span", "chunks", "damaged", "open_decompressed", "read_named"]
+__all__ = ["COMPRESSIONS", "MAGIC", "STREAM_ERRORS", "Span", "chunks", "damaged", "open_decompressed", "read_named"]
 
-COMPRESSIONS = (".gz", ".zst", ".bz2", ".xz")
+# Each compression packcli reads: its suffix, its name and the bytes its data begins with (its magic number).
+MAGIC = {
+    ".gz": ("gzip", b"\x1f\x8b"),
+    ".zst": ("zstd", b"\x28\xb5\x2f\xfd"),
+    ".bz2": ("bzip2", b"BZh"),
+    ".xz": ("xz", b"\xfd7zXZ\x00"),
+}
+COMPRESSIONS = tuple(MAGIC)
 
 # What reading a truncated or corrupt compressed stream raises (gzip: OSError, EOFError or zlib.error; zstd:
 # pa.ArrowInvalid; bzip2: OSError or EOFError; xz: lzma.LZMAError or EOFError).
@@ -212,8 +219,31 @@ def _whole_lines(path: Path, offset: int, lines_before: int) -> int:
 
 
 def damaged(path: Path, exc: Exception, lines_before: int, read: int) -> PackcliError:
-    """A compressed stream that cannot be read on: where it broke, as near as the reader knows."""
+    """A compressed stream that cannot be read on: where it broke, as near as the reader knows; or a file named for
+    a compression whose data does not begin as that compression's does (a plain file named ``.gz``)."""
+    if not lines_before and (misnamed := _not_compressed(path)):
+        return misnamed
     where = (
         f"after line {lines_before:,}" if lines_before else f"in its first {read:,} bytes" if read else "at its start"
     )
     return PackcliError(f"the compressed data is damaged or cut short {where}: {exc}", path)
+
+
+def _not_compressed(path: Path) -> PackcliError | None:
+    """The error for ``path`` where its first bytes are neither its compression's magic number nor a cut copy of
+    it; None otherwise (an empty file, or one cut inside those bytes, is damaged)."""
+    if path.suffix.lower() not in MAGIC:
+        return None
+    kind, magic = MAGIC[path.suffix.lower()]
+    try:
+        with path.open("rb") as raw:
+            head = raw.read(8)  # the longest magic number, xz's, has 6
+    except OSError:
+        return None
+    if not head or head.startswith(magic) or magic.startswith(head):
+        return None
+    return PackcliError(
+        f"is not {kind} data, though named {path.suffix} (it begins with {head!r}); rename it for what it holds, "
+        "or compress it",
+        path,
+    )
