@@ -236,6 +236,30 @@ def test_an_output_inside_an_input_directory_is_never_read(tmp_path: Path) -> No
     assert result.exit_code == 1 and "packed: is a packcli output, not a corpus" in result.stderr
 
 
+def test_a_directory_holding_a_manifest_json_packcli_did_not_write_is_read_as_input(tmp_path: Path) -> None:
+    """A corpus directory shipping a ``manifest.json`` of its own was skipped by a walk as "a packcli output", its
+    files never read; named, it was refused as one, and ``stats`` took it for one. Only a manifest packcli wrote
+    (or a directory holding shards beside a manifest it cannot read: a damaged output) makes an output."""
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    corpus = write_jsonl(data / "sub" / "corpus.jsonl", RECORDS)
+    listing = data / "sub" / "manifest.json"  # another tool's, here an array of records: read as one input
+    listing.write_text(json.dumps([{"text": "a record the listing holds"}]))
+    expected = sorted([corpus.resolve(), listing.resolve()])
+    for spec in (data, data / "sub", data / "*"):
+        warnings: list[str] = []
+        assert find_inputs([str(spec)], warnings.append).files == expected and warnings == [], spec
+    result = CliRunner().invoke(app, ["stats", str(data / "sub"), "--max-len", "64", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == 3, result.output
+    out = tmp_path / "outputs" / "out"
+    assert CliRunner().invoke(app, ["pack", str(corpus), "--out", str(out)]).exit_code == 0
+    (out / "manifest.json").write_text("{")  # damaged: its shards still make it an output
+    (tmp_path / "outputs" / "more.jsonl").write_bytes((data / "sub" / "corpus.jsonl").read_bytes())
+    warnings = []
+    find_inputs([str(tmp_path / "outputs")], warnings.append)
+    assert warnings == [f"skipping {out}: a packcli output, not input"]
+
+
 def test_symlinked_directories_are_followed_once(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "inner").mkdir(parents=True)

@@ -135,10 +135,34 @@ def write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFE
 
 
 def is_output(directory: Path) -> bool:
-    """Whether ``directory`` is a packcli output, complete or damaged: it holds a ``manifest.json``. The one test of
-    it: inputs skip such directories, ``stats`` reports on them; :func:`read_manifest` then says what is wrong with
-    a damaged one, and publication replaces only those it can read."""
-    return (directory / MANIFEST_NAME).is_file()
+    """Whether ``directory`` is a packcli output, complete or damaged: it holds a ``manifest.json`` that packcli
+    wrote (it names ``packcli_version``) or, beside one it cannot tell, shards (another tool's ``manifest.json`` in a
+    corpus makes no output). The one test of it: inputs skip such directories, ``stats`` reports on them;
+    :func:`read_manifest` then says what is wrong with a damaged one, and publication replaces only those it can
+    read."""
+    manifest = directory / MANIFEST_NAME
+    if not manifest.is_file():
+        return False
+    try:
+        return _names_packcli(manifest) or any(
+            SHARD_FILE.fullmatch(child.name) or RUN_DIRECTORY.fullmatch(child.name) for child in directory.iterdir()
+        )
+    except (OSError, PackcliError):  # unreadable: taken for an output, as before, so that nothing in it is read
+        return True
+
+
+_VERSION_KEY = b'"packcli_version"'
+
+
+def _names_packcli(manifest: Path) -> bool:
+    """Whether a ``manifest.json`` holds the key every manifest packcli writes holds, read a MiB at a time."""
+    with manifest.open("rb") as handle:
+        tail = b""
+        while chunk := handle.read(1 << 20):
+            if _VERSION_KEY in tail + chunk:
+                return True
+            tail = chunk[-len(_VERSION_KEY) :]
+    return False
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
