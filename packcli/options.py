@@ -142,6 +142,9 @@ class PackOptions:
             raise UsageError(f"{option('tools_field')} needs {option('messages_field')}")
         if self.loss_on not in ("assistant", "all"):
             raise UsageError(f"{option('loss_on')} must be 'assistant' or 'all', got {self.loss_on!r}")
+        if self.loss_on != "assistant" and not self.fine_tuning and self.ids_field is None:
+            raise UsageError(f"{option('loss_on')} needs {option('prompt_field')} or {option('messages_field')}")
+        self._check_distinct_fields()
         if self.overflow is None:  # a conversation is not cut in pieces unless asked: drop and count it
             object.__setattr__(self, "overflow", Overflow.drop if self.fine_tuning else Overflow.split)
         if not isinstance(self.overflow, Overflow):  # library callers may pass the policy's name
@@ -199,6 +202,14 @@ class PackOptions:
                 )
             if not 0 <= self.eos_id <= INT32_MAX:
                 raise UsageError(f"{option('eos_id')} must be in [0, 2^31), got {self.eos_id}")
+
+    def _check_distinct_fields(self) -> None:
+        """One field read as two parts of a record (prompt and response; messages and tools) doubles its text or
+        passes the chat as its own tool definitions."""
+        for first, second in (("prompt_field", "response_field"), ("tools_field", "messages_field")):
+            value = getattr(self, first)
+            if value is not None and value == getattr(self, second):
+                raise UsageError(f"{option(first)} and {option(second)} name the same field {value!r}")
 
     def _check_eos_token(self) -> None:
         """``--eos-token`` names a token the run appends, or one a chat template renders (``eos_token``): an empty

@@ -97,6 +97,32 @@ def test_an_eos_token_no_eos_is_appended_by_or_an_empty_one_is_a_usage_error(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--loss-on", "all"], "error: --loss-on needs --prompt-field or --messages-field"),
+        (
+            ["--prompt-field", "text", "--response-field", "text"],
+            "error: --prompt-field and --response-field name the same field 'text'",
+        ),
+        (
+            ["--messages-field", "text", "--tools-field", "text"],
+            "error: --tools-field and --messages-field name the same field 'text'",
+        ),
+    ],
+)
+def test_fine_tuning_options_that_would_change_nothing_or_read_one_field_twice_are_usage_errors(
+    tmp_path: Path, tiny_corpus: Path, extra: list[str], message: str
+) -> None:
+    """``--loss-on all`` on plain text was accepted and ignored, yet changed the fingerprint (a rerun without it was
+    refused as another run's output); one field named as both prompt and response doubled every text, and the
+    messages named as tools were passed to the template as tool definitions."""
+    result = runner.invoke(app, ["pack", str(tiny_corpus), "--max-len", "64", *extra, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert error_line(result.stderr) == message
+    assert not (tmp_path / "o").exists()
+
+
 def test_weights_are_taken_from_any_sequence_of_real_numbers() -> None:
     """A list, a tuple or a numpy array of numbers (numpy's too) are weights; a bool or a string in them is not
     (the text form is one string, "0.7,0.3")."""
