@@ -49,16 +49,18 @@ class Run:
     target_tokens: int | None
 
     def documents(self, source: int) -> list[tuple[list[int], list[int] | None]]:
-        """The source's documents as packcli sees them: empty records left out, EOS appended (its label is the
-        EOS where the document's last token takes loss)."""
+        """The source's documents as packcli sees them: EOS appended (its label is the EOS where the document's
+        last token takes loss), empty records left out: those of no token, or no label after the first (always
+        -100)."""
         out = []
         for ids, labels in self.sources[source]:
-            if not ids or (labels is not None and all(label == IGNORE for label in labels)):
+            if not ids:
                 continue
             if self.eos:
                 labels = None if labels is None else [*labels, EOS if labels[-1] != IGNORE else IGNORE]
                 ids = [*ids, EOS]
-            out.append((ids, labels))
+            if labels is None or any(label != IGNORE for label in labels[1:]):
+                out.append((ids, labels))
         return out
 
     def pieces(self, ids: list[int], labels: list[int] | None) -> list[Piece]:

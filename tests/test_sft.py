@@ -79,6 +79,18 @@ def test_small_prompt_response_corpus(tmp_path: Path) -> None:
     assert stats["supervised_fraction"] == pytest.approx(supervised / stats["tokens"])
 
 
+def test_a_record_whose_one_supervised_token_is_its_first_is_empty(tmp_path: Path) -> None:
+    """Labels are -100 at every document's first token, so an empty prompt before a one-token response (with
+    --no-eos) left a document with no supervised label: packed and counted as a document, against the docs' "every
+    document has a supervised token". It is skipped and counted as empty, as a record with nothing to supervise."""
+    records = [{"prompt": "", "response": "a"}, {"prompt": "q", "response": "hello there"}]
+    path = write_jsonl(tmp_path / "sft.jsonl", records)
+    options = PackOptions(max_len=8, prompt_field="prompt", response_field="response", eos=False)
+    totals = pack_corpus([str(path)], options, tmp_path / "o").manifest["totals"]
+    assert (totals["documents"], totals["empty_documents"], totals["unsupervised_sequences"]) == (1, 1, 0)
+    assert packed_documents(tmp_path / "o") == [(encode("q") + encode("hello there"), [-100, *encode("hello there")])]
+
+
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 30)), min_size=1, max_size=25), st.integers(8, 48))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_packing_keeps_every_label_on_its_token(

@@ -64,10 +64,10 @@ def kept_records(records: list[Any], keep: list[bool], counts: ReadCounts) -> tu
 
 
 def without_empty(flat: Flat, counts: ReadCounts) -> tuple[Flat, np.ndarray]:
-    """``flat`` without its documents of no tokens (with a mask: of no supervised token), which are counted as empty,
-    and which documents it kept (a bool per document).
+    """``flat`` without its documents of no tokens (with a mask: of no supervised token after the first, whose
+    label is always -100), which are counted as empty, and which documents it kept (a bool per document).
 
-    Example: lengths [2, 0, 1] -> [2, 1], one empty document; with mask [T, T, F], lengths [2, 1] -> [2], one empty.
+    Example: lengths [2, 0, 1] -> [2, 1], one empty document; with mask [F, T, T], lengths [2, 1] -> [2], one empty.
     """
     tokens, lengths, mask = flat
     if mask is None:
@@ -75,7 +75,8 @@ def without_empty(flat: Flat, counts: ReadCounts) -> tuple[Flat, np.ndarray]:
     else:
         supervised_before = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
         ends = np.cumsum(lengths)
-        keep = supervised_before[ends] > supervised_before[ends - lengths]
+        seconds = np.minimum(ends - lengths + 1, ends)  # each document's second token (its end, if it has none)
+        keep = supervised_before[ends] > supervised_before[seconds]
     empty = len(keep) - int(np.count_nonzero(keep))
     if empty == 0:
         return flat, keep
