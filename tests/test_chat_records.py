@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import write_jsonl
 from test_sft import IM_END, QWEN25_TEMPLATE, qwen25_instruct, qwen_documents
 from typer.testing import CliRunner
@@ -109,8 +110,23 @@ def test_a_template_that_cannot_render_null_content_is_one_line(tmp_path: Path) 
     ), failed.stderr
     chatml = runner.invoke(app, args)
     assert chatml.exit_code == 1
-    assert "chats.jsonl:2: message 2 has null content" in last_line(chatml.stderr), chatml.stderr
-    assert "--chat-template" in last_line(chatml.stderr)
+    assert last_line(chatml.stderr).endswith(
+        "chats.jsonl:2: message 2 carries 1 tool call(s), which the built-in ChatML cannot render: pass "
+        "--chat-template with a template that renders tool calls"
+    ), chatml.stderr
+
+
+@pytest.mark.parametrize("content", ["", "Let me look."])
+def test_the_built_in_chatml_refuses_tool_calls_whatever_the_content(tmp_path: Path, content: str) -> None:
+    """A tool-call message whose content is a string (empty or not) is refused by the built-in ChatML as one with
+    null content is: rendering its content alone would drop the calls, and train an empty or cut assistant turn."""
+    chat = {"messages": [{**message, "content": content} if message["role"] == "assistant" and "tool_calls" in
+                         message else message for message in TOOL_CHAT["messages"]]}  # fmt: skip
+    assert chat != TOOL_CHAT
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    result = runner.invoke(app, ["pack", str(path), "--messages-field", "messages", "--out", str(tmp_path / "o")])
+    refusal = "chats.jsonl:1: message 2 carries 1 tool call(s), which the built-in ChatML cannot render"
+    assert result.exit_code == 1 and refusal in last_line(result.stderr), result.stderr
 
 
 def last_line(stderr: str) -> str:

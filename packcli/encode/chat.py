@@ -19,7 +19,8 @@ blank text after it is dropped, and pack appends no second EOS.
 Under a Jinja template content is tokenized with the markup, so special-token text a message holds becomes special
 tokens (as with ``apply_chat_template``); such messages are counted where their content adds special-token text to
 the rendering. A message with null content (an assistant's tool calls, OpenAI style) reaches a Jinja template as
-None; the built-in ChatML refuses it, as it renders no tool calls.
+None (null content is checked to be a tool call's); the built-in ChatML, which renders no tool calls, refuses any
+message carrying some, whatever its content.
 """
 
 from __future__ import annotations
@@ -81,10 +82,12 @@ class ChatML:
             )
         out = []
         for number, message in enumerate(messages, start=1):
-            if message["content"] is None:
+            calls = message.get("tool_calls")
+            if calls:  # its content alone (null, empty or words) would drop the calls
+                count = len(calls) if isinstance(calls, list) else 1
                 raise BadRecordError(
-                    f"message {number} has null content, which the built-in ChatML cannot render (nor any "
-                    "tool_calls it carries): pass --chat-template with a template that renders tool calls"
+                    f"message {number} carries {count} tool call(s), which the built-in ChatML cannot render: pass "
+                    f"{option('chat_template')} with a template that renders tool calls"
                 )
             supervised = loss_on_all or message["role"] == "assistant"
             out += [
