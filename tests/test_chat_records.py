@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_jsonl
-from test_sft import IM_END, QWEN25_TEMPLATE, qwen25_instruct, qwen_documents
+from test_sft import IM_END, JINJA, QWEN25_TEMPLATE, packed_documents, qwen25_instruct, qwen_documents
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -216,3 +216,29 @@ def test_a_chat_template_jinja_file_beside_the_tokenizer_is_the_template(tmp_pat
     again = runner.invoke(app, [*args, "--overwrite"])
     assert again.exit_code == 0 and "up to date" not in again.stdout, again.output
     assert json.loads((out / "manifest.json").read_text())["fingerprint"] != fingerprint
+
+
+NO_GENERATION_PROMPT = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+
+
+def test_a_template_without_a_generation_prompt_is_warned_of_once(tmp_path: Path) -> None:
+    """A template that renders nothing for add_generation_prompt leaves packcli no header to tell from the words:
+    each assistant turn is supervised whole (here `<|im_start|>assistant\\n` too), which pack says once a run; the
+    same template with a generation prompt supervises the words alone, and says nothing."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat, chat])
+    qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
+    notice = "warning: the chat template renders nothing for add_generation_prompt"
+    for name, template in [("plain", NO_GENERATION_PROMPT), ("prompted", JINJA)]:
+        (tmp_path / f"{name}.jinja").write_text(template)
+        out = tmp_path / name
+        args = ["pack", str(path), "--messages-field", "messages", "--chat-template", str(tmp_path / f"{name}.jinja")]
+        result = runner.invoke(app, [*args, "--tokenizer", str(tmp_path / "qwen"), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        supervised = {qwen.decode([i for i in labels if i != -100], False) for _, labels in packed_documents(out)}
+        warned = [line for line in result.stderr.splitlines() if line.startswith(notice)]
+        if name == "plain":
+            assert supervised == {"<|im_start|>assistant\nHello<|im_end|>"} and len(warned) == 1, result.stderr
+            assert "header included" in warned[0] and "add_generation_prompt branch" in warned[0]
+        else:
+            assert supervised == {"Hello<|im_end|>"} and not warned, result.stderr

@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
+PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]  # a chat set-up renders
 
 
 @dataclass(frozen=True)
@@ -203,9 +204,9 @@ class ChatReader:
         eos = tokenizer.facts.id_to_token(eos_id) if eos_id is not None else None
         specials = [token.content for token in tokenizer.facts.added.values() if token.special]
         reader = cls(template, loss_on_all, eos, specials)
-        notice = reader.eos_notice()
-        if notice is not None:
-            warn(notice)
+        for notice in (reader.eos_notice(), reader.prompt_notice()):
+            if notice is not None:
+                warn(notice)
         return reader
 
     def __call__(self, values: list[Any]) -> RenderedChat:
@@ -251,9 +252,8 @@ class ChatReader:
     def eos_notice(self) -> str | None:
         """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
         does not, or cannot render that chat)."""
-        probe = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
         try:
-            rendered = "".join(segment.text for segment in self.template.segments(probe, self.loss_on_all))
+            rendered = "".join(segment.text for segment in self.template.segments(PROBE, self.loss_on_all))
         except BadRecordError:
             return None
         closed = blank_stripped(rendered)
@@ -263,6 +263,27 @@ class ChatReader:
         return (
             f"the chat template renders {trailing!r} after its EOS {self.eos_token}: each chat ends at that EOS, the "
             f"whitespace after it is dropped and no second EOS is appended"
+        )
+
+    def prompt_notice(self) -> str | None:
+        """What pack says when a Jinja template renders the two-turn chat's user turn alike with and without
+        add_generation_prompt, and then an assistant turn: packcli cannot tell that turn's header from its words, so
+        it supervises the turn whole. None otherwise (a template may render no header: it is no refusal)."""
+        template = self.template
+        if not isinstance(template, JinjaTemplate):
+            return None
+        try:
+            asked = template.render(PROBE[:1], add_generation_prompt=True)
+            plain = template.render(PROBE[:1], add_generation_prompt=False)
+            answered = template.render(PROBE, add_generation_prompt=False)
+        except BadRecordError:
+            return None
+        if asked != plain or answered == plain:
+            return None
+        return (
+            "the chat template renders nothing for add_generation_prompt, so each assistant turn is supervised whole, "
+            "header included: give the template an add_generation_prompt branch that renders the assistant's header, "
+            "so that the words alone take loss"
         )
 
 
