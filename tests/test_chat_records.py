@@ -242,3 +242,18 @@ def test_a_template_without_a_generation_prompt_is_warned_of_once(tmp_path: Path
             assert "header included" in warned[0] and "add_generation_prompt branch" in warned[0]
         else:
             assert supervised == {"Hello<|im_end|>"} and not warned, result.stderr
+
+
+def test_an_assistant_first_chat_the_template_cannot_prompt_says_why(tmp_path: Path) -> None:
+    """Qwen2.5's template reads messages[0], so the empty chat before an assistant-first turn (rendered with
+    add_generation_prompt to find where its words begin) fails: the error says that is what failed to render."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    chat = {"messages": [{"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "thanks"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and last_line(result.stderr).endswith(
+        "chats.jsonl:1: chat template failed to render the chat before its first assistant turn, which is message 1 "
+        "(no messages: packcli renders what precedes each assistant turn, with add_generation_prompt, to find where "
+        "its words begin): list object has no element 0"
+    ), result.stderr

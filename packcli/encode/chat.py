@@ -51,6 +51,10 @@ __all__ = [
 ]
 
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
+NO_PROMPT = (  # what fails to render where a chat opens with an assistant turn
+    " the chat before its first assistant turn, which is message 1 (no messages: packcli renders what precedes each "
+    "assistant turn, with add_generation_prompt, to find where its words begin)"
+)
 PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]  # a chat set-up renders
 
 
@@ -118,8 +122,9 @@ class JinjaTemplate:
             raise PackcliError(f"chat template does not compile: {exc}", name) from None
         self.specials = {"bos_token": bos_token, "eos_token": eos_token}
 
-    def render(self, messages: Messages, add_generation_prompt: bool, tools: Tools = None) -> str:
-        """The template's text for ``messages`` (and ``tools``, if any); any failure is a bad record."""
+    def render(self, messages: Messages, add_generation_prompt: bool, tools: Tools = None, what: str = "") -> str:
+        """The template's text for ``messages`` (and ``tools``, if any); any failure is a bad record, ``what``
+        saying what was rendered where the messages alone would not tell the user."""
         given = {} if tools is None else {"tools": tools}
         try:
             return str(
@@ -130,7 +135,7 @@ class JinjaTemplate:
         except BadRecordError:
             raise
         except Exception as exc:  # a template can raise anything; the record is what is bad
-            raise BadRecordError(f"chat template failed to render: {exc}") from None
+            raise BadRecordError(f"chat template failed to render{what}: {exc}") from None
 
     def segments(self, messages: Messages, loss_on_all: bool, tools: Tools = None) -> list[Segment]:
         """The chat as segments, each what rendering one more message adds (see the module docstring)."""
@@ -140,7 +145,7 @@ class JinjaTemplate:
         for end, message in enumerate(messages, start=1):
             assistant = message["role"] == "assistant"
             if assistant:
-                prompt = self.render(messages[: end - 1], add_generation_prompt=True, tools=tools)
+                prompt = self.render(messages[: end - 1], True, tools, "" if end > 1 else NO_PROMPT)
                 done = _added(out, done, prompt, Segment("", loss_on_all, markup=True), settled)
                 settled = (len(out), done)
             rendered = self.render(messages[:end], add_generation_prompt=False, tools=tools)
