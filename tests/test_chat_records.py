@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import write_jsonl
@@ -257,3 +258,26 @@ def test_an_assistant_first_chat_the_template_cannot_prompt_says_why(tmp_path: P
         "(no messages: packcli renders what precedes each assistant turn, with add_generation_prompt, to find where "
         "its words begin): list object has no element 0"
     ), result.stderr
+
+
+@pytest.mark.parametrize(
+    "value,wrong",
+    [
+        ([{"name": "tool_use", "template": "{{ messages }}"}], "names no template 'default' (it names 'tool_use')"),
+        (5, "is a number, not a template"),
+        ([{"name": "default"}], "is an array holding something other than named templates"),
+    ],
+)
+def test_an_unusable_chat_template_in_tokenizer_config_is_refused(tmp_path: Path, value: Any, wrong: str) -> None:
+    """A tokenizer_config.json whose chat_template apply_chat_template cannot use (named templates without a
+    'default', a number) is refused before any record is read, naming the file: it fell back to the built-in
+    ChatML silently. A run of text records, which renders no chat, is not refused."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": value}))
+    path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": "not a list"}])  # a bad record, never reached
+    args = ["pack", str(path), "--tokenizer", str(model), "--max-len", "64", "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, "--messages-field", "messages"])
+    assert result.exit_code == 1, result.output
+    assert last_line(result.stderr).startswith(f"error: {model / 'tokenizer_config.json'}: chat_template {wrong}")
+    text = runner.invoke(app, [*args, "--text-field", "messages", "--skip-bad-records"])
+    assert text.exit_code == 0, text.output

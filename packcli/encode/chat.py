@@ -37,7 +37,7 @@ from typing import Any
 from packcli.encode.tokenizer import LoadedTokenizer
 from packcli.errors import BadRecordError, PackcliError, UsageError, option
 from packcli.options import DEFAULT_TOOLS_FIELD, PackOptions
-from packcli.read.fields import ReadCounts
+from packcli.read.fields import ReadCounts, json_kind
 
 __all__ = [
     "ChatML",
@@ -373,7 +373,7 @@ def load_template(
                 raise UsageError(f"{option('chat_template', path)}: no such file")
             source = file.read_text(encoding="utf-8")
         return JinjaTemplate(source, str(file), bos or "", eos or "")
-    configured = _configured_template(tokenizer.config.get("chat_template"))
+    configured = _configured_template(tokenizer.config.get("chat_template"), tokenizer.config_path)
     if configured is not None:
         return JinjaTemplate(configured, f"{tokenizer.name} tokenizer_config.json", bos or "", eos or "")
     missing = [marker for marker in CHATML_MARKERS if not tokenizer.is_special(marker)]
@@ -386,12 +386,32 @@ def load_template(
     return ChatML()
 
 
-def _configured_template(value: object) -> str | None:
-    """A config's ``chat_template``: a string, or the entry named "default" of a list of named templates."""
-    if isinstance(value, str):
+def _configured_template(value: object, config_path: str | None) -> str | None:
+    """A config's ``chat_template``: a string, the entry named "default" of a list of named templates, or None (it
+    has none). Anything else is a data error naming ``config_path``, as ``apply_chat_template`` fails on it rather
+    than fall back to another template."""
+    if value is None or isinstance(value, str):
         return value
-    if isinstance(value, list):
-        for entry in value:
-            if isinstance(entry, dict) and entry.get("name") == "default" and isinstance(entry.get("template"), str):
-                return str(entry["template"])
-    return None
+    fix = f"fix it, or pass {option('chat_template')}"
+    if not isinstance(value, list) or not all(_named_template(entry) for entry in value):
+        what = (
+            "an array holding something other than"
+            if isinstance(value, list)
+            else f"{json_kind(value)}, not a template (a string) nor a list of"
+        )
+        raise PackcliError(
+            f'chat_template is {what} named templates ({{"name": ..., "template": ...}}): {fix}', config_path
+        )
+    named = {entry["name"]: entry["template"] for entry in value}
+    if "default" not in named:
+        raise PackcliError(
+            f"chat_template names no template 'default' (it names {', '.join(map(repr, named)) or 'none'}), the one "
+            f"apply_chat_template renders without a name: {fix}",
+            config_path,
+        )
+    return str(named["default"])
+
+
+def _named_template(entry: object) -> bool:
+    """Whether ``entry`` is one of a config's named templates: ``{"name": ..., "template": ...}``, both strings."""
+    return isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("template"), str)
