@@ -281,3 +281,28 @@ def test_an_unusable_chat_template_in_tokenizer_config_is_refused(tmp_path: Path
     assert last_line(result.stderr).startswith(f"error: {model / 'tokenizer_config.json'}: chat_template {wrong}")
     text = runner.invoke(app, [*args, "--text-field", "messages", "--skip-bad-records"])
     assert text.exit_code == 0, text.output
+
+
+@pytest.mark.parametrize(
+    "where,what",
+    [("--chat-template", "chat template"), ("tokenizer_config.json", "tokenizer_config.json"),
+     ("chat_template.jinja", "chat template")],
+)  # fmt: skip
+def test_a_template_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path, where: str, what: str) -> None:
+    """A chat template (or the tokenizer_config.json holding one) whose bytes are not UTF-8 is one line naming the
+    file and the offset of its first bad byte, as a tokenizer.json that is not UTF-8 is; it was a bare
+    UnicodeDecodeError for a --chat-template file."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    latin, flags = tmp_path / "latin.jinja", []
+    if where == "--chat-template":
+        flags = ["--chat-template", str(latin)]
+    else:
+        latin = model / where
+    latin.write_bytes(b'{"chat_template": "\xff"}' if where == "tokenizer_config.json" else b"\xff\xfe{{ x }}")
+    path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}])
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, *flags])
+    byte = 19 if where == "tokenizer_config.json" else 0
+    assert result.exit_code == 1 and last_line(result.stderr) == (
+        f"error: {latin}: not a valid {what}: not UTF-8 (invalid start byte at byte {byte})"
+    ), result.stderr

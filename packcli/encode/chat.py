@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from packcli.encode.tokenizer import LoadedTokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, utf8_text
 from packcli.errors import BadRecordError, PackcliError, UsageError, option
 from packcli.options import DEFAULT_TOOLS_FIELD, PackOptions
 from packcli.read.fields import ReadCounts, json_kind
@@ -371,7 +371,7 @@ def load_template(
         if source is None:
             if not file.is_file():
                 raise UsageError(f"{option('chat_template', path)}: no such file")
-            source = file.read_text(encoding="utf-8")
+            source = utf8_text(file.read_bytes(), "chat template", path)
         return JinjaTemplate(source, str(file), bos or "", eos or "")
     configured = _configured_template(tokenizer.config.get("chat_template"), tokenizer.config_path)
     if configured is not None:

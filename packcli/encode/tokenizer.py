@@ -31,6 +31,7 @@ __all__ = [
     "load_tokenizer",
     "special_ids",
     "use_threads",
+    "utf8_text",
 ]
 
 BUNDLED_NAME = "gpt2 (bundled)"
@@ -117,10 +118,7 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         raw = path.read_bytes()
         config, config_sha256 = _read_config(path.parent)  # the same directory however --tokenizer is spelled
         config_path = str(path.parent / CONFIG_FILE)
-    try:
-        source = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PackcliError(f"not a valid tokenizer.json: not UTF-8 ({exc.reason} at byte {exc.start})", name) from None
+    source = utf8_text(raw, "tokenizer.json", name)
     facts = _facts(source, name)
     eos = _token_id(facts, eos_token or _configured(config, "eos_token"), _EOS_NAMES, name, "EOS")
     bos = _token_id(facts, _configured(config, "bos_token"), _BOS_NAMES, name, "BOS")
@@ -194,22 +192,36 @@ def _read_config(directory: Path) -> tuple[dict[str, object], str | None]:
     config_path, template_path = directory / CONFIG_FILE, directory / CHAT_TEMPLATE_FILE
     config: object = {}
     raw = b""
-    try:
-        if config_path.is_file():
-            raw = config_path.read_bytes()
-            config = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PackcliError(f"cannot read: {exc}", config_path) from None
+    if config_path.is_file():
+        raw = _read_bytes(config_path)
+        try:
+            config = json.loads(utf8_text(raw, CONFIG_FILE, config_path))
+        except ValueError as exc:
+            raise PackcliError(f"cannot read: {exc}", config_path) from None
     if not isinstance(config, dict):
         raise PackcliError("not a JSON object", config_path)
     if template_path.is_file():
-        try:
-            template = template_path.read_bytes()
-            config["chat_template"] = template.decode("utf-8")
-        except (OSError, ValueError) as exc:
-            raise PackcliError(f"cannot read: {exc}", template_path) from None
+        template = _read_bytes(template_path)
+        config["chat_template"] = utf8_text(template, "chat template", template_path)
         raw += b"\0" + template
     return (config, hashlib.sha256(raw).hexdigest()) if raw else ({}, None)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of a file beside the tokenizer; one it cannot read is a data error naming it."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise PackcliError(f"cannot read: {exc}", path) from None
+
+
+def utf8_text(raw: bytes, what: str, path: str | Path) -> str:
+    """``raw`` as text; bytes that are not UTF-8 are a data error naming ``path``, which holds ``what`` (a
+    "tokenizer.json", a "chat template"), and the offset of the first bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackcliError(f"not a valid {what}: not UTF-8 ({exc.reason} at byte {exc.start})", path) from None
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:

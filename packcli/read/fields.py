@@ -27,6 +27,7 @@ __all__ = [
     "ReadCounts",
     "Reject",
     "check_value",
+    "json_kind",
     "values_of",
 ]
 
