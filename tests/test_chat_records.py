@@ -306,3 +306,19 @@ def test_a_template_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path,
     assert result.exit_code == 1 and last_line(result.stderr) == (
         f"error: {latin}: not a valid {what}: not UTF-8 (invalid start byte at byte {byte})"
     ), result.stderr
+
+
+def test_segments_are_tokenized_apart_so_no_token_merges_across_a_turns_header(tmp_path: Path) -> None:
+    """Each segment is tokenized on its own (that is how labels get exact boundaries): an assistant's words opening
+    with `\\n\\n` after a header ending `\\n` give `Ċ`, `ĊĊ`, where the whole rendered text (apply_chat_template's
+    ids) gives `ĊĊĊ`; the supervised tokens begin at `ĊĊ`. docs/fine-tuning.md says so."""
+    from tokenizers import Tokenizer
+
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\n\nHello"}]}
+    _, [(ids, labels)] = qwen_documents(tmp_path, [chat])
+    whole = Tokenizer.from_file(str(tmp_path / "qwen2.5-instruct" / "tokenizer.json"))  # special tokens recognized
+    text = whole.decode(ids, skip_special_tokens=False)
+    assert text.endswith("<|im_start|>assistant\n\n\nHello<|im_end|>"), text
+    assert [whole.id_to_token(i) for i in ids[-5:]] == ["assistant", "Ċ", "ĊĊ", "Hello", "<|im_end|>"]
+    assert whole.encode(text, add_special_tokens=False).tokens[-4:] == ["assistant", "ĊĊĊ", "Hello", "<|im_end|>"]
+    assert labels[-4:] == [-100, *ids[-3:]]
