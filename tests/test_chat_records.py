@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import write_jsonl
-from test_sft import IM_END, QWEN25_TEMPLATE, qwen25_instruct, qwen_documents
+from test_sft import IM_END, JINJA, QWEN25_TEMPLATE, packed_documents, qwen25_instruct, qwen_documents
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -109,8 +111,23 @@ def test_a_template_that_cannot_render_null_content_is_one_line(tmp_path: Path) 
     ), failed.stderr
     chatml = runner.invoke(app, args)
     assert chatml.exit_code == 1
-    assert "chats.jsonl:2: message 2 has null content" in last_line(chatml.stderr), chatml.stderr
-    assert "--chat-template" in last_line(chatml.stderr)
+    assert last_line(chatml.stderr).endswith(
+        "chats.jsonl:2: message 2 carries 1 tool call(s), which the built-in ChatML cannot render: pass "
+        "--chat-template with a template that renders tool calls"
+    ), chatml.stderr
+
+
+@pytest.mark.parametrize("content", ["", "Let me look."])
+def test_the_built_in_chatml_refuses_tool_calls_whatever_the_content(tmp_path: Path, content: str) -> None:
+    """A tool-call message whose content is a string (empty or not) is refused by the built-in ChatML as one with
+    null content is: rendering its content alone would drop the calls, and train an empty or cut assistant turn."""
+    chat = {"messages": [{**message, "content": content} if message["role"] == "assistant" and "tool_calls" in
+                         message else message for message in TOOL_CHAT["messages"]]}  # fmt: skip
+    assert chat != TOOL_CHAT
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    result = runner.invoke(app, ["pack", str(path), "--messages-field", "messages", "--out", str(tmp_path / "o")])
+    refusal = "chats.jsonl:1: message 2 carries 1 tool call(s), which the built-in ChatML cannot render"
+    assert result.exit_code == 1 and refusal in last_line(result.stderr), result.stderr
 
 
 def last_line(stderr: str) -> str:
@@ -200,3 +217,108 @@ def test_a_chat_template_jinja_file_beside_the_tokenizer_is_the_template(tmp_pat
     again = runner.invoke(app, [*args, "--overwrite"])
     assert again.exit_code == 0 and "up to date" not in again.stdout, again.output
     assert json.loads((out / "manifest.json").read_text())["fingerprint"] != fingerprint
+
+
+NO_GENERATION_PROMPT = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+
+
+def test_a_template_without_a_generation_prompt_is_warned_of_once(tmp_path: Path) -> None:
+    """A template that renders nothing for add_generation_prompt leaves packcli no header to tell from the words:
+    each assistant turn is supervised whole (here `<|im_start|>assistant\\n` too), which pack says once a run; the
+    same template with a generation prompt supervises the words alone, and says nothing."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat, chat])
+    qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
+    notice = "warning: the chat template renders nothing for add_generation_prompt"
+    for name, template in [("plain", NO_GENERATION_PROMPT), ("prompted", JINJA)]:
+        (tmp_path / f"{name}.jinja").write_text(template)
+        out = tmp_path / name
+        args = ["pack", str(path), "--messages-field", "messages", "--chat-template", str(tmp_path / f"{name}.jinja")]
+        result = runner.invoke(app, [*args, "--tokenizer", str(tmp_path / "qwen"), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        supervised = {qwen.decode([i for i in labels if i != -100], False) for _, labels in packed_documents(out)}
+        warned = [line for line in result.stderr.splitlines() if line.startswith(notice)]
+        if name == "plain":
+            assert supervised == {"<|im_start|>assistant\nHello<|im_end|>"} and len(warned) == 1, result.stderr
+            assert "header included" in warned[0] and "add_generation_prompt branch" in warned[0]
+        else:
+            assert supervised == {"Hello<|im_end|>"} and not warned, result.stderr
+
+
+def test_an_assistant_first_chat_the_template_cannot_prompt_says_why(tmp_path: Path) -> None:
+    """Qwen2.5's template reads messages[0], so the empty chat before an assistant-first turn (rendered with
+    add_generation_prompt to find where its words begin) fails: the error says that is what failed to render."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    chat = {"messages": [{"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "thanks"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and last_line(result.stderr).endswith(
+        "chats.jsonl:1: chat template failed to render the chat before its first assistant turn, which is message 1 "
+        "(no messages: packcli renders what precedes each assistant turn, with add_generation_prompt, to find where "
+        "its words begin): list object has no element 0"
+    ), result.stderr
+
+
+@pytest.mark.parametrize(
+    "value,wrong",
+    [
+        ([{"name": "tool_use", "template": "{{ messages }}"}], "names no template 'default' (it names 'tool_use')"),
+        (5, "is a number, not a template"),
+        ([{"name": "default"}], "is an array holding something other than named templates"),
+    ],
+)
+def test_an_unusable_chat_template_in_tokenizer_config_is_refused(tmp_path: Path, value: Any, wrong: str) -> None:
+    """A tokenizer_config.json whose chat_template apply_chat_template cannot use (named templates without a
+    'default', a number) is refused before any record is read, naming the file: it fell back to the built-in
+    ChatML silently. A run of text records, which renders no chat, is not refused."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": value}))
+    path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": "not a list"}])  # a bad record, never reached
+    args = ["pack", str(path), "--tokenizer", str(model), "--max-len", "64", "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, "--messages-field", "messages"])
+    assert result.exit_code == 1, result.output
+    assert last_line(result.stderr).startswith(f"error: {model / 'tokenizer_config.json'}: chat_template {wrong}")
+    text = runner.invoke(app, [*args, "--text-field", "messages", "--skip-bad-records"])
+    assert text.exit_code == 0, text.output
+
+
+@pytest.mark.parametrize(
+    "where,what",
+    [("--chat-template", "chat template"), ("tokenizer_config.json", "tokenizer_config.json"),
+     ("chat_template.jinja", "chat template")],
+)  # fmt: skip
+def test_a_template_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path, where: str, what: str) -> None:
+    """A chat template (or the tokenizer_config.json holding one) whose bytes are not UTF-8 is one line naming the
+    file and the offset of its first bad byte, as a tokenizer.json that is not UTF-8 is; it was a bare
+    UnicodeDecodeError for a --chat-template file."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    latin, flags = tmp_path / "latin.jinja", []
+    if where == "--chat-template":
+        flags = ["--chat-template", str(latin)]
+    else:
+        latin = model / where
+    latin.write_bytes(b'{"chat_template": "\xff"}' if where == "tokenizer_config.json" else b"\xff\xfe{{ x }}")
+    path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}])
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, *flags])
+    byte = 19 if where == "tokenizer_config.json" else 0
+    assert result.exit_code == 1 and last_line(result.stderr) == (
+        f"error: {latin}: not a valid {what}: not UTF-8 (invalid start byte at byte {byte})"
+    ), result.stderr
+
+
+def test_segments_are_tokenized_apart_so_no_token_merges_across_a_turns_header(tmp_path: Path) -> None:
+    """Each segment is tokenized on its own (that is how labels get exact boundaries): an assistant's words opening
+    with `\\n\\n` after a header ending `\\n` give `Ċ`, `ĊĊ`, where the whole rendered text (apply_chat_template's
+    ids) gives `ĊĊĊ`; the supervised tokens begin at `ĊĊ`. docs/fine-tuning.md says so."""
+    from tokenizers import Tokenizer
+
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\n\nHello"}]}
+    _, [(ids, labels)] = qwen_documents(tmp_path, [chat])
+    whole = Tokenizer.from_file(str(tmp_path / "qwen2.5-instruct" / "tokenizer.json"))  # special tokens recognized
+    text = whole.decode(ids, skip_special_tokens=False)
+    assert text.endswith("<|im_start|>assistant\n\n\nHello<|im_end|>"), text
+    assert [whole.id_to_token(i) for i in ids[-5:]] == ["assistant", "Ċ", "ĊĊ", "Hello", "<|im_end|>"]
+    assert whole.encode(text, add_special_tokens=False).tokens[-4:] == ["assistant", "ĊĊĊ", "Hello", "<|im_end|>"]
+    assert labels[-4:] == [-100, *ids[-3:]]

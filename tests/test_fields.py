@@ -28,6 +28,19 @@ CHAT = Field("messages", "messages", "--messages-field")
         ([{"role": "bot", "content": "x"}], CHAT, "message 1 has unknown role 'bot' \\(known: system, user"),
         ([{"role": "user", "content": 1}], CHAT, "message 1 of 'messages' has no string content"),
         (
+            [{"role": "system", "content": None}],
+            CHAT,
+            r"message 1 of 'messages' \(system\) has null content, which only an assistant message carrying "
+            "tool_calls may have",
+        ),
+        (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": None}],
+            CHAT,
+            r"message 2 .*\(assistant\)",
+        ),
+        ([{"role": "assistant", "content": None, "tool_calls": []}], CHAT, r"message 1 .*\(assistant\) has null"),
+        ([{"role": "tool", "content": None, "tool_calls": [{}]}], CHAT, r"message 1 .*\(tool\) has null content"),
+        (
             [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "\ud83d"}],
             CHAT,
             "message 2 .* surrogate",
@@ -44,6 +57,9 @@ def test_check_value_passes_valid_values_through() -> None:
     assert check_value("\U0001f600 and é", TEXT) == "\U0001f600 and é"  # what JSON's pair "\ud83d\ude00" decodes to
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "extra": 1}]
     assert check_value(chat, CHAT) is chat
+    calls = [{"type": "function", "function": {"name": "f", "arguments": {}}}]
+    tool_call = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": calls}]
+    assert check_value(tool_call, CHAT) is tool_call  # OpenAI style: a call and no words
 
 
 def test_values_of_a_json_record() -> None:

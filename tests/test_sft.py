@@ -247,6 +247,11 @@ BAD_RECORDS = [
         ["--messages-field", "messages"],
         "message 1 of 'messages' has no string content",
     ),
+    (
+        {"messages": [{"role": "user", "content": None}]},
+        ["--messages-field", "messages"],
+        "message 1 of 'messages' (user) has null content, which only an assistant message carrying tool_calls",
+    ),
 ]
 
 

@@ -19,7 +19,8 @@ blank text after it is dropped, and pack appends no second EOS.
 Under a Jinja template content is tokenized with the markup, so special-token text a message holds becomes special
 tokens (as with ``apply_chat_template``); such messages are counted where their content adds special-token text to
 the rendering. A message with null content (an assistant's tool calls, OpenAI style) reaches a Jinja template as
-None; the built-in ChatML refuses it, as it renders no tool calls.
+None (null content is checked to be a tool call's); the built-in ChatML, which renders no tool calls, refuses any
+message carrying some, whatever its content.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from packcli.encode.tokenizer import LoadedTokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, utf8_text
 from packcli.errors import BadRecordError, PackcliError, UsageError, option
 from packcli.options import DEFAULT_TOOLS_FIELD, PackOptions
-from packcli.read.fields import ReadCounts
+from packcli.read.fields import ReadCounts, json_kind
 
 __all__ = [
     "ChatML",
@@ -50,6 +51,11 @@ __all__ = [
 ]
 
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
+NO_PROMPT = (  # what fails to render where a chat opens with an assistant turn
+    " the chat before its first assistant turn, which is message 1 (no messages: packcli renders what precedes each "
+    "assistant turn, with add_generation_prompt, to find where its words begin)"
+)
+PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]  # a chat set-up renders
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,12 @@ class ChatML:
             )
         out = []
         for number, message in enumerate(messages, start=1):
-            if message["content"] is None:
+            calls = message.get("tool_calls")
+            if calls:  # its content alone (null, empty or words) would drop the calls
+                count = len(calls) if isinstance(calls, list) else 1
                 raise BadRecordError(
-                    f"message {number} has null content, which the built-in ChatML cannot render (nor any "
-                    "tool_calls it carries): pass --chat-template with a template that renders tool calls"
+                    f"message {number} carries {count} tool call(s), which the built-in ChatML cannot render: pass "
+                    f"{option('chat_template')} with a template that renders tool calls"
                 )
             supervised = loss_on_all or message["role"] == "assistant"
             out += [
@@ -114,8 +122,9 @@ class JinjaTemplate:
             raise PackcliError(f"chat template does not compile: {exc}", name) from None
         self.specials = {"bos_token": bos_token, "eos_token": eos_token}
 
-    def render(self, messages: Messages, add_generation_prompt: bool, tools: Tools = None) -> str:
-        """The template's text for ``messages`` (and ``tools``, if any); any failure is a bad record."""
+    def render(self, messages: Messages, add_generation_prompt: bool, tools: Tools = None, what: str = "") -> str:
+        """The template's text for ``messages`` (and ``tools``, if any); any failure is a bad record, ``what``
+        saying what was rendered where the messages alone would not tell the user."""
         given = {} if tools is None else {"tools": tools}
         try:
             return str(
@@ -126,7 +135,7 @@ class JinjaTemplate:
         except BadRecordError:
             raise
         except Exception as exc:  # a template can raise anything; the record is what is bad
-            raise BadRecordError(f"chat template failed to render: {exc}") from None
+            raise BadRecordError(f"chat template failed to render{what}: {exc}") from None
 
     def segments(self, messages: Messages, loss_on_all: bool, tools: Tools = None) -> list[Segment]:
         """The chat as segments, each what rendering one more message adds (see the module docstring)."""
@@ -136,7 +145,7 @@ class JinjaTemplate:
         for end, message in enumerate(messages, start=1):
             assistant = message["role"] == "assistant"
             if assistant:
-                prompt = self.render(messages[: end - 1], add_generation_prompt=True, tools=tools)
+                prompt = self.render(messages[: end - 1], True, tools, "" if end > 1 else NO_PROMPT)
                 done = _added(out, done, prompt, Segment("", loss_on_all, markup=True), settled)
                 settled = (len(out), done)
             rendered = self.render(messages[:end], add_generation_prompt=False, tools=tools)
@@ -200,9 +209,9 @@ class ChatReader:
         eos = tokenizer.facts.id_to_token(eos_id) if eos_id is not None else None
         specials = [token.content for token in tokenizer.facts.added.values() if token.special]
         reader = cls(template, loss_on_all, eos, specials)
-        notice = reader.eos_notice()
-        if notice is not None:
-            warn(notice)
+        for notice in (reader.eos_notice(), reader.prompt_notice()):
+            if notice is not None:
+                warn(notice)
         return reader
 
     def __call__(self, values: list[Any]) -> RenderedChat:
@@ -248,9 +257,8 @@ class ChatReader:
     def eos_notice(self) -> str | None:
         """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
         does not, or cannot render that chat)."""
-        probe = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
         try:
-            rendered = "".join(segment.text for segment in self.template.segments(probe, self.loss_on_all))
+            rendered = "".join(segment.text for segment in self.template.segments(PROBE, self.loss_on_all))
         except BadRecordError:
             return None
         closed = blank_stripped(rendered)
@@ -260,6 +268,27 @@ class ChatReader:
         return (
             f"the chat template renders {trailing!r} after its EOS {self.eos_token}: each chat ends at that EOS, the "
             f"whitespace after it is dropped and no second EOS is appended"
+        )
+
+    def prompt_notice(self) -> str | None:
+        """What pack says when a Jinja template renders the two-turn chat's user turn alike with and without
+        add_generation_prompt, and then an assistant turn: packcli cannot tell that turn's header from its words, so
+        it supervises the turn whole. None otherwise (a template may render no header: it is no refusal)."""
+        template = self.template
+        if not isinstance(template, JinjaTemplate):
+            return None
+        try:
+            asked = template.render(PROBE[:1], add_generation_prompt=True)
+            plain = template.render(PROBE[:1], add_generation_prompt=False)
+            answered = template.render(PROBE, add_generation_prompt=False)
+        except BadRecordError:
+            return None
+        if asked != plain or answered == plain:
+            return None
+        return (
+            "the chat template renders nothing for add_generation_prompt, so each assistant turn is supervised whole, "
+            "header included: give the template an add_generation_prompt branch that renders the assistant's header, "
+            "so that the words alone take loss"
         )
 
 
@@ -342,9 +371,9 @@ def load_template(
         if source is None:
             if not file.is_file():
                 raise UsageError(f"{option('chat_template', path)}: no such file")
-            source = file.read_text(encoding="utf-8")
+            source = utf8_text(file.read_bytes(), "chat template", path)
         return JinjaTemplate(source, str(file), bos or "", eos or "")
-    configured = _configured_template(tokenizer.config.get("chat_template"))
+    configured = _configured_template(tokenizer.config.get("chat_template"), tokenizer.config_path)
     if configured is not None:
         return JinjaTemplate(configured, f"{tokenizer.name} tokenizer_config.json", bos or "", eos or "")
     missing = [marker for marker in CHATML_MARKERS if not tokenizer.is_special(marker)]
@@ -357,12 +386,32 @@ def load_template(
     return ChatML()
 
 
-def _configured_template(value: object) -> str | None:
-    """A config's ``chat_template``: a string, or the entry named "default" of a list of named templates."""
-    if isinstance(value, str):
+def _configured_template(value: object, config_path: str | None) -> str | None:
+    """A config's ``chat_template``: a string, the entry named "default" of a list of named templates, or None (it
+    has none). Anything else is a data error naming ``config_path``, as ``apply_chat_template`` fails on it rather
+    than fall back to another template."""
+    if value is None or isinstance(value, str):
         return value
-    if isinstance(value, list):
-        for entry in value:
-            if isinstance(entry, dict) and entry.get("name") == "default" and isinstance(entry.get("template"), str):
-                return str(entry["template"])
-    return None
+    fix = f"fix it, or pass {option('chat_template')}"
+    if not isinstance(value, list) or not all(_named_template(entry) for entry in value):
+        what = (
+            "an array holding something other than"
+            if isinstance(value, list)
+            else f"{json_kind(value)}, not a template (a string) nor a list of"
+        )
+        raise PackcliError(
+            f'chat_template is {what} named templates ({{"name": ..., "template": ...}}): {fix}', config_path
+        )
+    named = {entry["name"]: entry["template"] for entry in value}
+    if "default" not in named:
+        raise PackcliError(
+            f"chat_template names no template 'default' (it names {', '.join(map(repr, named)) or 'none'}), the one "
+            f"apply_chat_template renders without a name: {fix}",
+            config_path,
+        )
+    return str(named["default"])
+
+
+def _named_template(entry: object) -> bool:
+    """Whether ``entry`` is one of a config's named templates: ``{"name": ..., "template": ...}``, both strings."""
+    return isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("template"), str)

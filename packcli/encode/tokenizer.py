@@ -31,6 +31,7 @@ __all__ = [
     "load_tokenizer",
     "special_ids",
     "use_threads",
+    "utf8_text",
 ]
 
 BUNDLED_NAME = "gpt2 (bundled)"
@@ -38,6 +39,7 @@ _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 
 
+CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # beside tokenizer_config.json in a recent hub snapshot
 
 
@@ -55,6 +57,7 @@ class LoadedTokenizer:
     bos_id: int | None
     config: dict[str, object] = field(default_factory=dict)  # tokenizer_config.json beside the file, if any
     config_sha256: str | None = None  # of that file's bytes: an edited eos_token or chat template changes it
+    config_path: str | None = None  # where a tokenizer_config.json would be (the tokenizer file's directory)
 
     @property
     def facts(self) -> TokenizerFacts:
@@ -105,7 +108,7 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         eos_token: the EOS token's text when the tokenizer's own cannot be found.
     """
     config: dict[str, object] = {}
-    config_sha256 = None
+    config_sha256 = config_path = None
     if spec is None:
         raw = gzip.decompress(resources.files("packcli").joinpath("assets/gpt2/tokenizer.json.gz").read_bytes())
         name = BUNDLED_NAME
@@ -114,15 +117,13 @@ def load_tokenizer(spec: str | None = None, eos_token: str | None = None) -> Loa
         name = spec
         raw = path.read_bytes()
         config, config_sha256 = _read_config(path.parent)  # the same directory however --tokenizer is spelled
-    try:
-        source = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PackcliError(f"not a valid tokenizer.json: not UTF-8 ({exc.reason} at byte {exc.start})", name) from None
+        config_path = str(path.parent / CONFIG_FILE)
+    source = utf8_text(raw, "tokenizer.json", name)
     facts = _facts(source, name)
     eos = _token_id(facts, eos_token or _configured(config, "eos_token"), _EOS_NAMES, name, "EOS")
     bos = _token_id(facts, _configured(config, "bos_token"), _BOS_NAMES, name, "BOS")
     sha256 = hashlib.sha256(raw).hexdigest()
-    return LoadedTokenizer(source, name, sha256, facts.vocab_size, eos, bos, config, config_sha256)
+    return LoadedTokenizer(source, name, sha256, facts.vocab_size, eos, bos, config, config_sha256, config_path)
 
 
 @functools.lru_cache(maxsize=2)
@@ -188,25 +189,39 @@ def _read_config(directory: Path) -> tuple[dict[str, object], str | None]:
     """``tokenizer_config.json`` beside the tokenizer file (a hub snapshot keeps both in one directory) and the
     sha256 of its bytes; ({}, None) when there is none. A ``chat_template.jinja`` there (where a recent transformers
     saves the template) is the config's ``chat_template``, as apply_chat_template takes it, its bytes hashed too."""
-    config_path, template_path = directory / "tokenizer_config.json", directory / CHAT_TEMPLATE_FILE
+    config_path, template_path = directory / CONFIG_FILE, directory / CHAT_TEMPLATE_FILE
     config: object = {}
     raw = b""
-    try:
-        if config_path.is_file():
-            raw = config_path.read_bytes()
-            config = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PackcliError(f"cannot read: {exc}", config_path) from None
+    if config_path.is_file():
+        raw = _read_bytes(config_path)
+        try:
+            config = json.loads(utf8_text(raw, CONFIG_FILE, config_path))
+        except ValueError as exc:
+            raise PackcliError(f"cannot read: {exc}", config_path) from None
     if not isinstance(config, dict):
         raise PackcliError("not a JSON object", config_path)
     if template_path.is_file():
-        try:
-            template = template_path.read_bytes()
-            config["chat_template"] = template.decode("utf-8")
-        except (OSError, ValueError) as exc:
-            raise PackcliError(f"cannot read: {exc}", template_path) from None
+        template = _read_bytes(template_path)
+        config["chat_template"] = utf8_text(template, "chat template", template_path)
         raw += b"\0" + template
     return (config, hashlib.sha256(raw).hexdigest()) if raw else ({}, None)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of a file beside the tokenizer; one it cannot read is a data error naming it."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise PackcliError(f"cannot read: {exc}", path) from None
+
+
+def utf8_text(raw: bytes, what: str, path: str | Path) -> str:
+    """``raw`` as text; bytes that are not UTF-8 are a data error naming ``path``, which holds ``what`` (a
+    "tokenizer.json", a "chat template"), and the offset of the first bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackcliError(f"not a valid {what}: not UTF-8 ({exc.reason} at byte {exc.start})", path) from None
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:

@@ -27,6 +27,7 @@ __all__ = [
     "ReadCounts",
     "Reject",
     "check_value",
+    "json_kind",
     "values_of",
 ]
 
@@ -123,11 +124,23 @@ def check_value(value: Any, field: Field) -> Any:
         if message["role"] not in ROLES:
             raise BadRecordError(f"message {number} has unknown role {message['role']!r} (known: {', '.join(ROLES)})")
         if message.get("content") is None and "content" in message:
+            _check_null_content(message, number, field)
             continue  # a tool-call message (OpenAI style): the template gets None, as apply_chat_template gives it
         if not isinstance(message.get("content"), str):
             raise BadRecordError(f"message {number} of {field.name!r} has no string content")
         _check_text(message["content"], f"message {number} of {field.name!r}")
     return value
+
+
+def _check_null_content(message: dict[str, Any], number: int, field: Field) -> None:
+    """Null content is an OpenAI-style tool call's (an assistant message carrying tool_calls): anywhere else a Jinja
+    template would render the text ``None``, and supervise it on an assistant turn."""
+    calls = message.get("tool_calls")
+    if message["role"] != "assistant" or not isinstance(calls, list) or not calls:
+        raise BadRecordError(
+            f"message {number} of {field.name!r} ({message['role']}) has null content, which only an assistant "
+            "message carrying tool_calls may have"
+        )
 
 
 def _kinds(value: Any) -> str:
