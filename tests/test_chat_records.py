@@ -225,12 +225,17 @@ NO_GENERATION_PROMPT = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.co
 def test_a_template_without_a_generation_prompt_is_warned_of_once(tmp_path: Path) -> None:
     """A template that renders nothing for add_generation_prompt leaves packcli no header to tell from the words:
     each assistant turn is supervised whole (here `<|im_start|>assistant\\n` too), which pack says once a run; the
-    same template with a generation prompt supervises the words alone, and says nothing."""
+    same template with a generation prompt supervises the words alone, and says nothing, as does one whose assistant
+    turn is its words alone (Mistral's), which has no header to take loss."""
     chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
     path = write_jsonl(tmp_path / "chats.jsonl", [chat, chat])
     qwen = load_tokenizer(str(qwen25_instruct(tmp_path / "qwen"))).tokenizer
     notice = "warning: the chat template renders nothing for add_generation_prompt"
-    for name, template in [("plain", NO_GENERATION_PROMPT), ("prompted", JINJA)]:
+    headless = (  # Mistral's way: the user turn closes with [/INST] and the assistant's words follow, no header
+        "{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]{% else %} {{ m.content }}"
+        "<|im_end|>{% endif %}{% endfor %}"
+    )
+    for name, template in [("plain", NO_GENERATION_PROMPT), ("prompted", JINJA), ("headless", headless)]:
         (tmp_path / f"{name}.jinja").write_text(template)
         out = tmp_path / name
         args = ["pack", str(path), "--messages-field", "messages", "--chat-template", str(tmp_path / f"{name}.jinja")]
@@ -242,7 +247,8 @@ def test_a_template_without_a_generation_prompt_is_warned_of_once(tmp_path: Path
             assert supervised == {"<|im_start|>assistant\nHello<|im_end|>"} and len(warned) == 1, result.stderr
             assert "header included" in warned[0] and "add_generation_prompt branch" in warned[0]
         else:
-            assert supervised == {"Hello<|im_end|>"} and not warned, result.stderr
+            assert supervised == {"Hello<|im_end|>" if name == "prompted" else " Hello<|im_end|>"}, supervised
+            assert not warned, result.stderr
 
 
 def test_an_assistant_first_chat_the_template_cannot_prompt_says_why(tmp_path: Path) -> None:

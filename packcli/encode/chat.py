@@ -272,8 +272,9 @@ class ChatReader:
 
     def prompt_notice(self) -> str | None:
         """What pack says when a Jinja template renders the two-turn chat's user turn alike with and without
-        add_generation_prompt, and then an assistant turn: packcli cannot tell that turn's header from its words, so
-        it supervises the turn whole. None otherwise (a template may render no header: it is no refusal)."""
+        add_generation_prompt, and then an assistant turn that does not begin with its words: packcli cannot tell
+        that header from the words, so it supervises the turn whole. None otherwise (a turn that is its words alone,
+        Mistral's, has no header)."""
         template = self.template
         if not isinstance(template, JinjaTemplate):
             return None
@@ -283,7 +284,8 @@ class ChatReader:
             answered = template.render(PROBE, add_generation_prompt=False)
         except BadRecordError:
             return None
-        if asked != plain or answered == plain:
+        turn = answered.removeprefix(plain)
+        if asked != plain or turn == answered or turn.lstrip().startswith(PROBE[1]["content"]):
             return None
         return (
             "the chat template renders nothing for add_generation_prompt, so each assistant turn is supervised whole, "
