@@ -32,14 +32,15 @@ def test_without_empty_drops_documents_of_no_tokens_and_counts_them() -> None:
 
 
 def test_without_empty_drops_documents_with_nothing_supervised() -> None:
+    """Nothing supervised after a document's first token (whose label is always -100) is nothing supervised."""
     counts = ReadCounts()
-    tokens = np.array([1, 2, 3, 4, 5, 6], dtype=np.int32)
-    mask = np.array([False, True, False, False, False, True])
-    kept, which = without_empty((tokens, np.array([2, 0, 3, 1]), mask), counts)
-    assert which.tolist() == [True, False, False, True]
-    assert kept[0].tolist() == [1, 2, 6] and kept[1].tolist() == [2, 1]
-    assert kept[2] is not None and kept[2].tolist() == [False, True, True]
-    assert counts.empty_documents == 2
+    tokens = np.array([1, 2, 3, 4, 5, 6, 7, 8], dtype=np.int32)
+    mask = np.array([False, True, False, False, False, True, True, True])
+    kept, which = without_empty((tokens, np.array([2, 0, 3, 2, 1]), mask), counts)
+    assert which.tolist() == [True, False, False, True, False]
+    assert kept[0].tolist() == [1, 2, 6, 7] and kept[1].tolist() == [2, 2]
+    assert kept[2] is not None and kept[2].tolist() == [False, True, True, True]
+    assert counts.empty_documents == 3
 
 
 def wordpiece(tmp_path: Path) -> Path:
