@@ -19,9 +19,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from packcli.encode.backends import Backend, Backends, HFBackend, open_backends
-from packcli.encode.chat import ChatML, ChatReader, JinjaTemplate, Segment, counted_segments, load_template
+from packcli.encode.chat import ChatML, ChatReader, JinjaTemplate, Segment, counted_segments
 from packcli.encode.crosscheck import CrossCheck, TokenizerMismatch
 from packcli.encode.documents import Flat, add_specials, kept_records
+from packcli.encode.templates import load_template
 from packcli.encode.tokenizer import LoadedTokenizer, special_ids
 from packcli.errors import BadRecordError, UsageError, option
 from packcli.format.columns import IGNORE_INDEX
