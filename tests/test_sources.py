@@ -251,6 +251,10 @@ def test_a_directory_holding_a_manifest_json_packcli_did_not_write_is_read_as_in
         assert find_inputs([str(spec)], warnings.append).files == expected and warnings == [], spec
     result = CliRunner().invoke(app, ["stats", str(data / "sub"), "--max-len", "64", "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == 3, result.output
+    result = CliRunner().invoke(app, ["verify", str(data / "sub")])  # "format version None is not supported"
+    assert result.exit_code == 1 and error_line(result.stderr) == (
+        f"error: {data / 'sub'}: is not a packcli output: its manifest.json names no packcli_version"
+    ), result.stderr
     out = tmp_path / "outputs" / "out"
     assert CliRunner().invoke(app, ["pack", str(corpus), "--out", str(out)]).exit_code == 0
     (out / "manifest.json").write_text("{")  # damaged: its shards still make it an output
@@ -353,6 +357,21 @@ def test_a_link_in_an_input_directory_to_a_file_of_an_output_is_skipped_by_a_wal
         found = find_inputs([str(spec)], warnings.append)
         assert found.files == [(data / "corpus.jsonl").resolve()] and found.unread == [], spec
         assert warnings == skipped, (spec, warnings)
+
+
+def test_a_link_in_an_input_directory_to_a_staging_or_resume_area_is_skipped(tmp_path: Path) -> None:
+    """A link to a directory was judged by its own name: one to a run's resume area (``.NAME.packcli-resume``) was
+    walked, its run.json read as input. It is judged by where it leads, as a walk judges the area itself."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "corpus.jsonl", RECORDS)
+    area = tmp_path / ".out.packcli-resume"
+    area.mkdir()
+    (area / "run.json").write_text("{not json")
+    (data / "resume").symlink_to(area, target_is_directory=True)
+    warnings: list[str] = []
+    assert find_inputs([str(data)], warnings.append).files == [(data / "corpus.jsonl").resolve()]
+    assert warnings == [f"skipping {data / 'resume'}: a packcli output, not input"]
 
 
 def test_a_glob_walks_a_loop_of_links_once_and_counts_each_file_once(

@@ -169,7 +169,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     """Read, version-check and validate an output's manifest.
 
     Raises:
-        PackcliError: no manifest (an export, holding ``export.json``, is named as one), unreadable JSON, a format
+        PackcliError: no manifest (an export, holding ``export.json``, is named as one), another tool's
+            ``manifest.json`` (no ``packcli_version``, no shards beside it), unreadable JSON, a format
             version this packcli cannot read, or a key that is missing or of the wrong type (the error names it,
             e.g. ``totals.tokens``).
     """
@@ -183,6 +184,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         if not directory.exists():
             raise PackcliError(why_absent(directory), directory)
         raise PackcliError(f"no {MANIFEST_NAME}: not a packcli output (run packcli pack first)", directory)
+    if not is_output(directory):  # another tool's manifest.json, not a damaged one of packcli's
+        raise PackcliError(f"is not a packcli output: its {MANIFEST_NAME} names no packcli_version", directory)
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

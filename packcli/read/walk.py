@@ -107,10 +107,11 @@ def _link_skipped(path: Path, home: tuple[Path, str]) -> str:
 
 def made_by_packcli(directory: Path) -> str | None:
     """What ``directory`` is, as a skipping warning names it, when packcli wrote it (an export; an output or a
-    run's staging or resume area); None for any other directory."""
+    run's staging or resume area, by its name or, for a link, by where it leads); None for any other directory."""
     if is_export(directory):
         return "a packcli export"
-    if _is_staging(directory.name) or is_output(directory):
+    names = (directory.name, os.path.basename(os.path.realpath(directory)))
+    if any(_is_staging(name) for name in names) or is_output(directory):
         return "a packcli output"
     return None
 
