@@ -209,7 +209,10 @@ class PackOptions:
         for first, second in (("prompt_field", "response_field"), ("tools_field", "messages_field")):
             value = getattr(self, first)
             if value is not None and value == getattr(self, second):
-                raise UsageError(f"{option(first)} and {option(second)} name the same field {value!r}")
+                by_default = first == "tools_field" and value == DEFAULT_TOOLS_FIELD  # the user may not have given it
+                given = f"{option(first)} (by default {value!r})" if by_default else option(first)
+                way_out = f": pass {option(first)} '' for no tool definitions, or another field" if by_default else ""
+                raise UsageError(f"{given} and {option(second)} name the same field {value!r}{way_out}")
 
     def _check_eos_token(self) -> None:
         """``--eos-token`` names a token the run appends, or one a chat template renders (``eos_token``): an empty

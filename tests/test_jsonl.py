@@ -453,6 +453,11 @@ def test_a_plain_file_named_as_compressed_is_said_to_be_no_such_data(tmp_path: P
     assert not (tmp_path / "out").exists()
     result = runner.invoke(app, ["stats", str(plain), "--max-len", "64"])
     assert result.exit_code == 1 and f"is not {kind} data" in result.stderr, result.output
+    other = ".zst" if suffix == ".gz" else ".gz"  # another compression's data under this name: said which it is
+    misnamed = tmp_path / f"misnamed.jsonl{suffix}"
+    misnamed.write_bytes(WHOLE[other](line("a document")))
+    said = error_line(pack(str(misnamed), "--out", str(tmp_path / "out")).stderr)
+    assert said.endswith(f"; it is {'zstd' if other == '.zst' else 'gzip'} data: name it {other}"), said
     cut = tmp_path / f"cut.jsonl{suffix}"
     cut.write_bytes(WHOLE[suffix](line("a document"))[:1])
     assert "damaged or cut short" in pack(str(cut), "--out", str(tmp_path / "out")).stderr

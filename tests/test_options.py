@@ -109,6 +109,11 @@ def test_an_eos_token_no_eos_is_appended_by_or_an_empty_one_is_a_usage_error(
             ["--messages-field", "text", "--tools-field", "text"],
             "error: --tools-field and --messages-field name the same field 'text'",
         ),
+        (  # the default --tools-field: the message says how to read no tools
+            ["--messages-field", "tools"],
+            "error: --tools-field (by default 'tools') and --messages-field name the same field 'tools': pass "
+            "--tools-field '' for no tool definitions, or another field",
+        ),
     ],
 )
 def test_fine_tuning_options_that_would_change_nothing_or_read_one_field_twice_are_usage_errors(

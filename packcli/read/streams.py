@@ -242,8 +242,8 @@ def _not_compressed(path: Path) -> PackcliError | None:
         return None
     if not head or head.startswith(magic) or magic.startswith(head):
         return None
-    return PackcliError(
-        f"is not {kind} data, though named {path.suffix} (it begins with {head!r}); rename it for what it holds, "
-        "or compress it",
-        path,
-    )
+    named = f"is not {kind} data, though named {path.suffix} (it begins with {head!r})"
+    for suffix, (other, other_magic) in MAGIC.items():
+        if head.startswith(other_magic):
+            return PackcliError(f"{named}; it is {other} data: name it {suffix}", path)
+    return PackcliError(f"{named}; rename it for what it holds, or compress it", path)

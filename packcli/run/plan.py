@@ -79,8 +79,10 @@ def plan_partitions(files: Sequence[Path], partitions: int, partition_size: int 
         asked = f"{size} {partition_size:,} cuts these inputs' {total} into {partitions:,} partitions, more than they"
         inputs, fewer = "their bytes", f"a larger {size}"
     if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
+        least = "" if partition_size is None else f", of at least {-(-sum(sizes) // most):,} bytes"
         raise UsageError(
-            f"{asked} can be cut into: {inputs} hold at most {most:,} record(s); ask for {fewer or 'fewer partitions'}"
+            f"{asked} can be cut into: {inputs} hold at most {most:,} record(s); ask for "
+            f"{fewer or 'fewer partitions'}{least}"
         )
     pieces = _file_pieces(files, sizes, partitions)
     if sum(map(len, pieces)) < partitions:  # the heap below fills every partition exactly when there are enough pieces
