@@ -111,8 +111,11 @@ def test_an_output_manifest_is_built_from_its_parts_as_the_readers_check_it(tmp_
     ],
 )
 def test_unreadable_manifests_are_refused(tmp_path: Path, content: str | None, message: str) -> None:
+    """A damaged output: its shards beside a manifest that cannot be read (a manifest.json alone that names no
+    packcli_version is another tool's, not packcli's damaged one: tests/test_sources.py)."""
     if content is not None:
         (tmp_path / "manifest.json").write_text(content)
+        (tmp_path / "shard-00000.arrow").write_bytes(b"")
     with pytest.raises(PackcliError, match=message):
         read_manifest(tmp_path)
 
