@@ -67,8 +67,8 @@ def up_to_date(existing: Existing, overwrite: bool, shown: Path) -> bool:
     """
     if existing == "other" and not overwrite:
         raise PackcliError(
-            "holds another packcli output (other inputs, tokenizer, options or packcli version, or this run's output with a shard "
-            "missing, not its listed size, listed twice or out of order, or not listed); "
+            "holds another packcli output (other inputs, tokenizer, options or packcli version, or this run's "
+            "output with a shard missing, not its listed size, listed twice or out of order, or not listed); "
             f"pass {option('overwrite', True)} to replace it",
             shown,
         )
