@@ -71,26 +71,27 @@ def plan_partitions(files: Sequence[Path], partitions: int, partition_size: int 
     """
     sizes = [path.stat().st_size for path in files]
     most = sum(max(1, size // MIN_RECORD_BYTES) for size in sizes)
-    total = f"{sum(sizes):,} bytes"
+    total = sum(sizes)
     if partition_size is None:
-        asked, inputs, fewer = f"{partitions:,} partitions are more than these inputs", f"their {total}", ""
+        asked = f"{partitions:,} partitions are more than these inputs can be cut into"
+        held, larger = f"their {total:,} bytes", ""
     else:  # the count is the size's: say so, and that a larger size is the way out
         size = option("partition_size")
-        asked = f"{size} {partition_size:,} cuts these inputs' {total} into {partitions:,} partitions, more than they"
-        inputs, fewer = "their bytes", f"a larger {size}"
-    if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
-        least = "" if partition_size is None else f", of at least {-(-sum(sizes) // most):,} bytes"
-        raise UsageError(
-            f"{asked} can be cut into: {inputs} hold at most {most:,} record(s); ask for "
-            f"{fewer or 'fewer partitions'}{least}"
+        asked = (
+            f"{size} {partition_size:,} cuts these inputs' {total:,} bytes into {partitions:,} partitions, more than "
+            "they can be cut into"
         )
+        held, larger = "their bytes", f"a larger {size}"
+    if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
+        fewer = f"{larger}, of at least {-(-total // most):,} bytes" if larger else "fewer partitions"
+        raise UsageError(f"{asked}: {held} hold at most {most:,} record(s); ask for {fewer}")
     pieces = _file_pieces(files, sizes, partitions)
     if sum(map(len, pieces)) < partitions:  # the heap below fills every partition exactly when there are enough pieces
+        accepted = option("partitions", _accepted_count(files, sizes, partitions))
         raise UsageError(
-            f"{asked} can be cut into: ask for {fewer + ', or ' if fewer else ''}"
-            f"{option('partitions', _accepted_count(files, sizes, partitions))}"
-            ", which they can (a compressed file or JSON array is one piece; plain JSON Lines are cut only at line "
-            "starts, Parquet at row groups, Arrow at record batches)"
+            f"{asked}: ask for {larger + ', or ' if larger else ''}{accepted}, which they can (a compressed file or "
+            "JSON array is one piece; plain JSON Lines are cut only at line starts, Parquet at row groups, Arrow at "
+            "record batches)"
         )
     chosen: list[list[tuple[int, Span | None]]] = [[] for _ in range(partitions)]
     loads = [(0, 0, k) for k in range(partitions)]  # (bytes, pieces, partition): a heap, least loaded first
