@@ -144,11 +144,14 @@ def is_output(directory: Path) -> bool:
     if not manifest.is_file():
         return False
     try:
-        return _names_packcli(manifest) or any(
-            SHARD_FILE.fullmatch(child.name) or RUN_DIRECTORY.fullmatch(child.name) for child in directory.iterdir()
-        )
+        return _names_packcli(manifest) or _holds_shards(directory)
     except (OSError, PackcliError):  # unreadable: taken for an output, as before, so that nothing in it is read
         return True
+
+
+def _holds_shards(directory: Path) -> bool:
+    """Whether ``directory`` holds a file or run prefix named as packcli names its shards."""
+    return any(SHARD_FILE.fullmatch(child.name) or RUN_DIRECTORY.fullmatch(child.name) for child in directory.iterdir())
 
 
 _VERSION_KEY = b'"packcli_version"'
@@ -184,11 +187,15 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         if not directory.exists():
             raise PackcliError(why_absent(directory), directory)
         raise PackcliError(f"no {MANIFEST_NAME}: not a packcli output (run packcli pack first)", directory)
-    if not is_output(directory):  # another tool's manifest.json, not a damaged one of packcli's
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PackcliError(f"unreadable manifest: {exc}", path) from None
+    if _VERSION_KEY not in raw and not _holds_shards(directory):  # another tool's, not a damaged one of packcli's
         raise PackcliError(f"is not a packcli output: its {MANIFEST_NAME} names no packcli_version", directory)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        manifest = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
         raise PackcliError(f"unreadable manifest: {exc}", path) from None
     if not isinstance(manifest, dict):
         raise PackcliError("manifest is not a JSON object", path)
