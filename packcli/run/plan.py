@@ -83,7 +83,7 @@ def plan_partitions(files: Sequence[Path], partitions: int, partition_size: int 
         )
         held, larger = "their bytes", f"a larger {size}"
     if partitions > most:  # refused before any work in proportion to the count (a typo of many zeros)
-        fewer = f"{larger}, of at least {-(-total // most):,} bytes" if larger else "fewer partitions"
+        fewer = larger or "fewer partitions"  # no size named: the bound is no size that works (3-byte records)
         raise UsageError(f"{asked}: {held} hold at most {most:,} record(s); ask for {fewer}")
     pieces = _file_pieces(files, sizes, partitions)
     if sum(map(len, pieces)) < partitions:  # the heap below fills every partition exactly when there are enough pieces
