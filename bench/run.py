@@ -22,6 +22,7 @@ BENCHES = [
     "bench_partitions.py",
     "bench_storage.py",
     "bench_export.py",
+    "bench_real_size.py",
     "bench_peers.py",
 ]
 
