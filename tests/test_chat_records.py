@@ -328,3 +328,23 @@ def test_segments_are_tokenized_apart_so_no_token_merges_across_a_turns_header(t
     assert [whole.id_to_token(i) for i in ids[-5:]] == ["assistant", "Ċ", "ĊĊ", "Hello", "<|im_end|>"]
     assert whole.encode(text, add_special_tokens=False).tokens[-4:] == ["assistant", "ĊĊĊ", "Hello", "<|im_end|>"]
     assert labels[-4:] == [-100, *ids[-3:]]
+
+
+def test_a_generation_prompt_that_does_not_begin_the_assistant_turn_is_refused_for_that(tmp_path: Path) -> None:
+    """A template whose add_generation_prompt renders `<|im_start|>assistant\\n` but whose assistant turn opens
+    `<|im_start|>bot\\n` leaves packcli no place where the words begin: the record is refused, and the message
+    names that cause; it said the template "changes earlier turns", which it does not."""
+    renamed = NO_GENERATION_PROMPT.replace("{{ m.role }}", "{{ 'bot' if m.role == 'assistant' else m.role }}")
+    (tmp_path / "bot.jinja").write_text(renamed + "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    args = ["pack", str(path), "--messages-field", "messages", "--chat-template", str(tmp_path / "bot.jinja")]
+    result = runner.invoke(
+        app, [*args, "--tokenizer", str(qwen25_instruct(tmp_path / "qwen")), "--out", str(tmp_path / "o")]
+    )
+    line = last_line(result.stderr)
+    assert result.exit_code == 1 and "changes earlier turns" not in line, result.stderr
+    assert (
+        "chats.jsonl:1: the chat template's generation prompt '<|im_start|>assistant\\n' is not how it begins "
+        "assistant message 2 ('<|im_start|>bot\\nHello<'):"
+    ) in line, line

@@ -147,6 +147,8 @@ class JinjaTemplate:
                 done = _added(out, done, prompt, Segment("", loss_on_all, markup=True), settled)
                 settled = (len(out), done)
             rendered = self.render(messages[:end], add_generation_prompt=False, tools=tools)
+            if assistant:
+                _check_prompted(done, out[-1].text, rendered, end)
             done = _added(out, done, rendered, Segment("", loss_on_all or assistant, markup=True), settled)
             if assistant:
                 settled = (len(out), done)
@@ -339,6 +341,21 @@ def blank_stripped(text: str) -> str:
     while end and (text[end - 1].isspace() or unicodedata.category(text[end - 1]) == "Cf"):
         end -= 1
     return text[:end]
+
+
+def _check_prompted(prompt: str, header: str, rendered: str, number: int) -> None:
+    """Refuse an assistant turn (message ``number``) whose rendering, after the text before it, is not the
+    generation prompt (``prompt``, ending in the ``header`` it adds) and then the turn: packcli supervises what the
+    turn adds after that prompt, so it cannot find where the words begin. Where the text before the turn changes
+    too, :func:`_check_prefix` says so instead."""
+    before = prompt[: len(prompt) - len(header)]
+    if rendered.startswith(before) and not rendered.startswith(prompt):
+        begins = rendered[len(before) : len(prompt)]
+        raise BadRecordError(
+            f"the chat template's generation prompt {header!r} is not how it begins assistant message {number} "
+            f"({begins!r}): packcli supervises what the turn renders after that prompt, so it cannot tell where its "
+            "words begin; make add_generation_prompt render the assistant turn's own opening"
+        )
 
 
 def _check_prefix(done: str, rendered: str) -> None:
