@@ -269,14 +269,17 @@ def test_an_assistant_first_chat_the_template_cannot_prompt_says_why(tmp_path: P
 @pytest.mark.parametrize(
     "value,wrong",
     [
-        ([{"name": "tool_use", "template": "{{ messages }}"}], "names no template 'default' (it names 'tool_use')"),
+        (
+            [{"name": "rag", "template": "{{ messages }}"}],
+            "names no template 'default' nor 'tool_use' (it names 'rag')",
+        ),
         (5, "is a number, not a template"),
         ([{"name": "default"}], "is an array holding something other than named templates"),
     ],
 )
 def test_an_unusable_chat_template_in_tokenizer_config_is_refused(tmp_path: Path, value: Any, wrong: str) -> None:
     """A tokenizer_config.json whose chat_template apply_chat_template cannot use (named templates without a
-    'default', a number) is refused before any record is read, naming the file: it fell back to the built-in
+    'default' or a 'tool_use', a number) is refused before any record is read, naming the file: it fell back to the built-in
     ChatML silently. A run of text records, which renders no chat, is not refused."""
     model = qwen25_instruct(tmp_path / "qwen")
     (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": value}))

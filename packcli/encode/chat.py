@@ -74,6 +74,7 @@ class ChatML:
 
     name = "chatml"
     sha256 = hashlib.sha256(b"packcli chatml v1").hexdigest()
+    probe_tools: Tools = None
 
     def segments(self, messages: Messages, loss_on_all: bool, tools: Tools = None) -> list[Segment]:
         """The chat as segments; assistant turns supervised (every segment with ``loss_on_all``)."""
@@ -102,31 +103,49 @@ class ChatML:
 
 
 class JinjaTemplate:
-    """A Hugging Face style Jinja chat template, rendered in a sandbox."""
+    """A Hugging Face style Jinja chat template, rendered in a sandbox: ``source`` for every record, or, of a config's
+    named templates, ``tool_use`` for a record with tools and ``source`` ("default"; None: none) for the others, as
+    ``apply_chat_template`` picks them."""
 
-    def __init__(self, source: str, name: str, bos_token: str = "", eos_token: str = "") -> None:
-        from jinja2.exceptions import TemplateError
+    def __init__(
+        self, source: str | None, name: str, bos_token: str = "", eos_token: str = "", tool_use: str | None = None
+    ) -> None:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         self.name = name
         self.source = source
-        self.sha256 = hashlib.sha256(source.encode()).hexdigest()
+        named = source if tool_use is None else json.dumps({"default": source, "tool_use": tool_use}, sort_keys=True)
+        self.sha256 = hashlib.sha256(str(named).encode()).hexdigest()
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         environment.globals["raise_exception"] = _raise_exception
         environment.filters["tojson"] = _tojson
-        try:
-            self.template = environment.from_string(source)
-        except TemplateError as exc:
-            raise PackcliError(f"chat template does not compile: {exc}", name) from None
+        self.template = None if source is None else self._compiled(environment, source)
+        self.tool_use = None if tool_use is None else self._compiled(environment, tool_use)
+        self.probe_tools: Tools = None if source is not None else []  # a probe chat renders as a record would
         self.specials = {"bos_token": bos_token, "eos_token": eos_token}
+
+    def _compiled(self, environment: Any, source: str) -> Any:
+        from jinja2.exceptions import TemplateError
+
+        try:
+            return environment.from_string(source)
+        except TemplateError as exc:
+            raise PackcliError(f"chat template does not compile: {exc}", self.name) from None
 
     def render(self, messages: Messages, add_generation_prompt: bool, tools: Tools = None, what: str = "") -> str:
         """The template's text for ``messages`` (and ``tools``, if any); any failure is a bad record, ``what``
         saying what was rendered where the messages alone would not tell the user."""
         given = {} if tools is None else {"tools": tools}
+        template = self.tool_use if tools is not None and self.tool_use is not None else self.template
+        if template is None:
+            raise BadRecordError(
+                f"no default chat template: {self.name} names only 'tool_use', which apply_chat_template renders for "
+                f"a record with tools, and this record has none; add a 'default' template, or pass "
+                f"{option('chat_template')}"
+            )
         try:
             return str(
-                self.template.render(
+                template.render(
                     messages=messages, add_generation_prompt=add_generation_prompt, **given, **self.specials
                 )
             )
@@ -258,7 +277,8 @@ class ChatReader:
         """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
         does not, or cannot render that chat)."""
         try:
-            rendered = "".join(segment.text for segment in self.template.segments(PROBE, self.loss_on_all))
+            probe = self.template.segments(PROBE, self.loss_on_all, self.template.probe_tools)
+            rendered = "".join(segment.text for segment in probe)
         except BadRecordError:
             return None
         closed = blank_stripped(rendered)
@@ -279,9 +299,9 @@ class ChatReader:
         if not isinstance(template, JinjaTemplate):
             return None
         try:
-            asked = template.render(PROBE[:1], add_generation_prompt=True)
-            plain = template.render(PROBE[:1], add_generation_prompt=False)
-            answered = template.render(PROBE, add_generation_prompt=False)
+            asked = template.render(PROBE[:1], True, template.probe_tools)
+            plain = template.render(PROBE[:1], False, template.probe_tools)
+            answered = template.render(PROBE, False, template.probe_tools)
         except BadRecordError:
             return None
         turn = answered.removeprefix(plain)
