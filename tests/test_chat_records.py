@@ -351,3 +351,23 @@ def test_a_generation_prompt_that_does_not_begin_the_assistant_turn_is_refused_f
         "chats.jsonl:1: the chat template's generation prompt '<|im_start|>assistant\\n' is not how it begins "
         "assistant message 2 ('<|im_start|>bot\\nHello<'):"
     ) in line, line
+
+
+def test_a_text_pack_never_reads_the_chat_template_jinja_beside_the_tokenizer(tmp_path: Path) -> None:
+    """A chat_template.jinja beside the tokenizer that is not UTF-8 stopped packs that render no chat: a text pack
+    (and a raw-corpus `stats` of text) does not read it; a chat pack is still one line naming the file and byte."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    (model / "chat_template.jinja").write_bytes(b"\xff\xfe{{ x }}")
+    text = write_jsonl(tmp_path / "docs.jsonl", [{"text": "plain text"}])
+    flags = ["--tokenizer", str(model), "--max-len", "64"]
+    packed = runner.invoke(app, ["pack", str(text), *flags, "--out", str(tmp_path / "o")])
+    assert packed.exit_code == 0, packed.output
+    stats = runner.invoke(app, ["stats", str(text), *flags, "--json"])
+    assert stats.exit_code == 0, stats.output
+    chats = write_jsonl(tmp_path / "chats.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}])
+    chat = runner.invoke(
+        app, ["pack", str(chats), "--messages-field", "messages", *flags, "--out", str(tmp_path / "c")]
+    )
+    assert chat.exit_code == 1 and last_line(chat.stderr) == (
+        f"error: {model / 'chat_template.jinja'}: not a valid chat template: not UTF-8 (invalid start byte at byte 0)"
+    ), chat.stderr
