@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packcli.encode.chat import CHATML_MARKERS, ChatML, JinjaTemplate
-from packcli.encode.tokenizer import LoadedTokenizer, utf8_text
+from packcli.encode.tokenizer import LoadedTokenizer, template_text
 from packcli.errors import PackcliError, UsageError, option
 from packcli.read.fields import json_kind
 
@@ -29,7 +29,7 @@ def load_template(
         if source is None:
             if not file.is_file():
                 raise UsageError(f"{option('chat_template', path)}: no such file")
-            source = utf8_text(file.read_bytes(), "chat template", path)
+            source = template_text(file.read_bytes(), path)
         return JinjaTemplate(source, str(file), bos or "", eos or "")
     configured = _configured_templates(tokenizer.config.get("chat_template"), tokenizer.config_path)
     if configured is not None:

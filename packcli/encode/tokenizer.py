@@ -30,6 +30,7 @@ __all__ = [
     "hf_tokenizer",
     "load_tokenizer",
     "special_ids",
+    "template_text",
     "use_threads",
     "utf8_text",
     "with_chat_template",
@@ -212,7 +213,7 @@ def with_chat_template(loaded: LoadedTokenizer) -> LoadedTokenizer:
     template_path = Path(loaded.config_path).parent / CHAT_TEMPLATE_FILE
     if not template_path.is_file():
         return loaded
-    template = utf8_text(_read_bytes(template_path), "chat template", template_path)
+    template = template_text(_read_bytes(template_path), template_path)
     return replace(loaded, config={**loaded.config, "chat_template": template})
 
 
@@ -231,6 +232,20 @@ def utf8_text(raw: bytes, what: str, path: str | Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PackcliError(f"not a valid {what}: not UTF-8 ({exc.reason} at byte {exc.start})", path) from None
+
+
+def template_text(raw: bytes, path: str | Path) -> str:
+    """A chat template file's text (``path``: a ``--chat-template`` file, a ``chat_template.jinja``). Bytes that are
+    not UTF-8 are a data error (:func:`utf8_text`); a leading byte order mark is a usage error naming ``path``:
+    Jinja, and apply_chat_template, which reads the file as plain UTF-8, render it as text before every chat."""
+    text = utf8_text(raw, "chat template", path)
+    if text.startswith("\ufeff"):
+        raise UsageError(
+            "starts with a UTF-8 byte order mark, which the template would render as text (U+FEFF) at the start of "
+            "every chat: save the file as UTF-8 without one",
+            path,
+        )
+    return text
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:
