@@ -387,3 +387,31 @@ def test_a_template_file_opening_with_a_byte_order_mark_is_refused_naming_it(tmp
     assert result.exit_code == 2 and last_line(result.stderr).startswith(
         f"error: {marked}: starts with a UTF-8 byte order mark, which the template would render as text"
     ), result.stderr
+
+
+def test_a_template_without_a_generation_prompt_is_said_under_quiet_and_to_python(tmp_path: Path) -> None:
+    """Supervising each assistant's header is data trained wrongly, so its warning is said as a loss is: on stderr
+    even with --quiet, and by `packcli.pack()` as a PackcliDataLossWarning (it said nothing there)."""
+    import packcli
+    from packcli.errors import PackcliDataLossWarning
+
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    (tmp_path / "plain.jinja").write_text(NO_GENERATION_PROMPT)
+    model = qwen25_instruct(tmp_path / "qwen")
+    flags = [
+        "--messages-field",
+        "messages",
+        "--chat-template",
+        str(tmp_path / "plain.jinja"),
+        "--tokenizer",
+        str(model),
+    ]
+    for given, stdin in ((str(path), None), ("-", path.read_text())):  # standard input's warnings are renamed
+        out = str(tmp_path / ("o" if stdin is None else "stdin"))
+        quiet = runner.invoke(app, ["pack", given, *flags, "--out", out, "--quiet"], input=stdin)
+        assert quiet.exit_code == 0, quiet.output
+        assert "warning: the chat template renders nothing for add_generation_prompt" in quiet.stderr, quiet.stderr
+    options = {"messages_field": "messages", "chat_template": str(tmp_path / "plain.jinja"), "tokenizer": str(model)}
+    with pytest.warns(PackcliDataLossWarning, match="renders nothing for add_generation_prompt"):
+        packcli.pack(str(path), max_len=512, out=tmp_path / "api", **options)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.errors import BadRecordError, PackcliError, option
+from packcli.errors import BadRecordError, DataLossNotice, PackcliError, option
 from packcli.options import DEFAULT_TOOLS_FIELD, PackOptions
 from packcli.read.fields import ReadCounts
 
@@ -291,9 +291,10 @@ class ChatReader:
         )
 
     def prompt_notice(self) -> str | None:
-        """What pack says when a Jinja template renders the two-turn chat's user turn alike with and without
-        add_generation_prompt, and then an assistant turn that does not begin with its words: packcli cannot tell
-        that header from the words, so it supervises the turn whole. None otherwise (a turn that is its words alone,
+        """What pack says (a :class:`DataLossNotice`: the headers take loss) when a Jinja template renders the
+        two-turn chat's user turn alike with and without add_generation_prompt, and then an assistant turn that does
+        not begin with its words: packcli cannot tell that header from the words, so it supervises the turn whole.
+        None otherwise (a turn that is its words alone,
         Mistral's, has no header)."""
         template = self.template
         if not isinstance(template, JinjaTemplate):
@@ -307,7 +308,7 @@ class ChatReader:
         turn = answered.removeprefix(plain)
         if asked != plain or turn == answered or turn.lstrip().startswith(PROBE[1]["content"]):
             return None
-        return (
+        return DataLossNotice(
             "the chat template renders nothing for add_generation_prompt, so each assistant turn is supervised whole, "
             "header included: give the template an add_generation_prompt branch that renders the assistant's header, "
             "so that the words alone take loss"
