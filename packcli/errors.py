@@ -6,7 +6,8 @@ reader ends by SIGPIPE, 141 in a shell (:mod:`packcli.cli.closed_stdout`).
 A missing optional dependency is one of these errors too, so :func:`requires_extra` lives here
 rather than alone.
 
-``packcli.pack()`` says what the command line warns of as lost with :class:`PackcliDataLossWarning`.
+``packcli.pack()`` says what the command line warns of as lost with :class:`PackcliDataLossWarning`; a warning said
+as it arises that must reach the user is a :class:`DataLossNotice`.
 
 A message names a ``pack`` option as its caller writes it, :func:`option`: ``--max-len 64``, ``--overwrite`` on the
 command line, ``max_len=64``, ``overwrite=True`` in Python. The front end says which (:func:`keyword_spelling`,
@@ -33,6 +34,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXTRA_MODULES",
     "BadRecordError",
+    "DataLossNotice",
     "MissingExtraError",
     "PackcliDataLossWarning",
     "PackcliError",
@@ -180,3 +182,9 @@ def requires_extra(extra: str, feature: str) -> Iterator[None]:
 class PackcliDataLossWarning(UserWarning):
     """``packcli.pack()`` left data out: each loss ``packcli pack`` warns of (even with ``--quiet``), worded with
     keyword arguments. ``warnings.simplefilter("error", packcli.PackcliDataLossWarning)`` makes any an error."""
+
+
+class DataLossNotice(str):
+    """A warning, said as it arises, that the output's data is lost or supervised otherwise than asked (a template
+    that supervises each assistant's header): ``pack`` and ``stats`` say it even with ``--quiet``, and
+    ``packcli.pack()`` raises it as a :class:`PackcliDataLossWarning`. Any other warning is a plain ``str``."""

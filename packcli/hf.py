@@ -20,7 +20,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from packcli.errors import PackcliDataLossWarning, PackcliError, UsageError, keyword_spelling, option, requires_extra
+from packcli.errors import (
+    DataLossNotice,
+    PackcliDataLossWarning,
+    PackcliError,
+    UsageError,
+    keyword_spelling,
+    option,
+    requires_extra,
+)
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
 from packcli.storage.urls import is_url
@@ -62,8 +70,8 @@ def pack(
     Warns:
         PackcliDataLossWarning: for each loss ``packcli pack`` warns of: overflow drop or truncate losing more than
             1% of the tokens, chat messages whose special-token text the template made special tokens, files in
-            the inputs that are not read, bad records skipped (``skip_bad_records=True``); also when the output is
-            up to date.
+            the inputs that are not read, bad records skipped (``skip_bad_records=True``), a chat template whose
+            assistant headers take loss (no add_generation_prompt branch); also when the output is up to date.
 
     Raises:
         UsageError: an unknown option or one of the wrong type, None included where it is no default (numpy's
@@ -73,9 +81,10 @@ def pack(
             type changes between rows (other than a batch of None). Messages name keyword arguments where the
             command line names flags (``overwrite=True``, not ``--overwrite``).
     """
+    notices: list[str] = []
     with keyword_spelling():  # said to a Python caller: keyword arguments, not command-line flags
-        rows, manifest = _pack_source(source, max_len, out, tokenizer, overwrite, options)
-        losses = data_losses(manifest)
+        rows, manifest = _pack_source(source, max_len, out, tokenizer, overwrite, options, notices)
+        losses = [*notices, *data_losses(manifest)]
     for loss in losses:
         warnings.warn(loss, PackcliDataLossWarning, stacklevel=2)
     return rows
@@ -108,9 +117,16 @@ def data_losses(manifest: dict[str, Any]) -> list[str]:
 
 
 def _pack_source(
-    source: Any, max_len: int, out: str | Path, tokenizer: str | None, overwrite: bool, options: dict[str, Any]
+    source: Any,
+    max_len: int,
+    out: str | Path,
+    tokenizer: str | None,
+    overwrite: bool,
+    options: dict[str, Any],
+    notices: list[str],
 ) -> tuple[Any, dict[str, Any]]:
-    """The packed rows of ``source`` as a ``datasets.Dataset``, and the output's manifest."""
+    """The packed rows of ``source`` as a ``datasets.Dataset``, and the output's manifest; the run's
+    :class:`~packcli.errors.DataLossNotice` warnings are appended to ``notices``."""
     with requires_extra("hf", "packcli.pack()"):
         import datasets
 
@@ -134,13 +150,13 @@ def _pack_source(
             _write_stream(path, _record_batches(source, columns), columns)
             spool = Spool(path, file_sha256(path), DATASET_NAME)
             try:
-                manifest = _pack([str(path)], pack_options, out, overwrite, spool)
+                manifest = _pack([str(path)], pack_options, out, overwrite, notices, spool)
             except PackcliError as error:
                 spool.rename(error)
                 raise
     else:
         inputs = [str(source)] if isinstance(source, (str, Path)) else [str(item) for item in source]
-        manifest = _pack(inputs, pack_options, out, overwrite)
+        manifest = _pack(inputs, pack_options, out, overwrite, notices)
     shards = [datasets.Dataset.from_file(str(out / shard["file"])) for shard in manifest["shards"]]
     return datasets.concatenate_datasets(shards) if len(shards) != 1 else shards[0], manifest
 
@@ -163,11 +179,17 @@ def _unpartitioned(options: PackOptions) -> PackOptions:
 
 
 def _pack(
-    inputs: list[str], options: PackOptions, out: Path, overwrite: bool, spool: Spool | None = None
+    inputs: list[str], options: PackOptions, out: Path, overwrite: bool, notices: list[str], spool: Spool | None = None
 ) -> dict[str, Any]:
+    """The manifest of ``inputs`` packed into ``out``; the run's data-loss notices appended to ``notices`` (its other
+    warnings, which the command line hides with --quiet, are not said to a Python caller)."""
     from packcli.run.driver import pack_corpus
 
-    return pack_corpus(inputs, options, out, overwrite=overwrite, stdin=spool).manifest
+    def warn(message: str) -> None:
+        if isinstance(message, DataLossNotice):
+            notices.append(message)
+
+    return pack_corpus(inputs, options, out, overwrite=overwrite, warn=warn, stdin=spool).manifest
 
 
 def _named_columns(options: PackOptions, present: list[str]) -> list[str]:

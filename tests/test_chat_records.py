@@ -269,14 +269,17 @@ def test_an_assistant_first_chat_the_template_cannot_prompt_says_why(tmp_path: P
 @pytest.mark.parametrize(
     "value,wrong",
     [
-        ([{"name": "tool_use", "template": "{{ messages }}"}], "names no template 'default' (it names 'tool_use')"),
+        (
+            [{"name": "rag", "template": "{{ messages }}"}],
+            "names no template 'default' nor 'tool_use' (it names 'rag')",
+        ),
         (5, "is a number, not a template"),
         ([{"name": "default"}], "is an array holding something other than named templates"),
     ],
 )
 def test_an_unusable_chat_template_in_tokenizer_config_is_refused(tmp_path: Path, value: Any, wrong: str) -> None:
     """A tokenizer_config.json whose chat_template apply_chat_template cannot use (named templates without a
-    'default', a number) is refused before any record is read, naming the file: it fell back to the built-in
+    'default' or a 'tool_use', a number) is refused before any record is read, naming the file: it fell back to the built-in
     ChatML silently. A run of text records, which renders no chat, is not refused."""
     model = qwen25_instruct(tmp_path / "qwen")
     (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": value}))
@@ -328,3 +331,87 @@ def test_segments_are_tokenized_apart_so_no_token_merges_across_a_turns_header(t
     assert [whole.id_to_token(i) for i in ids[-5:]] == ["assistant", "Ċ", "ĊĊ", "Hello", "<|im_end|>"]
     assert whole.encode(text, add_special_tokens=False).tokens[-4:] == ["assistant", "ĊĊĊ", "Hello", "<|im_end|>"]
     assert labels[-4:] == [-100, *ids[-3:]]
+
+
+def test_a_generation_prompt_that_does_not_begin_the_assistant_turn_is_refused_for_that(tmp_path: Path) -> None:
+    """A template whose add_generation_prompt renders `<|im_start|>assistant\\n` but whose assistant turn opens
+    `<|im_start|>bot\\n` leaves packcli no place where the words begin: the record is refused, and the message
+    names that cause; it said the template "changes earlier turns", which it does not."""
+    renamed = NO_GENERATION_PROMPT.replace("{{ m.role }}", "{{ 'bot' if m.role == 'assistant' else m.role }}")
+    (tmp_path / "bot.jinja").write_text(renamed + "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    args = ["pack", str(path), "--messages-field", "messages", "--chat-template", str(tmp_path / "bot.jinja")]
+    result = runner.invoke(
+        app, [*args, "--tokenizer", str(qwen25_instruct(tmp_path / "qwen")), "--out", str(tmp_path / "o")]
+    )
+    line = last_line(result.stderr)
+    assert result.exit_code == 1 and "changes earlier turns" not in line, result.stderr
+    assert (
+        "chats.jsonl:1: the chat template's generation prompt '<|im_start|>assistant\\n' is not how it begins "
+        "assistant message 2 ('<|im_start|>bot\\nHello<'):"
+    ) in line, line
+
+
+def test_a_text_pack_never_reads_the_chat_template_jinja_beside_the_tokenizer(tmp_path: Path) -> None:
+    """A chat_template.jinja beside the tokenizer that is not UTF-8 stopped packs that render no chat: a text pack
+    (and a raw-corpus `stats` of text) does not read it; a chat pack is still one line naming the file and byte."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    (model / "chat_template.jinja").write_bytes(b"\xff\xfe{{ x }}")
+    text = write_jsonl(tmp_path / "docs.jsonl", [{"text": "plain text"}])
+    flags = ["--tokenizer", str(model), "--max-len", "64"]
+    packed = runner.invoke(app, ["pack", str(text), *flags, "--out", str(tmp_path / "o")])
+    assert packed.exit_code == 0, packed.output
+    stats = runner.invoke(app, ["stats", str(text), *flags, "--json"])
+    assert stats.exit_code == 0, stats.output
+    chats = write_jsonl(tmp_path / "chats.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}])
+    chat = runner.invoke(
+        app, ["pack", str(chats), "--messages-field", "messages", *flags, "--out", str(tmp_path / "c")]
+    )
+    assert chat.exit_code == 1 and last_line(chat.stderr) == (
+        f"error: {model / 'chat_template.jinja'}: not a valid chat template: not UTF-8 (invalid start byte at byte 0)"
+    ), chat.stderr
+
+
+@pytest.mark.parametrize("where", ["--chat-template", "chat_template.jinja"])
+def test_a_template_file_opening_with_a_byte_order_mark_is_refused_naming_it(tmp_path: Path, where: str) -> None:
+    """A template file saved with a UTF-8 byte order mark rendered U+FEFF as text at the start of every chat:
+    it is refused in one line naming the file, a usage error, before any record is read (the record here is bad)."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    marked = tmp_path / "marked.jinja" if where == "--chat-template" else model / where
+    marked.write_bytes(b"\xef\xbb\xbf" + QWEN25_TEMPLATE.encode())
+    flags = ["--chat-template", str(marked)] if where == "--chat-template" else []
+    path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": "not a list"}])
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, *flags])
+    assert result.exit_code == 2 and last_line(result.stderr).startswith(
+        f"error: {marked}: starts with a UTF-8 byte order mark, which the template would render as text"
+    ), result.stderr
+
+
+def test_a_template_without_a_generation_prompt_is_said_under_quiet_and_to_python(tmp_path: Path) -> None:
+    """Supervising each assistant's header is data trained wrongly, so its warning is said as a loss is: on stderr
+    even with --quiet, and by `packcli.pack()` as a PackcliDataLossWarning (it said nothing there)."""
+    import packcli
+    from packcli.errors import PackcliDataLossWarning
+
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    path = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    (tmp_path / "plain.jinja").write_text(NO_GENERATION_PROMPT)
+    model = qwen25_instruct(tmp_path / "qwen")
+    flags = [
+        "--messages-field",
+        "messages",
+        "--chat-template",
+        str(tmp_path / "plain.jinja"),
+        "--tokenizer",
+        str(model),
+    ]
+    for given, stdin in ((str(path), None), ("-", path.read_text())):  # standard input's warnings are renamed
+        out = str(tmp_path / ("o" if stdin is None else "stdin"))
+        quiet = runner.invoke(app, ["pack", given, *flags, "--out", out, "--quiet"], input=stdin)
+        assert quiet.exit_code == 0, quiet.output
+        assert "warning: the chat template renders nothing for add_generation_prompt" in quiet.stderr, quiet.stderr
+    options = {"messages_field": "messages", "chat_template": str(tmp_path / "plain.jinja"), "tokenizer": str(model)}
+    with pytest.warns(PackcliDataLossWarning, match="renders nothing for add_generation_prompt"):
+        packcli.pack(str(path), max_len=512, out=tmp_path / "api", **options)

@@ -252,3 +252,50 @@ def test_a_tools_field_no_record_holds_is_a_warning_in_pack_stats_and_the_python
         packcli.pack(
             chats, max_len=1024, out=tmp_path / "api", messages_field="messages", tokenizer=model, tools_field="nope"
         )
+
+
+def named_templates(tmp_path: Path, templates: dict[str, str]) -> Any:
+    """A Qwen2.5-Instruct tokenizer directory (where :func:`pack` looks) whose tokenizer_config.json holds
+    ``templates`` as a list of named templates, as transformers saves several; and transformers' tokenizer with
+    them, the reference."""
+    transformers = pytest.importorskip("transformers")
+    model = qwen25_tools(tmp_path / "qwen2.5-instruct")
+    named = [{"name": name, "template": template} for name, template in templates.items()]
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": named}))
+    return transformers.PreTrainedTokenizerFast(tokenizer_file=str(model / "tokenizer.json"), chat_template=templates)
+
+
+def test_a_record_with_tools_takes_the_tool_use_template_as_apply_chat_template_does(tmp_path: Path) -> None:
+    """Of named templates 'default' and 'tool_use', a record with tools renders with 'tool_use' and one without
+    with 'default', as apply_chat_template picks them: the tokens are its own (up to the EOS rule). packcli took
+    'default' for every record."""
+    default = QWEN25_TOOLS_TEMPLATE.replace("You are Qwen", "You are Default")
+    reference = named_templates(tmp_path, {"default": default, "tool_use": QWEN25_TOOLS_TEMPLATE})
+    result = pack(tmp_path, [WITH_TOOLS, WITHOUT_TOOLS])
+    assert result.exit_code == 0, result.output
+    documents = sorted(packed_documents(tmp_path / "o"), key=lambda document: -len(document[0]))
+    for (ids, _), record, system in zip(documents, (WITH_TOOLS, WITHOUT_TOOLS), ("You are Qwen", "You are Default")):
+        expected = reference.apply_chat_template(
+            record["messages"], tools=record.get("tools"), tokenize=True, return_dict=False
+        )
+        assert ids == expected[:-1] and system in reference.decode(ids), reference.decode(ids)
+
+
+def test_a_tool_use_template_without_a_default_renders_records_with_tools(tmp_path: Path) -> None:
+    """Named templates holding 'tool_use' and no 'default' render a record with tools, as apply_chat_template
+    does; a record without tools, which apply_chat_template cannot render either, is a bad record saying there is
+    no default template (counted and skipped with --skip-bad-records). The whole config was refused."""
+    reference = named_templates(tmp_path, {"tool_use": QWEN25_TOOLS_TEMPLATE})
+    with pytest.raises(ValueError, match="no default"):
+        reference.apply_chat_template(WITHOUT_TOOLS["messages"], tokenize=False)
+    failed = pack(tmp_path, [WITH_TOOLS, WITHOUT_TOOLS])
+    assert failed.exit_code == 1
+    assert "chats.jsonl:2: no default chat template: " in last_line(failed.stderr), failed.stderr
+    skipped = pack(tmp_path, [WITH_TOOLS, WITHOUT_TOOLS], "--skip-bad-records", out="s")
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["totals"]["bad_records"] == 1
+    [(ids, _)] = packed_documents(tmp_path / "s")
+    expected = reference.apply_chat_template(
+        WITH_TOOLS["messages"], tools=WITH_TOOLS["tools"], tokenize=True, return_dict=False
+    )
+    assert ids == expected[:-1]

@@ -1,6 +1,6 @@
 """Warnings on stderr for ``pack`` and ``stats``: the first few per-record ones, then a count of the rest; a
-warning about lost tokens, and one about a Markdown summary that cannot be written, are always printed, even with
-``--quiet``, so nothing is lost silently.
+warning about lost tokens, a :class:`~packcli.errors.DataLossNotice` (data supervised wrongly), and one about a
+Markdown summary that cannot be written, are always printed, even with ``--quiet``, so nothing is lost silently.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from packcli.errors import PackcliError, one_line
+from packcli.errors import DataLossNotice, PackcliError, one_line
 
 __all__ = ["MAX_WARNINGS", "Warnings", "resolve_summary", "warn_loss", "write_summary"]
 
@@ -25,14 +25,15 @@ class Warnings:
 
     def __call__(self, message: str) -> None:
         self.count += 1
-        if self.count <= MAX_WARNINGS:
+        said = isinstance(message, DataLossNotice)  # even with --quiet, and never among those not shown
+        if said or len(self.first) < MAX_WARNINGS:
             self.first.append(message)
-            if not self.quiet:
+            if said or not self.quiet:
                 print(f"warning: {one_line(message)}", file=sys.stderr)
 
     def close(self) -> None:
-        if not self.quiet and self.count > MAX_WARNINGS:
-            print(f"warning: {self.count - MAX_WARNINGS} more warnings not shown", file=sys.stderr)
+        if not self.quiet and self.count > len(self.first):
+            print(f"warning: {self.count - len(self.first)} more warnings not shown", file=sys.stderr)
 
 
 def warn_loss(message: str | None) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.errors import BadRecordError, PackcliError, option
+from packcli.errors import BadRecordError, DataLossNotice, PackcliError, option
 from packcli.options import DEFAULT_TOOLS_FIELD, PackOptions
 from packcli.read.fields import ReadCounts
 
@@ -74,6 +74,7 @@ class ChatML:
 
     name = "chatml"
     sha256 = hashlib.sha256(b"packcli chatml v1").hexdigest()
+    probe_tools: Tools = None
 
     def segments(self, messages: Messages, loss_on_all: bool, tools: Tools = None) -> list[Segment]:
         """The chat as segments; assistant turns supervised (every segment with ``loss_on_all``)."""
@@ -102,31 +103,49 @@ class ChatML:
 
 
 class JinjaTemplate:
-    """A Hugging Face style Jinja chat template, rendered in a sandbox."""
+    """A Hugging Face style Jinja chat template, rendered in a sandbox: ``source`` for every record, or, of a config's
+    named templates, ``tool_use`` for a record with tools and ``source`` ("default"; None: none) for the others, as
+    ``apply_chat_template`` picks them."""
 
-    def __init__(self, source: str, name: str, bos_token: str = "", eos_token: str = "") -> None:
-        from jinja2.exceptions import TemplateError
+    def __init__(
+        self, source: str | None, name: str, bos_token: str = "", eos_token: str = "", tool_use: str | None = None
+    ) -> None:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         self.name = name
         self.source = source
-        self.sha256 = hashlib.sha256(source.encode()).hexdigest()
+        named = source if tool_use is None else json.dumps({"default": source, "tool_use": tool_use}, sort_keys=True)
+        self.sha256 = hashlib.sha256(str(named).encode()).hexdigest()
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         environment.globals["raise_exception"] = _raise_exception
         environment.filters["tojson"] = _tojson
-        try:
-            self.template = environment.from_string(source)
-        except TemplateError as exc:
-            raise PackcliError(f"chat template does not compile: {exc}", name) from None
+        self.template = None if source is None else self._compiled(environment, source)
+        self.tool_use = None if tool_use is None else self._compiled(environment, tool_use)
+        self.probe_tools: Tools = None if source is not None else []  # a probe chat renders as a record would
         self.specials = {"bos_token": bos_token, "eos_token": eos_token}
+
+    def _compiled(self, environment: Any, source: str) -> Any:
+        from jinja2.exceptions import TemplateError
+
+        try:
+            return environment.from_string(source)
+        except TemplateError as exc:
+            raise PackcliError(f"chat template does not compile: {exc}", self.name) from None
 
     def render(self, messages: Messages, add_generation_prompt: bool, tools: Tools = None, what: str = "") -> str:
         """The template's text for ``messages`` (and ``tools``, if any); any failure is a bad record, ``what``
         saying what was rendered where the messages alone would not tell the user."""
         given = {} if tools is None else {"tools": tools}
+        template = self.tool_use if tools is not None and self.tool_use is not None else self.template
+        if template is None:
+            raise BadRecordError(
+                f"no default chat template: {self.name} names only 'tool_use', which apply_chat_template renders for "
+                f"a record with tools, and this record has none; add a 'default' template, or pass "
+                f"{option('chat_template')}"
+            )
         try:
             return str(
-                self.template.render(
+                template.render(
                     messages=messages, add_generation_prompt=add_generation_prompt, **given, **self.specials
                 )
             )
@@ -147,6 +166,8 @@ class JinjaTemplate:
                 done = _added(out, done, prompt, Segment("", loss_on_all, markup=True), settled)
                 settled = (len(out), done)
             rendered = self.render(messages[:end], add_generation_prompt=False, tools=tools)
+            if assistant:
+                _check_prompted(done, out[-1].text, rendered, end)
             done = _added(out, done, rendered, Segment("", loss_on_all or assistant, markup=True), settled)
             if assistant:
                 settled = (len(out), done)
@@ -256,7 +277,8 @@ class ChatReader:
         """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
         does not, or cannot render that chat)."""
         try:
-            rendered = "".join(segment.text for segment in self.template.segments(PROBE, self.loss_on_all))
+            probe = self.template.segments(PROBE, self.loss_on_all, self.template.probe_tools)
+            rendered = "".join(segment.text for segment in probe)
         except BadRecordError:
             return None
         closed = blank_stripped(rendered)
@@ -269,23 +291,24 @@ class ChatReader:
         )
 
     def prompt_notice(self) -> str | None:
-        """What pack says when a Jinja template renders the two-turn chat's user turn alike with and without
-        add_generation_prompt, and then an assistant turn that does not begin with its words: packcli cannot tell
-        that header from the words, so it supervises the turn whole. None otherwise (a turn that is its words alone,
+        """What pack says (a :class:`DataLossNotice`: the headers take loss) when a Jinja template renders the
+        two-turn chat's user turn alike with and without add_generation_prompt, and then an assistant turn that does
+        not begin with its words: packcli cannot tell that header from the words, so it supervises the turn whole.
+        None otherwise (a turn that is its words alone,
         Mistral's, has no header)."""
         template = self.template
         if not isinstance(template, JinjaTemplate):
             return None
         try:
-            asked = template.render(PROBE[:1], add_generation_prompt=True)
-            plain = template.render(PROBE[:1], add_generation_prompt=False)
-            answered = template.render(PROBE, add_generation_prompt=False)
+            asked = template.render(PROBE[:1], True, template.probe_tools)
+            plain = template.render(PROBE[:1], False, template.probe_tools)
+            answered = template.render(PROBE, False, template.probe_tools)
         except BadRecordError:
             return None
         turn = answered.removeprefix(plain)
         if asked != plain or turn == answered or turn.lstrip().startswith(PROBE[1]["content"]):
             return None
-        return (
+        return DataLossNotice(
             "the chat template renders nothing for add_generation_prompt, so each assistant turn is supervised whole, "
             "header included: give the template an add_generation_prompt branch that renders the assistant's header, "
             "so that the words alone take loss"
@@ -339,6 +362,21 @@ def blank_stripped(text: str) -> str:
     while end and (text[end - 1].isspace() or unicodedata.category(text[end - 1]) == "Cf"):
         end -= 1
     return text[:end]
+
+
+def _check_prompted(prompt: str, header: str, rendered: str, number: int) -> None:
+    """Refuse an assistant turn (message ``number``) whose rendering, after the text before it, is not the
+    generation prompt (``prompt``, ending in the ``header`` it adds) and then the turn: packcli supervises what the
+    turn adds after that prompt, so it cannot find where the words begin. Where the text before the turn changes
+    too, :func:`_check_prefix` says so instead."""
+    before = prompt[: len(prompt) - len(header)]
+    if rendered.startswith(before) and not rendered.startswith(prompt):
+        begins = rendered[len(before) : len(prompt)]
+        raise BadRecordError(
+            f"the chat template's generation prompt {header!r} is not how it begins assistant message {number} "
+            f"({begins!r}): packcli supervises what the turn renders after that prompt, so it cannot tell where its "
+            "words begin; make add_generation_prompt render the assistant turn's own opening"
+        )
 
 
 def _check_prefix(done: str, rendered: str) -> None:

@@ -1,6 +1,7 @@
 """Which chat template a run renders: the ``--chat-template`` file, else the one the tokenizer's
-``tokenizer_config.json`` (or ``chat_template.jinja``) configures, as ``apply_chat_template`` takes it, else the
-built-in ChatML. A configured template ``apply_chat_template`` could not use is refused, never passed over."""
+``tokenizer_config.json`` (or ``chat_template.jinja``) configures, as ``apply_chat_template`` takes it (of named
+templates, "tool_use" for a record with tools, else "default"), else the built-in ChatML. A configured template
+``apply_chat_template`` could not use is refused, never passed over."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packcli.encode.chat import CHATML_MARKERS, ChatML, JinjaTemplate
-from packcli.encode.tokenizer import LoadedTokenizer, utf8_text
+from packcli.encode.tokenizer import LoadedTokenizer, template_text
 from packcli.errors import PackcliError, UsageError, option
 from packcli.read.fields import json_kind
 
@@ -28,11 +29,13 @@ def load_template(
         if source is None:
             if not file.is_file():
                 raise UsageError(f"{option('chat_template', path)}: no such file")
-            source = utf8_text(file.read_bytes(), "chat template", path)
+            source = template_text(file.read_bytes(), path)
         return JinjaTemplate(source, str(file), bos or "", eos or "")
-    configured = _configured_template(tokenizer.config.get("chat_template"), tokenizer.config_path)
+    configured = _configured_templates(tokenizer.config.get("chat_template"), tokenizer.config_path)
     if configured is not None:
-        return JinjaTemplate(configured, f"{tokenizer.name} tokenizer_config.json", bos or "", eos or "")
+        default, tool_use = configured
+        name = f"{tokenizer.name} tokenizer_config.json"
+        return JinjaTemplate(default, name, bos or "", eos or "", tool_use=tool_use)
     missing = [marker for marker in CHATML_MARKERS if not tokenizer.is_special(marker)]
     if missing:
         warn(
@@ -43,12 +46,14 @@ def load_template(
     return ChatML()
 
 
-def _configured_template(value: object, config_path: str | None) -> str | None:
-    """A config's ``chat_template``: a string, the entry named "default" of a list of named templates, or None (it
-    has none). Anything else is a data error naming ``config_path``, as ``apply_chat_template`` fails on it rather
-    than fall back to another template."""
+def _configured_templates(value: object, config_path: str | None) -> tuple[str | None, str | None] | None:
+    """A config's ``chat_template`` as (default, tool_use): a string is the default; a list of named templates gives
+    its entries named "default" and "tool_use" (``apply_chat_template`` renders a chat with tools with "tool_use"
+    where there is one, else with "default"); None where the config has none. Anything else, or a list holding
+    neither, is a data error naming ``config_path``, as ``apply_chat_template`` fails on it rather than fall back
+    to another template."""
     if value is None or isinstance(value, str):
-        return value
+        return None if value is None else (value, None)
     fix = f"fix it, or pass {option('chat_template')}"
     if not isinstance(value, list) or not all(_named_template(entry) for entry in value):
         what = (
@@ -60,13 +65,13 @@ def _configured_template(value: object, config_path: str | None) -> str | None:
             f'chat_template is {what} named templates ({{"name": ..., "template": ...}}): {fix}', config_path
         )
     named = {entry["name"]: entry["template"] for entry in value}
-    if "default" not in named:
+    if "default" not in named and "tool_use" not in named:
         raise PackcliError(
-            f"chat_template names no template 'default' (it names {', '.join(map(repr, named)) or 'none'}), the one "
-            f"apply_chat_template renders without a name: {fix}",
+            f"chat_template names no template 'default' nor 'tool_use' (it names "
+            f"{', '.join(map(repr, named)) or 'none'}), the ones apply_chat_template renders without a name: {fix}",
             config_path,
         )
-    return str(named["default"])
+    return named.get("default"), named.get("tool_use")
 
 
 def _named_template(entry: object) -> bool:

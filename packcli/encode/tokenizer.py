@@ -13,7 +13,7 @@ import gzip
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -30,8 +30,10 @@ __all__ = [
     "hf_tokenizer",
     "load_tokenizer",
     "special_ids",
+    "template_text",
     "use_threads",
     "utf8_text",
+    "with_chat_template",
 ]
 
 BUNDLED_NAME = "gpt2 (bundled)"
@@ -187,24 +189,32 @@ def _locate(spec: str) -> Path:
 
 def _read_config(directory: Path) -> tuple[dict[str, object], str | None]:
     """``tokenizer_config.json`` beside the tokenizer file (a hub snapshot keeps both in one directory) and the
-    sha256 of its bytes; ({}, None) when there is none. A ``chat_template.jinja`` there (where a recent transformers
-    saves the template) is the config's ``chat_template``, as apply_chat_template takes it, its bytes hashed too."""
-    config_path, template_path = directory / CONFIG_FILE, directory / CHAT_TEMPLATE_FILE
-    config: object = {}
-    raw = b""
-    if config_path.is_file():
-        raw = _read_bytes(config_path)
-        try:
-            config = json.loads(utf8_text(raw, CONFIG_FILE, config_path))
-        except ValueError as exc:
-            raise PackcliError(f"cannot read: {exc}", config_path) from None
+    sha256 of its bytes; ({}, None) when there is none. A ``chat_template.jinja`` there is read only by a run that
+    renders chats with it (:func:`with_chat_template`)."""
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file():
+        return {}, None
+    raw = _read_bytes(config_path)
+    try:
+        config = json.loads(utf8_text(raw, CONFIG_FILE, config_path))
+    except ValueError as exc:
+        raise PackcliError(f"cannot read: {exc}", config_path) from None
     if not isinstance(config, dict):
         raise PackcliError("not a JSON object", config_path)
-    if template_path.is_file():
-        template = _read_bytes(template_path)
-        config["chat_template"] = utf8_text(template, "chat template", template_path)
-        raw += b"\0" + template
-    return (config, hashlib.sha256(raw).hexdigest()) if raw else ({}, None)
+    return config, hashlib.sha256(raw).hexdigest()
+
+
+def with_chat_template(loaded: LoadedTokenizer) -> LoadedTokenizer:
+    """``loaded`` with the ``chat_template.jinja`` beside its file (where a recent transformers saves the template)
+    as its config's ``chat_template``, as apply_chat_template takes it; ``loaded`` itself where there is none. Only a
+    run that renders chats with the tokenizer's template calls it, so a text pack never reads that file."""
+    if loaded.config_path is None:
+        return loaded
+    template_path = Path(loaded.config_path).parent / CHAT_TEMPLATE_FILE
+    if not template_path.is_file():
+        return loaded
+    template = template_text(_read_bytes(template_path), template_path)
+    return replace(loaded, config={**loaded.config, "chat_template": template})
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -222,6 +232,20 @@ def utf8_text(raw: bytes, what: str, path: str | Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PackcliError(f"not a valid {what}: not UTF-8 ({exc.reason} at byte {exc.start})", path) from None
+
+
+def template_text(raw: bytes, path: str | Path) -> str:
+    """A chat template file's text (``path``: a ``--chat-template`` file, a ``chat_template.jinja``). Bytes that are
+    not UTF-8 are a data error (:func:`utf8_text`); a leading byte order mark is a usage error naming ``path``:
+    Jinja, and apply_chat_template, which reads the file as plain UTF-8, render it as text before every chat."""
+    text = utf8_text(raw, "chat template", path)
+    if text.startswith("\ufeff"):
+        raise UsageError(
+            "starts with a UTF-8 byte order mark, which the template would render as text (U+FEFF) at the start of "
+            "every chat: save the file as UTF-8 without one",
+            path,
+        )
+    return text
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:

@@ -63,8 +63,9 @@ class Spool:
     name: str
 
     def named(self, text: str) -> str:
-        """``text`` with the temporary file named as the user knows it."""
-        return text.replace(str(self.path), self.name)
+        """``text`` with the temporary file named as the user knows it, of its own type (a warning that is a
+        :class:`~packcli.errors.DataLossNotice` stays one)."""
+        return type(text)(text.replace(str(self.path), self.name))
 
     def rename(self, error: PackcliError) -> None:
         """Name the temporary file in ``error`` as the user knows it."""

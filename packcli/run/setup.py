@@ -20,7 +20,7 @@ from typing import Any, Literal
 from packcli.encode.backends import takes_tokens
 from packcli.encode.chat import JinjaTemplate
 from packcli.encode.encoders import Encoder, make_encoder
-from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer
+from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer, with_chat_template
 from packcli.errors import PackcliError, option
 from packcli.format.columns import FORMAT_VERSION
 from packcli.format.manifest import part_facts, read_manifest, run_keys, tokenizer_entry
@@ -154,6 +154,8 @@ def set_up(
     get_strategy(options.strategy)
     pretokenized = options.ids_field is not None and options.tokenizer is None
     tokenizer = None if pretokenized else load_tokenizer(options.tokenizer, options.eos_token)
+    if tokenizer is not None and options.messages_field is not None and options.chat_template is None:
+        tokenizer = with_chat_template(tokenizer)  # read here, where a chat run sets up: the jobs get its text
     described = describe_inputs(files, stdin)
     encoding = options if encodes else replace(options, tokenizer_backend="hf")
     return Setup(files, described, options, tokenizer, make_encoder(encoding, tokenizer, warn), sources, unread)
