@@ -376,7 +376,8 @@ def test_a_text_pack_never_reads_the_chat_template_jinja_beside_the_tokenizer(tm
 @pytest.mark.parametrize("where", ["--chat-template", "chat_template.jinja"])
 def test_a_template_file_opening_with_a_byte_order_mark_is_refused_naming_it(tmp_path: Path, where: str) -> None:
     """A template file saved with a UTF-8 byte order mark rendered U+FEFF as text at the start of every chat:
-    it is refused in one line naming the file, a usage error, before any record is read (the record here is bad)."""
+    it is refused in one line naming the file, a data error as a template that is not UTF-8 is, before any record is
+    read (the record here is bad)."""
     model = qwen25_instruct(tmp_path / "qwen")
     marked = tmp_path / "marked.jinja" if where == "--chat-template" else model / where
     marked.write_bytes(b"\xef\xbb\xbf" + QWEN25_TEMPLATE.encode())
@@ -384,7 +385,7 @@ def test_a_template_file_opening_with_a_byte_order_mark_is_refused_naming_it(tmp
     path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": "not a list"}])
     args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(tmp_path / "o")]
     result = runner.invoke(app, [*args, *flags])
-    assert result.exit_code == 2 and last_line(result.stderr).startswith(
+    assert result.exit_code == 1 and last_line(result.stderr).startswith(
         f"error: {marked}: starts with a UTF-8 byte order mark, which the template would render as text"
     ), result.stderr
 

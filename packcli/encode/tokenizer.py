@@ -236,11 +236,11 @@ def utf8_text(raw: bytes, what: str, path: str | Path) -> str:
 
 def template_text(raw: bytes, path: str | Path) -> str:
     """A chat template file's text (``path``: a ``--chat-template`` file, a ``chat_template.jinja``). Bytes that are
-    not UTF-8 are a data error (:func:`utf8_text`); a leading byte order mark is a usage error naming ``path``:
-    Jinja, and apply_chat_template, which reads the file as plain UTF-8, render it as text before every chat."""
+    not UTF-8 are a data error (:func:`utf8_text`), and so is a leading byte order mark: Jinja, and
+    apply_chat_template, which reads the file as plain UTF-8, render it as text before every chat."""
     text = utf8_text(raw, "chat template", path)
     if text.startswith("\ufeff"):
-        raise UsageError(
+        raise PackcliError(
             "starts with a UTF-8 byte order mark, which the template would render as text (U+FEFF) at the start of "
             "every chat: save the file as UTF-8 without one",
             path,
