@@ -264,6 +264,39 @@ def test_a_directory_holding_a_manifest_json_packcli_did_not_write_is_read_as_in
     assert warnings == [f"skipping {out}: a packcli output, not input"]
 
 
+@pytest.mark.parametrize(
+    ("listing", "documents"),
+    [({"tool": "other", "files": ["shard-00000.arrow"]}, None), ([{"text": "a record the listing holds"}], 3)],
+)
+def test_another_tools_manifest_beside_a_file_named_like_a_shard_is_no_packcli_output(
+    tmp_path: Path, listing: object, documents: int | None
+) -> None:
+    """A file named like a shard (shard-00000.arrow, another tool's Arrow) beside another tool's manifest.json made a
+    "damaged packcli output": verify, show, export and pack --out said "format version None is not supported ...
+    upgrade packcli" (of an array, "manifest is not a JSON object"), a walk skipped the directory, and stats took it
+    for an output. A manifest.json that parses and names no packcli_version is another tool's, shards beside it or
+    not: refused as an output, read as input (stats reads the records of the array and the Arrow file)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps(listing))
+    with pa.ipc.new_stream(data / "shard-00000.arrow", pa.schema([("text", pa.string())])) as writer:
+        writer.write_table(pa.table({"text": ["one record", "and another"]}))
+    said = f"{data}: is not a packcli output: its manifest.json names no packcli_version"
+    for command in (["verify"], ["show"], ["export", "--to", "megatron", "--out", str(tmp_path / "e")]):
+        result = CliRunner().invoke(app, [command[0], str(data), *command[1:]])
+        assert result.exit_code == 1 and error_line(result.stderr) == f"error: {said}", (command, result.stderr)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": f"record {k}"} for k in range(20)])
+    for extra in ([], ["--overwrite"], ["--partitions", "2"]):
+        result = CliRunner().invoke(app, ["pack", str(corpus), "--out", str(data), *extra])
+        assert result.exit_code == 1, result.output
+        assert "but is not a packcli output (its manifest.json names no packcli_version)" in error_line(result.stderr)
+    listed = sorted((data / name).resolve() for name in ("manifest.json", "shard-00000.arrow"))
+    assert find_inputs([str(data)]).files == listed
+    if documents is not None:
+        result = CliRunner().invoke(app, ["stats", str(data), "--max-len", "64", "--json"])
+        assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == documents, result.output
+
+
 def test_symlinked_directories_are_followed_once(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "inner").mkdir(parents=True)

@@ -24,6 +24,7 @@ from packcli.version import __version__
 
 __all__ = [
     "EXPORT_NAME",
+    "FOREIGN_MANIFEST",
     "MANIFEST_NAME",
     "RUN_DIRECTORY",
     "RUN_PREFIX",
@@ -136,15 +137,15 @@ def write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFE
 
 def is_output(directory: Path) -> bool:
     """Whether ``directory`` is a packcli output, complete or damaged: it holds a ``manifest.json`` that packcli
-    wrote (it names ``packcli_version``) or, beside one it cannot tell, shards (another tool's ``manifest.json`` in a
-    corpus makes no output). The one test of it: inputs skip such directories, ``stats`` reports on them;
-    :func:`read_manifest` then says what is wrong with a damaged one, and publication replaces only those it can
-    read."""
+    wrote (it names ``packcli_version``) or, beside shards, one that is no JSON (a damaged one). Another tool's
+    ``manifest.json`` (JSON naming no ``packcli_version``) makes no output, even beside a file named like a shard.
+    The one test of it: inputs skip such directories, ``stats`` reports on them; :func:`read_manifest` then says
+    what is wrong with a damaged one, and publication replaces only those it can read."""
     manifest = directory / MANIFEST_NAME
     if not manifest.is_file():
         return False
     try:
-        return _names_packcli(manifest) or _holds_shards(directory)
+        return _names_packcli(manifest) or (_holds_shards(directory) and not _is_json(manifest.read_bytes()))
     except (OSError, PackcliError):  # unreadable: taken for an output, as before, so that nothing in it is read
         return True
 
@@ -155,6 +156,17 @@ def _holds_shards(directory: Path) -> bool:
 
 
 _VERSION_KEY = b'"packcli_version"'
+FOREIGN_MANIFEST = f"its {MANIFEST_NAME} names no packcli_version"  # why another tool's is no packcli output
+
+
+def _is_json(raw: bytes) -> bool:
+    """Whether ``raw`` is JSON text: a ``manifest.json`` naming no ``packcli_version`` is then another tool's; one
+    that is no JSON beside shards is packcli's, damaged (a write cut short leaves it so)."""
+    try:
+        json.loads(raw.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        return False
+    return True
 
 
 def _names_packcli(manifest: Path) -> bool:
@@ -173,9 +185,9 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
     Raises:
         PackcliError: no manifest (an export, holding ``export.json``, is named as one), another tool's
-            ``manifest.json`` (no ``packcli_version``, no shards beside it), unreadable JSON, a format
-            version this packcli cannot read, or a key that is missing or of the wrong type (the error names it,
-            e.g. ``totals.tokens``).
+            ``manifest.json`` (JSON that is no object naming ``packcli_version``, shards beside it or not; without
+            shards, anything naming none), unreadable JSON, a format version this packcli cannot read, or a key that
+            is missing or of the wrong type (the error names it, e.g. ``totals.tokens``).
     """
     path = directory / MANIFEST_NAME
     if not path.is_file() and (directory / EXPORT_NAME).is_file():
@@ -191,14 +203,15 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except OSError as exc:
         raise PackcliError(f"unreadable manifest: {exc}", path) from None
+    foreign = PackcliError(f"is not a packcli output: {FOREIGN_MANIFEST}", directory)
     if _VERSION_KEY not in raw and not _holds_shards(directory):  # another tool's, not a damaged one of packcli's
-        raise PackcliError(f"is not a packcli output: its {MANIFEST_NAME} names no packcli_version", directory)
+        raise foreign
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError is a ValueError too
         raise PackcliError(f"unreadable manifest: {exc}", path) from None
-    if not isinstance(manifest, dict):
-        raise PackcliError("manifest is not a JSON object", path)
+    if not isinstance(manifest, dict) or "packcli_version" not in manifest:  # shards beside it or not (is_output)
+        raise foreign
     version = manifest.get("format_version")
     if type(version) is not int or version > FORMAT_VERSION or version < 1:
         raise PackcliError(
