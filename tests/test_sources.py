@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -295,6 +297,43 @@ def test_another_tools_manifest_beside_a_file_named_like_a_shard_is_no_packcli_o
     if documents is not None:
         result = CliRunner().invoke(app, ["stats", str(data), "--max-len", "64", "--json"])
         assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == documents, result.output
+
+
+def strict_json(raw: bytes) -> Any:
+    """``raw`` parsed as a strict JSON reader parses it (Rust's serde_json, pyarrow): UTF-8 whose strings hold no
+    lone surrogate (Python's json.loads takes ``"\\udce9"``, they refuse it)."""
+    parsed = json.loads(raw.decode("utf-8"))
+    json.dumps(parsed, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError on a lone surrogate
+    return parsed
+
+
+def test_an_input_named_in_no_utf8_is_recorded_with_its_bytes_escaped_in_valid_json(tmp_path: Path) -> None:
+    """A file named b'caf\\xe9.jsonl' (Latin-1, valid on Linux) reached manifest.json, its sources sidecar and a
+    mixed run's ``sources`` as "caf\\udce9.jsonl", a lone surrogate strict JSON readers refuse. Such a name is
+    recorded as Python's backslashreplace writes its bytes, "caf\\\\xe9.jsonl"; a UTF-8 name as it is."""
+    data = tmp_path / "data"
+    data.mkdir()
+    latin = data / os.fsdecode(b"caf\xe9.jsonl")
+    try:
+        write_jsonl(latin, RECORDS)
+    except (OSError, UnicodeEncodeError):  # a file system that holds only UTF-8 names (macOS)
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    write_jsonl(data / "th\u00e9.jsonl", RECORDS)  # UTF-8: recorded as it is
+    out, mixed = tmp_path / "out", tmp_path / "mixed"
+    assert CliRunner().invoke(app, ["pack", str(data), "--max-len", "64", "--out", str(out)]).exit_code == 0
+    manifest = strict_json((out / "manifest.json").read_bytes())
+    assert [entry["path"] for entry in manifest["inputs"]] == [
+        str(data / "caf\\xe9.jsonl"),
+        str(data / "th\u00e9.jsonl"),
+    ]
+    sidecar = out / manifest["shards"][0]["sidecars"]["sources"]["file"]
+    names = pa.ipc.open_stream(sidecar).read_all().schema.metadata[b"packcli.inputs"]
+    assert strict_json(names) == [str(data / "caf\\xe9.jsonl"), str(data / "th\u00e9.jsonl")]
+    result = CliRunner().invoke(
+        app, ["pack", str(latin), str(data / "th\u00e9.jsonl"), "--weights", "1,1", "--out", str(mixed)]
+    )
+    assert result.exit_code == 0, result.output
+    assert strict_json((mixed / "manifest.json").read_bytes())["sources"][0]["path"] == str(data / "caf\\xe9.jsonl")
 
 
 def test_symlinked_directories_are_followed_once(tmp_path: Path) -> None:

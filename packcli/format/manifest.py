@@ -12,6 +12,7 @@ or hand-edited manifest is one error naming the key, never a ``KeyError`` deep i
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ __all__ = [
     "part_facts",
     "part_manifest",
     "read_manifest",
+    "recorded_name",
     "run_keys",
     "shard_path",
     "tokenizer_entry",
@@ -359,6 +361,18 @@ def output_manifest(
         "shards": [shard for part in parts for shard in part["shards"]],
     }
     return manifest if "sources" not in parts[0] else {**manifest, "sources": parts[0]["sources"]}
+
+
+def recorded_name(name: str) -> str:
+    """An input's name as an output records it (``inputs``, ``sources``, the sources sidecars): as it is where it is
+    UTF-8, else its bytes as the file system holds them with each byte that is no UTF-8 written ``\\xHH`` (Python's
+    backslashreplace): b'caf\\xe9.jsonl' is ``caf\\xe9.jsonl``. Python reads such a byte as a lone surrogate
+    (``caf\\udce9.jsonl``), which ``json.dumps`` writes and strict JSON readers (serde_json, pyarrow) refuse."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+    return name
 
 
 def merged_backend(manifests: list[dict[str, Any]]) -> dict[str, str]:
