@@ -7,12 +7,13 @@ import math
 import numbers
 import os
 import re
+import reprlib
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
 from fractions import Fraction
-from typing import Any
+from typing import Any, SupportsFloat
 
 from packcli.errors import UsageError, option
 from packcli.format.columns import INT32_MAX
@@ -228,12 +229,10 @@ class PackOptions:
 
     def _check_mixing(self) -> None:
         if self.weights is not None:
-            weights = tuple(float(weight) for weight in self.weights)
+            weights = tuple(read_weight(weight, reprlib.repr(weight)) for weight in self.weights)
             object.__setattr__(self, "weights", weights)
             if not weights:
                 raise UsageError(f"{option('weights')} takes one weight per input, got none")
-            if any(not math.isfinite(weight) for weight in weights):
-                raise UsageError(f"{option('weights')} must be finite numbers, got {format_weights(weights)}")
             if any(weight < 0 for weight in weights):
                 raise UsageError(f"{option('weights')} must not be negative, got {format_weights(weights)}")
             if not any(weights):
@@ -321,7 +320,7 @@ def parse_count(text: str, name: str = "target_tokens") -> int:
 
 
 # A weight as written: ASCII digits, a point, an exponent (float() alone also takes 1_0 as 10, and other scripts'
-# digits); inf and nan are read so that PackOptions names them as not finite.
+# digits); inf and nan are read so that read_weight names them as out of range.
 _WEIGHT = re.compile(r"\s*(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan))\s*", re.ASCII | re.I)
 
 
@@ -331,7 +330,31 @@ def parse_weights(text: str, name: str = "weights") -> tuple[float, ...]:
     if not all(_WEIGHT.fullmatch(part) for part in parts):
         message = f"cannot read {option(name)} {text!r}: give one number per input, such as 0.7,0.3"
         raise UsageError(message)
-    return tuple(float(part) + 0.0 for part in parts)  # + 0.0: -0 is 0
+    return tuple(read_weight(Decimal(part), repr(part.strip()), name) for part in parts)  # Decimal: as written
+
+
+def read_weight(weight: SupportsFloat, written: str, name: str = "weights") -> float:
+    """``weight`` as a float, refused where the float is not the number given: infinite or nan (1e400 was
+    accepted as inf, or refused naming "inf", a weight the user never wrote), or 0 for a weight given non-zero
+    (1e-400 left its input out without a word). ``written`` names it as given: the text, or the Python value.
+
+    Raises:
+        UsageError: the weight is not finite once read, or reads as 0 without being 0.
+    """
+    try:
+        value = float(weight) + 0.0  # + 0.0: -0 is 0
+    except OverflowError:  # an int or a Fraction past a float's range
+        value = math.inf
+    if not math.isfinite(value):
+        raise UsageError(
+            f"{option(name)} {written} is not a number between 0 and about 1.8e308: give weights such as 0.7,0.3"
+        )
+    if value == 0 and weight != 0:
+        raise UsageError(
+            f"{option(name)} {written} reads as 0, which would leave its input out: write 0 for that, or a weight "
+            "of at least 5e-324"
+        )
+    return value
 
 
 def format_weights(weights: tuple[float, ...]) -> str:

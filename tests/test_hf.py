@@ -10,6 +10,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
+from fractions import Fraction
 from functools import partial
 from pathlib import Path
 
@@ -171,6 +172,34 @@ def test_an_option_of_the_wrong_type_is_a_usage_error_naming_it(
     given = {"max_len": 128, option: value}
     with pytest.raises(UsageError, match=f"^{re.escape(words)}$"):
         packcli.pack(datasets.Dataset.from_list(records), out=tmp_path / "x", **given)  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("weights", "words"),
+    [
+        ([float("inf"), 1], "weights inf is not a number between 0 and about 1.8e308: give weights such as 0.7,0.3"),
+        ([1, float("nan")], "weights nan is not a number between 0 and about 1.8e308: give weights such as 0.7,0.3"),
+        (
+            [10**400, 1],
+            "weights 100000000000000000...0000000000000000000 is not a number between 0 and about 1.8e308: give weights "
+            "such as 0.7,0.3",
+        ),
+        (
+            [Fraction(1, 10**400), 1],
+            "weights Fraction(1, 1...0000000000000) reads as 0, which would leave its input out: write 0 for "
+            "that, or a weight of at least 5e-324",
+        ),
+    ],
+)
+def test_a_weight_a_float_cannot_hold_is_a_usage_error_naming_it_as_given(
+    records: list[dict[str, str]], tmp_path: Path, weights: list[object], words: str
+) -> None:
+    """inf and nan were refused as "got inf,1" whatever was given, an int past a float's range raised
+    OverflowError, and a Fraction below a float's smallest read as 0, leaving its input out without a word."""
+    inputs = [write_jsonl(tmp_path / name, records) for name in ("a.jsonl", "b.jsonl")]
+    with pytest.raises(UsageError, match=f"^{re.escape(words)}$"):
+        packcli.pack(inputs, max_len=128, out=tmp_path / "x", weights=weights)
     assert not (tmp_path / "x").exists()
 
 

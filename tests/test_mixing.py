@@ -173,6 +173,11 @@ def test_shares_are_output_tokens_and_overflow_is_counted_once(tmp_path: Path, o
         (["--weights", "0.7,x"], "cannot read --weights '0.7,x'"),
         (["--weights", "1_0,1"], "cannot read --weights '1_0,1'"),  # Python's float() read it as 10
         (["--weights", "\u0661,1"], "cannot read --weights '\u0661,1'"),  # an Arabic-Indic one, read as 1
+        # past a float's range: 1e400 was echoed as "inf,1", naming no weight the user wrote; 1e-400 read as 0 and
+        # left its input out
+        (["--weights", "1e400,1"], "--weights '1e400' is not a number between 0 and about 1.8e308"),
+        (["--weights", "1,nan"], "--weights 'nan' is not a number between 0 and about 1.8e308"),
+        (["--weights", "1e-400,1"], "--weights '1e-400' reads as 0, which would leave its input out: write 0"),
         (["--weights", "1,1", "--target-tokens", "lots"], "--target-tokens 'lots' is not a size"),
         (["--weights", "1,1", "--target-tokens", "0"], "--target-tokens must be at least 1"),
         (["--target-tokens", "2.5"], "--target-tokens '2.5' is not a whole number of tokens: give one such as 2 or 3"),
@@ -409,7 +414,7 @@ def test_subnormal_weights_through_the_cli_repeat_nothing(tmp_path: Path) -> Non
     assert "repeated" not in result.stderr
 
 
-@pytest.mark.parametrize("weights", ["-0,1", "-1e-400,1"])
+@pytest.mark.parametrize("weights", ["-0,1", "-0.0e-400,1"])  # -1e-400 is refused (above)
 def test_a_negative_zero_weight_is_zero_in_the_manifest_and_the_summary(tmp_path: Path, weights: str) -> None:
     a, b = corpus(tmp_path / "a.jsonl", ["yew"], 20), corpus(tmp_path / "b.jsonl", ["box"], 20)
     result = runner.invoke(app, ["pack", str(a), str(b), "--weights", weights, "--out", str(tmp_path / "o")])

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, error_line, read_jsonl, write_jsonl
+from conftest import SAMPLE, error_line, read_jsonl, shared_path, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -177,6 +177,30 @@ def test_resume_names_what_changed_in_the_inputs(tmp_path: Path) -> None:
     assert "partitions then" not in resumed.stderr
     assert "the inputs changed" in resumed.stderr and "3.jsonl" in resumed.stderr
     assert f"in {staging} ({size:,} bytes, removed): they belong to another run" in resumed.stderr
+
+
+def test_a_rerun_with_other_bos_or_eos_options_reuses_no_partition_packed_with_the_old_ones(
+    big: Path, tmp_path: Path
+) -> None:
+    """--bos, --no-eos and --eos-token change every document's tokens, so a resumed run given other ones must not
+    take a partition packed before them. The fingerprint covers them (the options and the EOS/BOS ids), and the run
+    record holds it: such a rerun packs every partition again, saying which options differ; the same options reuse
+    what was committed."""
+    tokenizer = shared_path("tokenizers/minilm")  # BERT's: a BOS ([CLS]) and other special tokens than its EOS
+    out, staging = tmp_path / "out", tmp_path / ".out.packcli-resume"
+    args = [str(big), "--max-len", "2048", "--partitions", "4", "--tokenizer", str(tokenizer)]
+    done = kill_after_first_commit([*PACK, *args, "--workers", "1", "--out", str(out), "--quiet"], staging)
+    assert done >= 1
+    changes = {"bos": ["--bos"], "eos": ["--no-eos"], "eos_token": ["--eos-token", "[MASK]"]}
+    for option in changes:
+        shutil.copytree(staging, tmp_path / f".{option}.packcli-resume")
+    for option, extra in changes.items():
+        resumed = invoke("pack", *args, *extra, "--out", str(tmp_path / option), "--json")
+        assert resumed.exit_code == 0, resumed.output
+        assert json.loads(resumed.stdout)["partitions_reused"] == 0, option
+        assert f"they belong to another run (options differ: {option}); packing every partition" in resumed.stderr
+    same = invoke("pack", *args, "--out", str(out), "--json")
+    assert same.exit_code == 0 and json.loads(same.stdout)["partitions_reused"] == done, same.output
 
 
 def small_files() -> None:

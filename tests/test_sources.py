@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -262,6 +264,76 @@ def test_a_directory_holding_a_manifest_json_packcli_did_not_write_is_read_as_in
     warnings = []
     find_inputs([str(tmp_path / "outputs")], warnings.append)
     assert warnings == [f"skipping {out}: a packcli output, not input"]
+
+
+@pytest.mark.parametrize(
+    ("listing", "documents"),
+    [({"tool": "other", "files": ["shard-00000.arrow"]}, None), ([{"text": "a record the listing holds"}], 3)],
+)
+def test_another_tools_manifest_beside_a_file_named_like_a_shard_is_no_packcli_output(
+    tmp_path: Path, listing: object, documents: int | None
+) -> None:
+    """A file named like a shard (shard-00000.arrow, another tool's Arrow) beside another tool's manifest.json made a
+    "damaged packcli output": verify, show, export and pack --out said "format version None is not supported ...
+    upgrade packcli" (of an array, "manifest is not a JSON object"), a walk skipped the directory, and stats took it
+    for an output. A manifest.json that parses and names no packcli_version is another tool's, shards beside it or
+    not: refused as an output, read as input (stats reads the records of the array and the Arrow file)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps(listing))
+    with pa.ipc.new_stream(data / "shard-00000.arrow", pa.schema([("text", pa.string())])) as writer:
+        writer.write_table(pa.table({"text": ["one record", "and another"]}))
+    said = f"{data}: is not a packcli output: its manifest.json names no packcli_version"
+    for command in (["verify"], ["show"], ["export", "--to", "megatron", "--out", str(tmp_path / "e")]):
+        result = CliRunner().invoke(app, [command[0], str(data), *command[1:]])
+        assert result.exit_code == 1 and error_line(result.stderr) == f"error: {said}", (command, result.stderr)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": f"record {k}"} for k in range(20)])
+    for extra in ([], ["--overwrite"], ["--partitions", "2"]):
+        result = CliRunner().invoke(app, ["pack", str(corpus), "--out", str(data), *extra])
+        assert result.exit_code == 1, result.output
+        assert "but is not a packcli output (its manifest.json names no packcli_version)" in error_line(result.stderr)
+    listed = sorted((data / name).resolve() for name in ("manifest.json", "shard-00000.arrow"))
+    assert find_inputs([str(data)]).files == listed
+    if documents is not None:
+        result = CliRunner().invoke(app, ["stats", str(data), "--max-len", "64", "--json"])
+        assert result.exit_code == 0 and json.loads(result.stdout)["input_documents"] == documents, result.output
+
+
+def strict_json(raw: bytes) -> Any:
+    """``raw`` parsed as a strict JSON reader parses it (Rust's serde_json, pyarrow): UTF-8 whose strings hold no
+    lone surrogate (Python's json.loads takes ``"\\udce9"``, they refuse it)."""
+    parsed = json.loads(raw.decode("utf-8"))
+    json.dumps(parsed, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError on a lone surrogate
+    return parsed
+
+
+def test_an_input_named_in_no_utf8_is_recorded_with_its_bytes_escaped_in_valid_json(tmp_path: Path) -> None:
+    """A file named b'caf\\xe9.jsonl' (Latin-1, valid on Linux) reached manifest.json, its sources sidecar and a
+    mixed run's ``sources`` as "caf\\udce9.jsonl", a lone surrogate strict JSON readers refuse. Such a name is
+    recorded as Python's backslashreplace writes its bytes, "caf\\\\xe9.jsonl"; a UTF-8 name as it is."""
+    data = tmp_path / "data"
+    data.mkdir()
+    latin = data / os.fsdecode(b"caf\xe9.jsonl")
+    try:
+        write_jsonl(latin, RECORDS)
+    except (OSError, UnicodeEncodeError):  # a file system that holds only UTF-8 names (macOS)
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    write_jsonl(data / "th\u00e9.jsonl", RECORDS)  # UTF-8: recorded as it is
+    out, mixed = tmp_path / "out", tmp_path / "mixed"
+    assert CliRunner().invoke(app, ["pack", str(data), "--max-len", "64", "--out", str(out)]).exit_code == 0
+    manifest = strict_json((out / "manifest.json").read_bytes())
+    assert [entry["path"] for entry in manifest["inputs"]] == [
+        str(data / "caf\\xe9.jsonl"),
+        str(data / "th\u00e9.jsonl"),
+    ]
+    sidecar = out / manifest["shards"][0]["sidecars"]["sources"]["file"]
+    names = pa.ipc.open_stream(sidecar).read_all().schema.metadata[b"packcli.inputs"]
+    assert strict_json(names) == [str(data / "caf\\xe9.jsonl"), str(data / "th\u00e9.jsonl")]
+    result = CliRunner().invoke(
+        app, ["pack", str(latin), str(data / "th\u00e9.jsonl"), "--weights", "1,1", "--out", str(mixed)]
+    )
+    assert result.exit_code == 0, result.output
+    assert strict_json((mixed / "manifest.json").read_bytes())["sources"][0]["path"] == str(data / "caf\\xe9.jsonl")
 
 
 def test_symlinked_directories_are_followed_once(tmp_path: Path) -> None:

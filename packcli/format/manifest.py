@@ -12,6 +12,7 @@ or hand-edited manifest is one error naming the key, never a ``KeyError`` deep i
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from packcli.version import __version__
 
 __all__ = [
     "EXPORT_NAME",
+    "FOREIGN_MANIFEST",
     "MANIFEST_NAME",
     "RUN_DIRECTORY",
     "RUN_PREFIX",
@@ -40,6 +42,7 @@ __all__ = [
     "part_facts",
     "part_manifest",
     "read_manifest",
+    "recorded_name",
     "run_keys",
     "shard_path",
     "tokenizer_entry",
@@ -136,15 +139,15 @@ def write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFE
 
 def is_output(directory: Path) -> bool:
     """Whether ``directory`` is a packcli output, complete or damaged: it holds a ``manifest.json`` that packcli
-    wrote (it names ``packcli_version``) or, beside one it cannot tell, shards (another tool's ``manifest.json`` in a
-    corpus makes no output). The one test of it: inputs skip such directories, ``stats`` reports on them;
-    :func:`read_manifest` then says what is wrong with a damaged one, and publication replaces only those it can
-    read."""
+    wrote (it names ``packcli_version``) or, beside shards, one that is no JSON (a damaged one). Another tool's
+    ``manifest.json`` (JSON naming no ``packcli_version``) makes no output, even beside a file named like a shard.
+    The one test of it: inputs skip such directories, ``stats`` reports on them; :func:`read_manifest` then says
+    what is wrong with a damaged one, and publication replaces only those it can read."""
     manifest = directory / MANIFEST_NAME
     if not manifest.is_file():
         return False
     try:
-        return _names_packcli(manifest) or _holds_shards(directory)
+        return _names_packcli(manifest) or (_holds_shards(directory) and not _is_json(manifest.read_bytes()))
     except (OSError, PackcliError):  # unreadable: taken for an output, as before, so that nothing in it is read
         return True
 
@@ -155,6 +158,17 @@ def _holds_shards(directory: Path) -> bool:
 
 
 _VERSION_KEY = b'"packcli_version"'
+FOREIGN_MANIFEST = f"its {MANIFEST_NAME} names no packcli_version"  # why another tool's is no packcli output
+
+
+def _is_json(raw: bytes) -> bool:
+    """Whether ``raw`` is JSON text: a ``manifest.json`` naming no ``packcli_version`` is then another tool's; one
+    that is no JSON beside shards is packcli's, damaged (a write cut short leaves it so)."""
+    try:
+        json.loads(raw.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        return False
+    return True
 
 
 def _names_packcli(manifest: Path) -> bool:
@@ -173,9 +187,9 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
     Raises:
         PackcliError: no manifest (an export, holding ``export.json``, is named as one), another tool's
-            ``manifest.json`` (no ``packcli_version``, no shards beside it), unreadable JSON, a format
-            version this packcli cannot read, or a key that is missing or of the wrong type (the error names it,
-            e.g. ``totals.tokens``).
+            ``manifest.json`` (JSON that is no object naming ``packcli_version``, shards beside it or not; without
+            shards, anything naming none), unreadable JSON, a format version this packcli cannot read, or a key that
+            is missing or of the wrong type (the error names it, e.g. ``totals.tokens``).
     """
     path = directory / MANIFEST_NAME
     if not path.is_file() and (directory / EXPORT_NAME).is_file():
@@ -191,14 +205,15 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except OSError as exc:
         raise PackcliError(f"unreadable manifest: {exc}", path) from None
+    foreign = PackcliError(f"is not a packcli output: {FOREIGN_MANIFEST}", directory)
     if _VERSION_KEY not in raw and not _holds_shards(directory):  # another tool's, not a damaged one of packcli's
-        raise PackcliError(f"is not a packcli output: its {MANIFEST_NAME} names no packcli_version", directory)
+        raise foreign
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError is a ValueError too
         raise PackcliError(f"unreadable manifest: {exc}", path) from None
-    if not isinstance(manifest, dict):
-        raise PackcliError("manifest is not a JSON object", path)
+    if not isinstance(manifest, dict) or "packcli_version" not in manifest:  # shards beside it or not (is_output)
+        raise foreign
     version = manifest.get("format_version")
     if type(version) is not int or version > FORMAT_VERSION or version < 1:
         raise PackcliError(
@@ -346,6 +361,18 @@ def output_manifest(
         "shards": [shard for part in parts for shard in part["shards"]],
     }
     return manifest if "sources" not in parts[0] else {**manifest, "sources": parts[0]["sources"]}
+
+
+def recorded_name(name: str) -> str:
+    """An input's name as an output records it (``inputs``, ``sources``, the sources sidecars): as it is where it is
+    UTF-8, else its bytes as the file system holds them with each byte that is no UTF-8 written ``\\xHH`` (Python's
+    backslashreplace): b'caf\\xe9.jsonl' is ``caf\\xe9.jsonl``. Python reads such a byte as a lone surrogate
+    (``caf\\udce9.jsonl``), which ``json.dumps`` writes and strict JSON readers (serde_json, pyarrow) refuse."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+    return name
 
 
 def merged_backend(manifests: list[dict[str, Any]]) -> dict[str, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from packcli.errors import BadRecordError, PackcliError, UsageError
-from packcli.format.manifest import EXPORT_NAME, is_output
+from packcli.format.manifest import EXPORT_NAME, is_output, recorded_name
 from packcli.read.fields import Convert, Field, FieldBatch, ReadCounts
 from packcli.read.jsonl import read_json
 from packcli.read.streams import COMPRESSIONS, Span
@@ -77,8 +77,9 @@ class Spool:
 class InputFile:
     """One input file as a value, its stat taken once, so that the fingerprint, the manifest and the resume facts
     describe the same file: the path read, the name messages and the manifest give it (``<stdin>`` for the spool
-    of standard input), its size and mtime, for standard input the sha256 of its bytes (its identity), and for an
-    object in a store (a URL) its ETag, which stands for its mtime where the store gives one."""
+    of standard input; a name that is no UTF-8 with its bytes escaped, :func:`recorded_name`), its size and
+    mtime, for standard input the sha256 of its bytes (its identity), and for an object in a store (a URL) its
+    ETag, which stands for its mtime where the store gives one."""
 
     path: Path
     name: str
@@ -98,7 +99,7 @@ class InputFile:
         stat = path.stat()
         if stdin is not None and path == stdin.path:
             return cls(path, stdin.name, stat.st_size, stat.st_mtime_ns, stdin.digest)
-        return cls(path, str(path), stat.st_size, stat.st_mtime_ns)
+        return cls(path, recorded_name(str(path)), stat.st_size, stat.st_mtime_ns)
 
     @property
     def version(self) -> str | int:

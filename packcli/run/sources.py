@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from packcli.errors import PackcliError, UsageError, option
+from packcli.format.manifest import recorded_name
 from packcli.options import PackOptions
 from packcli.packing.mixing import Draw, interleave, mix, normalised
 from packcli.packing.overflow import Pieces, output_lengths
@@ -25,7 +26,8 @@ __all__ = ["Source", "group_inputs", "manifest_weights", "mixed_stream", "source
 @dataclass(frozen=True)
 class Source:
     """One INPUT as given, the files it resolved to, how many found beside them packcli does not read, and the name
-    the manifest gives it (the spec, or ``<stdin>`` for standard input's spool)."""
+    the manifest gives it (the spec, as :func:`~packcli.format.manifest.recorded_name` records a name, or
+    ``<stdin>`` for standard input's spool)."""
 
     spec: str
     files: list[Path]
@@ -34,7 +36,7 @@ class Source:
 
     def __post_init__(self) -> None:
         if not self.name:
-            object.__setattr__(self, "name", self.spec)
+            object.__setattr__(self, "name", recorded_name(self.spec))
 
 
 def group_inputs(

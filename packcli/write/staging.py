@@ -16,7 +16,7 @@ from typing import Literal
 
 from packcli.errors import PackcliError, option
 from packcli.format.integrity import directory_sizes, file_damage, listed_files
-from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, SHARD_FILE, read_manifest
+from packcli.format.manifest import EXPORT_NAME, FOREIGN_MANIFEST, MANIFEST_NAME, SHARD_FILE, read_manifest
 from packcli.format.sidecars import SIDECAR_FILE
 from packcli.util.scratch import remove_part_scratch
 
@@ -107,6 +107,8 @@ def existing_output(target: Path, fingerprint: str, shown: Path | None = None) -
             ) from None
         stranger = next((name for name in names if not _OWN_FILE.fullmatch(name)), names[0])
         why = f"no {MANIFEST_NAME}" if MANIFEST_NAME not in names else f"its manifest is unusable: {exc.message}"
+        if exc.message.endswith(FOREIGN_MANIFEST):  # said once: "not a packcli output" is the sentence's own
+            why = FOREIGN_MANIFEST
         raise PackcliError(
             f"holds {stranger!r} but is not a packcli output ({why}); packcli replaces only its own outputs or an "
             f"empty directory: choose another {option('out')}, or remove it yourself",
