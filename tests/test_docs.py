@@ -33,6 +33,7 @@ OTHER_TOOLS_FLAGS = {  # flags the docs give to other tools' commands, never to 
     "--head", "--address",  # ray start, ray job submit
     "--threads", "--idle", "--native",  # py-spy record
     "--rows", "--times",  # bench/bench_balance.py
+    "--backend",  # bench/floor.py
 }  # fmt: skip
 FLAG = r"(?<![\w-])--[a-z][a-z0-9_-]*"
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
