@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from packcli.cli import app
 from packcli.errors import UsageError
-from packcli.options import parse_size
+from packcli.option_text import parse_size
 
 runner = CliRunner()
 

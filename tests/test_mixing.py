@@ -21,7 +21,8 @@ from packcli.encode.store import TokenStore
 from packcli.encode.tokenizer import load_tokenizer
 from packcli.errors import PackcliError
 from packcli.format.shards import read_shard
-from packcli.options import PackOptions, parse_count
+from packcli.option_text import parse_count
+from packcli.options import PackOptions
 from packcli.packing.mixing import interleave, mix, quotas, sample_to_budget
 from packcli.report.stats import packed_stats
 from packcli.report.verify import verify_output

@@ -104,7 +104,7 @@ def test_no_package_imports_one_that_imports_it_back() -> None:
 LAYERS = [
     {"errors", "version", "util"},
     {"format"},
-    {"options"},
+    {"options", "option_text"},
     {"read", "encode", "packing", "strategies", "write", "report", "export", "loader", "storage", "engines"},
     {"run"},
     {"cli", "hf", "torch", "__main__", "packcli"},

@@ -49,7 +49,7 @@ def cache_root() -> Path:
 
 def cache_limit() -> int:
     """The size bound in bytes: ``$PACKCLI_CACHE_MAX`` (bytes, or a size such as ``500MB``), else 4 GiB."""
-    from packcli.options import parse_size
+    from packcli.option_text import parse_size
 
     text = os.environ.get("PACKCLI_CACHE_MAX") or DEFAULT_MAX
     try:
