@@ -3,4 +3,4 @@ it from here, not from the package, whose ``__init__`` loads :mod:`packcli.hf` o
 
 __all__ = ["__version__"]
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"

@@ -214,7 +214,7 @@ def installs_from_the_index(command: str) -> list[str]:
 def test_every_install_of_packcli_a_doc_gives_works_without_the_package_index(doc: Path) -> None:
     """packcli is not on the package index (and a name the docs tell CI to install that anyone could claim is a
     supply-chain risk): a doc installs it from a checkout (``.``), a built wheel, or a git reference pinned to a tag
-    or a commit (``"packcli @ git+https://.../packcli@v0.4.0"``)."""
+    or a commit (``"packcli @ git+https://.../packcli@v0.4.1"``)."""
     text = doc.read_text(encoding="utf-8")
     assert [word for command in INSTALL.findall(text) for word in installs_from_the_index(command)] == []
 
