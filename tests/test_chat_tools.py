@@ -299,3 +299,26 @@ def test_a_tool_use_template_without_a_default_renders_records_with_tools(tmp_pa
         WITH_TOOLS["messages"], tools=WITH_TOOLS["tools"], tokenize=True, return_dict=False
     )
     assert ids == expected[:-1]
+
+
+def test_templates_saved_as_files_are_taken_as_apply_chat_template_takes_them(tmp_path: Path) -> None:
+    """transformers saves named templates as files: `chat_template.jinja` (the default) and
+    `additional_chat_templates/NAME.jinja`, which replace the config's template when it loads them. A record with tools
+    renders with 'tool_use', one without with the default, token for token as AutoTokenizer's apply_chat_template;
+    packcli read only `chat_template.jinja` and rendered every record with it."""
+    transformers = pytest.importorskip("transformers")
+    default = QWEN25_TOOLS_TEMPLATE.replace("You are Qwen", "You are Default")
+    named_templates(tmp_path, {"default": default, "tool_use": QWEN25_TOOLS_TEMPLATE})
+    model = tmp_path / "qwen2.5-instruct"
+    transformers.AutoTokenizer.from_pretrained(str(model)).save_pretrained(str(model))
+    assert (model / "additional_chat_templates" / "tool_use.jinja").is_file()
+    assert "chat_template" not in json.loads((model / "tokenizer_config.json").read_text())
+    reference = transformers.AutoTokenizer.from_pretrained(str(model))
+    result = pack(tmp_path, [WITH_TOOLS, WITHOUT_TOOLS])
+    assert result.exit_code == 0, result.output
+    documents = sorted(packed_documents(tmp_path / "o"), key=lambda document: -len(document[0]))
+    for (ids, _), record, system in zip(documents, (WITH_TOOLS, WITHOUT_TOOLS), ("You are Qwen", "You are Default")):
+        expected = reference.apply_chat_template(
+            record["messages"], tools=record.get("tools"), tokenize=True, return_dict=False
+        )
+        assert ids == expected[:-1] and system in reference.decode(ids), reference.decode(ids)

@@ -43,6 +43,7 @@ _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 
 CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # beside tokenizer_config.json in a recent hub snapshot
+CHAT_TEMPLATE_DIRECTORY = "additional_chat_templates"  # named templates, NAME.jinja each, beside it
 
 
 @dataclass(frozen=True)
@@ -205,16 +206,25 @@ def _read_config(directory: Path) -> tuple[dict[str, object], str | None]:
 
 
 def with_chat_template(loaded: LoadedTokenizer) -> LoadedTokenizer:
-    """``loaded`` with the ``chat_template.jinja`` beside its file (where a recent transformers saves the template)
-    as its config's ``chat_template``, as apply_chat_template takes it; ``loaded`` itself where there is none. Only a
-    run that renders chats with the tokenizer's template calls it, so a text pack never reads that file."""
+    """``loaded`` with the template files beside its file as its config's ``chat_template``, as transformers loads
+    them: ``chat_template.jinja`` is the default and each ``additional_chat_templates/NAME.jinja`` the template
+    NAME (where ``save_pretrained`` writes named templates), together replacing the config's own; ``loaded``
+    itself where there are none. Only a run that renders chats with the tokenizer's template calls it, so a text
+    pack never reads those files."""
     if loaded.config_path is None:
         return loaded
-    template_path = Path(loaded.config_path).parent / CHAT_TEMPLATE_FILE
-    if not template_path.is_file():
+    directory = Path(loaded.config_path).parent
+    files = {"default": directory / CHAT_TEMPLATE_FILE} if (directory / CHAT_TEMPLATE_FILE).is_file() else {}
+    if (directory / CHAT_TEMPLATE_DIRECTORY).is_dir():
+        named = sorted((directory / CHAT_TEMPLATE_DIRECTORY).glob("*.jinja"))
+        files.update({path.name.removesuffix(".jinja"): path for path in named if path.is_file()})
+    if not files:
         return loaded
-    template = template_text(_read_bytes(template_path), template_path)
-    return replace(loaded, config={**loaded.config, "chat_template": template})
+    templates = {name: template_text(_read_bytes(path), path) for name, path in files.items()}
+    if list(templates) == ["default"]:
+        return replace(loaded, config={**loaded.config, "chat_template": templates["default"]})
+    listed = [{"name": name, "template": template} for name, template in templates.items()]
+    return replace(loaded, config={**loaded.config, "chat_template": listed})
 
 
 def _read_bytes(path: Path) -> bytes:
