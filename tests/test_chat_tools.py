@@ -322,3 +322,20 @@ def test_templates_saved_as_files_are_taken_as_apply_chat_template_takes_them(tm
             record["messages"], tools=record.get("tools"), tokenize=True, return_dict=False
         )
         assert ids == expected[:-1] and system in reference.decode(ids), reference.decode(ids)
+
+
+def test_the_generation_prompt_warning_checks_each_named_template(tmp_path: Path) -> None:
+    """The warning for a template with no add_generation_prompt branch (each assistant header then takes loss) checks
+    every named template a record may render with, naming the one at fault: it checked the default alone, so a
+    'tool_use' without the branch, which renders every record with tools, passed unsaid."""
+    branch = "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"
+    assert branch in QWEN25_TOOLS_TEMPLATE
+    without = QWEN25_TOOLS_TEMPLATE.replace(branch, "")
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    named_templates(tmp_path / "a", {"default": QWEN25_TOOLS_TEMPLATE, "tool_use": without})
+    result = pack(tmp_path / "a", [WITH_TOOLS], "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "warning: the chat template 'tool_use' renders nothing for add_generation_prompt" in result.stderr
+    named_templates(tmp_path / "b", {"default": QWEN25_TOOLS_TEMPLATE, "tool_use": QWEN25_TOOLS_TEMPLATE})
+    fine = pack(tmp_path / "b", [WITH_TOOLS], "--quiet")
+    assert fine.exit_code == 0 and "add_generation_prompt" not in fine.stderr, fine.stderr

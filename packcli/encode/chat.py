@@ -294,25 +294,37 @@ class ChatReader:
         """What pack says (a :class:`DataLossNotice`: the headers take loss) when a Jinja template renders the
         two-turn chat's user turn alike with and without add_generation_prompt, and then an assistant turn that does
         not begin with its words: packcli cannot tell that header from the words, so it supervises the turn whole.
-        None otherwise (a turn that is its words alone,
-        Mistral's, has no header)."""
+        Of named templates, each that a record may render with is checked ('default' without tools, 'tool_use'
+        with), and the message names those at fault. None otherwise (a turn that is its words alone, Mistral's, has
+        no header)."""
         template = self.template
         if not isinstance(template, JinjaTemplate):
             return None
-        try:
-            asked = template.render(PROBE[:1], True, template.probe_tools)
-            plain = template.render(PROBE[:1], False, template.probe_tools)
-            answered = template.render(PROBE, False, template.probe_tools)
-        except BadRecordError:
+        probes = {"default": None, "tool_use": []} if template.tool_use is not None else {"": template.probe_tools}
+        faulty = [name for name, tools in probes.items() if _headers_take_loss(template, tools)]
+        if not faulty:
             return None
-        turn = answered.removeprefix(plain)
-        if asked != plain or turn == answered or turn.lstrip().startswith(PROBE[1]["content"]):
-            return None
+        which = " and ".join(repr(name) for name in faulty)
+        named = f"chat template {which} renders" if faulty != [""] else "chat template renders"
         return DataLossNotice(
-            "the chat template renders nothing for add_generation_prompt, so each assistant turn is supervised whole, "
-            "header included: give the template an add_generation_prompt branch that renders the assistant's header, "
-            "so that the words alone take loss"
+            f"the {named} nothing for add_generation_prompt, so each assistant turn is supervised whole, header "
+            "included: give the template an add_generation_prompt branch that renders the assistant's header, so "
+            "that the words alone take loss"
         )
+
+
+def _headers_take_loss(template: JinjaTemplate, tools: Tools) -> bool:
+    """Whether ``template``, given ``tools``, renders the probe's user turn alike with and without
+    add_generation_prompt and then an assistant turn that does not begin with its words (False where it cannot
+    render the probe: a 'default' that is missing, a template that wants another chat)."""
+    try:
+        asked = template.render(PROBE[:1], True, tools)
+        plain = template.render(PROBE[:1], False, tools)
+        answered = template.render(PROBE, False, tools)
+    except BadRecordError:
+        return False
+    turn = answered.removeprefix(plain)
+    return not (asked != plain or turn == answered or turn.lstrip().startswith(PROBE[1]["content"]))
 
 
 def counted_segments(chats: list[RenderedChat], counts: ReadCounts) -> list[list[Segment]]:
