@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import error_line, write_jsonl
+from conftest import error_line, shared_path, write_jsonl
 from typer.testing import CliRunner
 
 from packcli.cli import app
@@ -486,3 +486,30 @@ def test_a_recursive_glob_matches_what_glob_matches_where_no_link_loops(tmp_path
     for pattern in ("**", "**/", "**/*.jsonl", "**/c/*", "*/**/c/**", "a/**/.*", "**/c/**/*.jsonl", "x/**/6*"):
         spec = str(data / pattern)
         assert sorted(_glob(spec)) == sorted(glob.glob(spec, recursive=True)), pattern
+
+
+def test_a_tokenizer_and_a_template_named_in_no_utf8_are_recorded_in_valid_json(tmp_path: Path) -> None:
+    """The tokenizer's path (the manifest's ``options.tokenizer`` and ``tokenizer.name``) and a ``--chat-template``
+    file's reached manifest.json as lone surrogates, as input names did: they are recorded the same way."""
+    tokenizer = tmp_path / os.fsdecode(b"tok\xe9")
+    try:
+        tokenizer.mkdir()
+    except (OSError, UnicodeEncodeError):  # a file system that holds only UTF-8 names (macOS)
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    (tokenizer / "tokenizer.json").write_bytes(shared_path("tokenizers/gpt2/tokenizer.json").read_bytes())
+    template = tmp_path / os.fsdecode(b"chat\xe9.jinja")
+    template.write_text("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    chats = write_jsonl(tmp_path / "chats.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}])
+    out = tmp_path / "out"
+    args = ["pack", str(chats), "--messages-field", "messages", "--loss-on", "all", "--max-len", "64"]
+    result = CliRunner().invoke(
+        app, [*args, "--tokenizer", str(tokenizer), "--chat-template", str(template), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = strict_json((out / "manifest.json").read_bytes())
+    assert manifest["options"]["tokenizer"] == manifest["tokenizer"]["name"] == str(tmp_path / "tok\\xe9")
+    assert manifest["options"]["chat_template"] == str(tmp_path / "chat\\xe9.jinja")
+    again = CliRunner().invoke(
+        app, [*args, "--tokenizer", str(tokenizer), "--chat-template", str(template), "--out", str(out)]
+    )
+    assert again.exit_code == 0 and "is up to date" in again.output, again.output

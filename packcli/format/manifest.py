@@ -307,8 +307,8 @@ def run_keys(
         "format_version": FORMAT_VERSION,
         "packcli_version": __version__,
         "fingerprint": fingerprint,
-        "options": options,
-        "tokenizer": tokenizer,
+        "options": _recorded_names(options),
+        "tokenizer": _recorded_names(tokenizer),
         "max_len": options["max_len"],
         "strategy": options["strategy"],
         "columns": column_names(supervised, positions),
@@ -373,6 +373,12 @@ def recorded_name(name: str) -> str:
     except UnicodeEncodeError:
         return os.fsencode(name).decode("utf-8", "backslashreplace")
     return name
+
+
+def _recorded_names(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` (the options, the tokenizer's description) with each text recorded as :func:`recorded_name`
+    records a name: the tokenizer's path and a ``--chat-template`` file's are the user's, in any bytes."""
+    return {key: recorded_name(value) if isinstance(value, str) else value for key, value in entry.items()}
 
 
 def merged_backend(manifests: list[dict[str, Any]]) -> dict[str, str]:
