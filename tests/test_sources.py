@@ -513,3 +513,21 @@ def test_a_tokenizer_and_a_template_named_in_no_utf8_are_recorded_in_valid_json(
         app, [*args, "--tokenizer", str(tokenizer), "--chat-template", str(template), "--out", str(out)]
     )
     assert again.exit_code == 0 and "is up to date" in again.output, again.output
+
+
+def test_an_output_named_in_no_utf8_is_written(tmp_path: Path) -> None:
+    """An --out whose name is not UTF-8 ended in "unexpected UnicodeEncodeError" (its scratch key encoded the path as
+    UTF-8), writing nothing (then a sidecar's pyarrow file, and reading a shard back, refused the name); it is
+    written, and verify, stats and show read it."""
+    out = tmp_path / os.fsdecode(b"out\xe9")
+    try:
+        out.mkdir()
+        out.rmdir()
+    except (OSError, UnicodeEncodeError):  # a file system that holds only UTF-8 names (macOS)
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    data = write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    result = CliRunner().invoke(app, ["pack", str(data), "--max-len", "64", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for command in ("verify", "stats", "show"):
+        read = CliRunner().invoke(app, [command, str(out)])
+        assert read.exit_code == 0, (command, read.output)

@@ -9,6 +9,7 @@ wrote and the error propagates. A shard rolls over before a batch would take it 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import stat
 from collections import deque
@@ -226,7 +227,21 @@ def open_file(path: Path) -> pa.NativeFile:
         return pa.PythonFile(path.open("rb"), mode="r")
     if not stat.S_ISREG(os.stat(local).st_mode):  # opening a pipe would wait for a writer, for good
         raise PackcliError("not a regular file (a pipe, a device or a socket): not a file packcli wrote", path)
-    return pa.memory_map(local)
+    if _utf8_path(local):
+        return pa.memory_map(local)
+    with open(local, "rb") as handle:  # pyarrow opens UTF-8 paths alone; Python's mmap takes any
+        size = os.fstat(handle.fileno()).st_size
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    return pa.BufferReader(pa.py_buffer(mapped))
+
+
+def _utf8_path(local: str) -> bool:
+    """Whether ``local`` names its file in UTF-8 (Linux allows any bytes; Python holds the others as surrogates)."""
+    try:
+        local.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def file_buffer(path: Path) -> pa.Buffer:

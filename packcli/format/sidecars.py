@@ -94,11 +94,14 @@ def write_sidecar(directory: Path, shard_file: str, kind: str, table: pa.Table) 
     returns its entry: file, bytes, sha256."""
     name = sidecar_name(shard_file, kind)
     tmp = directory / f"{name}.tmp"
+    sink = pa.BufferOutputStream()  # a sidecar is small; Python's open takes a path in any bytes, pyarrow's UTF-8
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
     try:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        with open(tmp, "rb") as handle:
-            data = handle.read()
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, directory / name)
     except BaseException:

@@ -40,8 +40,9 @@ def scratch_directory() -> Path:
 
 def scratch_key(location: Path) -> str:
     """The name of an output (or a run's parts) in node-local scratch: the next run on it finds what a killed run
-    left there."""
-    return hashlib.sha256(str(location).encode()).hexdigest()[:16]
+    left there. Of the path's bytes as the system holds them (a name need not be UTF-8); a UTF-8 name's are its
+    UTF-8."""
+    return hashlib.sha256(os.fsencode(str(location))).hexdigest()[:16]  # str: a URL has no fspath
 
 
 def part_scratch(owner: Path, part: str) -> Path:
