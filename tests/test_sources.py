@@ -531,3 +531,21 @@ def test_an_output_named_in_no_utf8_is_written(tmp_path: Path) -> None:
     for command in ("verify", "stats", "show"):
         read = CliRunner().invoke(app, [command, str(out)])
         assert read.exit_code == 0, (command, read.output)
+
+
+def test_a_manifest_naming_packcli_version_only_nested_is_another_tools(tmp_path: Path) -> None:
+    """A directory whose manifest.json names packcli_version only inside another key (a tool listing its
+    dependencies) was taken for a packcli output by the input walk, its files left out with a warning, while verify
+    said it is none: both now ask for the key where packcli writes it, at the top level."""
+    corpus = tmp_path / "corpus"
+    (corpus / "tool").mkdir(parents=True)
+    write_jsonl(corpus / "x.jsonl", RECORDS[:1])
+    write_jsonl(corpus / "tool" / "data.jsonl", RECORDS[2:])
+    manifest = {"generator": {"deps": {"packcli_version": "0.3.0"}}}
+    (corpus / "tool" / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["pack", str(corpus / "**" / "*.jsonl"), "--max-len", "64", "--out", str(out)])
+    assert result.exit_code == 0 and "skipping" not in result.stderr, result.output
+    assert json.loads((out / "manifest.json").read_text())["totals"]["documents"] == 2
+    verify = CliRunner().invoke(app, ["verify", str(corpus / "tool")])
+    assert verify.exit_code == 1 and "is not a packcli output" in verify.stderr, verify.output

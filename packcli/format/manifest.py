@@ -139,15 +139,17 @@ def write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFE
 
 def is_output(directory: Path) -> bool:
     """Whether ``directory`` is a packcli output, complete or damaged: it holds a ``manifest.json`` that packcli
-    wrote (it names ``packcli_version``) or, beside shards, one that is no JSON (a damaged one). Another tool's
-    ``manifest.json`` (JSON naming no ``packcli_version``) makes no output, even beside a file named like a shard.
-    The one test of it: inputs skip such directories, ``stats`` reports on them; :func:`read_manifest` then says
-    what is wrong with a damaged one, and publication replaces only those it can read."""
+    wrote (it names ``packcli_version`` at its top level) or one that is no JSON, naming it or beside shards (a
+    damaged one). Another tool's ``manifest.json`` (JSON naming no ``packcli_version`` at its top level) makes no
+    output, even beside a file named like a shard. The one test of it: inputs skip such directories, ``stats``
+    reports on them; :func:`read_manifest` then says what is wrong with a damaged one, and publication replaces
+    only those it can read."""
     manifest = directory / MANIFEST_NAME
     if not manifest.is_file():
         return False
     try:
-        return _names_packcli(manifest) or (_holds_shards(directory) and not _is_json(manifest.read_bytes()))
+        raw = manifest.read_bytes()
+        return (_VERSION_KEY in raw or _holds_shards(directory)) and _packcli_or_damaged(raw)
     except (OSError, PackcliError):  # unreadable: taken for an output, as before, so that nothing in it is read
         return True
 
@@ -161,25 +163,15 @@ _VERSION_KEY = b'"packcli_version"'
 FOREIGN_MANIFEST = f"its {MANIFEST_NAME} names no packcli_version"  # why another tool's is no packcli output
 
 
-def _is_json(raw: bytes) -> bool:
-    """Whether ``raw`` is JSON text: a ``manifest.json`` naming no ``packcli_version`` is then another tool's; one
-    that is no JSON beside shards is packcli's, damaged (a write cut short leaves it so)."""
+def _packcli_or_damaged(raw: bytes) -> bool:
+    """Whether ``raw``, a ``manifest.json`` that names ``packcli_version`` or lies beside shards, is packcli's: an
+    object naming ``packcli_version`` at its top level, or no JSON at all (a write cut short leaves it so). Other
+    JSON is another tool's, one that names the key inside another (a tool listing its dependencies) too."""
     try:
-        json.loads(raw.decode("utf-8"))
+        manifest = json.loads(raw.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError is a ValueError too
-        return False
-    return True
-
-
-def _names_packcli(manifest: Path) -> bool:
-    """Whether a ``manifest.json`` holds the key every manifest packcli writes holds, read a MiB at a time."""
-    with manifest.open("rb") as handle:
-        tail = b""
-        while chunk := handle.read(1 << 20):
-            if _VERSION_KEY in tail + chunk:
-                return True
-            tail = chunk[-len(_VERSION_KEY) :]
-    return False
+        return True
+    return isinstance(manifest, dict) and "packcli_version" in manifest
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
