@@ -67,22 +67,27 @@ def read_weight(weight: SupportsFloat, written: str, name: str = "weights") -> f
     (1e-400 left its input out without a word). ``written`` names it as given: the text, or the Python value.
 
     Raises:
-        UsageError: the weight is not finite once read, or reads as 0 without being 0.
+        UsageError: the weight is not a number or not finite once read, or reads as 0 without being 0.
     """
     try:
         value = float(weight) + 0.0  # + 0.0: -0 is 0
     except OverflowError:  # an int or a Fraction past a float's range
         value = math.inf
-    if not math.isfinite(value):
-        raise UsageError(
-            f"{option(name)} {written} is not a number between 0 and about 1.8e308: give weights such as 0.7,0.3"
-        )
+    if math.isnan(value):
+        raise UsageError(f"{option(name)} {written} is not a number: {_EXAMPLE}")
+    if math.isinf(value):
+        raise UsageError(f"{option(name)} {written} is beyond what a float holds (at most about 1.797e308): {_EXAMPLE}")
+    if value == 0 and weight < 0:  # -1e-400: negative, as written
+        raise UsageError(f"{option(name)} must not be negative, got {written}")
     if value == 0 and weight != 0:
         raise UsageError(
             f"{option(name)} {written} reads as 0, which would leave its input out: write 0 for that, or a weight "
             "of at least 5e-324"
         )
     return value
+
+
+_EXAMPLE = "give weights such as 0.7,0.3"
 
 
 def format_weights(weights: tuple[float, ...]) -> str:

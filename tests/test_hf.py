@@ -178,11 +178,14 @@ def test_an_option_of_the_wrong_type_is_a_usage_error_naming_it(
 @pytest.mark.parametrize(
     ("weights", "words"),
     [
-        ([float("inf"), 1], "weights inf is not a number between 0 and about 1.8e308: give weights such as 0.7,0.3"),
-        ([1, float("nan")], "weights nan is not a number between 0 and about 1.8e308: give weights such as 0.7,0.3"),
+        (
+            [float("inf"), 1],
+            "weights inf is beyond what a float holds (at most about 1.797e308): give weights such as 0.7,0.3",
+        ),
+        ([1, float("nan")], "weights nan is not a number: give weights such as 0.7,0.3"),
         (
             [10**400, 1],
-            "weights 100000000000000000...0000000000000000000 is not a number between 0 and about 1.8e308: give weights "
+            "weights 100000000000000000...0000000000000000000 is beyond what a float holds (at most about 1.797e308): give weights "
             "such as 0.7,0.3",
         ),
         (

@@ -176,9 +176,11 @@ def test_shares_are_output_tokens_and_overflow_is_counted_once(tmp_path: Path, o
         (["--weights", "\u0661,1"], "cannot read --weights '\u0661,1'"),  # an Arabic-Indic one, read as 1
         # past a float's range: 1e400 was echoed as "inf,1", naming no weight the user wrote; 1e-400 read as 0 and
         # left its input out
-        (["--weights", "1e400,1"], "--weights '1e400' is not a number between 0 and about 1.8e308"),
-        (["--weights", "1,nan"], "--weights 'nan' is not a number between 0 and about 1.8e308"),
+        (["--weights", "1e400,1"], "--weights '1e400' is beyond what a float holds (at most about 1.797e308)"),
+        (["--weights", "1.8e308,1"], "--weights '1.8e308' is beyond what a float holds (at most about 1.797e308)"),
+        (["--weights", "1,nan"], "--weights 'nan' is not a number: give weights such as 0.7,0.3"),
         (["--weights", "1e-400,1"], "--weights '1e-400' reads as 0, which would leave its input out: write 0"),
+        (["--weights", "-1e-400,1"], "--weights must not be negative, got '-1e-400'"),
         (["--weights", "1,1", "--target-tokens", "lots"], "--target-tokens 'lots' is not a size"),
         (["--weights", "1,1", "--target-tokens", "0"], "--target-tokens must be at least 1"),
         (["--target-tokens", "2.5"], "--target-tokens '2.5' is not a whole number of tokens: give one such as 2 or 3"),
