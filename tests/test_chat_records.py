@@ -390,6 +390,23 @@ def test_a_template_file_opening_with_a_byte_order_mark_is_refused_naming_it(tmp
     ), result.stderr
 
 
+@pytest.mark.parametrize("named", [False, True])
+def test_a_configured_template_opening_with_a_byte_order_mark_is_refused(tmp_path: Path, named: bool) -> None:
+    """A byte order mark opening a tokenizer_config.json's chat_template (a string, or a named template's) was
+    rendered as text before every chat, as one opening a template file was before it was refused: it is refused
+    the same way, naming the config."""
+    model = qwen25_instruct(tmp_path / "qwen")
+    marked = "\ufeff" + QWEN25_TEMPLATE
+    template: Any = [{"name": "default", "template": marked}] if named else marked
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": template}))
+    path = write_jsonl(tmp_path / "chats.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}])
+    args = ["pack", str(path), "--messages-field", "messages", "--tokenizer", str(model), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and last_line(result.stderr).startswith(
+        f"error: {model / 'tokenizer_config.json'}: chat_template starts with a UTF-8 byte order mark"
+    ), result.stderr
+
+
 def test_a_template_without_a_generation_prompt_is_said_under_quiet_and_to_python(tmp_path: Path) -> None:
     """Supervising each assistant's header is data trained wrongly, so its warning is said as a loss is: on stderr
     even with --quiet, and by `packcli.pack()` as a PackcliDataLossWarning (it said nothing there)."""

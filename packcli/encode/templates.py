@@ -34,6 +34,12 @@ def load_template(
     configured = _configured_templates(tokenizer.config.get("chat_template"), tokenizer.config_path)
     if configured is not None:
         default, tool_use = configured
+        if any(template is not None and template.startswith("\ufeff") for template in configured):
+            raise PackcliError(
+                "chat_template starts with a UTF-8 byte order mark, which the template would render as text (U+FEFF) "
+                "at the start of every chat: remove it",
+                tokenizer.config_path,
+            )
         name = f"{tokenizer.name} tokenizer_config.json"
         return JinjaTemplate(default, name, bos or "", eos or "", tool_use=tool_use)
     missing = [marker for marker in CHATML_MARKERS if not tokenizer.is_special(marker)]
