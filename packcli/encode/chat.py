@@ -139,9 +139,9 @@ class JinjaTemplate:
         template = self.tool_use if tools is not None and self.tool_use is not None else self.template
         if template is None:
             raise BadRecordError(
-                f"no default chat template: {self.name} names only 'tool_use', which apply_chat_template renders for "
-                f"a record with tools, and this record has none; add a 'default' template, or pass "
-                f"{option('chat_template')}"
+                f"no default chat template: {self.name} has 'tool_use', which apply_chat_template renders for a "
+                "record with tools, and no 'default' for a record without them, as this one is; add a 'default' "
+                f"template, or pass {option('chat_template')}"
             )
         try:
             return str(
