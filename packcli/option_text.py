@@ -70,14 +70,15 @@ def read_weight(weight: SupportsFloat, written: str, name: str = "weights") -> f
         UsageError: the weight is not a number or not finite once read, or reads as 0 without being 0.
     """
     try:
-        value = float(weight) + 0.0  # + 0.0: -0 is 0
+        read = float(weight)
     except OverflowError:  # an int or a Fraction past a float's range
-        value = math.inf
+        read = math.inf
+    value = read + 0.0  # + 0.0: -0 is 0
     if math.isnan(value):
         raise UsageError(f"{option(name)} {written} is not a number: {_EXAMPLE}")
     if math.isinf(value):
         raise UsageError(f"{option(name)} {written} is beyond what a float holds (at most about 1.797e308): {_EXAMPLE}")
-    if value == 0 and weight < 0:  # -1e-400: negative, as written
+    if value == 0 and weight != 0 and math.copysign(1.0, read) < 0:  # -1e-400: negative, as written
         raise UsageError(f"{option(name)} must not be negative, got {written}")
     if value == 0 and weight != 0:
         raise UsageError(
