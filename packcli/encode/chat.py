@@ -29,12 +29,11 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from packcli.encode.tokenizer import LoadedTokenizer
-from packcli.errors import BadRecordError, DataLossNotice, PackcliError, option
+from packcli.errors import BadRecordError, PackcliError, option
 from packcli.options import DEFAULT_TOOLS_FIELD, PackOptions
 from packcli.read.fields import ReadCounts
 
@@ -53,7 +52,6 @@ NO_PROMPT = (  # what fails to render where a chat opens with an assistant turn
     " the chat before its first assistant turn, which is message 1 (no messages: packcli renders what precedes each "
     "assistant turn, with add_generation_prompt, to find where its words begin)"
 )
-PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]  # a chat set-up renders
 
 
 @dataclass(frozen=True)
@@ -217,21 +215,12 @@ class ChatReader:
 
     @classmethod
     def of(
-        cls,
-        template: ChatML | JinjaTemplate,
-        loss_on_all: bool,
-        tokenizer: LoadedTokenizer,
-        eos_id: int | None,
-        warn: Callable[[str], None],
+        cls, template: ChatML | JinjaTemplate, loss_on_all: bool, tokenizer: LoadedTokenizer, eos_id: int | None
     ) -> ChatReader:
-        """The reader for ``tokenizer`` appending ``eos_id`` (None: no EOS); says :meth:`eos_notice` to ``warn``."""
+        """The reader for ``tokenizer`` appending ``eos_id`` (None: no EOS)."""
         eos = tokenizer.facts.id_to_token(eos_id) if eos_id is not None else None
         specials = [token.content for token in tokenizer.facts.added.values() if token.special]
-        reader = cls(template, loss_on_all, eos, specials)
-        for notice in (reader.eos_notice(), reader.prompt_notice()):
-            if notice is not None:
-                warn(notice)
-        return reader
+        return cls(template, loss_on_all, eos, specials)
 
     def __call__(self, values: list[Any]) -> RenderedChat:
         """``values``: the record's messages, then its tools where a tools field is read (None: the record has none;
@@ -272,59 +261,6 @@ class ChatReader:
                 continue
             counted += len(found.findall(emptied_text)) < total
         return counted
-
-    def eos_notice(self) -> str | None:
-        """What pack says when a two-turn chat renders whitespace after the EOS it ends with, or None (the template
-        does not, or cannot render that chat)."""
-        try:
-            probe = self.template.segments(PROBE, self.loss_on_all, self.template.probe_tools)
-            rendered = "".join(segment.text for segment in probe)
-        except BadRecordError:
-            return None
-        closed = blank_stripped(rendered)
-        trailing = rendered[len(closed) :]
-        if not self.eos_token or not trailing or not closed.endswith(self.eos_token):
-            return None
-        return (
-            f"the chat template renders {trailing!r} after its EOS {self.eos_token}: each chat ends at that EOS, the "
-            f"whitespace after it is dropped and no second EOS is appended"
-        )
-
-    def prompt_notice(self) -> str | None:
-        """What pack says (a :class:`DataLossNotice`: the headers take loss) when a Jinja template renders the
-        two-turn chat's user turn alike with and without add_generation_prompt, and then an assistant turn that does
-        not begin with its words: packcli cannot tell that header from the words, so it supervises the turn whole.
-        Of named templates, each that a record may render with is checked ('default' without tools, 'tool_use'
-        with), and the message names those at fault. None otherwise (a turn that is its words alone, Mistral's, has
-        no header)."""
-        template = self.template
-        if not isinstance(template, JinjaTemplate):
-            return None
-        probes = {"default": None, "tool_use": []} if template.tool_use is not None else {"": template.probe_tools}
-        faulty = [name for name, tools in probes.items() if _headers_take_loss(template, tools)]
-        if not faulty:
-            return None
-        which = " and ".join(repr(name) for name in faulty)
-        named = f"chat template {which} renders" if faulty != [""] else "chat template renders"
-        return DataLossNotice(
-            f"the {named} nothing for add_generation_prompt, so each assistant turn is supervised whole, header "
-            "included: give the template an add_generation_prompt branch that renders the assistant's header, so "
-            "that the words alone take loss"
-        )
-
-
-def _headers_take_loss(template: JinjaTemplate, tools: Tools) -> bool:
-    """Whether ``template``, given ``tools``, renders the probe's user turn alike with and without
-    add_generation_prompt and then an assistant turn that does not begin with its words (False where it cannot
-    render the probe: a 'default' that is missing, a template that wants another chat)."""
-    try:
-        asked = template.render(PROBE[:1], True, tools)
-        plain = template.render(PROBE[:1], False, tools)
-        answered = template.render(PROBE, False, tools)
-    except BadRecordError:
-        return False
-    turn = answered.removeprefix(plain)
-    return not (asked != plain or turn == answered or turn.lstrip().startswith(PROBE[1]["content"]))
 
 
 def counted_segments(chats: list[RenderedChat], counts: ReadCounts) -> list[list[Segment]]:

@@ -22,6 +22,7 @@ from packcli.encode.backends import Backend, Backends, HFBackend, open_backends
 from packcli.encode.chat import ChatML, ChatReader, JinjaTemplate, Segment, counted_segments
 from packcli.encode.crosscheck import CrossCheck, TokenizerMismatch
 from packcli.encode.documents import Flat, add_specials, kept_records
+from packcli.encode.template_notices import template_notices
 from packcli.encode.templates import load_template
 from packcli.encode.tokenizer import LoadedTokenizer, special_ids
 from packcli.errors import BadRecordError, UsageError, option
@@ -147,7 +148,10 @@ class SegmentEncoder:
                 self.fields.append(Field(options.tools_field, "tools", option("tools_field"), optional=True))
             self.template = load_template(options.chat_template, tokenizer, warn, template_source)
             self.template_sha256 = self.template.sha256
-            self.convert = ChatReader.of(self.template, self.loss_on_all, tokenizer, self.eos_id, warn)
+            reader = ChatReader.of(self.template, self.loss_on_all, tokenizer, self.eos_id)
+            for notice in template_notices(self.template, self.loss_on_all, reader.eos_token):
+                warn(notice)
+            self.convert = reader
         else:
             assert options.prompt_field is not None and options.response_field is not None
             self.fields = [
