@@ -265,12 +265,10 @@ def named_templates(tmp_path: Path, templates: dict[str, str]) -> Any:
     return transformers.PreTrainedTokenizerFast(tokenizer_file=str(model / "tokenizer.json"), chat_template=templates)
 
 
-def test_a_record_with_tools_takes_the_tool_use_template_as_apply_chat_template_does(tmp_path: Path) -> None:
-    """Of named templates 'default' and 'tool_use', a record with tools renders with 'tool_use' and one without
-    with 'default', as apply_chat_template picks them: the tokens are its own (up to the EOS rule). packcli took
-    'default' for every record."""
-    default = QWEN25_TOOLS_TEMPLATE.replace("You are Qwen", "You are Default")
-    reference = named_templates(tmp_path, {"default": default, "tool_use": QWEN25_TOOLS_TEMPLATE})
+def assert_templates_picked_as(reference: Any, tmp_path: Path) -> None:
+    """Pack a record with tools and one without (named templates 'tool_use' and a 'default' that says "You are
+    Default"): each packs as ``reference``'s apply_chat_template renders it, up to the EOS rule, each with its own
+    template."""
     result = pack(tmp_path, [WITH_TOOLS, WITHOUT_TOOLS])
     assert result.exit_code == 0, result.output
     documents = sorted(packed_documents(tmp_path / "o"), key=lambda document: -len(document[0]))
@@ -279,6 +277,15 @@ def test_a_record_with_tools_takes_the_tool_use_template_as_apply_chat_template_
             record["messages"], tools=record.get("tools"), tokenize=True, return_dict=False
         )
         assert ids == expected[:-1] and system in reference.decode(ids), reference.decode(ids)
+
+
+def test_a_record_with_tools_takes_the_tool_use_template_as_apply_chat_template_does(tmp_path: Path) -> None:
+    """Of named templates 'default' and 'tool_use', a record with tools renders with 'tool_use' and one without
+    with 'default', as apply_chat_template picks them: the tokens are its own (up to the EOS rule). packcli took
+    'default' for every record."""
+    default = QWEN25_TOOLS_TEMPLATE.replace("You are Qwen", "You are Default")
+    reference = named_templates(tmp_path, {"default": default, "tool_use": QWEN25_TOOLS_TEMPLATE})
+    assert_templates_picked_as(reference, tmp_path)
 
 
 def test_a_tool_use_template_without_a_default_renders_records_with_tools(tmp_path: Path) -> None:
@@ -314,14 +321,7 @@ def test_templates_saved_as_files_are_taken_as_apply_chat_template_takes_them(tm
     assert (model / "additional_chat_templates" / "tool_use.jinja").is_file()
     assert "chat_template" not in json.loads((model / "tokenizer_config.json").read_text())
     reference = transformers.AutoTokenizer.from_pretrained(str(model))
-    result = pack(tmp_path, [WITH_TOOLS, WITHOUT_TOOLS])
-    assert result.exit_code == 0, result.output
-    documents = sorted(packed_documents(tmp_path / "o"), key=lambda document: -len(document[0]))
-    for (ids, _), record, system in zip(documents, (WITH_TOOLS, WITHOUT_TOOLS), ("You are Qwen", "You are Default")):
-        expected = reference.apply_chat_template(
-            record["messages"], tools=record.get("tools"), tokenize=True, return_dict=False
-        )
-        assert ids == expected[:-1] and system in reference.decode(ids), reference.decode(ids)
+    assert_templates_picked_as(reference, tmp_path)
 
 
 def test_the_generation_prompt_warning_checks_each_named_template(tmp_path: Path) -> None:
