@@ -48,7 +48,7 @@ def parse_count(text: str, name: str = "target_tokens") -> int:
 
 
 # A weight as written: ASCII digits, a point, an exponent (float() alone also takes 1_0 as 10, and other scripts'
-# digits); inf and nan are read so that read_weight names them as out of range.
+# digits); inf and nan are read so that read_weight names them as they are.
 _WEIGHT = re.compile(r"\s*(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan))\s*", re.ASCII | re.I)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packcli.encode.chat import CHATML_MARKERS, ChatML, JinjaTemplate
-from packcli.encode.tokenizer import LoadedTokenizer, template_text
+from packcli.encode.tokenizer import LoadedTokenizer, refuse_byte_order_mark, template_text
 from packcli.errors import PackcliError, UsageError, option
 from packcli.read.fields import json_kind
 
@@ -34,12 +34,9 @@ def load_template(
     configured = _configured_templates(tokenizer.config.get("chat_template"), tokenizer.config_path)
     if configured is not None:
         default, tool_use = configured
-        if any(template is not None and template.startswith("\ufeff") for template in configured):
-            raise PackcliError(
-                "chat_template starts with a UTF-8 byte order mark, which the template would render as text (U+FEFF) "
-                "at the start of every chat: remove it",
-                tokenizer.config_path,
-            )
+        for template in (default, tool_use):
+            if template is not None:
+                refuse_byte_order_mark(template, tokenizer.config_path, "chat_template")
         name = f"{tokenizer.name} tokenizer_config.json"
         return JinjaTemplate(default, name, bos or "", eos or "", tool_use=tool_use)
     missing = [marker for marker in CHATML_MARKERS if not tokenizer.is_special(marker)]

@@ -29,6 +29,7 @@ __all__ = [
     "encoding_started",
     "hf_tokenizer",
     "load_tokenizer",
+    "refuse_byte_order_mark",
     "special_ids",
     "template_text",
     "use_threads",
@@ -249,13 +250,23 @@ def template_text(raw: bytes, path: str | Path) -> str:
     not UTF-8 are a data error (:func:`utf8_text`), and so is a leading byte order mark: Jinja, and
     apply_chat_template, which reads the file as plain UTF-8, render it as text before every chat."""
     text = utf8_text(raw, "chat template", path)
-    if text.startswith("\ufeff"):
+    refuse_byte_order_mark(text, path)
+    return text
+
+
+def refuse_byte_order_mark(template: str, path: str | Path | None, what: str = "") -> None:
+    """Refuse a chat template (``what`` names it within ``path``: a config's ``chat_template``; "" for a file's
+    text) that opens with a byte order mark, which Jinja renders as text before every chat.
+
+    Raises:
+        PackcliError: the template's first character is U+FEFF; the message names ``path``.
+    """
+    if template.startswith("\ufeff"):
         raise PackcliError(
-            "starts with a UTF-8 byte order mark, which the template would render as text (U+FEFF) at the start of "
-            "every chat: save the file as UTF-8 without one",
+            f"{what + ' ' if what else ''}starts with a UTF-8 byte order mark, which the template would render as "
+            "text (U+FEFF) at the start of every chat: remove it",
             path,
         )
-    return text
 
 
 def _configured(config: dict[str, object], key: str) -> str | None:
