@@ -549,3 +549,23 @@ def test_a_manifest_naming_packcli_version_only_nested_is_another_tools(tmp_path
     assert json.loads((out / "manifest.json").read_text())["totals"]["documents"] == 2
     verify = CliRunner().invoke(app, ["verify", str(corpus / "tool")])
     assert verify.exit_code == 1 and "is not a packcli output" in verify.stderr, verify.output
+
+
+def test_the_json_that_pack_and_export_print_or_write_records_a_name_in_no_utf8(tmp_path: Path) -> None:
+    """`pack --json`'s ``out`` and an export's ``export.json`` ``source.path`` held a non-UTF-8 output's name as a
+    lone surrogate, which strict JSON readers refuse, as manifest.json no longer does: they record it the same way."""
+    out, exported = tmp_path / os.fsdecode(b"out\xe9"), tmp_path / os.fsdecode(b"exp\xe9")
+    try:
+        out.mkdir()
+        out.rmdir()
+    except (OSError, UnicodeEncodeError):  # a file system that holds only UTF-8 names (macOS)
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    data = write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    packed = CliRunner().invoke(app, ["pack", str(data), "--max-len", "64", "--out", str(out), "--json"])
+    assert packed.exit_code == 0, packed.output
+    assert strict_json(packed.stdout.encode("utf-8", "surrogateescape"))["out"] == str(tmp_path / "out\\xe9")
+    result = CliRunner().invoke(app, ["export", str(out), "--to", "megatron", "--out", str(exported), "--json"])
+    assert result.exit_code == 0, result.output
+    assert strict_json(result.stdout.encode("utf-8", "surrogateescape"))["out"] == str(tmp_path / "exp\\xe9")
+    record = strict_json((exported / "export.json").read_bytes())
+    assert record["source"]["path"] == str(tmp_path / "out\\xe9")

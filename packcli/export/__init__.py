@@ -33,6 +33,7 @@ from packcli.errors import PackcliError, UsageError
 from packcli.export.base import Exporter, ExportTotals
 from packcli.export.reading import DocumentView, PackedOutput, open_packed, row_batch
 from packcli.export.sources import SourcesFile, require_sources, sources_record
+from packcli.format.manifest import recorded_name
 
 __all__ = ["FORMATS", "ExportResult", "export_output"]
 
@@ -101,7 +102,7 @@ class ExportResult:
     record: dict[str, Any]
 
     def summary(self, out: Path) -> dict[str, Any]:
-        return {"status": self.status, "out": str(out), **self.record}
+        return {"status": self.status, "out": recorded_name(str(out)), **self.record}
 
 
 def export_output(

@@ -17,7 +17,7 @@ from typing import Any
 
 from packcli.errors import PackcliError
 from packcli.format.integrity import directory_sizes
-from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, write_manifest
+from packcli.format.manifest import EXPORT_NAME, MANIFEST_NAME, recorded_name, write_manifest
 from packcli.util.files import canonical_json
 from packcli.version import __version__
 from packcli.write.staging import Existing, directory_names
@@ -35,7 +35,11 @@ def export_fingerprint(source_fingerprint: str, fmt: str, options: dict[str, Any
 
 def export_identity(source: Path, source_fingerprint: str, fmt: str, options: dict[str, Any]) -> dict[str, Any]:
     """What an export's record says it is an export of (a refusal compares them with the record at ``--out``)."""
-    return {"format": fmt, "options": options, "source": {"path": str(source), "fingerprint": source_fingerprint}}
+    return {
+        "format": fmt,
+        "options": options,
+        "source": {"path": recorded_name(str(source)), "fingerprint": source_fingerprint},
+    }
 
 
 def write_record(directory: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from packcli.errors import PackcliError
+from packcli.format.manifest import recorded_name
 from packcli.options import PackOptions
 from packcli.read.inputs import Spool
 from packcli.run.setup import kept_out_of_output, set_up, takes_output
@@ -75,7 +76,7 @@ def dry_run(
         "dry_run": True,
         "status": "up-to-date" if same else "would-pack",
         "fingerprint": fingerprint,
-        "out": str(out),
+        "out": recorded_name(str(out)),
         "output": output,
         "input_files": len(files),
         "input_bytes": sum(entry["bytes"] for entry in files),

@@ -23,7 +23,7 @@ from packcli.encode.encoders import Encoder, make_encoder
 from packcli.encode.tokenizer import LoadedTokenizer, load_tokenizer, with_chat_template
 from packcli.errors import PackcliError, option
 from packcli.format.columns import FORMAT_VERSION
-from packcli.format.manifest import part_facts, read_manifest, run_keys, tokenizer_entry
+from packcli.format.manifest import part_facts, read_manifest, recorded_name, run_keys, tokenizer_entry
 from packcli.options import PackOptions
 from packcli.read.inputs import InputFile, Spool, describe_inputs, find_inputs
 from packcli.run.plan import Plan, plan_partitions
@@ -175,7 +175,7 @@ class PackResult:
         """The ``--json`` object of ``packcli pack``."""
         return {
             "status": self.status,
-            "out": str(self.out),
+            "out": recorded_name(str(self.out)),
             "fingerprint": self.manifest["fingerprint"],
             "max_len": self.manifest["max_len"],
             "strategy": self.manifest["strategy"],
